@@ -1,0 +1,79 @@
+"""The one configuration object, built once and handed down to every stage.
+
+Sources, later ones winning: defaults, a JSON file, ``VIFUSION_<FIELD>`` environment
+variables, explicit overrides (CLI flags). No stage reads the environment itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+ENV_PREFIX = "VIFUSION_"
+
+
+class Config(BaseModel):
+    model_config = {"frozen": True, "extra": "forbid"}
+
+    data_dir: Path = Field(Path("vifusion-data"), description="catalog, indexes, model caches")
+    ray_address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port: join")
+
+    # extract/
+    sample_fps: float = Field(1.0, gt=0, description="frames kept per second of video")
+    max_frames: int = Field(3600, gt=0, description="cap on sampled frames per video")
+    embed_batch: int = Field(16, gt=0, description="frames per model forward pass")
+    conse_top_k: int = Field(10, gt=0, description="ImageNet classes mixed into the text-space vector")
+    num_extractors: int = Field(1, gt=0)
+    torch_threads: int = Field(0, ge=0, description="0: one per core")
+
+    # fusion/ + comm/
+    fusion_max_bytes: int = Field(1 << 20, gt=0, description="flush a fused batch at this size")
+    fusion_max_age_s: float = Field(0.5, gt=0, description="flush a fused batch when its oldest frame is this old")
+    send_window: int = Field(4, gt=0, description="fused batches in flight per destination")
+
+    # index/
+    num_shards: int = Field(2, gt=0)
+    faiss_threads: int = Field(0, ge=0, description="0: one per core")
+    segment_gap_s: float = Field(0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps")
+    segment_drop: float = Field(0.05, ge=0, description="a segment ends where the score falls this far below its best")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return Path(v).expanduser()
+
+    @property
+    def sample_interval_s(self) -> float:
+        return 1.0 / self.sample_fps
+
+    @property
+    def max_segment_gap_s(self) -> float:
+        return self.segment_gap_s or 1.5 * self.sample_interval_s
+
+    @property
+    def threads(self) -> int:
+        """Threads for torch / FAISS where the per-stage setting is 0 (Ray sets OMP to 1)."""
+        return os.cpu_count() or 1
+
+    @classmethod
+    def load(
+        cls,
+        file: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Config:
+        values: dict[str, Any] = {}
+        if file is not None:
+            values.update(json.loads(Path(file).read_text()))
+        env = os.environ if env is None else env
+        for name in cls.model_fields:
+            key = ENV_PREFIX + name.upper()
+            if key in env:
+                values[name] = env[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
