@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vifusion.config import Config
+from vifusion.index.router import ShardSet, shard_dir, shard_for
+from vifusion.index.shard import Shard
+from vifusion.types import FRAME_BITS
+
+from ._helpers import make_batch, unit
+
+VIDEOS = (10, 11, 12, 13)  # shards 0, 1, 0, 1
+
+
+def test_shard_for_is_stable_and_in_range() -> None:
+    assert [shard_for(v, 2) for v in VIDEOS] == [0, 1, 0, 1]
+    assert all(0 <= shard_for(v, 3) < 3 for v in range(100))
+    with pytest.raises(ValueError):
+        shard_for(1, 0)
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Config:
+    return Config(data_dir=tmp_path, num_shards=2, faiss_threads=1)
+
+
+def _fill(shards: ShardSet) -> None:
+    import ray
+
+    ray.get([shards.handle_for(v).add.remote(make_batch(v, 8, seed=v)) for v in VIDEOS])
+
+
+def test_shardset_routes_searches_and_reloads(ray_session, cfg: Config) -> None:
+    ray = ray_session
+    shards = ShardSet(cfg)
+    try:
+        assert len(shards.handles) == 2
+        _fill(shards)
+        stats = shards.stats()
+        assert [s["shard"] for s in stats] == [0, 1]
+        assert [s["vectors"] for s in stats] == [{"visual": 16, "semantic": 16}] * 2
+        assert ray.get([h.video_ids.remote() for h in shards.handles]) == [[10, 12], [11, 13]]
+
+        # Each query is an exact frame from a different shard; the merge must find both.
+        q = np.stack([make_batch(11, 8, seed=11).space("visual")[3], make_batch(12, 8, seed=12).space("visual")[5]])
+        results = shards.search("visual", q, 20)
+        assert len(results) == 2
+        assert (results[0][0].video_id, results[0][0].t_start) == (11, 3.0)
+        assert (results[1][0].video_id, results[1][0].t_start) == (12, 5.0)
+        assert results[0][0].score == pytest.approx(1.0, abs=1e-5)
+        assert {h.video_id for h in results[0]} == set(VIDEOS)  # hits come from both shards
+        for hits in results:
+            assert len(hits) == 20
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+        # The fan-out equals one shard holding everything.
+        whole = Shard(9, cfg.data_dir / "whole", threads=1)
+        for v in VIDEOS:
+            whole.add(make_batch(v, 8, seed=v))
+        rq = unit(np.random.default_rng(1), 3, 384)
+        scores, ids, _ = whole.search("semantic", rq, 12)
+        for qi, hits in enumerate(shards.search("semantic", rq, 12)):
+            assert [h.video_id for h in hits] == (ids[qi] >> FRAME_BITS).tolist()
+            np.testing.assert_allclose([h.score for h in hits], scores[qi], rtol=1e-6)
+
+        assert shards.delete_video(12) == 8
+        assert all(h.video_id != 12 for hits in shards.search("visual", q, 32) for h in hits)
+
+        shards.commit()
+        before = shards.search("semantic", rq, 10)
+        late = make_batch(10, 3, seed=99, first_frame=100)
+        ray.get(shards.handle_for(10).add.remote(late))  # applied, never committed
+        probe = shards.search("visual", late.space("visual"), 1)
+        assert [hits[0].t_start for hits in probe] == [100.0, 101.0, 102.0]
+    finally:
+        shards.close()
+    assert (shard_dir(cfg.data_dir, 0) / "snapshot.npz").exists()
+
+    reopened = ShardSet(cfg)
+    try:
+        assert [s["vectors"]["visual"] for s in reopened.stats()] == [8, 16]
+        assert reopened.search("semantic", rq, 10) == before
+        probe = reopened.search("visual", late.space("visual"), 1)
+        assert all(h.score < 0.5 for hits in probe for h in hits)
+    finally:
+        reopened.close()
+
+
+def test_commit_selected_shards_only(ray_session, cfg: Config) -> None:
+    shards = ShardSet(cfg)
+    try:
+        _fill(shards)
+        shards.commit([1])
+        with pytest.raises(ValueError, match="no shard 2"):
+            shards.commit([2])
+    finally:
+        shards.close()
+    reopened = ShardSet(cfg)
+    try:
+        assert [s["videos"] for s in reopened.stats()] == [0, 2]
+    finally:
+        reopened.close()
+
+
+def test_search_rejects_bad_requests_before_fan_out(ray_session, cfg: Config) -> None:
+    shards = ShardSet(cfg)
+    try:
+        with pytest.raises(ValueError, match="unknown space"):
+            shards.search("audio", np.zeros((1, 384), np.float32), 3)
+        with pytest.raises(ValueError, match=r"\(nq, 1280\)"):
+            shards.search("visual", np.zeros((1, 384), np.float32), 3)
+        assert shards.search("visual", np.zeros((2, 1280), np.float32), 3) == [[], []]
+    finally:
+        shards.close()
+
+
+def test_bad_snapshot_fails_at_start(ray_session, cfg: Config) -> None:
+    d = shard_dir(cfg.data_dir, 1)
+    d.mkdir(parents=True)
+    (d / "snapshot.npz").write_bytes(b"not a snapshot")
+    with pytest.raises(ray_session.exceptions.RayActorError, match="not a shard snapshot"):
+        ShardSet(cfg)
+
+
+def test_closed_set_refuses_search(ray_session, cfg: Config) -> None:
+    shards = ShardSet(cfg)
+    shards.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        shards.search("semantic", np.zeros((1, 384), np.float32), 3)

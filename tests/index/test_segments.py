@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+
+from vifusion.index.segments import group_segments, group_videos
+from vifusion.types import SearchHit, Segment
+
+
+def hits(video: int, scores_by_second: dict[int, float]) -> list[SearchHit]:
+    """Hits for 1-second frames starting at the given seconds."""
+    return [SearchHit(video, float(t), float(t + 1), s) for t, s in scores_by_second.items()]
+
+
+def test_consecutive_frames_form_one_segment() -> None:
+    h = hits(1, {12: 0.80, 10: 0.81, 11: 0.83, 13: 0.79})  # order of input does not matter
+    assert group_segments(h, max_gap_s=0.5, drop=0.05, top_k=5) == [Segment(1, 10.0, 14.0, 0.83, 4)]
+
+
+def test_gap_splits_segments() -> None:
+    h = hits(1, {0: 0.7, 1: 0.7, 5: 0.9, 6: 0.88})
+    assert group_segments(h, max_gap_s=1.5, drop=0.1, top_k=5) == [
+        Segment(1, 5.0, 7.0, 0.9, 2),
+        Segment(1, 0.0, 2.0, 0.7, 2),
+    ]
+    # a wider gap allowance (frames 2..4 missing = 3 s) joins them
+    assert group_segments(h, max_gap_s=3.0, drop=0.5, top_k=5) == [Segment(1, 0.0, 7.0, 0.9, 4)]
+
+
+def test_gap_equal_to_max_gap_joins() -> None:
+    h = hits(1, {0: 0.5, 2: 0.5})  # gap between 1.0 and 2.0 is exactly 1.0
+    assert group_segments(h, max_gap_s=1.0, drop=0.1, top_k=5) == [Segment(1, 0.0, 3.0, 0.5, 2)]
+
+
+def test_score_drop_splits_segments() -> None:
+    h = hits(2, {0: 0.90, 1: 0.87, 2: 0.70, 3: 0.71})
+    assert group_segments(h, max_gap_s=0.5, drop=0.05, top_k=5) == [
+        Segment(2, 0.0, 2.0, 0.90, 2),
+        Segment(2, 2.0, 4.0, 0.71, 2),
+    ]
+    # exactly best - drop still joins
+    h = hits(2, {0: 0.75, 1: 0.5})
+    assert group_segments(h, max_gap_s=0.5, drop=0.25, top_k=5) == [Segment(2, 0.0, 2.0, 0.75, 2)]
+
+
+def test_videos_never_share_a_segment_and_top_k_is_respected() -> None:
+    h = hits(1, {0: 0.6, 1: 0.6}) + hits(2, {0: 0.9, 1: 0.9}) + hits(3, {0: 0.3}) + hits(1, {20: 0.8})
+    all_segments = group_segments(h, max_gap_s=1.0, drop=0.1, top_k=10)
+    assert [(s.video_id, s.score) for s in all_segments] == [(2, 0.9), (1, 0.8), (1, 0.6), (3, 0.3)]
+    assert group_segments(h, max_gap_s=1.0, drop=0.1, top_k=2) == all_segments[:2]
+    assert group_segments([], max_gap_s=1.0, drop=0.1, top_k=2) == []
+
+
+def test_duplicate_frame_hits_count_once_with_best_score() -> None:
+    h = hits(1, {0: 0.5, 1: 0.6}) + hits(1, {1: 0.7})
+    assert group_segments(h, max_gap_s=0.5, drop=0.2, top_k=5) == [Segment(1, 0.0, 2.0, 0.7, 2)]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        group_segments([], max_gap_s=-1, drop=0.1, top_k=1)
+    with pytest.raises(ValueError):
+        group_segments([], max_gap_s=1, drop=0.1, top_k=0)
+    with pytest.raises(ValueError):
+        group_videos([], top_k=0)
+
+
+def test_group_videos_one_segment_per_video() -> None:
+    h = hits(1, {0: 0.6, 7: 0.8}) + hits(2, {3: 0.9}) + hits(3, {1: 0.1})
+    assert group_videos(h, top_k=2) == [Segment(2, 3.0, 4.0, 0.9, 1), Segment(1, 7.0, 8.0, 0.8, 1)]

@@ -1,0 +1,230 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+from vifusion.index.shard import SNAPSHOT, Shard
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id, video_of
+
+from ._helpers import make_batch
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> Shard:
+    s = Shard(0, tmp_path / "shard-0", threads=1)
+    s.add(make_batch(3, 20, seed=3))
+    s.add(make_batch(4, 15, seed=4))
+    return s
+
+
+def _snapshot_bytes(directory: Path) -> bytes:
+    return (directory / SNAPSHOT).read_bytes()
+
+
+@pytest.mark.parametrize("space", ["visual", "semantic"])
+def test_add_then_search_finds_exact_vector(shard: Shard, space: str) -> None:
+    batch = make_batch(3, 20, seed=3)
+    q = batch.space(space)[[7, 12]]
+    scores, ids, times = shard.search(space, q, 5)
+    assert scores.shape == (2, 5) and scores.dtype == np.float32
+    assert ids.shape == (2, 5) and ids.dtype == np.int64
+    assert times.shape == (2, 5, 2) and times.dtype == np.float32
+    assert ids[:, 0].tolist() == [vector_id(3, 7), vector_id(3, 12)]
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+    assert (scores[:, 1:] < 0.5).all()  # random unit vectors are nearly orthogonal
+    np.testing.assert_array_equal(times[:, 0], [[7.0, 8.0], [12.0, 13.0]])
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+def test_search_pads_missing_with_minus_one(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    q = make_batch(1, 2, seed=9).space("semantic")
+    scores, ids, times = s.search("semantic", q, 3)
+    assert (ids == -1).all() and (times == 0).all()
+
+    s.add(make_batch(1, 2, seed=1))
+    scores, ids, times = s.search("semantic", q, 3)
+    assert (ids[:, :2] >= 0).all() and (ids[:, 2] == -1).all()
+    assert (times[:, 2] == 0).all() and (times[:, :2, 1] > 0).all()
+
+
+def test_search_rejects_bad_requests(shard: Shard) -> None:
+    with pytest.raises(ValueError, match="unknown space"):
+        shard.search("audio", np.zeros((1, SEMANTIC_DIM), np.float32), 3)
+    with pytest.raises(ValueError, match=r"\(nq, 1280\)"):
+        shard.search("visual", np.zeros((1, SEMANTIC_DIM), np.float32), 3)
+    with pytest.raises(ValueError, match=r"\(nq, 384\)"):
+        shard.search("semantic", np.zeros(SEMANTIC_DIM, np.float32), 3)
+    with pytest.raises(ValueError, match="k must"):
+        shard.search("semantic", np.zeros((1, SEMANTIC_DIM), np.float32), 0)
+
+
+def test_empty_batch_and_stats(tmp_path: Path) -> None:
+    s = Shard(5, tmp_path, threads=1)
+    empty = FusedBatch(
+        ids=np.empty(0, np.int64),
+        times=np.empty((0, 2), np.float32),
+        features=np.empty((0, VISUAL_DIM + SEMANTIC_DIM), np.float32),
+    )
+    assert s.add(empty) == 0
+    assert s.add(make_batch(8, 4)) == 4
+    assert s.add(make_batch(2, 3, seed=2)) == 7
+    assert s.stats() == {"shard": 5, "vectors": {"visual": 7, "semantic": 7}, "videos": 2, "index": "IDMap2,Flat"}
+    assert s.video_ids() == [2, 8]
+
+
+def test_sets_faiss_threads(tmp_path: Path) -> None:
+    before = faiss.omp_get_max_threads()
+    try:
+        Shard(0, tmp_path, threads=1)
+        assert faiss.omp_get_max_threads() == 1
+    finally:
+        faiss.omp_set_num_threads(before)
+    with pytest.raises(ValueError):
+        Shard(0, tmp_path, threads=0)
+
+
+def test_delete_video_removes_only_that_video(shard: Shard) -> None:
+    assert shard.delete_video(3) == 20
+    assert shard.delete_video(3) == 0
+    assert shard.stats()["vectors"] == {"visual": 15, "semantic": 15}
+    assert shard.video_ids() == [4]
+    for space in ("visual", "semantic"):
+        q = np.concatenate([make_batch(3, 20, seed=3).space(space), make_batch(4, 15, seed=4).space(space)])
+        _, ids, _ = shard.search(space, q, 20)
+        found = ids[ids >= 0]
+        assert (video_of(found) == 4).all()
+        assert ids[20:, 0].tolist() == [vector_id(4, i) for i in range(15)]
+
+
+def test_resent_batch_id_is_ignored(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    batch = make_batch(1, 10)
+    assert s.add(batch) == 10
+    assert s.add(batch) == 10
+    s.delete_video(1)
+    assert s.add(batch) == 0  # a late duplicate must not resurrect a deleted video
+
+
+def test_readding_ids_replaces_them(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    s.add(make_batch(1, 10, seed=1))
+    new = make_batch(1, 5, seed=2, first_frame=3, interval=2.0)  # same ids 3..7, new vectors/times
+    assert s.add(new) == 10
+    scores, ids, times = s.search("visual", new.space("visual"), 1)
+    assert ids[:, 0].tolist() == new.ids.tolist()
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+    np.testing.assert_array_equal(times[:, 0], new.times)
+    old_scores, _, _ = s.search("visual", make_batch(1, 10, seed=1).space("visual")[3:8], 1)
+    assert (old_scores < 0.5).all()  # the replaced vectors are gone: no exact match left
+
+
+def test_repeated_id_within_a_batch_keeps_last(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    b = make_batch(1, 3, seed=1)
+    b = FusedBatch(ids=b.ids[[0, 1, 0]], times=b.times[[0, 1, 2]], features=b.features[[0, 1, 2]].copy())
+    assert s.add(b) == 2
+    _, ids, times = s.search("semantic", b.space("semantic")[2:], 1)
+    assert ids[0, 0] == b.ids[0] and times[0, 0].tolist() == [2.0, 3.0]
+
+
+def test_commit_then_reload_gives_identical_results(shard: Shard, tmp_path: Path) -> None:
+    shard.commit()
+    shard.add(make_batch(9, 5, seed=9))  # not committed
+    reloaded = Shard(0, tmp_path / "shard-0", threads=1)
+    assert reloaded.stats()["vectors"] == {"visual": 35, "semantic": 35}
+    assert reloaded.video_ids() == [3, 4]
+    shard.delete_video(9)
+    rng = np.random.default_rng(0)
+    for space, d in (("visual", VISUAL_DIM), ("semantic", SEMANTIC_DIM)):
+        q = np.concatenate([make_batch(4, 15, seed=4).space(space)[:3], rng.standard_normal((4, d))]).astype(np.float32)
+        for a, b in zip(shard.search(space, q, 10), reloaded.search(space, q, 10)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_uncommitted_add_is_absent_after_reload(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    s.add(make_batch(1, 4))
+    s.commit()
+    late = make_batch(2, 4, seed=2)
+    s.add(late)
+    s.delete_video(1)  # also uncommitted
+    reloaded = Shard(0, tmp_path, threads=1)
+    assert reloaded.video_ids() == [1]
+    _, ids, _ = reloaded.search("visual", late.space("visual"), 4)
+    assert (video_of(ids[ids >= 0]) == 1).all()
+
+
+def test_reload_of_empty_directory_and_empty_commit(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    s.commit()
+    assert (tmp_path / SNAPSHOT).exists()
+    assert Shard(0, tmp_path, threads=1).stats()["vectors"] == {"visual": 0, "semantic": 0}
+
+
+def test_commit_without_changes_does_not_rewrite(shard: Shard, tmp_path: Path) -> None:
+    shard.commit()
+    before = os.stat(tmp_path / "shard-0" / SNAPSHOT).st_ino
+    shard.commit()
+    assert os.stat(tmp_path / "shard-0" / SNAPSHOT).st_ino == before
+    shard.delete_video(3)
+    shard.commit()
+    assert os.stat(tmp_path / "shard-0" / SNAPSHOT).st_ino != before
+
+
+def test_torn_temp_file_from_a_crash_is_ignored(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    s.add(make_batch(1, 6, seed=1))
+    s.commit()
+    good = _snapshot_bytes(tmp_path)
+    s.add(make_batch(2, 6, seed=2))
+    s.commit()
+    # A crash after writing half of a newer snapshot, before the rename.
+    stray = tmp_path / ".snapshot-crash.tmp"
+    stray.write_bytes(_snapshot_bytes(tmp_path)[: len(good) // 2])
+    (tmp_path / SNAPSHOT).write_bytes(good)  # and the live snapshot is the older, complete one
+    reloaded = Shard(0, tmp_path, threads=1)
+    assert reloaded.video_ids() == [1]
+    assert not stray.exists()
+
+
+def test_failure_during_commit_keeps_previous_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Shard(0, tmp_path, threads=1)
+    s.add(make_batch(1, 6, seed=1))
+    s.commit()
+    good = _snapshot_bytes(tmp_path)
+    s.add(make_batch(2, 6, seed=2))
+
+    def crash(*args: object) -> None:
+        raise OSError("disk pulled")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk pulled"):
+        s.commit()
+    monkeypatch.undo()
+    assert _snapshot_bytes(tmp_path) == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SNAPSHOT]
+    assert Shard(0, tmp_path, threads=1).video_ids() == [1]
+    s.commit()  # still dirty, so the retry writes the new state
+    assert Shard(0, tmp_path, threads=1).video_ids() == [1, 2]
+
+
+def test_snapshot_with_wrong_dims_is_rejected(tmp_path: Path) -> None:
+    Shard(0, tmp_path, threads=1).commit()
+    with np.load(tmp_path / SNAPSHOT) as z:
+        parts = dict(z)
+    parts["visual"] = faiss.serialize_index(faiss.IndexIDMap2(faiss.IndexFlatIP(8)))
+    with open(tmp_path / SNAPSHOT, "wb") as f:
+        np.savez(f, **parts)
+    with pytest.raises(ValueError, match="dim 8"):
+        Shard(0, tmp_path, threads=1)
+
+
+def test_garbage_snapshot_is_rejected_clearly(tmp_path: Path) -> None:
+    (tmp_path / SNAPSHOT).write_bytes(b"not a snapshot")
+    with pytest.raises(ValueError, match="not a shard snapshot"):
+        Shard(0, tmp_path, threads=1)

@@ -1,0 +1,96 @@
+"""Route videos to shards and fan searches out to the Ray shard actors.
+
+Limits: a video's shard is ``video_id % num_shards``, so changing ``num_shards`` over an
+existing data directory strands videos on the wrong shard (re-index after changing it).
+A shard actor that dies loses what it held since its last commit and is not restarted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from vifusion.config import Config
+from vifusion.index.merge import merge_topk
+from vifusion.index.shard import Shard, check_queries
+from vifusion.types import SearchHit
+
+
+def shard_for(video_id: int, num_shards: int) -> int:
+    """The shard that holds a video: stable across runs for a fixed ``num_shards``."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    return video_id % num_shards
+
+
+def shard_dir(data_dir: Path, shard_no: int) -> Path:
+    """Where shard ``shard_no`` keeps its snapshot."""
+    return Path(data_dir) / "index" / f"shard-{shard_no}"
+
+
+class ShardSet:
+    """Driver-side handle to ``cfg.num_shards`` shard actors; holds no vectors itself.
+
+    Needs ``ray.init`` first. Each actor loads its last snapshot on start.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        threads = cfg.faiss_threads or cfg.threads
+        # num_cpus=0: shards mostly sit idle between searches and must not take the CPU
+        # slots that extractors are scheduled on; max_concurrency=1 because a Shard is not
+        # thread-safe.
+        actor = ray.remote(Shard).options(num_cpus=0, max_concurrency=1)
+        self._handles = [actor.remote(i, shard_dir(cfg.data_dir, i), threads) for i in range(cfg.num_shards)]
+        try:
+            # Surface a bad snapshot or directory here rather than on the first call.
+            ray.get([h.stats.remote() for h in self._handles])
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def handles(self) -> list[ray.actor.ActorHandle]:
+        """The shard actors, indexed by shard number."""
+        return list(self._handles)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._handles)
+
+    def handle_for(self, video_id: int) -> ray.actor.ActorHandle:
+        """The actor that holds (or will hold) a video's frames."""
+        return self._handles[shard_for(video_id, len(self._handles))]
+
+    def delete_video(self, video_id: int) -> int:
+        """Remove a video from its shard (not yet committed); return the frames removed."""
+        return ray.get(self.handle_for(video_id).delete_video.remote(video_id))
+
+    def commit(self, shard_nos: Iterable[int] | None = None) -> None:
+        """Snapshot the given shards (all when None) in parallel; return when all are durable."""
+        nos = range(len(self._handles)) if shard_nos is None else list(shard_nos)
+        for n in nos:
+            if not 0 <= n < len(self._handles):
+                raise ValueError(f"no shard {n}; there are {len(self._handles)}")
+        ray.get([self._handles[n].commit.remote() for n in nos])
+
+    def search(self, space: str, queries: np.ndarray, k: int) -> list[list[SearchHit]]:
+        """Top-k frame hits per query across all shards, best first."""
+        queries = check_queries(space, queries, k)
+        if not self._handles:
+            raise RuntimeError("ShardSet is closed")
+        ref = ray.put(queries)  # one copy in the object store, read by every shard
+        per_shard = ray.get([h.search.remote(space, ref, k) for h in self._handles])
+        return merge_topk(per_shard, k)
+
+    def stats(self) -> list[dict]:
+        """Each shard's ``Shard.stats()``, by shard number."""
+        return ray.get([h.stats.remote() for h in self._handles])
+
+    def close(self) -> None:
+        """Kill the actors; anything not committed is lost."""
+        for h in self._handles:
+            ray.kill(h)
+        self._handles = []
