@@ -40,7 +40,7 @@ class Config(BaseModel):
     num_shards: int = Field(2, gt=0)
     faiss_threads: int = Field(0, ge=0, description="0: one per core")
     segment_gap_s: float = Field(0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps")
-    segment_drop: float = Field(0.05, ge=0, description="a segment ends where the score falls this far below its best")
+    segment_drop: float = Field(0.25, ge=0, le=1, description="a segment ends where the score falls below (1 - this) x its peak")
 
     @field_validator("data_dir")
     @classmethod

@@ -37,9 +37,16 @@ def test_score_drop_splits_segments() -> None:
         Segment(2, 0.0, 2.0, 0.90, 2),
         Segment(2, 2.0, 4.0, 0.71, 2),
     ]
-    # exactly best - drop still joins
-    h = hits(2, {0: 0.75, 1: 0.5})
-    assert group_segments(h, max_gap_s=0.5, drop=0.25, top_k=5) == [Segment(2, 0.0, 2.0, 0.75, 2)]
+    # exactly peak * (1 - drop) still joins
+    h = hits(2, {0: 1.0, 1: 0.75})
+    assert group_segments(h, max_gap_s=0.5, drop=0.25, top_k=5) == [Segment(2, 0.0, 2.0, 1.0, 2)]
+
+
+def test_a_peak_does_not_swallow_the_weaker_scene_before_it() -> None:
+    # "a cat": a coffee scene (0-4 s) then the cat scene (4-8 s), then something else
+    scores = {0: 0.19, 1: 0.18, 2: 0.18, 3: 0.17, 4: 0.54, 5: 0.52, 6: 0.61, 7: 0.57, 8: 0.18}
+    first = group_segments(hits(1, scores), max_gap_s=1.5, drop=0.25, top_k=5)[0]
+    assert first == Segment(1, 4.0, 8.0, 0.61, 4)
 
 
 def test_videos_never_share_a_segment_and_top_k_is_respected() -> None:
@@ -52,7 +59,7 @@ def test_videos_never_share_a_segment_and_top_k_is_respected() -> None:
 
 def test_duplicate_frame_hits_count_once_with_best_score() -> None:
     h = hits(1, {0: 0.5, 1: 0.6}) + hits(1, {1: 0.7})
-    assert group_segments(h, max_gap_s=0.5, drop=0.2, top_k=5) == [Segment(1, 0.0, 2.0, 0.7, 2)]
+    assert group_segments(h, max_gap_s=0.5, drop=0.3, top_k=5) == [Segment(1, 0.0, 2.0, 0.7, 2)]
 
 
 def test_bad_arguments() -> None:
@@ -60,6 +67,8 @@ def test_bad_arguments() -> None:
         group_segments([], max_gap_s=-1, drop=0.1, top_k=1)
     with pytest.raises(ValueError):
         group_segments([], max_gap_s=1, drop=0.1, top_k=0)
+    with pytest.raises(ValueError):
+        group_segments([], max_gap_s=1, drop=1.5, top_k=1)
     with pytest.raises(ValueError):
         group_videos([], top_k=0)
 

@@ -30,27 +30,40 @@ def _top(segments: list[Segment], top_k: int) -> list[Segment]:
 def group_segments(hits: list[SearchHit], max_gap_s: float, drop: float, top_k: int) -> list[Segment]:
     """Group frame hits into segments and return the ``top_k`` best, highest score first.
 
-    Within a video, in time order, a hit joins the current segment while the gap from the
-    segment's end to the hit's start is <= ``max_gap_s`` and its score is >= the segment's
-    best minus ``drop``; otherwise it starts a new segment. Only frames among ``hits`` count,
-    so a segment is as complete as the search's k allowed. Hits with the same video and time
-    span (e.g. the same frame found twice) count once, with their best score.
+    Seed and grow: the best hit not yet in a segment seeds one, which grows over neighbouring
+    hits of the same video (in time, gap <= ``max_gap_s``) while their score stays >=
+    ``seed * (1 - drop)``. So a segment is the stretch around a peak, and a weaker stretch
+    next to it (another scene) is a segment of its own. Only frames among ``hits`` count,
+    so a segment is as complete as the search's k allowed. Hits with the same video and
+    time span (the same frame found twice) count once, with their best score.
     """
-    if max_gap_s < 0 or drop < 0:
-        raise ValueError(f"max_gap_s and drop must be >= 0, got {max_gap_s}, {drop}")
+    if max_gap_s < 0 or not 0 <= drop <= 1:
+        raise ValueError(f"need max_gap_s >= 0 and 0 <= drop <= 1, got {max_gap_s}, {drop}")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     segments: list[Segment] = []
     for video_id, vh in _by_video(hits).items():
-        start, end, best, frames = vh[0].t_start, vh[0].t_end, vh[0].score, 1
-        for h in vh[1:]:
-            if h.t_start - end <= max_gap_s and h.score >= best - drop:
-                end, best, frames = max(end, h.t_end), max(best, h.score), frames + 1
-            else:
-                segments.append(Segment(video_id, start, end, best, frames))
-                start, end, best, frames = h.t_start, h.t_end, h.score, 1
-        segments.append(Segment(video_id, start, end, best, frames))
+        taken = [False] * len(vh)
+        for seed in sorted(range(len(vh)), key=lambda i: -vh[i].score):
+            if taken[seed]:
+                continue
+            floor = vh[seed].score * (1 - drop) if vh[seed].score > 0 else vh[seed].score
+            lo = hi = seed
+            while lo > 0 and _joins(vh[lo - 1], vh[lo], taken[lo - 1], floor, max_gap_s):
+                lo -= 1
+            while hi + 1 < len(vh) and _joins(vh[hi + 1], vh[hi], taken[hi + 1], floor, max_gap_s, after=True):
+                hi += 1
+            for i in range(lo, hi + 1):
+                taken[i] = True
+            segments.append(Segment(video_id, vh[lo].t_start, max(h.t_end for h in vh[lo : hi + 1]),
+                                    vh[seed].score, hi - lo + 1))
     return _top(segments, top_k)
+
+
+def _joins(h: SearchHit, edge: SearchHit, taken: bool, floor: float, max_gap_s: float, after: bool = False) -> bool:
+    """Whether ``h``, next to a segment's ``edge`` frame, extends the segment."""
+    gap = h.t_start - edge.t_end if after else edge.t_start - h.t_end
+    return not taken and gap <= max_gap_s and h.score >= floor
 
 
 def group_videos(hits: list[SearchHit], top_k: int) -> list[Segment]:

@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-all bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/vifusion demo
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+test-all: $(STAMP)
+	$(BIN)/pytest -q -m ""
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/extract.py
+
+clean:
+	rm -rf $(VENV) vifusion-data

@@ -1,0 +1,32 @@
+import numpy as np
+import ray
+
+from vifusion.comm import Transport
+from vifusion.index import Shard
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id
+
+
+def batch(video_id: int, first: int, n: int) -> FusedBatch:
+    rng = np.random.default_rng(first)
+    feats = rng.standard_normal((n, VISUAL_DIM + SEMANTIC_DIM)).astype(np.float32)
+    feats[:, :VISUAL_DIM] /= np.linalg.norm(feats[:, :VISUAL_DIM], axis=1, keepdims=True)
+    feats[:, VISUAL_DIM:] /= np.linalg.norm(feats[:, VISUAL_DIM:], axis=1, keepdims=True)
+    ids = np.array([vector_id(video_id, first + i) for i in range(n)], np.int64)
+    times = np.stack([np.arange(first, first + n), np.arange(first + 1, first + n + 1)], 1).astype(np.float32)
+    return FusedBatch(ids=ids, times=times, features=feats)
+
+
+def test_every_sent_batch_is_acknowledged_after_drain(ray_session, tmp_path):
+    shard = ray.remote(Shard).remote(0, tmp_path, 1)
+    t = Transport(window=2)
+    sent = [batch(5, i * 8, 8) for i in range(10)]  # 10 batches through a window of 2
+    for b in sent:
+        t.send(0, shard, b)
+    t.drain(0)
+    assert ray.get(shard.stats.remote())["vectors"] == {"visual": 80, "semantic": 80}
+    assert (t.stats.batches, t.stats.frames) == (10, 80)
+    assert t.stats.bytes == sum(b.nbytes for b in sent)
+    # what arrived is what was sent: the last batch's first vector finds itself
+    scores, ids, _ = ray.get(shard.search.remote("visual", sent[-1].space("visual")[:1], 1))
+    assert ids[0, 0] == sent[-1].ids[0] and scores[0, 0] > 0.999
+    ray.kill(shard)

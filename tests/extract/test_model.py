@@ -1,0 +1,53 @@
+"""The embedding model with its real weights (no mocks): does it see what is in a photo?"""
+
+import numpy as np
+import pytest
+
+from vifusion.extract.model import Embedder
+from vifusion.samples import photo
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
+
+PHOTOS = ["chelsea", "coffee", "rocket", "motorcycle"]
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    return Embedder(cache_dir=tmp_path_factory.mktemp("models"))
+
+
+def test_vectors_have_the_right_shape_and_unit_length(embedder):
+    visual, semantic = embedder.embed_images([photo(p) for p in PHOTOS])
+    assert visual.shape == (4, VISUAL_DIM) and semantic.shape == (4, SEMANTIC_DIM)
+    assert visual.dtype == semantic.dtype == np.float32
+    assert np.allclose(np.linalg.norm(visual, axis=1), 1, atol=1e-5)
+    assert np.allclose(np.linalg.norm(semantic, axis=1), 1, atol=1e-5)
+
+
+def test_text_finds_the_photo_it_describes(embedder):
+    _, semantic = embedder.embed_images([photo(p) for p in PHOTOS])
+    queries = embedder.embed_text(["a cat", "a cup of coffee", "a rocket", "a motorcycle"])
+    best = (queries @ semantic.T).argmax(axis=1)
+    assert [PHOTOS[i] for i in best] == PHOTOS
+
+
+def test_a_mirrored_crop_is_closest_to_its_own_photo(embedder):
+    visual, _ = embedder.embed_images([photo(p) for p in PHOTOS])
+    img = photo("coffee")
+    h, w = img.shape[:2]
+    variant = np.ascontiguousarray(img[h // 8 : -h // 8, w // 8 : -w // 8][:, ::-1])
+    q, _ = embedder.embed_images([variant])
+    assert PHOTOS[int((q @ visual.T).argmax())] == "coffee"
+
+
+def test_frame_batches_give_the_same_vectors_as_single_frames(embedder):
+    frames = np.stack([photo(p)[:224, :298] for p in ["chelsea", "coffee"]])
+    v_batch, s_batch = embedder.embed_frames(frames)
+    v_one, s_one = embedder.embed_frames(frames[:1])
+    assert np.allclose(v_batch[0], v_one[0], atol=1e-4) and np.allclose(s_batch[0], s_one[0], atol=1e-4)
+
+
+def test_class_name_vectors_are_cached_and_reused(tmp_path):
+    first = Embedder(cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("class-text-*.npy"))) == 1
+    second = Embedder(cache_dir=tmp_path)
+    assert np.array_equal(first.class_vectors.numpy(), second.class_vectors.numpy())

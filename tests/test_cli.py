@@ -1,0 +1,127 @@
+"""`vifusion index` and `vifusion search` end to end: real videos written with PyAV, real
+models, real Ray actors, real FAISS, real SQLite. One indexing run is shared by the module."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vifusion import cli
+from vifusion.demo import distorted_frame
+from vifusion.samples import write_clip, write_demo_set
+
+
+@pytest.fixture(scope="module")
+def indexed(ray_session, tmp_path_factory):
+    """The demo videos plus bad inputs, indexed in one run."""
+    root = tmp_path_factory.mktemp("cli")
+    videos = {v.name: v for v in write_demo_set(root / "videos")}
+    bad = root / "bad"
+    bad.mkdir()
+    (bad / "notes.mp4").write_text("this is a text file, not a video\n")
+    (bad / "empty.mp4").write_bytes(b"")
+    good = videos["kitchen.mp4"].path.read_bytes()
+    (bad / "truncated.mp4").write_bytes(good[: len(good) // 3])
+    (root / "nothing-here").mkdir()
+    data = root / "data"
+    args = ["index", "--quiet", "--data-dir", str(data), str(root / "videos"), str(bad),
+            str(root / "missing.mp4"), str(root / "nothing-here")]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(args)
+    return data, videos, (code, out.getvalue(), err.getvalue())
+
+
+def search(data: Path, *args: str, capsys) -> list[dict]:
+    capsys.readouterr()
+    code = cli.main(["search", "--data-dir", str(data), "--json", "--top-k", "3", *args])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def covers(row: dict, start: float, end: float) -> bool:
+    return row["start_s"] < end and start < row["end_s"]
+
+
+def test_bad_inputs_are_named_with_reasons_and_good_videos_still_indexed(indexed):
+    _, _, (code, out, err) = indexed
+    assert code == 1
+    assert "indexed 3 video(s)" in out
+    assert "failed 5" in out
+    for name, why in [("notes.mp4", "not a video"), ("empty.mp4", "empty"), ("truncated.mp4", ""),
+                      ("missing.mp4", "no such file"), ("nothing-here", "no video files")]:
+        line = next((l for l in err.splitlines() if name in l), None)
+        assert line is not None, f"{name} not reported:\n{err}"
+        assert why in line, line
+
+
+def test_text_query_finds_the_cat_scene(indexed, capsys):
+    data, videos, _ = indexed
+    top = search(data, "a cat", capsys=capsys)[0]
+    cat = videos["kitchen.mp4"].scene_of("chelsea")
+    assert Path(top["source"]).name == "kitchen.mp4"
+    assert top["start_s"] <= cat.start_s + 1 and top["end_s"] >= cat.end_s - 1, top
+
+
+def test_image_query_finds_the_frame_within_a_second(indexed, capsys, tmp_path):
+    data, videos, _ = indexed
+    launch = videos["launch.mp4"]
+    astro = launch.scene_of("astronaut")
+    t = (astro.start_s + astro.end_s) / 2
+    img = tmp_path / "query.png"
+    Image.fromarray(distorted_frame(launch, t)).save(img)
+    top = search(data, "--image", str(img), capsys=capsys)[0]
+    assert Path(top["source"]).name == "launch.mp4"
+    assert top["start_s"] - 1 <= t <= top["end_s"] + 1, top
+
+
+def test_clip_query_finds_where_the_clip_was_cut_from(indexed, capsys, tmp_path):
+    data, videos, _ = indexed
+    street = videos["street.mp4"]
+    start = street.scene_of("camera").start_s + 0.5
+    clip = write_clip(street.path, tmp_path / "clip.mp4", start, start + 3.0, (176, 144))
+    top = search(data, "--clip", str(clip), capsys=capsys)[0]
+    assert Path(top["source"]).name == "street.mp4"
+    assert covers(top, start, start + 3.0), top
+
+
+def test_a_new_process_on_the_same_data_dir_gives_the_same_results(indexed, capsys):
+    """Restart: a fresh `vifusion` process (its own Ray, shards loaded from disk)."""
+    data, _, _ = indexed
+    here = search(data, "a rocket", capsys=capsys)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "vifusion.cli", "search", "--data-dir", str(data), "--json", "--top-k", "3", "a rocket"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    there = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert [(r["video_id"], r["start_s"], r["end_s"]) for r in there] == [
+        (r["video_id"], r["start_s"], r["end_s"]) for r in here]
+    assert np.allclose([r["score"] for r in there], [r["score"] for r in here], atol=1e-3)
+
+
+def test_indexing_the_same_files_again_skips_them(indexed, capfd):
+    data, videos, _ = indexed
+    code = cli.main(["index", "--quiet", "--data-dir", str(data), *[str(v.path) for v in videos.values()]])
+    out, _ = capfd.readouterr()
+    assert code == 0
+    assert "indexed 0 video(s)" in out and "skipped 3" in out
+
+
+@pytest.mark.parametrize("argv", [["search", "--data-dir", "x"], ["search", "a cat", "--image", "y.png"], ["index"],
+                                  ["search", "a", "--top-k", "0"]])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        sys.exit(cli.main(argv))
+    assert e.value.code == 2

@@ -1,0 +1,112 @@
+"""The CLI's commands, kept apart from argument parsing so tests can call them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from vifusion.config import Config
+from vifusion.types import Segment
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
+    from tqdm import tqdm
+
+    from vifusion.indexer import IndexResult, Progress, expand_paths
+    from vifusion.runtime import DataDirBusy, Runtime
+
+    files, failed = expand_paths(paths)
+    results: list[IndexResult] = list(failed)
+    if files:
+        try:
+            rt = Runtime(cfg, writer=True)
+        except DataDirBusy as e:
+            print(f"vifusion index: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        with rt, tqdm(total=len(files), unit="video", disable=quiet, file=sys.stderr) as bar:
+
+            def on_progress(ev: Progress | IndexResult) -> None:
+                if isinstance(ev, Progress):
+                    bar.set_postfix_str(f"{Path(ev.path).name} {ev.frames_done}/{ev.frames_total} frames")
+                else:
+                    bar.update(1)
+
+            results += rt.indexer.index_files(files, on_progress)
+    ready = [r for r in results if r.status == "ready"]
+    skipped = [r for r in results if r.status == "skipped"]
+    bad = [r for r in results if r.status == "failed"]
+    frames = sum(r.frames for r in ready)
+    print(f"indexed {len(ready)} video(s), {frames} frames; skipped {len(skipped)} already indexed; failed {len(bad)}")
+    for r in bad:
+        print(f"  failed: {r.error}", file=sys.stderr)
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+def _load_image(path: Path):
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"{path}: not an image ({e})") from None
+
+
+def cmd_search(
+    cfg: Config, text: str | None, image: Path | None, clip: Path | None, top_k: int, as_json: bool
+) -> int:
+    from vifusion.extract.decode import DecodeError
+    from vifusion.runtime import Runtime
+
+    with Runtime(cfg) as rt:
+        try:
+            if text is not None:
+                segments = rt.searcher.text(text, top_k)
+            elif image is not None:
+                segments = rt.searcher.image(_load_image(image), top_k)
+            else:
+                segments = rt.searcher.clip(clip, top_k)
+        except (ValueError, DecodeError) as e:
+            print(f"vifusion search: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        videos = rt.catalog.get_videos([s.video_id for s in segments])
+    rows = [_result(s, videos.get(s.video_id)) for s in segments]
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+    elif not rows:
+        print("no results (is anything indexed in this data dir?)")
+    else:
+        print(f"{'score':>6}  {'time':>15}  video")
+        for r in rows:
+            span = f"{_clock(r['start_s'])}-{_clock(r['end_s'])}"
+            print(f"{r['score']:6.3f}  {span:>15}  {r['title']}  ({r['source']})")
+    return EXIT_OK
+
+
+def _result(s: Segment, video) -> dict:
+    return {
+        "video_id": s.video_id,
+        "title": video.title if video else None,
+        "source": video.source if video else None,
+        "start_s": round(s.start_s, 3),
+        "end_s": round(s.end_s, 3),
+        "score": round(s.score, 4),
+    }
+
+
+def _clock(t: float) -> str:
+    m, s = divmod(t, 60)
+    return f"{int(m)}:{s:04.1f}"
+
+
+def cmd_serve(cfg: Config, host: str, port: int) -> int:
+    from serve.app import run
+
+    return run(cfg, host, port)

@@ -1,0 +1,92 @@
+"""`vifusion`: index videos, search them, serve them, or run the demo.
+
+Exit codes: 0 success; 1 some inputs failed (each listed with its reason); 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vifusion.config import Config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vifusion", description="Index video and find moments in it.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, help="where the catalog and indexes live (default ./vifusion-data)")
+    common.add_argument("--address", help="Ray cluster to join ('auto' or host:port); default: a local Ray")
+    common.add_argument("--config", type=Path, help="JSON file of config values")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ix = sub.add_parser("index", parents=[common], help="index video files or folders")
+    ix.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    ix.add_argument("--sample-fps", type=float, help="frames kept per second (default 1)")
+    ix.add_argument("--max-frames", type=int, help="cap on frames per video")
+    ix.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    se = sub.add_parser("search", parents=[common], help="search by text, image or clip")
+    se.add_argument("text", nargs="?", help="what to look for, in words")
+    se.add_argument("--image", type=Path, help="an example image")
+    se.add_argument("--clip", type=Path, help="an example video clip")
+    se.add_argument("--top-k", type=int, default=10)
+    se.add_argument("--json", action="store_true", help="print JSON, one object per result")
+
+    sv = sub.add_parser("serve", parents=[common], help="run the HTTP service")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+
+    sub.add_parser("demo", parents=[common], help="make sample videos, index them, run example queries")
+    return p
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return Config.load(
+        file=args.config,
+        data_dir=args.data_dir,
+        ray_address=args.address,
+        sample_fps=getattr(args, "sample_fps", None),
+        max_frames=getattr(args, "max_frames", None),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cfg = _config(args)
+    except Exception as e:  # pydantic says which value is wrong
+        print(f"vifusion: bad configuration: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "index":
+        from vifusion._commands import cmd_index
+
+        return cmd_index(cfg, args.paths, quiet=args.quiet)
+    if args.command == "search":
+        given = [x for x in (args.text, args.image, args.clip) if x is not None]
+        if len(given) != 1:
+            print("vifusion search: give exactly one of TEXT, --image FILE, --clip FILE", file=sys.stderr)
+            return EXIT_USAGE
+        if not 1 <= args.top_k <= 1000:
+            print("vifusion search: --top-k must be between 1 and 1000", file=sys.stderr)
+            return EXIT_USAGE
+        from vifusion._commands import cmd_search
+
+        return cmd_search(cfg, args.text, args.image, args.clip, args.top_k, args.json)
+    if args.command == "serve":
+        from vifusion._commands import cmd_serve
+
+        return cmd_serve(cfg, args.host, args.port)
+    if args.command == "demo":
+        from vifusion.demo import run_demo
+
+        return run_demo(cfg)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

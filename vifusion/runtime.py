@@ -1,0 +1,80 @@
+"""What a command needs, opened from one Config: Ray, the catalog, the shards, and on
+demand the indexer (extractor actors) and the searcher (a query embedder)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import logging
+from functools import cached_property
+
+import ray
+
+from vifusion.catalog import Catalog
+from vifusion.config import Config
+from vifusion.index import ShardSet
+
+
+class DataDirBusy(RuntimeError):
+    """Another process is writing to the same data dir."""
+
+
+class Runtime:
+    """Use as a context manager; ``writer=True`` takes the data dir's writer lock."""
+
+    def __init__(self, cfg: Config, writer: bool = False) -> None:
+        self.cfg = cfg
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = None
+        if writer:
+            self._lock = open(cfg.data_dir / "writer.lock", "w")
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._lock.close()
+                raise DataDirBusy(f"another vifusion process is writing to {cfg.data_dir}") from None
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            ray.init(
+                address=cfg.ray_address,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+            )
+        self.catalog = Catalog(cfg.data_dir / "catalog.db")
+        self.shards = ShardSet(cfg)
+
+    @cached_property
+    def indexer(self):
+        from vifusion.indexer import Indexer
+
+        return Indexer(self.cfg, self.catalog, self.shards)
+
+    @cached_property
+    def searcher(self):
+        import torch
+
+        from vifusion.extract.model import Embedder
+        from vifusion.search import Searcher
+
+        torch.set_num_threads(self.cfg.torch_threads or self.cfg.threads)
+        with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
+            embedder = Embedder(self.cfg.conse_top_k, cache_dir=self.cfg.data_dir / "models")
+        return Searcher(self.cfg, self.shards, embedder)
+
+    def close(self) -> None:
+        if "indexer" in self.__dict__:
+            self.indexer.close()
+        self.shards.close()
+        self.catalog.close()
+        if self._owns_ray:
+            ray.shutdown()
+        if self._lock is not None:
+            self._lock.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
