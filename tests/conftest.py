@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
 
 import pytest
 
@@ -12,7 +13,32 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        # Workers inherit this: tests must not depend on the machine's thread count.
+        # Logical CPUs, not cores: room for an extractor, the serve replica and test actors.
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def indexed(ray_session, tmp_path_factory):
+    """The demo videos plus bad inputs, indexed in one `vifusion index` run:
+    (data_dir, {name: SampleVideo}, (exit code, stdout, stderr))."""
+    from vifusion import cli
+    from vifusion.samples import write_demo_set
+
+    root = tmp_path_factory.mktemp("indexed")
+    videos = {v.name: v for v in write_demo_set(root / "videos")}
+    bad = root / "bad"
+    bad.mkdir()
+    (bad / "notes.mp4").write_text("this is a text file, not a video\n")
+    (bad / "empty.mp4").write_bytes(b"")
+    good = videos["kitchen.mp4"].path.read_bytes()
+    (bad / "truncated.mp4").write_bytes(good[: len(good) // 3])
+    (root / "nothing-here").mkdir()
+    data = root / "data"
+    args = ["index", "--quiet", "--data-dir", str(data), str(root / "videos"), str(bad),
+            str(root / "missing.mp4"), str(root / "nothing-here")]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(args)
+    return data, videos, (code, out.getvalue(), err.getvalue())

@@ -1,10 +1,9 @@
 """`vifusion index` and `vifusion search` end to end: real videos written with PyAV, real
-models, real Ray actors, real FAISS, real SQLite. One indexing run is shared by the module."""
+models, real Ray actors, real FAISS, real SQLite. The indexing run (conftest `indexed`) is
+shared by the session."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -17,28 +16,7 @@ from PIL import Image
 
 from vifusion import cli
 from vifusion.demo import distorted_frame
-from vifusion.samples import write_clip, write_demo_set
-
-
-@pytest.fixture(scope="module")
-def indexed(ray_session, tmp_path_factory):
-    """The demo videos plus bad inputs, indexed in one run."""
-    root = tmp_path_factory.mktemp("cli")
-    videos = {v.name: v for v in write_demo_set(root / "videos")}
-    bad = root / "bad"
-    bad.mkdir()
-    (bad / "notes.mp4").write_text("this is a text file, not a video\n")
-    (bad / "empty.mp4").write_bytes(b"")
-    good = videos["kitchen.mp4"].path.read_bytes()
-    (bad / "truncated.mp4").write_bytes(good[: len(good) // 3])
-    (root / "nothing-here").mkdir()
-    data = root / "data"
-    args = ["index", "--quiet", "--data-dir", str(data), str(root / "videos"), str(bad),
-            str(root / "missing.mp4"), str(root / "nothing-here")]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(args)
-    return data, videos, (code, out.getvalue(), err.getvalue())
+from vifusion.samples import write_clip
 
 
 def search(data: Path, *args: str, capsys) -> list[dict]:

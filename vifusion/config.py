@@ -21,6 +21,7 @@ class Config(BaseModel):
     model_config = {"frozen": True, "extra": "forbid"}
 
     data_dir: Path = Field(Path("vifusion-data"), description="catalog, indexes, model caches")
+    api_key: str | None = Field(None, description="REST API key; None: generated once into the data dir")
     ray_address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port: join")
 
     # extract/
@@ -29,7 +30,8 @@ class Config(BaseModel):
     embed_batch: int = Field(16, gt=0, description="frames per model forward pass")
     conse_top_k: int = Field(10, gt=0, description="ImageNet classes mixed into the text-space vector")
     num_extractors: int = Field(1, gt=0)
-    torch_threads: int = Field(0, ge=0, description="0: one per core")
+    torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
+    query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
 
     # fusion/ + comm/
     fusion_max_bytes: int = Field(1 << 20, gt=0, description="flush a fused batch at this size")

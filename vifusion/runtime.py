@@ -58,7 +58,7 @@ class Runtime:
         from vifusion.extract.model import Embedder
         from vifusion.search import Searcher
 
-        torch.set_num_threads(self.cfg.torch_threads or self.cfg.threads)
+        torch.set_num_threads(self.cfg.query_threads)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
             embedder = Embedder(self.cfg.conse_top_k, cache_dir=self.cfg.data_dir / "models")
         return Searcher(self.cfg, self.shards, embedder)

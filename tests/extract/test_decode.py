@@ -1,0 +1,294 @@
+"""Decoding and sampling on real H.264 files written by vifusion.samples (no mocks)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from PIL import Image
+
+from vifusion import samples
+from vifusion.extract.decode import (
+    DecodeError,
+    VideoInfo,
+    _decode_decord,
+    _decode_pyav,
+    _probe,
+    decode,
+    output_size,
+    probe,
+    sample_frames,
+)
+
+SCENES = ("coffee", "chelsea", "motion")
+
+
+@pytest.fixture(scope="module")
+def kitchen(tmp_path_factory: pytest.TempPathFactory) -> samples.SampleVideo:
+    return samples.write_video(tmp_path_factory.mktemp("decode") / "kitchen.mp4", SCENES)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[np.ndarray]:
+    return list(samples.render(SCENES))
+
+
+def _all(path: Path, **kw) -> tuple[np.ndarray, list[tuple[int, float, float]]]:
+    frames, times = [], []
+    for f, t in decode(path, **kw):
+        frames.append(f)
+        times += t
+    return np.concatenate(frames), times
+
+
+def _resize(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    return np.asarray(Image.fromarray(img).resize(size, Image.BILINEAR)).astype(np.float64)
+
+
+# --- probe ---------------------------------------------------------------------------------
+
+
+def test_probe(kitchen: samples.SampleVideo) -> None:
+    info = probe(kitchen.path)
+    assert info == VideoInfo(duration_s=12.0, fps=24.0, width=320, height=240, num_frames=288)
+    assert _probe(kitchen.path).backend == "decord"
+
+
+def test_probe_other_rate_and_size(tmp_path: Path) -> None:
+    v = samples.write_video(tmp_path / "tall.mp4", ["rocket"], scene_s=2.5, fps=10, size=(120, 200))
+    info = probe(v.path)
+    assert (info.width, info.height, info.fps, info.num_frames) == (120, 200, 10.0, 25)
+    assert info.duration_s == pytest.approx(2.5)
+
+
+# --- sample_frames -------------------------------------------------------------------------
+
+
+def _info(duration_s: float, fps: float = 24.0) -> VideoInfo:
+    n = round(duration_s * fps)
+    return VideoInfo(duration_s=n / fps, fps=fps, width=320, height=240, num_frames=n)
+
+
+def test_sample_one_per_second_middle_frame() -> None:
+    got = sample_frames(_info(12.0), 1.0, 3600)
+    assert got == [(24 * k + 12, float(k), float(k + 1)) for k in range(12)]
+
+
+def test_sample_partial_last_interval() -> None:
+    got = sample_frames(_info(12.5), 1.0, 3600)
+    assert len(got) == 13
+    assert got[-1] == (int(12.25 * 24), 12.0, 12.5)
+    got = sample_frames(_info(12.5), 0.5, 3600)
+    assert [t[1:] for t in got] == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 12), (12, 12.5)]
+
+
+def test_sample_cap_spreads_over_whole_video() -> None:
+    got = sample_frames(_info(120.0), 1.0, 10)
+    assert len(got) == 10
+    assert [(t0, t1) for _, t0, t1 in got] == [(12.0 * k, 12.0 * (k + 1)) for k in range(10)]
+    assert [i for i, _, _ in got] == [24 * (12 * k + 6) for k in range(10)]
+    assert sample_frames(_info(120.0), 1.0, 1) == [(24 * 60, 0.0, 120.0)]
+
+
+def test_sample_short_videos_give_a_frame() -> None:
+    assert sample_frames(_info(0.5), 1.0, 3600) == [(6, 0.0, 0.5)]
+    one = VideoInfo(duration_s=1 / 24, fps=24.0, width=320, height=240, num_frames=1)
+    assert sample_frames(one, 1.0, 3600) == [(0, 0.0, round(1 / 24, 6))]
+
+
+def test_sample_faster_than_the_video_keeps_each_frame_once() -> None:
+    got = sample_frames(_info(2.0, fps=10.0), 30.0, 3600)
+    assert [i for i, _, _ in got] == list(range(20))
+
+
+@pytest.mark.parametrize("duration", [0.04, 1.0, 3.3, 59.99, 600.0, 3601.7])
+@pytest.mark.parametrize("fps", [7.5, 23.976, 29.97, 60.0])
+@pytest.mark.parametrize(("rate", "cap"), [(1.0, 3600), (0.25, 3600), (2.0, 50), (1.0, 7)])
+def test_sample_invariants(duration: float, fps: float, rate: float, cap: int) -> None:
+    info = _info(duration, fps) if duration * fps >= 1 else VideoInfo(1 / fps, fps, 8, 8, 1)
+    got = sample_frames(info, rate, cap)
+    assert 1 <= len(got) <= cap
+    idx = [i for i, _, _ in got]
+    assert idx == sorted(set(idx)) and 0 <= idx[0] and idx[-1] < info.num_frames
+    assert got[0][1] == 0.0 and got[-1][2] == pytest.approx(info.duration_s, abs=1e-6)
+    for (i, t0, t1), nxt in zip(got, got[1:] + [None]):
+        assert t0 < t1 <= info.duration_s + 1e-6
+        assert t0 - 1 / fps <= i / fps <= t1  # the frame is inside its interval
+        if nxt is not None:
+            assert nxt[1] == pytest.approx(t1, abs=1e-6)  # intervals tile the video
+
+
+def test_sample_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        sample_frames(_info(1.0), 0.0, 10)
+    with pytest.raises(ValueError):
+        sample_frames(_info(1.0), 1.0, 0)
+
+
+# --- decode --------------------------------------------------------------------------------
+
+
+def test_output_size() -> None:
+    assert output_size(320, 240, 224) == (299, 224)
+    assert output_size(1920, 1080, 224) == (398, 224)
+    assert output_size(240, 320, 224) == (224, 299)
+    assert output_size(100, 100, 224) == (224, 224)
+
+
+def test_decode_count_shape_times(kitchen: samples.SampleVideo) -> None:
+    batches = list(decode(kitchen.path, sample_fps=1.0, max_frames=3600, batch=5))
+    assert [len(f) for f, _ in batches] == [5, 5, 2]
+    for frames, times in batches:
+        assert frames.shape[1:] == (224, 299, 3) and frames.dtype == np.uint8
+        assert len(times) == len(frames)
+    times = [t for _, ts in batches for t in ts]
+    assert times == sample_frames(probe(kitchen.path), 1.0, 3600)
+
+
+def test_decode_cap(kitchen: samples.SampleVideo) -> None:
+    frames, times = _all(kitchen.path, sample_fps=1.0, max_frames=4)
+    assert len(frames) == 4
+    assert [(t0, t1) for _, t0, t1 in times] == [(0, 3), (3, 6), (6, 9), (9, 12)]
+
+
+def test_decode_portrait_short_side(tmp_path: Path) -> None:
+    v = samples.write_video(tmp_path / "tall.mp4", ["rocket"], scene_s=2.0, size=(240, 320))
+    frames, times = _all(v.path, sample_fps=1.0, max_frames=10, short_side=112)
+    assert frames.shape == (2, 149, 112, 3)
+
+
+def _colours(img: np.ndarray) -> np.ndarray:
+    """Coarse colour histogram (4 levels per channel), normalised."""
+    q = img.reshape(-1, 3).astype(np.int64) // 64
+    h = np.bincount(q[:, 0] * 16 + q[:, 1] * 4 + q[:, 2], minlength=64).astype(np.float64)
+    return h / h.sum()
+
+
+def test_decode_frames_show_their_scene(kitchen: samples.SampleVideo) -> None:
+    frames, times = _all(kitchen.path, sample_fps=1.0, max_frames=3600)
+    photos = {name: samples.photo(name) for name in samples.PHOTOS}
+    means = {name: p.reshape(-1, 3).mean(0) for name, p in photos.items()}
+    hists = {name: _colours(p) for name, p in photos.items()}
+    shown = []
+    for frame, (_, t0, t1) in zip(frames, times):
+        scene = kitchen.scene_at((t0 + t1) / 2).photo
+        shown.append(scene)
+        overlap = {name: np.minimum(_colours(frame), h).sum() for name, h in hists.items()}
+        if scene == samples.MOTION:
+            assert max(overlap.values()) < 0.5, (t0, overlap)
+            continue
+        # Of all ten photos, the frame's colours are its own photo's ...
+        assert max(overlap, key=overlap.get) == scene, (t0, overlap)
+        assert overlap[scene] > 0.7
+        # ... and so is its mean colour, among the photos of this video.
+        m = frame.reshape(-1, 3).mean(0)
+        dist = {name: np.linalg.norm(m - means[name]) for name in ("coffee", "chelsea")}
+        assert min(dist, key=dist.get) == scene, (t0, dist)
+    assert shown == ["coffee"] * 4 + ["chelsea"] * 4 + ["motion"] * 4
+
+
+def test_decode_returns_exactly_the_indexed_frame(
+    kitchen: samples.SampleVideo, rendered: list[np.ndarray]
+) -> None:
+    # The motion scene moves several pixels a frame: an off-by-one seek would show.
+    frames, times = _all(kitchen.path, sample_fps=4.0, max_frames=3600)
+    checked = 0
+    for frame, (i, t0, t1) in zip(frames, times):
+        if not 8.0 <= t0 < 12.0 or i + 1 >= 288:
+            continue
+        err = {j: np.abs(frame - _resize(rendered[j], (299, 224))).mean() for j in (i - 1, i, i + 1)}
+        assert min(err, key=err.get) == i, (i, err)
+        assert err[i] < 4
+        checked += 1
+    assert checked == 16
+
+
+def test_pyav_path_gives_the_same_frames(kitchen: samples.SampleVideo) -> None:
+    picks = sample_frames(probe(kitchen.path), 1.5, 3600)
+    a = np.concatenate([f for f, _ in _decode_decord(kitchen.path, picks, (299, 224), 16)])
+    b = np.concatenate([f for f, _ in _decode_pyav(kitchen.path, picks, (299, 224), 16)])
+    assert a.shape == b.shape == (18, 224, 299, 3)
+    assert np.abs(a.astype(float) - b).mean() < 2  # both FFmpeg; only the scaler settings differ
+
+
+def test_pyav_fallback_for_what_decord_cannot_open(tmp_path: Path) -> None:
+    # decord 0.6.0 cannot read GIF ("broken metadata"); PyAV can.
+    from skimage.data import __file__ as data_init
+
+    gif = tmp_path / "anim.gif"
+    shutil.copy(Path(data_init).parent / "no_time_for_that_tiny.gif", gif)
+    p = _probe(gif)
+    assert p.backend == "pyav"
+    assert p.info.num_frames == 24 and p.info.fps == pytest.approx(100 / 7)
+    frames, times = _all(gif, sample_fps=5.0, max_frames=3600)
+    assert len(frames) == len(times) == len(sample_frames(p.info, 5.0, 3600)) == 9
+    assert frames.shape[1:] == (400, 224, 3)
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+def _audio_only(path: Path) -> None:
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("aac", rate=44100)
+        for i in range(20):
+            f = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            f.sample_rate, f.pts = 44100, i * 1024
+            c.mux(s.encode(f))
+        c.mux(s.encode(None))
+
+
+BAD = {
+    "text.mp4": ("not a video", lambda p, src: p.write_text("hello, this is not a video\n")),
+    "empty.mp4": ("empty file", lambda p, src: p.write_bytes(b"")),
+    "half.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[: src.stat().st_size // 2])),
+    "header.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[:2000])),
+    "missing.mp4": ("no such file", lambda p, src: None),
+    "folder.mp4": ("not a regular file", lambda p, src: p.mkdir()),
+    "sound.mp4": ("no video stream", lambda p, src: _audio_only(p)),
+    "still.mp4": ("still image", lambda p, src: Image.fromarray(samples.photo("chelsea")).save(p, "PNG")),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_raises_decode_error(name: str, kitchen: samples.SampleVideo, tmp_path: Path) -> None:
+    reason, make = BAD[name]
+    path = tmp_path / name
+    make(path, kitchen.path)
+    for call in (lambda: probe(path), lambda: list(decode(path, 1.0, 3600))):
+        with pytest.raises(DecodeError) as err:
+            call()
+        assert name in str(err.value) and reason in str(err.value), str(err.value)
+
+
+# --- speed (make test-all) -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sparse_get_batch_beats_reading_every_frame(tmp_path: Path) -> None:
+    import time
+
+    import decord
+
+    v = samples.write_video(
+        tmp_path / "hd.mp4", ["chelsea", "rocket", "motion", "coffee"], scene_s=5.0, size=(1920, 1080)
+    )
+    info = probe(v.path)
+    picks = [i for i, _, _ in sample_frames(info, 1.0, 3600)]
+    w, h = output_size(info.width, info.height, 224)
+
+    t = time.perf_counter()
+    sparse = np.concatenate([f for f, _ in decode(v.path, 1.0, 3600)])
+    t_sparse = time.perf_counter() - t
+
+    t = time.perf_counter()
+    vr = decord.VideoReader(str(v.path), width=w, height=h, num_threads=1)
+    every = [vr.next().asnumpy() for _ in range(len(vr))]
+    t_every = time.perf_counter() - t
+
+    print(f"1080p {info.duration_s:.0f} s: get_batch {t_sparse:.2f} s, every frame {t_every:.2f} s")
+    assert np.array_equal(sparse, np.stack([every[i] for i in picks]))
+    assert t_sparse < t_every

@@ -1,0 +1,281 @@
+"""Video decoding and the frame-sampling policy.
+
+Sampling policy (``sample_frames``): the video is cut into consecutive intervals of
+``1 / sample_fps`` seconds (the last one may be shorter); each interval is represented by the
+frame shown at its *middle*, so a frame never sits on a cut between two intervals. When that
+gives more than ``max_frames`` intervals, the whole video is cut into ``max_frames`` equal
+intervals instead. Frame ``i`` is taken to cover ``[i / fps, (i + 1) / fps)`` (constant frame
+rate; for variable-rate video ``fps`` is the average rate, so times are approximate).
+
+Decoding uses decord and asks only for the sampled frames (``get_batch``): decord decodes the
+frames in between but skips their colour conversion and resize. Files decord cannot open (GIF,
+some odd containers, streams with timestamps decord mishandles) are decoded with PyAV instead.
+
+Every file is first opened with PyAV, which reports bad input as a Python exception, and its
+packets are counted: decord 0.6.0 can hang, holding the GIL, when asked for a frame its
+header promises but the file does not hold (a truncated download), so such a file is
+rejected before decord sees it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+# decord stores frame timestamps as int32 and loops forever on streams past that (decord#269).
+_DECORD_MAX_PTS = 2**31 - 1
+# Share of frames decord may replace by their predecessor (corrupt, "recovered") before it
+# raises instead: a few glitches are fine for search, half a video of duplicates is not.
+_FAULT_TOL = 0.05
+_STILL_IMAGE_FORMATS = ("image2", "image2pipe")  # and every "*_pipe" (png_pipe, jpeg_pipe, ...)
+
+
+class DecodeError(Exception):
+    """A file that cannot be decoded as video; the message names the file and says why."""
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What probe found: display size in square pixels (rotation metadata is ignored);
+    ``duration_s`` is ``num_frames / fps``."""
+
+    duration_s: float
+    fps: float
+    width: int
+    height: int
+    num_frames: int
+
+
+@dataclass(frozen=True)
+class _Probe:
+    info: VideoInfo
+    backend: str  # "decord" or "pyav"
+
+
+def _fail(path: Path, why: str) -> DecodeError:
+    return DecodeError(f"{path.name}: {why}")
+
+
+def _av_reason(e: Exception) -> str:
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def _check_file(path: Path) -> None:
+    # decord is never handed a path that is not a non-empty regular file.
+    if not path.exists():
+        raise _fail(path, "no such file")
+    if not path.is_file():
+        raise _fail(path, "not a regular file")
+    if path.stat().st_size == 0:
+        raise _fail(path, "empty file")
+
+
+def _scan(path: Path) -> tuple[VideoInfo, bool]:
+    """Open with PyAV, check there is a real video stream, count its packets.
+
+    Returns (info, whether decord may be given the file)."""
+    try:
+        container = av.open(str(path))
+    except av.error.EOFError as e:
+        raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
+    except av.error.InvalidDataError as e:
+        raise _fail(path, f"not a video or corrupt: {_av_reason(e)}") from None
+    except (av.error.FFmpegError, OSError) as e:
+        raise _fail(path, f"cannot open: {_av_reason(e)}") from None
+    with container:
+        streams = [
+            s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic
+        ]
+        if not streams:
+            raise _fail(path, "not a video (no video stream)")
+        fmt = container.format.name
+        if fmt in _STILL_IMAGE_FORMATS or fmt.endswith("_pipe"):
+            raise _fail(path, f"not a video (a still image, {fmt})")
+        stream = streams[0]
+        rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+        fps = float(rate) if rate else 0.0
+        if not math.isfinite(fps) or fps <= 0:
+            raise _fail(path, f"not a video (frame rate {fps})")
+        width, height = stream.codec_context.width, stream.codec_context.height
+        if width <= 0 or height <= 0:
+            raise _fail(path, f"not a video (frame size {width}x{height})")
+        sar = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
+        if sar and sar > 0 and sar != 1:
+            width = max(1, round(width * Fraction(sar)))
+        declared = stream.frames
+        packets, max_pts = 0, 0
+        try:
+            # Demux only (no decode): reads the file once, costs little next to decoding it.
+            for packet in container.demux(stream):
+                if packet.size:
+                    packets += 1
+                    if packet.pts is not None:
+                        max_pts = max(max_pts, abs(packet.pts))
+        except av.error.FFmpegError as e:
+            raise _fail(path, f"truncated or corrupt: {_av_reason(e)} after {packets} frames") from None
+    if packets == 0:
+        raise _fail(path, "not a video (no frames)")
+    if declared and packets < declared:
+        raise _fail(path, f"truncated or corrupt: header lists {declared} frames, file holds {packets}")
+    info = VideoInfo(duration_s=packets / fps, fps=fps, width=width, height=height, num_frames=packets)
+    return info, max_pts <= _DECORD_MAX_PTS
+
+
+def _open_decord(path: Path, width: int = -1, height: int = -1):  # -> decord.VideoReader
+    import decord
+
+    # One thread: extractors run one per core next to torch; decord's default (one per core
+    # per reader) oversubscribes the machine.
+    return decord.VideoReader(
+        str(path), ctx=decord.cpu(0), width=width, height=height, num_threads=1, fault_tol=_FAULT_TOL
+    )
+
+
+def _probe(path: Path) -> _Probe:
+    path = Path(path)
+    _check_file(path)
+    info, decord_ok = _scan(path)
+    if not decord_ok:
+        return _Probe(info, "pyav")
+    try:
+        vr = _open_decord(path)
+        n, fps = len(vr), float(vr.get_avg_fps())
+    except Exception:  # decord raises RuntimeError, DECORDError, AssertionError; PyAV can read it
+        return _Probe(info, "pyav")
+    finally:
+        vr = None
+    if n <= 0 or not math.isfinite(fps) or fps <= 0:
+        return _Probe(info, "pyav")
+    # Never index past the frames the file holds: decord's count may come from the header or
+    # from duration * fps, and asking for a frame that is not there can hang it (decord#373).
+    n = min(n, info.num_frames)
+    return _Probe(
+        VideoInfo(duration_s=n / fps, fps=fps, width=info.width, height=info.height, num_frames=n),
+        "decord",
+    )
+
+
+def probe(path: Path) -> VideoInfo:
+    """Duration, frame rate, display size and frame count of a video file. Reads the whole
+    file once (packets, no decoding); DecodeError if it is missing, empty, not a video,
+    truncated or corrupt."""
+    return _probe(Path(path)).info
+
+
+def sample_frames(info: VideoInfo, sample_fps: float, max_frames: int) -> list[tuple[int, float, float]]:
+    """(frame index, t_start, t_end) of the frames to keep: one per ``1 / sample_fps`` s, the
+    frame at the middle of each interval; at most ``max_frames``, spread over the whole video
+    when capped; at least one; never more than one per video frame."""
+    if not sample_fps > 0:
+        raise ValueError(f"sample_fps must be > 0, got {sample_fps}")
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    if info.num_frames < 1 or info.fps <= 0:
+        return []
+    duration = info.duration_s
+    rate = min(sample_fps, info.fps)
+    # The epsilon keeps 12.0 s at 1 fps from becoming 13 intervals through rounding.
+    n = max(1, math.ceil(duration * rate - 1e-9))
+    step = 1.0 / rate
+    if n > max_frames:
+        n, step = max_frames, duration / max_frames
+    out: list[tuple[int, float, float]] = []
+    for k in range(n):
+        t0 = k * step
+        t1 = duration if k == n - 1 else min((k + 1) * step, duration)
+        index = min(int((t0 + t1) / 2 * info.fps), info.num_frames - 1)
+        if out and index <= out[-1][0]:
+            # Same frame as the previous interval (a short last one): widen that one instead.
+            out[-1] = (out[-1][0], out[-1][1], round(t1, 6))
+            continue
+        out.append((index, round(t0, 6), round(t1, 6)))
+    return out
+
+
+def output_size(width: int, height: int, short_side: int) -> tuple[int, int]:
+    """(width, height) with the short side ``short_side`` and the aspect kept (rounded)."""
+    if width <= height:
+        return short_side, max(1, round(height * short_side / width))
+    return max(1, round(width * short_side / height)), short_side
+
+
+def decode(
+    path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16
+) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
+    """Yield the sampled frames (see sample_frames) in batches of up to ``batch``: uint8
+    (b, H, W, 3) RGB resized so the short side is ``short_side``, with their (frame index,
+    t_start, t_end). DecodeError (naming the file) on bad input, also mid-video."""
+    path = Path(path)
+    if batch < 1 or short_side < 1:
+        raise ValueError(f"batch and short_side must be >= 1, got {batch}, {short_side}")
+    p = _probe(path)
+    samples = sample_frames(p.info, sample_fps, max_frames)
+    size = output_size(p.info.width, p.info.height, short_side)
+    if p.backend == "decord":
+        yield from _decode_decord(path, samples, size, batch)
+    else:
+        yield from _decode_pyav(path, samples, size, batch)
+
+
+def _decode_decord(
+    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int
+) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
+    try:
+        # Resizing inside decord (its scale filter) converts each kept frame once, at the small size.
+        vr = _open_decord(path, width=size[0], height=size[1])
+    except Exception as e:
+        raise _fail(path, f"cannot open: {_first_line(e)}") from None
+    for i in range(0, len(samples), batch):
+        chunk = samples[i : i + batch]
+        try:
+            out = vr.get_batch([s[0] for s in chunk])
+        except Exception as e:
+            raise _fail(
+                path, f"truncated or corrupt: frames {chunk[0][0]}..{chunk[-1][0]}: {_first_line(e)}"
+            ) from None
+        frames = out.asnumpy() if hasattr(out, "asnumpy") else np.asarray(out)  # decord's bridge may be set
+        yield frames, chunk
+
+
+def _decode_pyav(
+    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int
+) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
+    width, height = size
+    pending = list(samples)
+    frames: list[np.ndarray] = []
+    done: list[tuple[int, float, float]] = []
+    try:
+        with av.open(str(path)) as container:
+            stream = next(
+                s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic
+            )
+            stream.thread_count = 1
+            # Every frame must be decoded (frames depend on earlier ones); only the kept ones
+            # are converted, straight to the output size.
+            for index, frame in enumerate(container.decode(stream)):
+                if not pending:
+                    break
+                if index < pending[0][0]:
+                    continue
+                frames.append(frame.to_ndarray(width=width, height=height, format="rgb24"))
+                done.append(pending.pop(0))
+                if len(frames) == batch:
+                    yield np.stack(frames), done
+                    frames, done = [], []
+    except av.error.FFmpegError as e:
+        raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
+    if pending:
+        raise _fail(path, f"truncated or corrupt: stream ends before frame {pending[0][0]}")
+    if frames:
+        yield np.stack(frames), done
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
