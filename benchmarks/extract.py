@@ -8,10 +8,12 @@ frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
    inside decord), embeds (EfficientNet-Lite0 + ConSE), fuses and sends to the FAISS shard
    actors, and every video is committed. Actor start and model load are excluded by
    indexing a 2-second video first.
-2. **Baseline**: ``ray.data.read_videos`` (decodes every frame with decord) -> ``filter``
-   keeping the same frame indices as ViFusion -> ``map`` resizing to a short side of 224
-   with PIL -> ``map_batches`` with a callable class holding ViFusion's ``Embedder``, batch
-   16, one actor with the same torch thread count.
+2. **Baseline**: ``ray.data.read_videos`` (decodes and colour-converts every frame with
+   decord) -> ``filter`` keeping the same frame indices as ViFusion -> ``map`` resizing to a
+   short side of 224 with PIL -> ``map_batches`` with a callable class holding ViFusion's
+   ``Embedder``, batch 16, one actor with the same torch thread count. Ray Data fuses
+   read+filter into the read tasks and the resize into the embedding actor. Model load is
+   excluded (see ``bench_baseline``).
 3. **Model-only bound**: ``Embedder.embed_frames`` alone on frames already decoded into
    memory (uint8, short side 224), batch 16, same threads.
 
@@ -25,6 +27,11 @@ Run (from the repository root):
 
     .venv/bin/python benchmarks/extract.py           # 6 videos x 60 s, 640x360, 30 fps
     .venv/bin/python benchmarks/extract.py --quick   # 2 videos x 20 s: under a minute
+    .venv/bin/python benchmarks/extract.py --threads 1   # torch threads (default: Config.threads)
+
+Ray gets one logical CPU per core. ViFusion's extractor reserves one (its shards none); the
+baseline's embedding actor reserves one and its read tasks run on the other. The torch thread
+count is the same in all three. Figures vary with other load on the host.
 """
 
 from __future__ import annotations
@@ -33,13 +40,16 @@ import argparse
 import contextlib
 import datetime
 import io
+import itertools
 import json
+import logging
 import os
 import platform
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +65,8 @@ FPS = 30
 SCENE_S = 10.0
 BATCH = 16  # frames per model forward pass, every method
 SHORT_SIDE = 224
-MODEL_ONLY_MAX_FRAMES = 320
+MODEL_ONLY_MIN_FRAMES = 128  # the model-only run embeds this many frames at least (cycled)
+MODEL_ONLY_MAX_FRAMES = 320  # and at most
 SCENES = [*PHOTOS, MOTION]
 
 
@@ -88,6 +99,7 @@ class Result:
 def _ensure_video(path: Path, photos: list[str], scene_s: float) -> Path:
     """Write the video unless a previous run did (written aside, then renamed: no half files)."""
     if not path.exists():
+        print(f"writing {path} (once; reused by later runs)", flush=True)
         part = path.with_name(path.stem + ".part.mp4")
         write_video(part, photos, scene_s=scene_s, fps=FPS, size=SIZE)
         part.replace(path)
@@ -167,7 +179,8 @@ class EmbedFrames:
         }
 
 
-def _keep_filter(keep: dict[str, list[int]]):  # -> row predicate
+def _keep_filter(keep: dict[str, list[int]]) -> Callable[[dict[str, Any]], bool]:
+    """A row predicate keeping the frames ViFusion samples (read_videos gives each row's path)."""
     wanted = {path: frozenset(indices) for path, indices in keep.items()}
 
     def keep_row(row: dict[str, Any]) -> bool:
@@ -177,6 +190,7 @@ def _keep_filter(keep: dict[str, list[int]]):  # -> row predicate
 
 
 def _resize_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Short side to 224, aspect kept, with PIL (its BILINEAR filter antialiases downscales)."""
     from PIL import Image
 
     frame = row["frame"]
@@ -190,7 +204,8 @@ def warm_up_readers(path: Path) -> None:
     (ViFusion's extractor did the same during its warm-up video)."""
     import ray
 
-    ray.data.read_videos([str(path)], include_paths=True).filter(lambda r: r["frame_index"] == 0).materialize()
+    ds = ray.data.read_videos([str(path)], include_paths=True, override_num_blocks=1)
+    ds.filter(lambda row: row["frame_index"] == 0).materialize()
 
 
 def bench_baseline(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -> Result:
@@ -202,11 +217,15 @@ def bench_baseline(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -> 
     decoding can overlap the load, so neither side gets it for free.
     """
     import ray
-    from ray.data import DataContext
+    from ray.data import ActorPoolStrategy, DataContext
 
     DataContext.get_current().wait_for_min_actors_s = 600
+    paths = [str(p) for p in wl.videos]
     ds = (
-        ray.data.read_videos([str(p) for p in wl.videos], include_paths=True)
+        # One read task per video. Left to itself Ray Data splits each task's output
+        # (SplitBlocks), which stops it fusing the filter into the read: every decoded
+        # 640x360 frame (~0.7 MB) would then go through the object store to a filter task.
+        ray.data.read_videos(paths, include_paths=True, override_num_blocks=len(paths))
         .filter(_keep_filter(wl.keep))
         .map(_resize_row)
         .map_batches(
@@ -214,7 +233,7 @@ def bench_baseline(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -> 
             fn_constructor_kwargs={"threads": threads, "conse_top_k": cfg.conse_top_k, "cache_dir": cache_dir},
             batch_size=BATCH,
             batch_format="numpy",
-            concurrency=1,
+            compute=ActorPoolStrategy(size=1),
             num_cpus=1,
         )
     )
@@ -223,21 +242,26 @@ def bench_baseline(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -> 
     rows = out.count()
     if rows != wl.frames:
         raise SystemExit(f"baseline embedded {rows} frames, ViFusion {wl.frames}")
-    return Result("baseline (ray.data)", rows, end - out.max("ready_at"))
+    # One actor, so one value; time.time() in the actor and here read the same clock (one host).
+    ready_at = float(out.take_batch(1, batch_format="numpy")["ready_at"][0])
+    return Result("baseline (ray.data)", rows, end - ready_at)
 
 
 # --------------------------------------------------------------------------- 3. model only
 
 
-def decoded_frames(wl: Workload, cfg: Config, limit: int) -> Iterator[np.ndarray]:
-    """Batches of the workload's sampled frames, decoded and resized as ViFusion does."""
-    left = limit
+def _sampled_frames(wl: Workload, cfg: Config) -> Iterator[np.ndarray]:
+    """The workload's sampled frames, one by one, decoded and resized as ViFusion does."""
     for path in wl.videos:
-        for frames, _ in decode(path, cfg.sample_fps, cfg.max_frames, SHORT_SIDE, BATCH):
-            if left <= 0:
-                return
-            yield frames[:left]
-            left -= len(frames[:left])
+        for batch, _ in decode(path, cfg.sample_fps, cfg.max_frames, SHORT_SIDE, BATCH):
+            yield from batch
+
+
+def decoded_batches(wl: Workload, cfg: Config, count: int) -> list[np.ndarray]:
+    """``count`` sampled frames in batches of BATCH (cycled when the workload has fewer)."""
+    frames = list(itertools.islice(_sampled_frames(wl, cfg), count))
+    frames = [frames[i % len(frames)] for i in range(count)]
+    return [np.stack(frames[i : i + BATCH]) for i in range(0, count, BATCH)]
 
 
 def bench_model_only(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -> Result:
@@ -247,15 +271,16 @@ def bench_model_only(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -
     from vifusion.extract.model import Embedder
 
     torch.set_num_threads(threads)
-    batches = list(decoded_frames(wl, cfg, min(wl.frames, MODEL_ONLY_MAX_FRAMES)))
-    with contextlib.redirect_stdout(io.StringIO()):
+    count = min(max(wl.frames, MODEL_ONLY_MIN_FRAMES), MODEL_ONLY_MAX_FRAMES)
+    batches = decoded_batches(wl, cfg, count)
+    with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
         embedder = Embedder(cfg.conse_top_k, torch.device("cpu"), cache_dir)
     embedder.embed_frames(batches[0])  # warm-up: first-call allocations
     t0 = time.perf_counter()
     for frames in batches:
         embedder.embed_frames(frames)
     seconds = time.perf_counter() - t0
-    return Result("model only", sum(len(b) for b in batches), seconds)
+    return Result("model only", count, seconds)
 
 
 # --------------------------------------------------------------------------- report
@@ -269,6 +294,16 @@ def machine() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     return f"{model}, {os.cpu_count()} cpus, {platform.system()}"
+
+
+def quiet_ray_data() -> None:
+    """No progress bars or per-dataset INFO lines: the report stays readable."""
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "bars disabled"
+    warnings.filterwarnings("ignore", message="Use 'expr' instead of 'fn'")
 
 
 def print_table(results: list[Result]) -> None:
@@ -300,14 +335,17 @@ def main() -> None:
           f"{len(wl.videos) * seconds * FPS:.0f} frames decoded, {wl.frames} sampled "
           f"({cfg.sample_fps:g}/s); batch {BATCH}, {threads} torch threads", flush=True)
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    # Model-only first, before Ray starts: the bound is measured with nothing else running.
+    model_only = bench_model_only(cfg, wl, threads, models)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
+    quiet_ray_data()
     try:
         vifusion = bench_vifusion(cfg, wl)  # closes its actors: the baseline needs both CPUs
         warm_up_readers(wl.warmup)
         baseline = bench_baseline(cfg, wl, threads, models)
     finally:
         ray.shutdown()
-    model_only = bench_model_only(cfg, wl, threads, models)
 
     print_table([vifusion, baseline, model_only])
     speedup = vifusion.fps / baseline.fps

@@ -103,3 +103,10 @@ def test_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         sys.exit(cli.main(argv))
     assert e.value.code == 2
+
+
+def test_a_data_dir_built_with_other_settings_is_refused_clearly(indexed, capsys, monkeypatch):
+    data, _, _ = indexed
+    monkeypatch.setenv("VIFUSION_NUM_SHARDS", "3")
+    assert cli.main(["search", "--data-dir", str(data), "a cat"]) == 2
+    assert "built with 2 shards" in capsys.readouterr().err

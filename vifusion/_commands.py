@@ -23,7 +23,7 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     if files:
         try:
             rt = Runtime(cfg, writer=True)
-        except DataDirBusy as e:
+        except (DataDirBusy, ValueError) as e:
             print(f"vifusion index: {e}", file=sys.stderr)
             return EXIT_USAGE
         with rt, tqdm(total=len(files), unit="video", disable=quiet, file=sys.stderr) as bar:
@@ -64,7 +64,12 @@ def cmd_search(
     from vifusion.extract.decode import DecodeError
     from vifusion.runtime import Runtime
 
-    with Runtime(cfg) as rt:
+    try:
+        rt = Runtime(cfg)
+    except ValueError as e:
+        print(f"vifusion search: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    with rt:
         try:
             if text is not None:
                 segments = rt.searcher.text(text, top_k)

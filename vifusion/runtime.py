@@ -43,7 +43,11 @@ class Runtime:
                 logging_level=logging.ERROR,
             )
         self.catalog = Catalog(cfg.data_dir / "catalog.db")
-        self.shards = ShardSet(cfg)
+        try:
+            self.shards = ShardSet(cfg)
+        except BaseException:
+            self._release()
+            raise
 
     @cached_property
     def indexer(self):
@@ -67,6 +71,9 @@ class Runtime:
         if "indexer" in self.__dict__:
             self.indexer.close()
         self.shards.close()
+        self._release()
+
+    def _release(self) -> None:
         self.catalog.close()
         if self._owns_ray:
             ray.shutdown()

@@ -130,3 +130,10 @@ def test_closed_set_refuses_search(ray_session, cfg: Config) -> None:
     shards.close()
     with pytest.raises(RuntimeError, match="closed"):
         shards.search("semantic", np.zeros((1, 384), np.float32), 3)
+
+
+def test_a_data_dir_refuses_another_shard_count(ray_session, tmp_path):
+    ShardSet(Config(data_dir=tmp_path, num_shards=2)).close()
+    with pytest.raises(ValueError, match="built with 2 shards"):
+        ShardSet(Config(data_dir=tmp_path, num_shards=3))
+    ShardSet(Config(data_dir=tmp_path, num_shards=2)).close()  # the same count still opens

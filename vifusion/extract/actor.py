@@ -45,6 +45,7 @@ class Extractor:
         """Streams events: ``probed`` (video info), ``progress`` (frames done / total),
         then ``done`` (frames indexed) or ``failed`` (reason). Every frame of a ``done``
         video has been acknowledged by its shard."""
+        from vifusion.extract._prefetch import prefetch
         from vifusion.extract.decode import DecodeError, decode, probe, sample_frames
 
         name = Path(path).name
@@ -54,7 +55,7 @@ class Extractor:
             yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                    "width": info.width, "height": info.height, "frames_total": total}
             done = 0
-            batches = decode(Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch)
+            batches = prefetch(decode(Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch))
             for frames, spans in batches:
                 visual, semantic = self.embedder.embed_frames(frames)
                 feats = [

@@ -1,12 +1,14 @@
 """Route videos to shards and fan searches out to the Ray shard actors.
 
-Limits: a video's shard is ``video_id % num_shards``, so changing ``num_shards`` over an
-existing data directory strands videos on the wrong shard (re-index after changing it).
+Limits: a video's shard is ``video_id % num_shards``, so a data dir is tied to the shard
+count it was built with (recorded in ``index/layout.json``; another count is refused).
 A shard actor that dies loses what it held since its last commit and is not restarted.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,6 +33,24 @@ def shard_dir(data_dir: Path, shard_no: int) -> Path:
     return Path(data_dir) / "index" / f"shard-{shard_no}"
 
 
+def check_layout(data_dir: Path, num_shards: int) -> None:
+    """Record the shard count of a new data dir; refuse a different one later, since
+    routing by ``video_id % num_shards`` would then look for videos on the wrong shard."""
+    path = Path(data_dir) / "index" / "layout.json"
+    if path.exists():
+        built = json.loads(path.read_text())["num_shards"]
+        if built != num_shards:
+            raise ValueError(
+                f"{data_dir} was built with {built} shards, not {num_shards}: "
+                f"use num_shards={built} (VIFUSION_NUM_SHARDS={built}) with this data dir"
+            )
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"num_shards": num_shards}))
+    os.replace(tmp, path)
+
+
 class ShardSet:
     """Driver-side handle to ``cfg.num_shards`` shard actors; holds no vectors itself.
 
@@ -38,6 +58,7 @@ class ShardSet:
     """
 
     def __init__(self, cfg: Config) -> None:
+        check_layout(cfg.data_dir, cfg.num_shards)
         threads = cfg.faiss_threads or cfg.threads
         # num_cpus=0: shards mostly sit idle between searches and must not take the CPU
         # slots that extractors are scheduled on; max_concurrency=1 because a Shard is not
