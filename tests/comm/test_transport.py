@@ -30,3 +30,16 @@ def test_every_sent_batch_is_acknowledged_after_drain(ray_session, tmp_path):
     scores, ids, _ = ray.get(shard.search.remote("visual", sent[-1].space("visual")[:1], 1))
     assert ids[0, 0] == sent[-1].ids[0] and scores[0, 0] > 0.999
     ray.kill(shard)
+
+
+def test_a_failed_send_does_not_leak_into_the_next_video(ray_session, tmp_path):
+    shard = ray.remote(Shard).remote(0, tmp_path, 1)
+    t = Transport(window=4)
+    broken = batch(1, 0, 2)
+    broken.features = broken.features[:, :10]  # wrong width: the shard refuses it
+    t.send(0, shard, broken)
+    t.abandon(0)
+    t.send(0, shard, batch(2, 0, 3))
+    t.drain(0)  # would raise here if the earlier failure were still queued
+    assert ray.get(shard.video_ids.remote()) == [2]
+    ray.kill(shard)

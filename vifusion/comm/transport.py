@@ -47,3 +47,10 @@ class Transport:
         queue = self._in_flight.get(dest)
         while queue:
             ray.get(queue.popleft())
+
+    def abandon(self, dest: Hashable) -> None:
+        """After a failed video: wait out what is in flight to ``dest``, ignoring its
+        outcome, so the next video neither races it nor inherits its error."""
+        queue = self._in_flight.pop(dest, None)
+        if queue:
+            ray.wait(list(queue), num_returns=len(queue))

@@ -74,11 +74,17 @@ class Extractor:
                 raise DecodeError(f"{name}: no frames could be decoded")
             yield {"event": "done", "frames": done}
         except DecodeError as e:
-            self.fuser.flush(shard_no)  # drop this video's leftovers; the driver deletes what landed
+            self._abandon(shard_no)
             yield {"event": "failed", "error": str(e)}
         except Exception as e:  # a bug or a dead shard fails this video, not the actor
-            self.fuser.flush(shard_no)
+            self._abandon(shard_no)
             yield {"event": "failed", "error": f"{name}: {type(e).__name__}: {e}"}
+
+    def _abandon(self, shard_no: int) -> None:
+        """Drop a failed video's unsent frames and settle its sends; the driver then
+        deletes whatever of it reached the shard."""
+        self.fuser.flush(shard_no)
+        self.transport.abandon(shard_no)
 
     def stats(self) -> dict[str, int]:
         s = self.transport.stats
