@@ -18,6 +18,7 @@ from vifusion.extract.decode import (
     _decode_pyav,
     _probe,
     decode,
+    open_sampled,
     output_size,
     probe,
     sample_frames,
@@ -264,31 +265,8 @@ def test_bad_input_raises_decode_error(name: str, kitchen: samples.SampleVideo, 
         assert name in str(err.value) and reason in str(err.value), str(err.value)
 
 
-# --- speed (make test-all) -----------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_sparse_get_batch_beats_reading_every_frame(tmp_path: Path) -> None:
-    import time
-
-    import decord
-
-    v = samples.write_video(
-        tmp_path / "hd.mp4", ["chelsea", "rocket", "motion", "coffee"], scene_s=5.0, size=(1920, 1080)
-    )
-    info = probe(v.path)
-    picks = [i for i, _, _ in sample_frames(info, 1.0, 3600)]
-    w, h = output_size(info.width, info.height, 224)
-
-    t = time.perf_counter()
-    sparse = np.concatenate([f for f, _ in decode(v.path, 1.0, 3600)])
-    t_sparse = time.perf_counter() - t
-
-    t = time.perf_counter()
-    vr = decord.VideoReader(str(v.path), width=w, height=h, num_threads=1)
-    every = [vr.next().asnumpy() for _ in range(len(vr))]
-    t_every = time.perf_counter() - t
-
-    print(f"1080p {info.duration_s:.0f} s: get_batch {t_sparse:.2f} s, every frame {t_every:.2f} s")
-    assert np.array_equal(sparse, np.stack([every[i] for i in picks]))
-    assert t_sparse < t_every
+def test_open_sampled_probes_once_and_decodes_lazily(kitchen: samples.SampleVideo) -> None:
+    info, total, batches = open_sampled(kitchen.path, 1.0, 3600, batch=5)
+    assert info == probe(kitchen.path)
+    assert total == len(sample_frames(info, 1.0, 3600)) == 12
+    assert sum(len(spans) for _, spans in batches) == total

@@ -46,17 +46,17 @@ class Extractor:
         then ``done`` (frames indexed) or ``failed`` (reason). Every frame of a ``done``
         video has been acknowledged by its shard."""
         from vifusion.extract._prefetch import prefetch
-        from vifusion.extract.decode import DecodeError, decode, probe, sample_frames
+        from vifusion.extract.decode import DecodeError, open_sampled
 
         name = Path(path).name
         try:
-            info = probe(Path(path))
-            total = len(sample_frames(info, self.cfg.sample_fps, self.cfg.max_frames))
+            info, total, batches = open_sampled(
+                Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch
+            )
             yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                    "width": info.width, "height": info.height, "frames_total": total}
             done = 0
-            batches = prefetch(decode(Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch))
-            for frames, spans in batches:
+            for frames, spans in prefetch(batches):
                 visual, semantic = self.embedder.embed_frames(frames)
                 feats = [
                     FrameFeatures(video_id, done + i, t0, t1, visual[i], semantic[i])

@@ -205,22 +205,31 @@ def output_size(width: int, height: int, short_side: int) -> tuple[int, int]:
     return max(1, round(width * short_side / height)), short_side
 
 
-def decode(
+Batches = Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]
+
+
+def open_sampled(
     path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16
-) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
-    """Yield the sampled frames (see sample_frames) in batches of up to ``batch``: uint8
-    (b, H, W, 3) RGB resized so the short side is ``short_side``, with their (frame index,
-    t_start, t_end). DecodeError (naming the file) on bad input, also mid-video."""
+) -> tuple[VideoInfo, int, Batches]:
+    """Probe once, then decode lazily: (info, number of sampled frames, the batches that
+    ``decode`` yields). DecodeError here for a file that cannot be opened at all."""
     path = Path(path)
     if batch < 1 or short_side < 1:
         raise ValueError(f"batch and short_side must be >= 1, got {batch}, {short_side}")
     p = _probe(path)
     samples = sample_frames(p.info, sample_fps, max_frames)
     size = output_size(p.info.width, p.info.height, short_side)
-    if p.backend == "decord":
-        yield from _decode_decord(path, samples, size, batch)
-    else:
-        yield from _decode_pyav(path, samples, size, batch)
+    reader = _decode_decord if p.backend == "decord" else _decode_pyav
+    return p.info, len(samples), reader(path, samples, size, batch)
+
+
+def decode(
+    path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16
+) -> Batches:
+    """Yield the sampled frames (see sample_frames) in batches of up to ``batch``: uint8
+    (b, H, W, 3) RGB resized so the short side is ``short_side``, with their (frame index,
+    t_start, t_end). DecodeError (naming the file) on bad input, also mid-video."""
+    yield from open_sampled(path, sample_fps, max_frames, short_side, batch)[2]
 
 
 def _decode_decord(
