@@ -6,14 +6,12 @@ Exit codes: 0 success; 1 some inputs failed (each listed with its reason); 2 usa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from vifusion._commands import EXIT_USAGE
 from vifusion.config import Config
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
