@@ -1,33 +1,101 @@
-"""The HTTP service (first form): a Ray Serve deployment with a FastAPI ingress.
+"""The HTTP service: a Ray Serve deployment with a FastAPI ingress over ``vifusion.service``.
 
-Routes: ``GET /healthz`` (no key) and ``POST /v1/search`` with ``{"text", "top_k"}``.
-Every ``/v1`` route needs ``Authorization: Bearer <key>``. Ingest, jobs, image and clip
-search over HTTP, and the web page come with the REST issue; the index is read at start.
+Handlers parse, authenticate, rate-limit and format; the work is the library's. Every
+``/v1`` route needs ``Authorization: Bearer <key>``; ``/healthz``, ``/metrics`` and the web
+page (``/``) do not. Errors are ``{"error": {"code", "message"}}``.
 
-No `from __future__ import annotations` here: FastAPI must see the request model's real
-class through Serve's ingress wrapper, or it takes the body for a query parameter.
+One replica owns the data dir (it holds the writer lock and runs the ingest queue).
+
+No `from __future__ import annotations` here: FastAPI must see the request models' real
+classes through Serve's ingress wrapper, or it takes a body for a query parameter.
 """
 
-
+import base64
+import binascii
 import contextlib
+import datetime
 import io
+import json
+import logging
 import secrets
 import signal
+import tempfile
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
-from fastapi import FastAPI, Header, HTTPException
-from pydantic import BaseModel, Field
+import numpy as np
+from fastapi import FastAPI, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse, HTMLResponse, Response
+from pydantic import ValidationError
 from ray import serve
+from starlette.concurrency import run_in_threadpool
+from starlette.formparsers import MultiPartException
 
+from serve import _errors
+from serve._errors import ApiError
+from serve._metrics import Metrics
+from serve._ratelimit import RateLimiter
+from serve.schema import (
+    MAX_VIDEO_ID,
+    Accepted,
+    Error,
+    Health,
+    JobOut,
+    SearchRequest,
+    SearchResults,
+    VideoByUri,
+    VideoList,
+    VideoOut,
+)
 from vifusion.config import Config
 
-api = FastAPI(title="ViFusion")
+STATIC = Path(__file__).parent / "static"
+_PAGES = {"app.js": "text/javascript", "style.css": "text/css"}
+_MAX_IMAGE_PIXELS = 40_000_000
 
+api = FastAPI(
+    title="ViFusion",
+    version="1",
+    description="Index video and find moments in it. Every /v1 route needs `Authorization: Bearer <key>`.",
+    responses={401: {"model": Error}, 422: {"model": Error}, 429: {"model": Error}},
+)
+_errors.install(api)
+_metrics = Metrics()  # one per replica process
 
-class TextSearch(BaseModel):
-    text: str = Field(min_length=1, max_length=1000)
-    top_k: int = Field(10, ge=1, le=100)
+VideoId = PathParam(ge=1, le=MAX_VIDEO_ID)
+_UPLOAD_BODY = {
+    "requestBody": {
+        "content": {
+            "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+                "file": {"type": "string", "format": "binary"},
+                "title": {"type": "string", "maxLength": 200},
+                "metadata": {"type": "string", "description": "a JSON object"},
+            }}},
+            "application/json": {"schema": VideoByUri.model_json_schema()},
+        },
+        "required": True,
+    }
+}
+_SEARCH_BODY = {
+    "requestBody": {
+        "content": {
+            "application/json": {"schema": SearchRequest.model_json_schema()},
+            "multipart/form-data": {"schema": {"type": "object", "properties": {
+                "image": {"type": "string", "format": "binary"},
+                "clip": {"type": "string", "format": "binary"},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": 100},
+                "group_by": {"type": "string", "enum": ["segment", "video", "frame"]},
+                "filter": {"type": "string", "description": "a JSON object"},
+                "min_score": {"type": "number"},
+                "cursor": {"type": "string"},
+            }}},
+        },
+        "required": True,
+    }
+}
 
 
 def api_key(cfg: Config) -> str:
@@ -42,58 +110,371 @@ def api_key(cfg: Config) -> str:
     return path.read_text().strip()
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
+@api.middleware("http")
+async def _observe(request: Request, call_next):
+    t0 = time.perf_counter()
+    response = await call_next(request)
+    route = request.scope.get("route")
+    _metrics.observe(getattr(route, "path", "other"), request.method, response.status_code, time.perf_counter() - t0)
+    return response
+
+
+# -- request bodies ----------------------------------------------------------------------
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _limit_body(request: Request, limit: int) -> Request:
+    """The request, reading at most ``limit`` body bytes (413 past that, whatever the
+    Content-Length said)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "too_large", f"request body is {declared} bytes; the limit is {limit}")
+    seen = 0
+    receive = request.receive
+
+    async def limited():
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            raise _TooLarge
+        return message
+
+    return Request(request.scope, limited)
+
+
+async def _json_body(request: Request, limit: int) -> Any:
+    try:
+        raw = await _limit_body(request, limit).body()
+    except _TooLarge:
+        raise ApiError(413, "too_large", f"request body over the {limit}-byte limit") from None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, "malformed_json", f"body is not valid JSON: {e}") from None
+
+
+async def _form(request: Request, limit: int, max_field: int):
+    try:
+        return await _limit_body(request, limit).form(max_files=2, max_fields=16, max_part_size=max_field)
+    except _TooLarge:
+        raise ApiError(413, "too_large", f"upload over the {limit}-byte limit") from None
+    except MultiPartException as e:
+        status = 413 if "maximum size" in str(e) else 400
+        raise ApiError(status, "too_large" if status == 413 else "malformed_form", str(e)) from None
+
+
+def _kind(request: Request) -> str:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype == "application/json" or ctype.endswith("+json"):
+        return "json"
+    if ctype == "multipart/form-data":
+        return "form"
+    raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data")
+
+
+def _json_field(value: Any, name: str) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(422, "invalid_request", f"{name} must be a form field, not a file")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ApiError(400, "malformed_json", f"{name} is not valid JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise ApiError(422, "invalid_request", f"{name} must be a JSON object")
+    return parsed
+
+
+def _model(cls, data: Any):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        msg = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()[:5])
+        raise ApiError(422, "invalid_request", msg) from None
+
+
+def _image(data: bytes) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.width * im.height > _MAX_IMAGE_PIXELS:
+                raise ApiError(413, "too_large", f"image is {im.width}x{im.height}; the limit is {_MAX_IMAGE_PIXELS} pixels")
+            return np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        raise ApiError(422, "invalid_image", f"not a readable image: {e}") from None
+
+
+def _cursor(offset: int | None) -> str | None:
+    return None if offset is None else base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
+
+
+def _offset(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        offset = json.loads(base64.urlsafe_b64decode(cursor.encode()))["o"]
+        if isinstance(offset, int) and offset >= 0:
+            return offset
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        pass
+    raise ApiError(400, "invalid_cursor", "cursor is not one this service gave out")
+
+
+def _video_out(v) -> dict:
+    created = datetime.datetime.fromtimestamp(v.created_at, datetime.UTC).isoformat().replace("+00:00", "Z")
+    return VideoOut(
+        video_id=v.id, title=v.title, metadata=v.metadata, status=v.status, duration_s=v.duration_s, fps=v.fps,
+        width=v.width, height=v.height, frames_indexed=v.frames_indexed, created_at=created, error=v.error,
+    ).model_dump()
+
+
+def _video_type(path: Path) -> str:
+    return {".webm": "video/webm", ".mkv": "video/x-matroska", ".mov": "video/quicktime", ".avi": "video/x-msvideo",
+            ".ogv": "video/ogg", ".gif": "image/gif"}.get(path.suffix.lower(), "video/mp4")
+
+
+# -- the deployment ----------------------------------------------------------------------
+
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=32, ray_actor_options={"num_cpus": 0})
 @serve.ingress(api)
 class ViFusionApp:
     def __init__(self, cfg: Config) -> None:
         import torch
 
-        from vifusion.catalog import Catalog
-        from vifusion.extract.model import Embedder
-        from vifusion.index import ShardSet
-        from vifusion.search import Searcher
+        from vifusion.service import Service
 
         torch.set_num_threads(cfg.query_threads)
-        self.key = api_key(cfg)
-        self.catalog = Catalog(cfg.data_dir / "catalog.db")
-        self.shards = ShardSet(cfg)
-        with contextlib.redirect_stdout(io.StringIO()):
-            embedder = Embedder(cfg.conse_top_k, cache_dir=cfg.data_dir / "models")
-        self.searcher = Searcher(cfg, self.shards, embedder)
+        self.cfg = cfg
+        self.key = api_key(cfg).encode()
+        self.limiter = RateLimiter(cfg.rate_limit_rps, cfg.rate_limit_burst)
+        self.service = Service(cfg)
+        with contextlib.redirect_stdout(io.StringIO()):  # load the query models now, not on the first search
+            self.service.searcher  # noqa: B018
 
-    def _check(self, authorization: str | None) -> None:
-        given = (authorization or "").removeprefix("Bearer ").strip()
-        if not secrets.compare_digest(given.encode(), self.key.encode()):
-            raise HTTPException(401, {"code": "unauthorized", "message": "missing or wrong API key"})
+    def reconfigure(self, user_config: dict) -> None:
+        """Live settings (``serve deploy`` with a new ``user_config``): the rate limit."""
+        self.limiter.configure(
+            user_config.get("rate_limit_rps", self.cfg.rate_limit_rps),
+            user_config.get("rate_limit_burst", self.cfg.rate_limit_burst),
+        )
 
-    @api.get("/healthz")
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.service.close()
+
+    def _auth(self, request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), self.key):
+            raise ApiError(401, "unauthorized", "missing or wrong API key (Authorization: Bearer <key>)",
+                           {"WWW-Authenticate": "Bearer"})
+        wait = self.limiter.take(given.strip())
+        if wait:
+            raise ApiError(429, "rate_limited", f"too many requests; retry in {wait:.2f} s",
+                           {"Retry-After": str(max(1, int(wait + 0.999)))})
+
+    # -- pages and probes ------------------------------------------------------------
+
+    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page(self) -> HTMLResponse:
+        return HTMLResponse((STATIC / "index.html").read_text())
+
+    @api.get("/static/{name}", include_in_schema=False)
+    def static(self, name: str) -> Response:
+        if name not in _PAGES:
+            raise ApiError(404, "not_found", f"no static file {name!r}")
+        return Response((STATIC / name).read_bytes(), media_type=_PAGES[name])
+
+    @api.get("/healthz", response_model=Health)
     def healthz(self) -> dict:
-        stats = self.shards.stats()
-        return {"status": "ok", "shards": len(stats), "vectors": sum(s["vectors"]["visual"] for s in stats)}
+        return self.service.health()
 
-    @api.post("/v1/search")
-    def search(self, req: TextSearch, authorization: str | None = Header(None)) -> dict:
-        self._check(authorization)
+    @api.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+    def metrics(self) -> Response:
+        return Response(_metrics.render(self.service.stats()), media_type="text/plain; version=0.0.4")
+
+    # -- videos ----------------------------------------------------------------------
+
+    @api.post("/v1/videos", status_code=202, response_model=Accepted, openapi_extra=_UPLOAD_BODY,
+              responses={413: {"model": Error}, 415: {"model": Error}, 403: {"model": Error}})
+    async def add_video(self, request: Request) -> dict:
+        self._auth(request)
+        from vifusion.sources import SourceError
+
+        try:
+            if _kind(request) == "form":
+                form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes)
+                upload = form.get("file")
+                if upload is None or isinstance(upload, str):
+                    raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
+                title = form.get("title")
+                if title is not None and (not isinstance(title, str) or len(title) > 200):
+                    raise ApiError(422, "invalid_request", "title must be text of at most 200 characters")
+                metadata = _json_field(form.get("metadata"), "metadata")
+                done = await run_in_threadpool(
+                    self.service.ingest_upload, upload.file, upload.filename, title, metadata
+                )
+            else:
+                req = _model(VideoByUri, await _json_body(request, self.cfg.max_metadata_bytes + 8192))
+                done = await run_in_threadpool(self.service.ingest_uri, req.uri, req.title, req.metadata)
+        except SourceError as e:
+            raise ApiError(e.status, e.code, str(e)) from None
+        return {"video_id": done.video_id, "job_id": done.job_id, "status": "queued"}
+
+    @api.get("/v1/jobs/{job_id}", response_model=JobOut, responses={404: {"model": Error}})
+    def job(self, request: Request, job_id: str = PathParam(max_length=64)) -> dict:
+        self._auth(request)
+        j = self._found(self.service.job, job_id)
+        return {"job_id": j.id, "video_id": j.video_id, "status": j.status, "progress": round(j.progress, 4),
+                "frames_indexed": j.frames_indexed, "error": j.error}
+
+    @api.get("/v1/videos", response_model=VideoList)
+    def videos(
+        self, request: Request, limit: int = Query(50, ge=1, le=500), cursor: str | None = Query(None, max_length=32)
+    ) -> dict:
+        self._auth(request)
+        after = 0
+        if cursor:
+            if not cursor.isdigit() or int(cursor) > MAX_VIDEO_ID:
+                raise ApiError(400, "invalid_cursor", "cursor is not one this service gave out")
+            after = int(cursor)
+        page, last = self.service.videos(limit, after)
+        return {"videos": [_video_out(v) for v in page], "next_cursor": None if last is None else str(last)}
+
+    @api.get("/v1/videos/{video_id}", response_model=VideoOut, responses={404: {"model": Error}})
+    def video(self, request: Request, video_id: int = VideoId) -> dict:
+        self._auth(request)
+        return _video_out(self._found(self.service.video, video_id))
+
+    @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response, responses={404: {"model": Error}})
+    def delete(self, request: Request, video_id: int = VideoId) -> Response:
+        self._auth(request)
+        self._found(self.service.delete, video_id)
+        return Response(status_code=204)
+
+    @api.get("/v1/videos/{video_id}/thumbnail", response_class=Response,
+             responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": Error}})
+    def thumbnail(self, request: Request, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:
+        self._auth(request)
+        try:
+            data = self._found(self.service.thumbnail, video_id, t)
+        except ValueError as e:
+            raise ApiError(422, "no_frame", str(e)) from None
+        return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"})
+
+    @api.get("/v1/videos/{video_id}/media", response_class=FileResponse,
+             responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}, 404: {"model": Error}})
+    def media(self, request: Request, video_id: int = VideoId) -> FileResponse:
+        self._auth(request)
+        path = self._found(self.service.media_path, video_id)
+        return FileResponse(path, media_type=_video_type(path))
+
+    # -- search ----------------------------------------------------------------------
+
+    @api.post("/v1/search", response_model=SearchResults, openapi_extra=_SEARCH_BODY,
+              responses={400: {"model": Error}, 404: {"model": Error}, 413: {"model": Error}})
+    async def search(self, request: Request) -> dict:
+        self._auth(request)
         t0 = time.perf_counter()
-        segments = self.searcher.text(req.text, req.top_k)
-        videos = self.catalog.get_videos([s.video_id for s in segments])
+        clip_file = None
+        if _kind(request) == "json":
+            req = _model(SearchRequest, await _json_body(request, self.cfg.max_json_bytes))
+            query: dict[str, Any] = {}
+            if req.image_b64 is not None:
+                try:
+                    query["image"] = _image(base64.b64decode(req.image_b64, validate=True))
+                except (binascii.Error, ValueError) as e:
+                    raise ApiError(422, "invalid_image", f"image_b64 is not base64: {e}") from None
+        else:
+            form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), 1 << 16)
+            files = {k: form[k] for k in ("image", "clip") if k in form}
+            if any(isinstance(f, str) for f in files.values()):
+                raise ApiError(422, "invalid_request", "image and clip must be files")
+            fields = {k: v for k, v in form.items() if k not in files}
+            if "filter" in fields:
+                fields["filter"] = _json_field(fields["filter"], "filter")
+            req = _model(SearchRequest, fields)
+            query = {}
+            if "image" in files:
+                query["image"] = _image(await files["image"].read())
+            if "clip" in files:
+                clip_file = files["clip"]
+        kinds = [k for k, given in (("text", req.text is not None), ("image", "image" in query),
+                                    ("clip", clip_file is not None), ("video_id", req.video_id is not None)) if given]
+        if len(kinds) != 1:
+            raise ApiError(422, "invalid_query", "give exactly one of text, image_b64 (or image), clip, or "
+                           f"video_id + start_s + end_s; got {', '.join(kinds) or 'none'}")
+        if req.text is not None:
+            query["text"] = req.text
+        if req.video_id is not None:
+            if req.start_s is None or req.end_s is None or req.end_s <= req.start_s:
+                raise ApiError(422, "invalid_query", "a clip of an indexed video needs start_s < end_s")
+            query["stored_clip"] = (req.video_id, req.start_s, req.end_s)
+        options = dict(top_k=req.top_k, group_by=req.group_by, filter=req.filter, min_score=req.min_score,
+                       offset=_offset(req.cursor))
+        page = await run_in_threadpool(self._search, query, clip_file, options, kinds[0])
+        videos = self.service.catalog.get_videos([m.video_id for m in page.results])
         results = [
-            {"video_id": s.video_id, "title": videos[s.video_id].title if s.video_id in videos else None,
-             "start_s": s.start_s, "end_s": s.end_s, "score": s.score}
-            for s in segments
+            {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
+             "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
+             "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={(m.start_s + m.end_s) / 2:.2f}"}
+            for m in page.results
         ]
-        return {"results": results, "took_ms": round((time.perf_counter() - t0) * 1000, 1)}
+        return {"results": results, "next_cursor": _cursor(page.next_offset),
+                "took_ms": round((time.perf_counter() - t0) * 1000, 1)}
+
+    def _search(self, query: dict, clip_file, options: dict, kind: str):
+        from vifusion.extract.decode import DecodeError
+        from vifusion.service import NotFound
+
+        t0 = time.perf_counter()
+        try:
+            if clip_file is not None:
+                with tempfile.NamedTemporaryFile(suffix=Path(clip_file.filename or "").suffix[:8]) as tmp:
+                    clip_file.file.seek(0)
+                    while chunk := clip_file.file.read(1 << 20):
+                        tmp.write(chunk)
+                    tmp.flush()
+                    return self.service.search(clip=Path(tmp.name), **options)
+            return self.service.search(**query, **options)
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        except DecodeError as e:
+            raise ApiError(422, "invalid_clip", str(e)) from None
+        except (ValueError, LookupError) as e:
+            raise ApiError(422, "invalid_query", str(e)) from None
+        finally:
+            _metrics.search_latency.labels(kind).observe(time.perf_counter() - t0)
+
+    @staticmethod
+    def _found(fn, *args):
+        from vifusion.service import NotFound
+
+        try:
+            return fn(*args)
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+
+def deploy(cfg: Config, host: str, port: int) -> None:
+    """Start Serve's proxy on host:port and deploy the app (Ray must be up)."""
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(ViFusionApp.bind(cfg), name="vifusion", route_prefix="/")
 
 
 def run(cfg: Config, host: str, port: int) -> int:
     """Start the service on a local Ray (or ``cfg.ray_address``) and serve until Ctrl-C."""
-    import logging
-
     import ray
 
     ray.init(address=cfg.ray_address, include_dashboard=False, logging_level=logging.ERROR)
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(ViFusionApp.bind(cfg), name="vifusion", route_prefix="/")
+    deploy(cfg, host, port)
     print(f"ViFusion is serving on http://{host}:{port}  (API key: {api_key(cfg)})", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

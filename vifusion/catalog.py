@@ -7,6 +7,7 @@ thread (sqlite3 connections must not cross threads).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -32,7 +33,8 @@ CREATE TABLE IF NOT EXISTS videos (
     status TEXT NOT NULL,
     frames_indexed INTEGER NOT NULL DEFAULT 0,
     error TEXT,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    media TEXT
 );
 CREATE INDEX IF NOT EXISTS videos_sha ON videos(sha256);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -46,7 +48,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_video ON jobs(video_id);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created_at);
 """
+# Metadata keys usable in filters: plain names only, so they can go into a JSON path safely.
+METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,14 @@ class Video:
     frames_indexed: int
     error: str | None
     created_at: float
+    media: str | None  # the local file to decode and serve; None: ``source`` is that file
+
+    @property
+    def media_path(self) -> Path | None:
+        """The video file on this machine, if there is one yet (a URL is fetched by its job)."""
+        if self.media:
+            return Path(self.media)
+        return None if "://" in self.source else Path(self.source)
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,9 @@ class Catalog:
         self._local = threading.local()
         with self._conn() as c:
             c.executescript(_SCHEMA)
+            columns = {r["name"] for r in c.execute("PRAGMA table_info(videos)")}
+            if "media" not in columns:  # catalogs written before uploads existed
+                c.execute("ALTER TABLE videos ADD COLUMN media TEXT")
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -106,15 +122,17 @@ class Catalog:
         metadata: dict[str, Any] | None = None,
         sha256: str | None = None,
         size_bytes: int | None = None,
+        media: Path | None = None,
     ) -> tuple[int, str]:
         """A new video with a queued job; returns (video_id, job_id)."""
         now = time.time()
         job_id = uuid.uuid4().hex
         with self._conn() as c:
             cur = c.execute(
-                "INSERT INTO videos (source, title, metadata, sha256, size_bytes, status, created_at)"
-                " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
-                (source, title, json.dumps(metadata or {}), sha256, size_bytes, now),
+                "INSERT INTO videos (source, title, metadata, sha256, size_bytes, status, created_at, media)"
+                " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+                (source, title, json.dumps(metadata or {}), sha256, size_bytes, now,
+                 None if media is None else str(media)),
             )
             video_id = int(cur.lastrowid)
             c.execute(
@@ -130,6 +148,14 @@ class Catalog:
                 (duration_s, fps, width, height, video_id),
             )
 
+    def set_media(self, video_id: int, media: Path, sha256: str, size_bytes: int) -> None:
+        """Record the local file a video's job fetched."""
+        with self._conn() as c:
+            c.execute(
+                "UPDATE videos SET media=?, sha256=?, size_bytes=? WHERE id=?",
+                (str(media), sha256, size_bytes, video_id),
+            )
+
     def update_job(
         self,
         job_id: str,
@@ -137,15 +163,17 @@ class Catalog:
         progress: float | None = None,
         frames_indexed: int | None = None,
         error: str | None = None,
-    ) -> None:
-        """Move a job (and its video) to ``status``; ready and failed are final."""
+    ) -> bool:
+        """Move a job (and its video) to ``status``; ready and failed are final.
+
+        Returns False, changing nothing, when the job is gone (its video was deleted)."""
         if status not in JOB_STATES:
             raise ValueError(f"unknown job status {status!r}")
         now = time.time()
         with self._conn() as c:
             row = c.execute("SELECT video_id, progress, frames_indexed FROM jobs WHERE id=?", (job_id,)).fetchone()
             if row is None:
-                raise KeyError(job_id)
+                return False
             progress = 1.0 if status == "ready" else (row["progress"] if progress is None else progress)
             frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
             c.execute(
@@ -156,6 +184,7 @@ class Catalog:
                 "UPDATE videos SET status=?, frames_indexed=?, error=? WHERE id=?",
                 (status, frames, error, row["video_id"]),
             )
+        return True
 
     def get_video(self, video_id: int) -> Video | None:
         row = self._conn().execute("SELECT * FROM videos WHERE id=?", (video_id,)).fetchone()
@@ -180,6 +209,41 @@ class Catalog:
             "SELECT * FROM videos WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
         ).fetchall()
         return [_video(r) for r in rows]
+
+    def ready_ids(self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None) -> set[int]:
+        """The ready videos among ``video_ids`` (all when None) whose metadata has every
+        key -> value of ``metadata`` (equality; keys must match ``METADATA_KEY``)."""
+        sql, args = "SELECT id FROM videos WHERE status='ready'", []
+        for key, value in (metadata or {}).items():
+            if not METADATA_KEY.match(key):
+                raise ValueError(f"metadata key {key!r}: use letters, digits, '_', '.', '-' (1-64)")
+            if isinstance(value, (dict, list)):
+                raise ValueError(f"metadata filter {key!r}: compare with a string, number or boolean")
+            # json_type tells 1 from true; json_extract alone would not.
+            if isinstance(value, bool):
+                sql += " AND json_type(metadata, ?) = ?"
+                args += [f'$."{key}"', "true" if value else "false"]
+            else:
+                sql += " AND json_extract(metadata, ?) IS ? AND json_type(metadata, ?) NOT IN ('true', 'false')"
+                args += [f'$."{key}"', value, f'$."{key}"']
+        if video_ids is not None:
+            if not video_ids:
+                return set()
+            sql += f" AND id IN ({','.join('?' * len(video_ids))})"
+            args += list(video_ids)
+        return {r[0] for r in self._conn().execute(sql, args)}
+
+    def jobs_in(self, states: tuple[str, ...]) -> list[Job]:
+        """Jobs in any of ``states``, oldest first (the ingest queue)."""
+        marks = ",".join("?" * len(states))
+        rows = self._conn().execute(
+            f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY created_at, rowid", states
+        ).fetchall()
+        return [Job(**dict(r)) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Videos per status."""
+        return {r[0]: r[1] for r in self._conn().execute("SELECT status, count(*) FROM videos GROUP BY status")}
 
     def get_job(self, job_id: str) -> Job | None:
         row = self._conn().execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()

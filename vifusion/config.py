@@ -44,10 +44,27 @@ class Config(BaseModel):
     segment_gap_s: float = Field(0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps")
     segment_drop: float = Field(0.25, ge=0, le=1, description="a segment ends where the score falls below (1 - this) x its peak")
 
+    # serve/: ingest limits and guards
+    ingest_roots: tuple[Path, ...] = Field((), description="folders file:// uris may name; empty: file:// refused")
+    allow_private_urls: bool = Field(False, description="let http(s) ingest reach loopback, link-local and private addresses")
+    max_upload_bytes: int = Field(2 << 30, gt=0, description="largest upload or download accepted")
+    max_metadata_bytes: int = Field(16 << 10, gt=0, description="largest metadata object (as JSON) per video")
+    max_json_bytes: int = Field(32 << 20, gt=0, description="largest JSON request body (an image_b64 query)")
+    rate_limit_rps: float = Field(100.0, gt=0, description="requests per second per API key, sustained")
+    rate_limit_burst: int = Field(200, gt=0, description="requests per API key allowed at once")
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return Path(v).expanduser()
+
+    @field_validator("ingest_roots", mode="before")
+    @classmethod
+    def _roots(cls, v: Any) -> Any:
+        # From the environment: VIFUSION_INGEST_ROOTS=/srv/videos:/mnt/nas (like PATH).
+        if isinstance(v, str):
+            return tuple(Path(p).expanduser() for p in v.split(os.pathsep) if p)
+        return v
 
     @property
     def sample_interval_s(self) -> float:

@@ -16,13 +16,21 @@ from vifusion.config import Config
 from vifusion.extract.decode import decode
 from vifusion.extract.model import Embedder
 from vifusion.index import ShardSet, group_segments
+from vifusion.index.segments import group_videos
 from vifusion.types import SearchHit, Segment
 
 MAX_CLIP_FRAMES = 64
 
 
+GROUP_BY = ("segment", "video", "frame")
+
+
 class Searcher:
-    """Embeds a query, fans it out to every shard, merges and groups the hits."""
+    """Embeds a query, fans it out to every shard, merges the hits and groups them.
+
+    ``group_by``: ``segment`` (moments), ``video`` (each video's best moment) or ``frame``
+    (single sampled frames). ``videos``: search only these videos (None: all).
+    """
 
     def __init__(self, cfg: Config, shards: ShardSet, embedder: Embedder) -> None:
         self.cfg = cfg
@@ -32,23 +40,30 @@ class Searcher:
     def _frames_to_fetch(self, top_k: int) -> int:
         return min(max(top_k * 20, 200), 2000)
 
-    def _segments(self, hits: list[SearchHit], top_k: int) -> list[Segment]:
-        return group_segments(hits, self.cfg.max_segment_gap_s, self.cfg.segment_drop, top_k)
+    def _group(self, hits: list[SearchHit], top_k: int, group_by: str) -> list[Segment]:
+        if group_by == "segment":
+            return group_segments(hits, self.cfg.max_segment_gap_s, self.cfg.segment_drop, top_k)
+        if group_by == "video":
+            return group_videos(hits, top_k)
+        if group_by == "frame":
+            return [Segment(h.video_id, h.t_start, h.t_end, h.score, 1) for h in hits[:top_k]]
+        raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
-    def text(self, query: str, top_k: int = 10) -> list[Segment]:
+    def _search(self, space: str, vec: np.ndarray, top_k: int, group_by: str, videos) -> list[Segment]:
+        hits = self.shards.search(space, vec, self._frames_to_fetch(top_k), videos)[0]
+        return self._group(hits, top_k, group_by)
+
+    def text(self, query: str, top_k: int = 10, group_by: str = "segment", videos=None) -> list[Segment]:
         if not query.strip():
             raise ValueError("empty text query")
-        vec = self.embedder.embed_text([query])
-        hits = self.shards.search("semantic", vec, self._frames_to_fetch(top_k))[0]
-        return self._segments(hits, top_k)
+        return self._search("semantic", self.embedder.embed_text([query]), top_k, group_by, videos)
 
-    def image(self, image: np.ndarray, top_k: int = 10) -> list[Segment]:
+    def image(self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None) -> list[Segment]:
         """``image``: (H, W, 3) uint8 RGB."""
         visual, _ = self.embedder.embed_images([image])
-        hits = self.shards.search("visual", visual, self._frames_to_fetch(top_k))[0]
-        return self._segments(hits, top_k)
+        return self._search("visual", visual, top_k, group_by, videos)
 
-    def clip(self, path: Path, top_k: int = 10) -> list[Segment]:
+    def clip(self, path: Path, top_k: int = 10, group_by: str = "segment", videos=None) -> list[Segment]:
         """Moments that match a video clip (its first ``MAX_CLIP_FRAMES`` sampled frames)."""
         spans: list[tuple[int, float, float]] = []
         vectors = []
@@ -56,9 +71,30 @@ class Searcher:
             visual, _ = self.embedder.embed_frames(frames)
             vectors.append(visual)
             spans.extend(batch_spans)
-        queries = np.concatenate(vectors)
-        per_frame = self.shards.search("visual", queries, self._frames_to_fetch(top_k))
-        return align_clip(per_frame, spans, self.cfg.sample_interval_s, top_k)
+        return self._align(np.concatenate(vectors), spans, top_k, group_by, videos)
+
+    def stored_clip(
+        self, video_id: int, start_s: float, end_s: float, top_k: int = 10, group_by: str = "segment", videos=None
+    ) -> list[Segment]:
+        """Moments that match a stretch of an indexed video, from its stored vectors (no decode)."""
+        if not 0 <= start_s < end_s:
+            raise ValueError(f"need 0 <= start_s < end_s, got {start_s}, {end_s}")
+        times, vectors = self.shards.frames("visual", video_id, start_s, end_s)
+        if not len(times):
+            raise LookupError(f"video {video_id} has no indexed frames between {start_s} s and {end_s} s")
+        times, vectors = times[:MAX_CLIP_FRAMES], vectors[:MAX_CLIP_FRAMES]
+        spans = [(i, float(t0), float(t1)) for i, (t0, t1) in enumerate(times)]
+        return self._align(vectors, spans, top_k, group_by, videos)
+
+    def _align(self, queries: np.ndarray, spans, top_k: int, group_by: str, videos) -> list[Segment]:
+        if group_by not in GROUP_BY:
+            raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+        per_frame = self.shards.search("visual", queries, self._frames_to_fetch(top_k), videos)
+        moments = align_clip(per_frame, spans, self.cfg.sample_interval_s, len(per_frame[0]) or 1)
+        if group_by == "video":  # the best moment of each video
+            seen: set[int] = set()
+            moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
+        return moments[:top_k]
 
 
 def align_clip(

@@ -97,14 +97,29 @@ class ShardSet:
                 raise ValueError(f"no shard {n}; there are {len(self._handles)}")
         ray.get([self._handles[n].commit.remote() for n in nos])
 
-    def search(self, space: str, queries: np.ndarray, k: int) -> list[list[SearchHit]]:
-        """Top-k frame hits per query across all shards, best first."""
+    def search(
+        self, space: str, queries: np.ndarray, k: int, videos: Iterable[int] | None = None
+    ) -> list[list[SearchHit]]:
+        """Top-k frame hits per query across all shards, best first; with ``videos``, only
+        those videos' frames (each shard is asked only about the videos it holds)."""
         queries = check_queries(space, queries, k)
         if not self._handles:
             raise RuntimeError("ShardSet is closed")
+        handles: list[tuple[ray.actor.ActorHandle, list[int] | None]] = [(h, None) for h in self._handles]
+        if videos is not None:
+            per: dict[int, list[int]] = {}
+            for v in videos:
+                per.setdefault(shard_for(v, len(self._handles)), []).append(int(v))
+            if not per:
+                return [[] for _ in range(len(queries))]
+            handles = [(self._handles[n], vs) for n, vs in per.items()]
         ref = ray.put(queries)  # one copy in the object store, read by every shard
-        per_shard = ray.get([h.search.remote(space, ref, k) for h in self._handles])
+        per_shard = ray.get([h.search.remote(space, ref, k, vs) for h, vs in handles])
         return merge_topk(per_shard, k)
+
+    def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """A video's stored frame vectors in a time range: see ``Shard.frames``."""
+        return ray.get(self.handle_for(video_id).frames.remote(space, video_id, start_s, end_s))
 
     def stats(self) -> list[dict]:
         """Each shard's ``Shard.stats()``, by shard number."""

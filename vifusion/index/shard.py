@@ -169,21 +169,47 @@ class Shard:
 
     # -- reads -------------------------------------------------------------------------
 
-    def search(self, space: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Top-k frames of one space for each query, best first.
+    def search(
+        self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Top-k frames of one space for each query, best first; with ``videos``, only
+        frames of those videos count (an exact filter: no top-k is lost to it).
 
         Returns scores (nq, k) float32, ids (nq, k) int64 and times (nq, k, 2) float32; where
         fewer than k vectors exist the id is -1, the time (0, 0) and the score FAISS's minimum.
         """
         queries = check_queries(space, queries, k)
         self._use_threads()
-        scores, ids = self._indexes[space].search(queries, int(k))
+        params = None
+        if videos is not None:
+            ids = self._ids_of(videos)
+            if not len(ids):
+                nq = len(queries)
+                return (np.full((nq, k), -np.finfo(np.float32).max, np.float32),
+                        np.full((nq, k), -1, np.int64), np.zeros((nq, k, 2), np.float32))
+            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(ids))
+        scores, ids = self._indexes[space].search(queries, int(k), params=params)
         times = np.zeros(ids.shape + (2,), dtype=np.float32)
         found = ids >= 0
         if found.any():
             vt = self._times
             times[found] = [vt[i >> FRAME_BITS][i] for i in ids[found].tolist()]
         return scores, ids, times
+
+    def frames(
+        self, space: str, video_id: int, start_s: float, end_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The stored vectors of a video's frames that overlap [start_s, end_s], in time
+        order: times (n, 2) float32 and vectors (n, d) float32 (n may be 0)."""
+        if space not in DIMS:
+            raise ValueError(f"unknown space {space!r}; expected one of {SPACES}")
+        frames = self._times.get(video_id, {})
+        picked = sorted((t, i) for i, t in frames.items() if t[1] > start_s and t[0] < end_s)
+        if not picked:
+            return np.zeros((0, 2), np.float32), np.zeros((0, DIMS[space]), np.float32)
+        ids = np.array([i for _, i in picked], dtype=np.int64)
+        vectors = self._indexes[space].reconstruct_batch(ids)
+        return np.array([t for t, _ in picked], dtype=np.float32), vectors
 
     @property
     def ntotal(self) -> int:
@@ -209,6 +235,10 @@ class Shard:
         # Ray workers run with OMP_NUM_THREADS=1, and the OpenMP setting is per thread, so set
         # it on whichever thread runs the call.
         faiss.omp_set_num_threads(self.threads)
+
+    def _ids_of(self, videos: list[int]) -> np.ndarray:
+        ids = [i for v in videos for i in self._times.get(int(v), ())]
+        return np.array(ids, dtype=np.int64)
 
     def _has(self, vector_id: int) -> bool:
         frames = self._times.get(vector_id >> FRAME_BITS)

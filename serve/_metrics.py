@@ -1,0 +1,55 @@
+"""Prometheus figures of one replica: requests and latencies as they happen, the rest
+(ingest, transfers, shard sizes) read from the service when scraped."""
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("vifusion_http_requests", "HTTP requests", ["route", "method", "status"], registry=r)
+        self.latency = Histogram(
+            "vifusion_http_request_seconds", "HTTP request latency", ["route"], registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.search_latency = Histogram(
+            "vifusion_search_seconds", "search latency inside the service", ["kind"], registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.vectors = Gauge("vifusion_shard_vectors", "vectors held", ["shard", "space"], registry=r)
+        self.shard_videos = Gauge("vifusion_shard_videos", "videos held", ["shard"], registry=r)
+        self.videos = Gauge("vifusion_videos", "videos in the catalog", ["status"], registry=r)
+        self.jobs = Gauge("vifusion_ingest_jobs", "ingest jobs finished since start", ["outcome"], registry=r)
+        self.frames = Gauge("vifusion_ingest_frames", "frames indexed since start", registry=r)
+        self.fps = Gauge("vifusion_ingest_frames_per_second", "frames indexed per second of ingest work", registry=r)
+        self.batches = Gauge("vifusion_fusion_batches", "fused batches sent to shards", registry=r)
+        self.fused_frames = Gauge("vifusion_fusion_frames", "frames sent in fused batches", registry=r)
+        self.wire = Gauge("vifusion_codec_bytes", "feature bytes sent, by codec", ["codec"], registry=r)
+        self.batch_frames = Gauge("vifusion_fusion_frames_per_batch", "mean frames per fused batch", registry=r)
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self, stats: dict[str, Any]) -> bytes:
+        for s in stats["shards"]:
+            for space, n in s["vectors"].items():
+                self.vectors.labels(str(s["shard"]), space).set(n)
+            self.shard_videos.labels(str(s["shard"])).set(s["videos"])
+        for status, n in stats["videos"].items():
+            self.videos.labels(status).set(n)
+        ingest = stats["ingest"]
+        self.jobs.labels("ready").set(ingest.jobs_ready)
+        self.jobs.labels("failed").set(ingest.jobs_failed)
+        self.frames.set(ingest.frames_indexed)
+        self.fps.set(ingest.frames_per_s)
+        batches = sum(e["batches"] for e in stats["extractors"])
+        frames = sum(e["frames"] for e in stats["extractors"])
+        self.batches.set(batches)
+        self.fused_frames.set(frames)
+        self.wire.labels("fp32").set(sum(e["bytes"] for e in stats["extractors"]))
+        self.batch_frames.set(frames / batches if batches else 0)
+        return generate_latest(self.registry)

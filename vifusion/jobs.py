@@ -1,0 +1,149 @@
+"""The ingest queue of a running service: jobs acknowledged over HTTP, run in the background.
+
+The queue *is* the catalog: a job is a row written (fsynced) before the client hears 202, so
+a crash loses no acknowledged job. On start, jobs a crash interrupted go back to ``queued``
+and run again from the start of their video: vector ids are ``video_id << 24 | frame``,
+so a re-run overwrites what the first run sent instead of adding frames twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import ray
+
+from vifusion.catalog import Catalog
+from vifusion.config import Config
+from vifusion.index import ShardSet, shard_for
+from vifusion.sources import SourceError, download, file_digest, new_media_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestStats:
+    jobs_ready: int = 0
+    jobs_failed: int = 0
+    frames_indexed: int = 0
+    busy_s: float = 0.0  # wall time spent running jobs
+
+    @property
+    def frames_per_s(self) -> float:
+        return self.frames_indexed / self.busy_s if self.busy_s else 0.0
+
+
+class JobRunner:
+    """One thread per extractor actor, each taking the oldest queued job."""
+
+    def __init__(self, cfg: Config, catalog: Catalog, shards: ShardSet) -> None:
+        self.cfg = cfg
+        self.catalog = catalog
+        self.shards = shards
+        self.stats = IngestStats()
+        self._indexer = None
+        self._lock = threading.Lock()  # guards taking a job and the stats
+        self._wake = threading.Condition(self._lock)
+        self._stop = False
+        for job in catalog.jobs_in(("decoding", "indexing")):
+            catalog.update_job(job.id, "queued", progress=0.0, frames_indexed=0)
+        self._threads = [
+            threading.Thread(target=self._work, args=(i,), name=f"ingest-{i}", daemon=True)
+            for i in range(cfg.num_extractors)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def wake(self) -> None:
+        """A job was queued."""
+        with self._wake:
+            self._wake.notify_all()
+
+    def extractor_stats(self) -> list[dict[str, int]]:
+        """Transfer figures of each extractor (fused batches, frames, bytes sent)."""
+        if self._indexer is None:
+            return []
+        return ray.get([a.stats.remote() for a in self._indexer.extractors])
+
+    def close(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        for t in self._threads:
+            t.join(timeout=30)
+        if self._indexer is not None:
+            self._indexer.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _take(self) -> tuple[str, int] | None:
+        """Claim the oldest queued job (moved to ``decoding``), waiting for one."""
+        with self._wake:
+            while not self._stop:
+                jobs = self.catalog.jobs_in(("queued",))
+                if jobs:
+                    self.catalog.update_job(jobs[0].id, "decoding")
+                    return jobs[0].id, jobs[0].video_id
+                self._wake.wait(timeout=2.0)
+        return None
+
+    def _actor(self, i: int):
+        with self._lock:  # extractors load models: start them once, on the first job
+            if self._indexer is None:
+                from vifusion.indexer import Indexer
+
+                self._indexer = Indexer(self.cfg, self.catalog, self.shards)
+        return self._indexer.extractors[i]
+
+    def _work(self, i: int) -> None:
+        while (taken := self._take()) is not None:
+            job_id, video_id = taken
+            t0 = time.perf_counter()
+            try:
+                self._run(i, job_id, video_id)
+            except Exception as e:  # a bug fails this job, never the service
+                log.exception("job %s failed", job_id)
+                self._fail(job_id, video_id, f"internal error: {type(e).__name__}: {e}")
+            with self._lock:
+                self.stats.busy_s += time.perf_counter() - t0
+
+    def _run(self, i: int, job_id: str, video_id: int) -> None:
+        video = self.catalog.get_video(video_id)
+        if video is None:  # deleted while queued
+            return
+        path = video.media_path
+        if path is None:  # a URL: fetch it first
+            path = new_media_path(self.cfg, video.source.rsplit("/", 1)[-1].split("?")[0])
+            try:
+                download(video.source, path, self.cfg)
+            except SourceError as e:
+                path.unlink(missing_ok=True)
+                return self._fail(job_id, video_id, str(e))
+            except OSError as e:
+                path.unlink(missing_ok=True)
+                return self._fail(job_id, video_id, f"fetching {video.source}: {e}")
+            sha, size = file_digest(path)
+            self.catalog.set_media(video_id, path, sha, size)
+        result = self._indexer_run(i, path, video_id, job_id)
+        if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
+            self.shards.delete_video(video_id)
+            self.shards.commit([shard_for(video_id, self.shards.num_shards)])
+            return
+        with self._lock:
+            if result.status == "ready":
+                self.stats.jobs_ready += 1
+                self.stats.frames_indexed += result.frames
+            else:
+                self.stats.jobs_failed += 1
+
+    def _indexer_run(self, i: int, path, video_id: int, job_id: str):
+        actor = self._actor(i)
+        return self._indexer.run_job(actor, path, video_id, job_id)
+
+    def _fail(self, job_id: str, video_id: int, error: str) -> None:
+        with self._lock:
+            self.stats.jobs_failed += 1
+        if self.catalog.get_video(video_id) is not None:
+            self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error)

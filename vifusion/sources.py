@@ -1,0 +1,192 @@
+"""Where a video comes from: an upload, a ``file://`` path, or an ``http(s)://`` URL.
+
+Each source is checked before anything is queued, so a bad one gets a clear refusal at once:
+- an upload is sniffed from its first bytes: text, images and documents are refused;
+  unknown binary data is let through and its job fails with the decoder's reason;
+- a ``file://`` path must resolve (symlinks followed) inside one of ``Config.ingest_roots``;
+- an ``http(s)://`` host must resolve only to public addresses unless
+  ``Config.allow_private_urls``; the check is made again when the job fetches it, and on
+  every redirect, so a name cannot be pointed at a private address in between.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from vifusion.config import Config
+
+
+class SourceError(ValueError):
+    """A source refused before indexing; ``code`` is a stable machine-readable reason and
+    ``status`` the HTTP status that says it."""
+
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+# -- uploads ---------------------------------------------------------------------------
+
+_VIDEO_MAGIC: tuple[tuple[int, bytes], ...] = (
+    (4, b"ftyp"),  # MP4, MOV, 3GP, M4V
+    (4, b"moov"), (4, b"mdat"), (4, b"free"), (4, b"wide"), (4, b"skip"),  # older QuickTime
+    (0, b"\x1a\x45\xdf\xa3"),  # Matroska, WebM
+    (0, b"RIFF"),  # AVI (checked further below)
+    (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"),  # MPEG program stream, elementary
+    (0, b"FLV"), (0, b"OggS"), (0, b"GIF8"),
+    (0, b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"),  # ASF / WMV
+)
+_NOT_VIDEO_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive"), (b"\x1f\x8b", "a gzip archive"), (b"BM", "a BMP image"),
+    (b"\x7fELF", "a program"), (b"ID3", "an MP3 audio file"), (b"fLaC", "a FLAC audio file"),
+)
+SNIFF_BYTES = 4096
+
+
+def sniff(head: bytes) -> str | None:
+    """Why ``head`` (a file's first bytes) is not a video, or None when it may be one.
+
+    Only sure refusals: a known video signature passes, a known other format or plain text
+    is refused, and anything else passes on to the decoder, which gives the final word.
+    """
+    if not head:
+        return "the file is empty"
+    for offset, magic in _VIDEO_MAGIC:
+        if head[offset : offset + len(magic)] == magic:
+            if magic == b"RIFF" and head[8:12] != b"AVI ":
+                return f"a RIFF {head[8:12].decode('latin-1')!r} file, not an AVI video"
+            return None
+    if len(head) >= 376 and head[0] == 0x47 and head[188] == 0x47:  # MPEG transport stream
+        return None
+    for magic, what in _NOT_VIDEO_MAGIC:
+        if head.startswith(magic):
+            return f"{what}, not a video"
+    if b"\x00" not in head:
+        try:
+            head.decode("utf-8")
+            return "text, not a video"
+        except UnicodeDecodeError as e:
+            if e.start >= len(head) - 3:  # a character cut at the end of the sample
+                return "text, not a video"
+    return None
+
+
+def new_media_path(cfg: Config, filename: str | None) -> Path:
+    """A fresh file name under the data dir's media folder, keeping a safe suffix."""
+    suffix = Path(filename or "").suffix.lower()
+    if not (2 <= len(suffix) <= 6 and suffix[1:].isalnum()):
+        suffix = ".bin"
+    media = cfg.data_dir / "media"
+    media.mkdir(parents=True, exist_ok=True)
+    return media / f"{uuid.uuid4().hex}{suffix}"
+
+
+def safe_title(name: str | None, fallback: str) -> str:
+    """A title from a client-given file name: its stem, no path, bounded."""
+    stem = Path((name or "").replace("\\", "/")).stem.strip()
+    return (stem or fallback)[:200]
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a file."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+# -- file:// ---------------------------------------------------------------------------
+
+
+def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
+    """The local file a ``file://`` URI names, if it lies inside one of ``roots``."""
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost"):
+        raise SourceError("invalid_uri", f"file uri with a host ({parts.netloc!r}) is not supported")
+    raw = unquote(parts.path)
+    if "\x00" in raw:
+        raise SourceError("invalid_uri", "file uri contains a NUL byte")
+    if ".." in Path(raw).parts:
+        raise SourceError("path_traversal", "file uri must not contain '..'", 403)
+    roots = [Path(r).resolve() for r in roots]
+    if not roots:
+        raise SourceError(
+            "file_uri_disabled", "file:// ingest is off: set ingest_roots (VIFUSION_INGEST_ROOTS) to allow it", 403
+        )
+    path = Path(os.path.realpath(raw))
+    if not any(path.is_relative_to(root) for root in roots):
+        raise SourceError("forbidden_path", f"{raw} is outside the ingest roots", 403)
+    if not path.is_file():
+        raise SourceError("not_found", f"{raw}: no such file", 404 if not path.exists() else 400)
+    return path
+
+
+# -- http(s):// ------------------------------------------------------------------------
+
+
+def check_url(url: str, allow_private: bool) -> None:
+    """Refuse a URL that is malformed or whose host resolves to a non-public address."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SourceError("invalid_uri", "uri must be file://, http:// or https:// with a host")
+    if parts.username or parts.password:
+        raise SourceError("invalid_uri", "credentials in the uri are not accepted")
+    try:
+        port = parts.port
+    except ValueError:
+        raise SourceError("invalid_uri", "uri has a bad port") from None
+    if allow_private:
+        return
+    try:
+        infos = socket.getaddrinfo(parts.hostname, port or 443, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        raise SourceError("unresolvable_host", f"cannot resolve host {parts.hostname!r}") from None
+    for info in infos:
+        addr = ipaddress.ip_address(info[4][0].split("%")[0])
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+            addr = addr.ipv4_mapped
+        if not addr.is_global or addr.is_multicast:
+            raise SourceError(
+                "forbidden_address",
+                f"{parts.hostname} resolves to {addr}, a private, loopback or link-local address",
+                403,
+            )
+
+
+def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> Path:
+    """Fetch ``url`` into ``dest``, checking every hop's address and the size limit."""
+    import httpx
+
+    with httpx.Client(follow_redirects=False, timeout=httpx.Timeout(30.0)) as client:
+        for _ in range(max_redirects + 1):
+            check_url(url, cfg.allow_private_urls)
+            with client.stream("GET", url) as r:
+                if r.is_redirect:
+                    url = str(r.url.join(r.headers.get("location", "")))
+                    continue
+                if r.status_code != 200:
+                    raise SourceError("fetch_failed", f"GET {url}: HTTP {r.status_code}")
+                declared = int(r.headers.get("content-length") or 0)
+                if declared > cfg.max_upload_bytes:
+                    raise SourceError("too_large", f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}", 413)
+                size = 0
+                with open(dest, "wb") as f:
+                    for chunk in r.iter_bytes(1 << 20):
+                        size += len(chunk)
+                        if size > cfg.max_upload_bytes:
+                            raise SourceError("too_large", f"{url} is over the {cfg.max_upload_bytes}-byte limit", 413)
+                        f.write(chunk)
+                return dest
+    raise SourceError("fetch_failed", f"{url}: more than {max_redirects} redirects")
