@@ -1,5 +1,9 @@
 """Prometheus figures of one replica: requests and latencies as they happen, the rest
-(ingest, transfers, shard sizes) read from the service when scraped."""
+(ingest, transfers, shard sizes) read from the service when scraped.
+
+Use ``METRICS`` through this module (``_metrics.METRICS``): Serve pickles the deployment
+class by value, and a name imported into app.py would be copied, not shared.
+"""
 
 from typing import Any
 
@@ -53,3 +57,6 @@ class Metrics:
         self.wire.labels("fp32").set(sum(e["bytes"] for e in stats["extractors"]))
         self.batch_frames.set(frames / batches if batches else 0)
         return generate_latest(self.registry)
+
+
+METRICS = Metrics()  # one per replica process

@@ -32,11 +32,11 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from pydantic import ValidationError
 from ray import serve
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
-from serve import _errors
+from serve import _errors, _metrics
 from serve._errors import ApiError
-from serve._metrics import Metrics
 from serve._ratelimit import RateLimiter
 from serve.schema import (
     MAX_VIDEO_ID,
@@ -63,7 +63,6 @@ api = FastAPI(
     responses={401: {"model": Error}, 422: {"model": Error}, 429: {"model": Error}},
 )
 _errors.install(api)
-_metrics = Metrics()  # one per replica process
 
 VideoId = PathParam(ge=1, le=MAX_VIDEO_ID)
 _UPLOAD_BODY = {
@@ -115,7 +114,7 @@ async def _observe(request: Request, call_next):
     t0 = time.perf_counter()
     response = await call_next(request)
     route = request.scope.get("route")
-    _metrics.observe(getattr(route, "path", "other"), request.method, response.status_code, time.perf_counter() - t0)
+    _metrics.METRICS.observe(getattr(route, "path", "other"), request.method, response.status_code, time.perf_counter() - t0)
     return response
 
 
@@ -162,9 +161,11 @@ async def _form(request: Request, limit: int, max_field: int):
         return await _limit_body(request, limit).form(max_files=2, max_fields=16, max_part_size=max_field)
     except _TooLarge:
         raise ApiError(413, "too_large", f"upload over the {limit}-byte limit") from None
-    except MultiPartException as e:
-        status = 413 if "maximum size" in str(e) else 400
-        raise ApiError(status, "too_large" if status == 413 else "malformed_form", str(e)) from None
+    except (MultiPartException, StarletteHTTPException) as e:  # Starlette wraps the parser's errors
+        message = str(getattr(e, "detail", None) or e)
+        if "maximum size" in message:
+            raise ApiError(413, "too_large", message) from None
+        raise ApiError(400, "malformed_form", message) from None
 
 
 def _kind(request: Request) -> str:
@@ -298,7 +299,7 @@ class ViFusionApp:
 
     @api.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     def metrics(self) -> Response:
-        return Response(_metrics.render(self.service.stats()), media_type="text/plain; version=0.0.4")
+        return Response(_metrics.METRICS.render(self.service.stats()), media_type="text/plain; version=0.0.4")
 
     # -- videos ----------------------------------------------------------------------
 
@@ -451,7 +452,7 @@ class ViFusionApp:
         except (ValueError, LookupError) as e:
             raise ApiError(422, "invalid_query", str(e)) from None
         finally:
-            _metrics.search_latency.labels(kind).observe(time.perf_counter() - t0)
+            _metrics.METRICS.search_latency.labels(kind).observe(time.perf_counter() - t0)
 
     @staticmethod
     def _found(fn, *args):

@@ -9,6 +9,7 @@ so a re-run overwrites what the first run sent instead of adding frames twice.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -118,11 +119,8 @@ class JobRunner:
             path = new_media_path(self.cfg, video.source.rsplit("/", 1)[-1].split("?")[0])
             try:
                 download(video.source, path, self.cfg)
-            except SourceError as e:
-                path.unlink(missing_ok=True)
-                return self._fail(job_id, video_id, str(e))
-            except OSError as e:
-                path.unlink(missing_ok=True)
+            except (SourceError, OSError) as e:
+                shutil.rmtree(path.parent, ignore_errors=True)
                 return self._fail(job_id, video_id, f"fetching {video.source}: {e}")
             sha, size = file_digest(path)
             self.catalog.set_media(video_id, path, sha, size)

@@ -17,6 +17,7 @@ import numpy as np
 
 from vifusion.catalog import Job, Video
 from vifusion.config import Config
+from vifusion.index import shard_for
 from vifusion.jobs import JobRunner
 from vifusion.media import thumbnail
 from vifusion.runtime import Runtime
@@ -93,7 +94,7 @@ class Service:
             return self._queue(f"upload:{filename or path.name}", safe_title(title or filename, path.stem),
                                metadata, sha, size, media=path)
         except BaseException:
-            path.unlink(missing_ok=True)
+            shutil.rmtree(path.parent, ignore_errors=True)
             raise
 
     def ingest_uri(self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None) -> Ingested:
@@ -167,9 +168,10 @@ class Service:
         video = self.video(video_id)
         self.catalog.delete_video(video_id)
         self.shards.delete_video(video_id)
-        self.shards.commit([video_id % self.shards.num_shards])
-        if video.media and Path(video.media).parent == self.cfg.data_dir / "media":
-            Path(video.media).unlink(missing_ok=True)  # only files the service stored itself
+        self.shards.commit([shard_for(video_id, self.shards.num_shards)])
+        media = self.cfg.data_dir / "media"
+        if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself
+            shutil.rmtree(Path(video.media).parent, ignore_errors=True)
         shutil.rmtree(self.cfg.data_dir / "thumbs" / str(video_id), ignore_errors=True)
 
     # -- search ------------------------------------------------------------------------

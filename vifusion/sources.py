@@ -81,13 +81,15 @@ def sniff(head: bytes) -> str | None:
 
 
 def new_media_path(cfg: Config, filename: str | None) -> Path:
-    """A fresh file name under the data dir's media folder, keeping a safe suffix."""
-    suffix = Path(filename or "").suffix.lower()
-    if not (2 <= len(suffix) <= 6 and suffix[1:].isalnum()):
-        suffix = ".bin"
-    media = cfg.data_dir / "media"
-    media.mkdir(parents=True, exist_ok=True)
-    return media / f"{uuid.uuid4().hex}{suffix}"
+    """A fresh folder under the data dir's media folder, holding the file under a safe
+    version of its own name (so errors and downloads name the file the client knows)."""
+    name = Path((filename or "").replace("\\", "/")).name
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")[-100:]
+    if not Path(name).suffix or not Path(name).stem:
+        name = (name or "video") + ".bin"
+    folder = cfg.data_dir / "media" / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    return folder / name
 
 
 def safe_title(name: str | None, fallback: str) -> str:

@@ -1,0 +1,453 @@
+"""Search through the HTTP service vs. the same searches in-process: QPS and latency under load.
+
+One data set, two ways in, one run:
+
+1. **HTTP**: the real app (``serve.app.deploy``: Ray Serve proxy + FastAPI replica) on
+   127.0.0.1. The sample videos are ingested through the API itself (``POST /v1/videos``
+   with ``file://`` uris, then ``GET /v1/jobs/{id}`` until ready). Then C client threads,
+   each with its own keep-alive ``httpx.Client``, run a closed loop of
+   ``POST /v1/search {"text": q, "top_k": 10}``; latency is measured in the client.
+2. **In-process**: Serve is torn down (it holds the data dir's writer lock), the driver opens
+   ``vifusion.service.Service(cfg)`` on the same data dir (new shard actors load the same
+   snapshots) and C threads run the same loop calling what the search handler calls:
+   ``service.search(text=q, top_k=10)`` (query embedding with ``cfg.query_threads`` torch
+   threads, shard fan-out, merge, grouping, the ready-videos check) plus
+   ``service.catalog.get_videos`` for the titles and the same result dicts. What HTTP adds
+   is therefore the client, the proxy, Serve's routing, FastAPI (auth, rate limit, JSON
+   parse / validation / serialisation) and the thread-pool hop inside the replica.
+
+Same queries (a fixed list, cycled), same top_k, same concurrency levels, same request
+count per client. Every level starts with a warm-up (a few requests per client, untimed)
+and all clients start together; QPS = requests / wall time of the level. Every HTTP answer
+must be 200 (others are counted and printed). The top hit of each query is compared
+between the two modes (they must agree: same data, same code).
+
+It prints the workload, a table (mode, clients, requests, QPS, p50, p99), per concurrency
+the ratio HTTP QPS / in-process QPS, the aim line (>= 70% at 4 clients) and last one line of
+JSON with every figure.
+
+Run (from the repository root):
+
+    .venv/bin/python benchmarks/serve_load.py           # 8 videos x 60 s; 1, 2, 4, 8 clients
+    .venv/bin/python benchmarks/serve_load.py --quick   # the 3 demo videos; 1 and 4 clients
+
+The videos are written once into /tmp/vifusion-bench/serve_load/ (``--cache``) and reused;
+the data dir is a temporary folder, removed at the end. Ray gets 4 logical CPUs (as the
+tests do). Figures vary with other load on the host: this is a small, shared machine, and
+the client threads, the proxy, the replica and the shard actors all share its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import logging
+import os
+import platform
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vifusion.config import Config
+from vifusion.samples import DEMO_SET, MOTION, PHOTOS, write_video
+
+QUERIES = [
+    "a cat",
+    "a cup of coffee",
+    "a rocket",
+    "a motorcycle",
+    "a person",
+    "an astronaut",
+    "a camera",
+    "stars in the night sky",
+    "coins",
+    "a space shuttle",
+    "an espresso",
+    "a man with a camera",
+]
+TOP_K = 10
+WARMUP_PER_CLIENT = 3
+SIZE = (320, 240)  # (width, height) of the full run's videos
+FPS = 24
+SCENE_S = 10.0
+SCENES = [*PHOTOS, MOTION]
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    levels: tuple[int, ...]  # client counts
+    per_client: int  # timed requests per client
+    limit_s: float  # a level stops here even if the clients are not done
+
+
+@dataclass
+class Level:
+    mode: str
+    clients: int
+    latencies: list[float] = field(default_factory=list)  # seconds, completed requests only
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    cut: bool = False  # stopped by the time limit
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies)
+
+    @property
+    def qps(self) -> float:
+        return self.requests / self.wall_s if self.wall_s else 0.0
+
+    def pct_ms(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q)) * 1000 if self.latencies else float("nan")
+
+
+# --------------------------------------------------------------------------- data set
+
+
+def write_videos(cache: Path, quick: bool) -> list[Path]:
+    """Quick: the 3 demo videos (12 s each). Full: 8 distinct videos x 60 s (scene orders
+    differ, so none is skipped as a duplicate). Written aside then renamed, once."""
+    if quick:
+        folder = cache / "demo"
+        specs = [(folder / name, list(photos), 4.0, 24, (320, 240)) for name, photos in DEMO_SET.items()]
+    else:
+        folder = cache / f"{SIZE[0]}x{SIZE[1]}-{FPS}fps"
+        per = 6
+        specs = [
+            (folder / f"video{v}-60s.mp4", [SCENES[(v * per + j) % len(SCENES)] for j in range(per)], SCENE_S, FPS, SIZE)
+            for v in range(8)
+        ]
+    for path, photos, scene_s, fps, size in specs:
+        if not path.exists():
+            print(f"writing {path} (once; reused by later runs)", flush=True)
+            part = path.with_name(path.stem + ".part.mp4")
+            write_video(part, photos, scene_s=scene_s, fps=fps, size=size)
+            part.replace(path)
+    return [s[0] for s in specs]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_client(url: str, key: str):
+    import httpx
+
+    # trust_env=False: a proxy from the environment must not sit in front of loopback.
+    return httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {key}"}, trust_env=False)
+
+
+def ingest(url: str, key: str, videos: list[Path], timeout_s: float) -> None:
+    """POST every video as a file:// uri, then poll its job until ready (SystemExit otherwise)."""
+    with http_client(url, key) as client:
+        jobs = {}
+        for path in videos:
+            r = client.post("/v1/videos", json={"uri": path.resolve().as_uri()})
+            if r.status_code != 202:
+                raise SystemExit(f"ingest of {path} refused: {r.status_code} {r.text}")
+            jobs[path.name] = r.json()["job_id"]
+        deadline = time.monotonic() + timeout_s
+        for name, job_id in jobs.items():
+            while True:
+                job = client.get(f"/v1/jobs/{job_id}").json()
+                if job["status"] == "ready":
+                    break
+                if job["status"] == "failed":
+                    raise SystemExit(f"ingest of {name} failed: {job.get('error')}")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"ingest of {name} still {job['status']} after {timeout_s:g} s")
+                time.sleep(0.25)
+
+
+# --------------------------------------------------------------------------- the load loop
+
+
+def run_level(mode: str, clients: int, plan: Plan, make_call: Callable[[], Callable[[str], Any]]) -> Level:
+    """``clients`` threads; each makes its own ``call`` (e.g. an HTTP client), warms up, waits
+    for the others, then sends ``plan.per_client`` queries back to back (closed loop), or
+    fewer if the level runs past ``plan.limit_s``. ``call(q)`` raises on a failed request."""
+    level = Level(mode, clients)
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+    done = threading.Barrier(clients + 1)
+    stop_at = [float("inf")]
+
+    def client(i: int) -> None:
+        lat: list[float] = []
+        errs: list[str] = []
+        try:
+            call = make_call()
+            for j in range(WARMUP_PER_CLIENT):
+                call(QUERIES[(i + j) % len(QUERIES)])
+        except Exception as e:  # noqa: BLE001 - reported, and the level still runs
+            errs.append(f"warm-up: {type(e).__name__}: {e}")
+            call = None
+        start.wait()
+        try:
+            for j in range(plan.per_client):
+                if call is None or time.perf_counter() > stop_at[0]:
+                    break
+                q = QUERIES[(i * 5 + j) % len(QUERIES)]  # clients start at different queries
+                t0 = time.perf_counter()
+                try:
+                    call(q)
+                except Exception as e:  # noqa: BLE001
+                    errs.append(f"{type(e).__name__}: {e}"[:300])
+                    continue
+                lat.append(time.perf_counter() - t0)
+        finally:
+            with lock:
+                level.latencies += lat
+                level.errors += errs
+            close = getattr(call, "close", None)
+            if close:
+                close()
+            done.wait()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()  # every client has warmed up
+    t0 = time.perf_counter()
+    stop_at[0] = t0 + plan.limit_s
+    done.wait()
+    level.wall_s = time.perf_counter() - t0
+    level.cut = level.requests + len(level.errors) < clients * plan.per_client
+    for t in threads:
+        t.join()
+    return level
+
+
+class HttpCall:
+    """One client's search call: its own keep-alive connection; non-200 raises."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.client = http_client(url, key)
+
+    def __call__(self, q: str) -> dict:
+        r = self.client.post("/v1/search", json={"text": q, "top_k": TOP_K})
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+        return r.json()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def in_process_search(service) -> Callable[[str], dict]:
+    """What the /v1/search handler does for a text query, minus HTTP and JSON."""
+
+    def call(q: str) -> dict:
+        page = service.search(text=q, top_k=TOP_K, group_by="segment", filter=None, min_score=None, offset=0)
+        videos = service.catalog.get_videos([m.video_id for m in page.results])
+        results = [
+            {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
+             "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
+             "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={(m.start_s + m.end_s) / 2:.2f}"}
+            for m in page.results
+        ]
+        return {"results": results, "next_cursor": page.next_offset}
+
+    return call
+
+
+def top_hits(call: Callable[[str], dict]) -> dict[str, tuple[int, float] | None]:
+    """Each query's best result (video_id, start_s), to check both modes answer alike."""
+    out = {}
+    for q in QUERIES:
+        res = call(q)["results"]
+        out[q] = (res[0]["video_id"], res[0]["start_s"]) if res else None
+    return out
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def http_phase(cfg: Config, key: str, videos: list[Path], plan: Plan) -> tuple[list[Level], dict, int]:
+    """Deploy, ingest through the API, load it; leaves Serve running (the caller tears it down)."""
+    from serve.app import deploy
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    deploy(cfg, "127.0.0.1", port)
+    print(f"serve up in {time.perf_counter() - t0:.1f} s; ingesting {len(videos)} videos through the API", flush=True)
+    t0 = time.perf_counter()
+    ingest(url, key, videos, timeout_s=600)
+    with http_client(url, key) as client:
+        vectors = client.get("/healthz").json()["vectors"]
+    print(f"ingested in {time.perf_counter() - t0:.1f} s: {vectors} frame vectors", flush=True)
+    probe = HttpCall(url, key)
+    try:
+        hits = top_hits(probe)
+    finally:
+        probe.close()
+    levels = []
+    for c in plan.levels:
+        levels.append(run_level("http", c, plan, lambda: HttpCall(url, key)))
+        print(f"  http        {c} clients: {levels[-1].qps:.1f} QPS", flush=True)
+    return levels, hits, vectors
+
+
+def open_service(cfg: Config, timeout_s: float = 60):
+    """``Service(cfg)`` once the old replica has let go of the writer lock."""
+    from vifusion.runtime import DataDirBusy
+    from vifusion.service import Service
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return Service(cfg)
+        except DataDirBusy:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def in_process_phase(cfg: Config, plan: Plan) -> tuple[list[Level], dict]:
+    import torch
+
+    torch.set_num_threads(cfg.query_threads)  # as the replica does (and Runtime.searcher)
+    with open_service(cfg) as service:
+        with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
+            service.searcher  # noqa: B018 - load the query model before timing, as the replica does
+        call = in_process_search(service)
+        hits = top_hits(call)
+        levels = []
+        for c in plan.levels:
+            levels.append(run_level("in-process", c, plan, lambda: call))
+            print(f"  in-process  {c} clients: {levels[-1].qps:.1f} QPS", flush=True)
+    return levels, hits
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {os.cpu_count()} cpus, {platform.system()}"
+
+
+def print_table(levels: list[Level]) -> None:
+    print(f"{'mode':<12}{'clients':>8}{'requests':>10}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    for lv in levels:
+        cut = "  (time limit)" if lv.cut else ""
+        print(f"{lv.mode:<12}{lv.clients:>8}{lv.requests:>10}{lv.qps:>9.1f}{lv.pct_ms(50):>9.1f}"
+              f"{lv.pct_ms(99):>9.1f}{len(lv.errors):>8}{cut}")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="3 demo videos; 1 and 4 clients (about a minute)")
+    p.add_argument("--requests", type=int, default=0, help="timed requests per client; 0: 30 quick, 100 full")
+    p.add_argument("--cache", type=Path, default=Path("/tmp/vifusion-bench/serve_load"), help="video cache")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    import ray
+
+    plan = Plan(
+        quick=args.quick,
+        levels=(1, 4) if args.quick else (1, 2, 4, 8),
+        per_client=args.requests or (30 if args.quick else 100),
+        limit_s=20.0 if args.quick else 60.0,
+    )
+    t_start = time.perf_counter()
+    videos = write_videos(args.cache, args.quick)
+    tmp = Path(tempfile.mkdtemp(prefix="vifusion-serve-load-"))
+    key = secrets.token_urlsafe(24)
+    cfg = Config(
+        data_dir=tmp / "data",
+        api_key=key,
+        ingest_roots=(videos[0].parent.resolve(),),
+        rate_limit_rps=1e6,  # the benchmark must never be throttled
+        rate_limit_burst=1_000_000,
+    )
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    try:
+        from ray import serve
+
+        try:
+            http, http_hits, vectors = http_phase(cfg, key, videos, plan)
+        finally:
+            with contextlib.suppress(Exception):
+                serve.delete("vifusion")
+            serve.shutdown()
+        inproc, inproc_hits = in_process_phase(cfg, plan)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    seconds = sum(probe_duration(v) for v in videos)
+    print(f"workload: {len(videos)} videos, {seconds:.0f} s of video, {vectors} frame vectors in "
+          f"{cfg.num_shards} shards; {len(QUERIES)} text queries cycled, top_k {TOP_K}; "
+          f"{plan.per_client} requests per client (after {WARMUP_PER_CLIENT} warm-up), "
+          f"{cfg.query_threads} torch query thread(s)")
+    print_table(http + inproc)
+    for lv in http:
+        for e in sorted(set(lv.errors))[:5]:
+            print(f"error ({lv.clients} clients): {e}")
+    mismatched = [q for q in QUERIES if http_hits[q] != inproc_hits[q]]
+    if mismatched:
+        print(f"top hits differ between HTTP and in-process for: {mismatched}")
+    ratios = {}
+    for h, i in zip(http, inproc):
+        ratios[h.clients] = h.qps / i.qps if i.qps else float("nan")
+        print(f"HTTP / in-process QPS at {h.clients} client{'s' if h.clients > 1 else ''}: {ratios[h.clients]:.0%}")
+    at4 = ratios.get(4, float("nan"))
+    print(f"at 4 clients: {at4:.0%} of in-process  (aim >= 70%: {'met' if at4 >= 0.7 else 'NOT met'})")
+    print(json.dumps({
+        "benchmark": "serve_load",
+        "quick": args.quick,
+        "videos": len(videos),
+        "vectors": vectors,
+        "queries": len(QUERIES),
+        "top_k": TOP_K,
+        "requests_per_client": plan.per_client,
+        "results": [
+            {"mode": lv.mode, "clients": lv.clients, "requests": lv.requests, "errors": len(lv.errors),
+             "qps": round(lv.qps, 2), "p50_ms": round(lv.pct_ms(50), 2), "p99_ms": round(lv.pct_ms(99), 2),
+             "wall_s": round(lv.wall_s, 3), "time_limited": lv.cut}
+            for lv in http + inproc
+        ],
+        "ratios": {str(c): round(r, 3) for c, r in ratios.items()},
+        "ratio_at_4": round(at4, 3),
+        "aim_met": bool(at4 >= 0.7),
+        "top_hits_agree": not mismatched,
+        "total_s": round(time.perf_counter() - t_start, 1),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+    }))
+
+
+def probe_duration(path: Path) -> float:
+    from vifusion.extract.decode import probe
+
+    return probe(path).duration_s
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+"use strict";
+// ViFusion web page: key prompt, search (text / image / clip), results, player, upload + job progress.
+// Every /v1 call sends the key; media and thumbnails are fetched as blobs for that reason.
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const KEY_STORE = "vifusion.apiKey";
+  let key = localStorage.getItem(KEY_STORE) || "";
+
+  class ApiError extends Error {
+    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  }
+
+  async function errorOf(status, text) {
+    try {
+      const e = JSON.parse(text).error;
+      if (e && e.message) return new ApiError(status, e.code || "error", e.message);
+    } catch (_) { /* not JSON */ }
+    return new ApiError(status, "http_" + status, text && text.length < 200 ? text : `HTTP ${status}`);
+  }
+
+  // fetch() with the key; throws ApiError for a non-2xx answer (and asks for the key on a 401).
+  async function api(path, opts = {}) {
+    const headers = new Headers(opts.headers || {});
+    headers.set("Authorization", "Bearer " + key);
+    let r;
+    try { r = await fetch(path, { ...opts, headers }); }
+    catch (_) { throw new ApiError(0, "network", "could not reach the service"); }
+    if (r.ok) return r;
+    const err = await errorOf(r.status, await r.text());
+    if (r.status === 401) askKey("The API key was not accepted: " + err.message);
+    throw err;
+  }
+
+  // -- messages -------------------------------------------------------------------------
+  function showError(err) {
+    if (err && err.status === 401) return; // the key dialog says it
+    const text = err instanceof ApiError ? `${err.message} (${err.code})` : String(err && err.message || err);
+    $("error-text").textContent = text;
+    $("error").hidden = false;
+  }
+  function clearError() { $("error").hidden = true; }
+  $("error-close").onclick = clearError;
+
+  // -- the key --------------------------------------------------------------------------
+  function askKey(message) {
+    $("key-error").textContent = message || "";
+    $("key-error").hidden = !message;
+    $("key-cancel").hidden = !key || !!message;
+    $("key-input").value = "";
+    $("key-dialog").hidden = false;
+    $("key-input").focus();
+  }
+  $("key-change").onclick = () => askKey("");
+  $("key-cancel").onclick = () => { $("key-dialog").hidden = true; };
+  $("key-form").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const given = $("key-input").value.trim();
+    if (!given) return;
+    $("key-save").disabled = true;
+    try {
+      // A cheap call with the new key: is it right?
+      const r = await fetch("/v1/videos?limit=1", { headers: { Authorization: "Bearer " + given } });
+      if (!r.ok) throw await errorOf(r.status, await r.text());
+      key = given;
+      localStorage.setItem(KEY_STORE, key);
+      $("key-dialog").hidden = true;
+      clearError();
+    } catch (err) {
+      $("key-error").textContent = err.status === 401 ? "That key was not accepted: " + err.message
+        : "Could not check the key: " + err.message;
+      $("key-error").hidden = false;
+      $("key-input").select();
+    } finally {
+      $("key-save").disabled = false;
+    }
+  };
+
+  // -- search ---------------------------------------------------------------------------
+  const fmt = (s) => `${Math.floor(s / 60)}:${String(Math.floor(s % 60)).padStart(2, "0")}`;
+  let queryFile = null; // the dropped image or clip
+  let lastQuery = null; // {text} or {file}, for "More results"
+  let cursor = null;
+  let searchSeq = 0;
+  let thumbUrls = [];
+
+  function setQueryFile(file) {
+    queryFile = file;
+    const preview = $("query-preview");
+    if (preview.src) URL.revokeObjectURL(preview.src), preview.removeAttribute("src");
+    $("query-chip").hidden = !file;
+    $("drop-text").hidden = !!file;
+    if (!file) { $("query-file").value = ""; return; }
+    $("query-name").textContent = (file.type.startsWith("video/") ? "Clip: " : "Image: ") + file.name;
+    preview.hidden = !file.type.startsWith("image/");
+    if (!preview.hidden) preview.src = URL.createObjectURL(file);
+  }
+
+  function searchBody(q, more) {
+    const topK = $("top-k").value;
+    if (q.text !== undefined) {
+      const body = { text: q.text, top_k: Number(topK) };
+      if (more) body.cursor = more;
+      return { body: JSON.stringify(body), headers: { "Content-Type": "application/json" } };
+    }
+    const form = new FormData();
+    form.append(q.file.type.startsWith("video/") ? "clip" : "image", q.file);
+    form.append("top_k", topK);
+    if (more) form.append("cursor", more);
+    return { body: form };
+  }
+
+  async function search(q, more = null) {
+    const seq = ++searchSeq;
+    clearError();
+    const results = $("results");
+    if (!more) {
+      thumbUrls.forEach((u) => URL.revokeObjectURL(u));
+      thumbUrls = [];
+      results.replaceChildren(el("div", "empty loading", [el("span", "spinner"), " Searching…"]));
+      $("results-head").textContent = "";
+      $("more-button").hidden = true;
+    }
+    $("search-button").disabled = $("more-button").disabled = true;
+    try {
+      const r = await api("/v1/search", { method: "POST", ...searchBody(q, more) });
+      const page = await r.json();
+      if (seq !== searchSeq) return;
+      lastQuery = q;
+      cursor = page.next_cursor;
+      if (!more) results.replaceChildren();
+      page.results.forEach((m) => results.append(card(m)));
+      const n = results.querySelectorAll(".result").length;
+      const what = q.text !== undefined ? `“${q.text}”` : q.file.name;
+      $("results-head").textContent = n ? `${n} result${n > 1 ? "s" : ""} for ${what} · ${page.took_ms} ms` : "";
+      if (!n) results.replaceChildren(el("div", "empty", `No results for ${what}. Try other words, or add videos.`));
+      $("more-button").hidden = !cursor;
+    } catch (err) {
+      if (seq !== searchSeq) return;
+      if (!more) results.replaceChildren(el("div", "empty", "Search failed."));
+      showError(err);
+    } finally {
+      if (seq === searchSeq) $("search-button").disabled = $("more-button").disabled = false;
+    }
+  }
+
+  function el(tag, cls, children = []) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    (Array.isArray(children) ? children : [children]).forEach((c) => e.append(c));
+    return e;
+  }
+
+  function card(m) {
+    const title = m.title || `Video ${m.video_id}`;
+    const img = el("img", "thumb");
+    img.alt = `${title} at ${fmt(m.start_s)}`;
+    const box = el("div", "thumb-box loading", [img, el("span", "range", `${fmt(m.start_s)}–${fmt(m.end_s)}`)]);
+    const c = el("button", "result", [
+      box,
+      el("div", "meta", [el("div", "title", title), el("span", "score", m.score.toFixed(3))]),
+    ]);
+    c.type = "button";
+    c.title = `Play ${title} from ${fmt(m.start_s)}`;
+    Object.assign(c.dataset, { videoId: m.video_id, start: m.start_s, end: m.end_s });
+    c.onclick = () => play(m, title);
+    const broken = () => { box.classList.remove("loading"); box.classList.add("broken"); img.classList.add("broken"); };
+    img.onload = () => box.classList.remove("loading");
+    img.onerror = broken;
+    api(m.thumbnail_url)
+      .then((r) => r.blob())
+      .then((b) => { const u = URL.createObjectURL(b); thumbUrls.push(u); img.src = u; })
+      .catch(broken);
+    return c;
+  }
+
+  $("search-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const text = $("search-input").value.trim();
+    if (text) { setQueryFile(null); search({ text }); }
+    else if (queryFile) search({ file: queryFile });
+    else $("search-input").focus();
+  };
+  $("more-button").onclick = () => lastQuery && cursor && search(lastQuery, cursor);
+  $("top-k").onchange = () => lastQuery && search(lastQuery);
+
+  function useFile(file) {
+    if (!file) return;
+    if (!/^(image|video)\//.test(file.type)) { showError(new Error(`${file.name} is not an image or a video`)); return; }
+    $("search-input").value = "";
+    setQueryFile(file);
+    search({ file });
+  }
+  $("query-file").onchange = () => useFile($("query-file").files[0]);
+  $("query-clear").onclick = (ev) => { ev.preventDefault(); setQueryFile(null); };
+  const drop = $("drop-zone");
+  drop.ondragover = (ev) => { ev.preventDefault(); drop.classList.add("over"); };
+  drop.ondragleave = () => drop.classList.remove("over");
+  drop.ondrop = (ev) => { ev.preventDefault(); drop.classList.remove("over"); useFile(ev.dataTransfer.files[0]); };
+
+  // -- player ---------------------------------------------------------------------------
+  const media = new Map(); // video_id -> Promise<object URL>
+  let playSeq = 0;
+
+  async function play(m, title) {
+    const seq = ++playSeq;
+    const video = $("player");
+    $("player-title").textContent = title;
+    $("player-range").textContent = `${fmt(m.start_s)}–${fmt(m.end_s)} · score ${m.score.toFixed(3)}`;
+    $("player-panel").hidden = false;
+    $("player-loading").hidden = false;
+    video.pause();
+    if (!media.has(m.video_id)) {
+      media.set(m.video_id, api(`/v1/videos/${m.video_id}/media`).then((r) => r.blob()).then((b) => URL.createObjectURL(b)));
+    }
+    let url;
+    try { url = await media.get(m.video_id); }
+    catch (err) { media.delete(m.video_id); $("player-panel").hidden = true; showError(err); return; }
+    if (seq !== playSeq) return;
+    const start = () => { video.currentTime = m.start_s; video.play().catch(() => {}); $("player-loading").hidden = true; };
+    if (video.src === url && video.readyState >= 1) start();
+    else { video.onloadedmetadata = start; video.src = url; }
+  }
+  $("player").onerror = () => {
+    $("player-loading").hidden = true;
+    if (!$("player-panel").hidden) showError(new Error("this browser cannot play the video"));
+  };
+  function closePlayer() { $("player").pause(); $("player-panel").hidden = true; playSeq++; }
+  $("player-close").onclick = closePlayer;
+  $("player-panel").onclick = (ev) => { if (ev.target === $("player-panel")) closePlayer(); };
+  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && !$("player-panel").hidden) closePlayer(); });
+
+  // -- upload + job progress ------------------------------------------------------------
+  function setJob(state, text, value) {
+    $("job").hidden = false;
+    $("job").dataset.status = state;
+    $("job-status").textContent = text;
+    if (value === null) $("job-progress").removeAttribute("value");
+    else $("job-progress").value = value;
+  }
+
+  function upload(form) {
+    return new Promise((resolve, reject) => {
+      const x = new XMLHttpRequest();
+      x.open("POST", "/v1/videos");
+      x.setRequestHeader("Authorization", "Bearer " + key);
+      x.upload.onprogress = (e) => {
+        if (e.lengthComputable) setJob("uploading", `Uploading… ${Math.round((100 * e.loaded) / e.total)}%`, e.loaded / e.total);
+      };
+      x.onload = async () => {
+        if (x.status >= 200 && x.status < 300) return resolve(JSON.parse(x.responseText));
+        const err = await errorOf(x.status, x.responseText);
+        if (x.status === 401) askKey("The API key was not accepted: " + err.message);
+        reject(err);
+      };
+      x.onerror = () => reject(new ApiError(0, "network", "could not reach the service"));
+      x.send(form);
+    });
+  }
+
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const LABEL = { queued: "Queued", decoding: "Decoding", indexing: "Indexing", ready: "Ready", failed: "Failed" };
+
+  $("upload-form").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const file = $("upload-file").files[0];
+    if (!file) return;
+    const title = $("upload-title").value.trim();
+    const form = new FormData();
+    form.append("file", file);
+    if (title) form.append("title", title);
+    $("upload-button").disabled = true;
+    $("job-name").textContent = title || file.name;
+    delete $("job").dataset.videoId;
+    setJob("uploading", "Uploading… 0%", 0);
+    try {
+      const accepted = await upload(form);
+      $("job").dataset.videoId = accepted.video_id;
+      $("job").dataset.jobId = accepted.job_id;
+      setJob("queued", "Queued", null);
+      for (;;) {
+        const job = await (await api(`/v1/jobs/${accepted.job_id}`)).json();
+        const frames = `${job.frames_indexed} frame${job.frames_indexed === 1 ? "" : "s"} indexed`;
+        if (job.status === "ready") { setJob("ready", `Ready · ${frames}`, 1); break; }
+        if (job.status === "failed") { setJob("failed", `Failed: ${job.error || "unknown error"}`, job.progress); break; }
+        const pct = job.status === "queued" ? "" : ` ${Math.round(job.progress * 100)}%`;
+        setJob(job.status, `${LABEL[job.status] || job.status}…${pct} · ${frames}`, job.status === "queued" ? null : job.progress);
+        await sleep(500);
+      }
+      $("upload-form").reset();
+    } catch (err) {
+      setJob("failed", `Failed: ${err.message}`, 0);
+      showError(err);
+    } finally {
+      $("upload-button").disabled = false;
+    }
+  };
+
+  // -- start ----------------------------------------------------------------------------
+  if (!key) askKey("");
+  else api("/v1/videos?limit=1").catch(showError); // asks again if the stored key went stale
+})();

@@ -1,0 +1,174 @@
+"""The web page (GET /) in a real browser, as a person uses it: key prompt, upload with job
+progress, text search, thumbnails, playback from a result, API errors and a wrong key.
+
+Needs Debian's chromium (/usr/bin/chromium) and the python ``playwright`` package; skipped
+without them. Nothing is downloaded: the page has no external resources."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vifusion.samples import write_video
+
+from .conftest import KEY
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+SHOT = Path("/tmp/vifusion-page.png")
+SLOW_MS = 240_000  # ingest on a busy 2-core machine
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium not installed: apt-get install chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the python playwright package is not installed")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, live):
+    context = browser.new_context(viewport={"width": 1280, "height": 860})  # fresh localStorage each test
+    context.set_default_timeout(60_000)
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(live.url)
+    yield p
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def enter_key(page, key: str) -> None:
+    page.locator("#key-dialog").wait_for(state="visible")
+    page.fill("#key-input", key)
+    page.click("#key-save")
+
+
+def test_upload_search_and_play(page, live, tmp_path):
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+
+    # Upload a new video: 4 s of moving shapes, then 4 s of the cat.
+    clip = write_video(live.root / "page-upload" / "cat-upload.mp4", ["motion", "chelsea"])
+    page.set_input_files("#upload-file", str(clip.path))
+    page.fill("#upload-title", "Page upload: the cat")
+    page.click("#upload-button")
+    video_id = None
+    try:
+        page.wait_for_selector("#job[data-video-id]", timeout=SLOW_MS)
+        video_id = int(page.get_attribute("#job", "data-video-id"))
+        page.wait_for_selector("#job[data-status=ready], #job[data-status=failed]", timeout=SLOW_MS)
+        status = page.inner_text("#job-status")
+        assert page.get_attribute("#job", "data-status") == "ready", status
+        assert page.eval_on_selector("#job-progress", "p => p.value") == 1
+        frames = int(status.split("·")[1].split()[0])
+        assert frames > 0, status
+        assert page.input_value("#upload-file") == ""  # the form is reset for the next upload
+
+        # Search as a person would: type, press the button.
+        page.fill("#search-input", "a cat")
+        page.click("#search-button")
+        first = page.locator("#results .result").first
+        first.wait_for(timeout=120_000)
+        vid, start, end = (first.get_attribute(a) for a in ("data-video-id", "data-start", "data-end"))
+        vid, start, end = int(vid), float(start), float(end)
+        cat = live.videos["kitchen.mp4"].scene_of("chelsea")
+        upload_cat = clip.scene_of("chelsea")
+        if vid == video_id:
+            assert start < upload_cat.end_s and end > upload_cat.start_s, (start, end)
+            assert first.locator(".title").inner_text() == "Page upload: the cat"
+        else:
+            assert vid == live.ids["kitchen.mp4"], f"top result for 'a cat' is video {vid}"
+            assert start < cat.end_s and end > cat.start_s, (start, end)
+        assert 0 < float(first.locator(".score").inner_text()) <= 1
+        m, s = divmod(int(start), 60)
+        assert first.locator(".range").inner_text().startswith(f"{m}:{s:02d}–")
+        # Every thumbnail arrives (fetched with the key, shown from a blob), none is broken.
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('#results img.thumb')]
+                .every(i => (i.complete && i.naturalWidth > 0) || i.classList.contains('broken'))""",
+            timeout=120_000,
+        )
+        assert page.locator("#results img.thumb.broken").count() == 0
+        assert first.locator("img.thumb").evaluate("i => i.naturalWidth") > 0
+        assert first.locator("img.thumb").get_attribute("src").startswith("blob:")
+        page.screenshot(path=str(tmp_path / "results.png"), full_page=True)
+        shutil.copy(tmp_path / "results.png", SHOT)
+
+        # Play from the segment's start.
+        first.click()
+        page.locator("#player-panel").wait_for(state="visible")
+        page.wait_for_function(
+            """([start]) => {
+                const v = document.getElementById('player');
+                return v.src.startsWith('blob:') && v.readyState >= 1 && !v.seeking
+                    && v.currentTime >= start - 0.3 && v.currentTime <= start + 3;
+            }""",
+            arg=[start],
+            timeout=60_000,
+        )
+        assert page.locator("#error").is_hidden(), page.inner_text("#error")
+        page.screenshot(path=str(tmp_path / "player.png"))
+        shutil.copy(tmp_path / "player.png", SHOT.with_name("vifusion-player.png"))
+        page.keyboard.press("Escape")
+        page.locator("#player-panel").wait_for(state="hidden")
+    finally:
+        if video_id is not None:
+            r = live.client.delete(f"/v1/videos/{video_id}")
+            assert r.status_code == 204, r.text
+
+
+def test_api_error_is_shown(page, live, tmp_path):
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    fake = tmp_path / "notes.png"
+    fake.write_text("this is not a picture\n")
+    page.set_input_files("#query-file", str(fake))  # dropping a file searches by it at once
+    page.locator("#error").wait_for(state="visible")
+    text = page.inner_text("#error-text")
+    assert "invalid_image" in text and "not a readable image" in text, text
+    assert page.locator("#results .result").count() == 0
+    assert "failed" in page.inner_text("#results").lower()
+    page.screenshot(path=str(tmp_path / "error.png"))
+
+
+def test_wrong_key_is_refused(page, live, tmp_path):
+    enter_key(page, "not-the-key")
+    err = page.locator("#key-error")
+    err.wait_for(state="visible")
+    assert "not accepted" in err.inner_text()
+    page.screenshot(path=str(tmp_path / "wrong-key.png"))
+    assert page.locator("#key-dialog").is_visible()
+    assert page.evaluate("localStorage.getItem('vifusion.apiKey')") is None
+
+    # The right key closes the prompt and is kept across a reload.
+    page.fill("#key-input", KEY)
+    page.click("#key-save")
+    page.locator("#key-dialog").wait_for(state="hidden")
+    page.reload()
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#key-dialog").is_hidden()
+
+    # A stored key that went stale: the first 401 brings the prompt back, with the reason.
+    page.evaluate("localStorage.setItem('vifusion.apiKey', 'revoked')")
+    page.reload()
+    page.locator("#key-dialog").wait_for(state="visible")
+    assert "not accepted" in page.inner_text("#key-error")
+
+    # "Change key" opens the prompt too.
+    page.fill("#key-input", KEY)
+    page.click("#key-save")
+    page.locator("#key-dialog").wait_for(state="hidden")
+    page.click("#key-change")
+    page.locator("#key-dialog").wait_for(state="visible")
+    assert page.locator("#key-error").is_hidden()
+    page.click("#key-cancel")
+    page.locator("#key-dialog").wait_for(state="hidden")
