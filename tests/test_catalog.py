@@ -43,3 +43,46 @@ def test_list_and_delete(tmp_path):
     assert [v.id for v in cat.list_videos(limit=10, after_id=ids[2])] == ids[3:]
     assert cat.delete_video(ids[0]) and cat.get_video(ids[0]) is None
     assert not cat.delete_video(ids[0])
+
+
+def test_ready_ids_filters_on_metadata_by_type(tmp_path):
+    cat = Catalog(tmp_path / "c.db")
+    made = {}
+    for name, meta in {"a": {"team": "x", "n": 1, "live": True}, "b": {"team": "x", "n": "1", "live": False},
+                       "c": {"team": "y", "n": 1}, "q": {"team": "x"}}.items():
+        vid, job = cat.add_video(f"/v/{name}.mp4", name, meta)
+        if name != "q":  # q stays queued
+            cat.update_job(job, "ready")
+        made[name] = vid
+    assert cat.ready_ids(metadata={"team": "x"}) == {made["a"], made["b"]}
+    assert cat.ready_ids(metadata={"n": 1}) == {made["a"], made["c"]}  # the string "1" is not 1
+    assert cat.ready_ids(metadata={"live": True}) == {made["a"]}
+    assert cat.ready_ids(metadata={"n": True}) == set()  # true is not 1 either
+    assert cat.ready_ids([made["a"], made["q"]]) == {made["a"]}
+    assert cat.ready_ids([]) == set()
+    with pytest.raises(ValueError):
+        cat.ready_ids(metadata={'x") OR 1=1 --': 1})
+
+
+def test_job_queue_order_and_a_deleted_videos_job_is_gone(tmp_path):
+    cat = Catalog(tmp_path / "c.db")
+    v1, j1 = cat.add_video("/v/1.mp4", "1")
+    v2, j2 = cat.add_video("/v/2.mp4", "2")
+    assert [j.id for j in cat.jobs_in(("queued",))] == [j1, j2]
+    cat.update_job(j1, "indexing")
+    assert [j.id for j in cat.jobs_in(("queued",))] == [j2]
+    assert cat.delete_video(v1)
+    assert cat.update_job(j1, "ready") is False  # nothing to move: the video was deleted
+    assert cat.get_job(j1) is None and cat.counts() == {"queued": 1}
+
+
+def test_catalog_written_before_media_column_is_upgraded(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    Catalog(path).close()
+    with sqlite3.connect(path) as c:  # an old catalog: no media column
+        c.execute("ALTER TABLE videos DROP COLUMN media")
+    cat = Catalog(path)
+    vid, _ = cat.add_video("/v/a.mp4", "a", media=tmp_path / "a.mp4")
+    assert cat.get_video(vid).media_path == tmp_path / "a.mp4"

@@ -92,7 +92,7 @@
     if (!file) { $("query-file").value = ""; return; }
     $("query-name").textContent = (file.type.startsWith("video/") ? "Clip: " : "Image: ") + file.name;
     preview.hidden = !file.type.startsWith("image/");
-    if (!preview.hidden) preview.src = URL.createObjectURL(file);
+    if (!preview.hidden) { preview.onerror = () => { preview.hidden = true; }; preview.src = URL.createObjectURL(file); }
   }
 
   function searchBody(q, more) {

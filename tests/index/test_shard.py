@@ -228,3 +228,26 @@ def test_garbage_snapshot_is_rejected_clearly(tmp_path: Path) -> None:
     (tmp_path / SNAPSHOT).write_bytes(b"not a snapshot")
     with pytest.raises(ValueError, match="not a shard snapshot"):
         Shard(0, tmp_path, threads=1)
+
+
+def test_search_restricted_to_videos_is_exact(shard: Shard) -> None:
+    q = make_batch(3, 20, seed=3).space("visual")[[5]]
+    scores, ids, _ = shard.search("visual", q, 10, videos=[4])
+    assert set(video_of(ids[ids >= 0]).tolist()) == {4}
+    assert (ids >= 0).sum() == 10  # filtered before top-k: a full page of video 4
+    full_scores, full_ids, _ = shard.search("visual", q, 35)
+    expected = full_ids[0][video_of(full_ids[0]) == 4][:10]
+    assert ids[0].tolist() == expected.tolist()
+    _, none_ids, none_times = shard.search("visual", q, 3, videos=[99])
+    assert (none_ids == -1).all() and not none_times.any()
+
+
+def test_frames_returns_a_videos_stored_vectors_in_a_time_range(shard: Shard) -> None:
+    batch = make_batch(4, 15, seed=4)
+    times, vectors = shard.frames("visual", 4, 2.5, 5.0)
+    np.testing.assert_array_equal(times, [[2, 3], [3, 4], [4, 5]])
+    np.testing.assert_allclose(vectors, batch.space("visual")[2:5], atol=1e-6)
+    times, vectors = shard.frames("semantic", 4, 100, 200)
+    assert times.shape == (0, 2) and vectors.shape == (0, SEMANTIC_DIM)
+    with pytest.raises(ValueError):
+        shard.frames("audio", 4, 0, 1)

@@ -126,6 +126,31 @@ def test_upload_search_and_play(page, live, tmp_path):
             assert r.status_code == 204, r.text
 
 
+@pytest.mark.parametrize("kind", ["image", "clip"])
+def test_search_by_image_and_clip(page, live, tmp_path, kind):
+    from PIL import Image
+
+    from vifusion.samples import photo
+
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    if kind == "image":
+        query = tmp_path / "chelsea.png"
+        Image.fromarray(photo("chelsea")).save(query)
+    else:
+        query = write_video(tmp_path / "chelsea-clip.mp4", ["chelsea"], scene_s=2.0).path
+    page.set_input_files("#query-file", str(query))  # picking a file searches by it at once
+    first = page.locator("#results .result").first
+    first.wait_for(timeout=120_000)
+    assert query.name in page.inner_text("#results-head")
+    assert page.locator("#query-name").inner_text() == ("Image: " if kind == "image" else "Clip: ") + query.name
+    cat = live.videos["kitchen.mp4"].scene_of("chelsea")
+    vid, start, end = (first.get_attribute(a) for a in ("data-video-id", "data-start", "data-end"))
+    assert int(vid) == live.ids["kitchen.mp4"], f"top result for the cat {kind} is video {vid}"
+    assert float(start) < cat.end_s and float(end) > cat.start_s, (start, end)
+    assert page.locator("#error").is_hidden()
+
+
 def test_api_error_is_shown(page, live, tmp_path):
     enter_key(page, KEY)
     page.locator("#key-dialog").wait_for(state="hidden")
