@@ -466,17 +466,22 @@ class ViFusionApp:
 
 def deploy(cfg: Config, host: str, port: int) -> None:
     """Start Serve's proxy on host:port and deploy the app (Ray must be up)."""
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(ViFusionApp.bind(cfg), name="vifusion", route_prefix="/")
+    quiet = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
+    serve.start(http_options={"host": host, "port": port}, logging_config=quiet)
+    serve.run(ViFusionApp.bind(cfg), name="vifusion", route_prefix="/", logging_config=quiet)
 
 
 def run(cfg: Config, host: str, port: int) -> int:
     """Start the service on a local Ray (or ``cfg.ray_address``) and serve until Ctrl-C."""
     import ray
 
-    ray.init(address=cfg.ray_address, include_dashboard=False, logging_level=logging.ERROR)
+    ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    print(f"Starting ViFusion on {cfg.data_dir} (loading models takes a few seconds)...", flush=True)
     deploy(cfg, host, port)
-    print(f"ViFusion is serving on http://{host}:{port}  (API key: {api_key(cfg)})", flush=True)
+    roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
+    print(f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
+          f"(Authorization: Bearer {api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", parents=[common], help="run the HTTP service")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--ingest-root", type=Path, action="append", metavar="DIR",
+                    help="a folder file:// uris may name (repeat for more); default: none")
 
     sub.add_parser("demo", parents=[common], help="make sample videos, index them, run example queries")
     return p
@@ -50,6 +52,7 @@ def _config(args: argparse.Namespace) -> Config:
         ray_address=args.address,
         sample_fps=getattr(args, "sample_fps", None),
         max_frames=getattr(args, "max_frames", None),
+        ingest_roots=tuple(args.ingest_root) if getattr(args, "ingest_root", None) else None,
     )
 
 
