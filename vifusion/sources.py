@@ -5,8 +5,9 @@ Each source is checked before anything is queued, so a bad one gets a clear refu
   unknown binary data is let through and its job fails with the decoder's reason;
 - a ``file://`` path must resolve (symlinks followed) inside one of ``Config.ingest_roots``;
 - an ``http(s)://`` host must resolve only to public addresses unless
-  ``Config.allow_private_urls``; the check is made again when the job fetches it, and on
-  every redirect, so a name cannot be pointed at a private address in between.
+  ``Config.allow_private_urls``; the check is made again when the job fetches it and on
+  every redirect, and the fetch connects to the checked address, so a name cannot be
+  pointed at a private address in between (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import socket
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from vifusion.config import Config
 
@@ -138,8 +139,9 @@ def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
 # -- http(s):// ------------------------------------------------------------------------
 
 
-def check_url(url: str, allow_private: bool) -> None:
-    """Refuse a URL that is malformed or whose host resolves to a non-public address."""
+def check_url(url: str, allow_private: bool) -> str:
+    """Refuse a URL that is malformed or whose host resolves to a non-public address;
+    return the address to connect to (the fetch is pinned to it)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SourceError("invalid_uri", "uri must be file://, http:// or https:// with a host")
@@ -149,34 +151,40 @@ def check_url(url: str, allow_private: bool) -> None:
         port = parts.port
     except ValueError:
         raise SourceError("invalid_uri", "uri has a bad port") from None
-    if allow_private:
-        return
     try:
         infos = socket.getaddrinfo(parts.hostname, port or 443, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
         raise SourceError("unresolvable_host", f"cannot resolve host {parts.hostname!r}") from None
-    for info in infos:
-        addr = ipaddress.ip_address(info[4][0].split("%")[0])
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
-            addr = addr.ipv4_mapped
-        if not addr.is_global or addr.is_multicast:
+    addrs = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    for addr in addrs:
+        plain = addr.ipv4_mapped if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped else addr
+        if not allow_private and (not plain.is_global or plain.is_multicast):
             raise SourceError(
                 "forbidden_address",
-                f"{parts.hostname} resolves to {addr}, a private, loopback or link-local address",
+                f"{parts.hostname} resolves to {plain}, a private, loopback or link-local address",
                 403,
             )
+    return str(addrs[0])
 
 
 def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> Path:
-    """Fetch ``url`` into ``dest``, checking every hop's address and the size limit."""
+    """Fetch ``url`` into ``dest``, checking every hop's address and the size limit.
+
+    Each hop connects to the address that was checked (Host header and TLS name stay the
+    URL's), so a DNS answer that changes after the check cannot redirect the fetch.
+    """
     import httpx
 
     with httpx.Client(follow_redirects=False, timeout=httpx.Timeout(30.0)) as client:
         for _ in range(max_redirects + 1):
-            check_url(url, cfg.allow_private_urls)
-            with client.stream("GET", url) as r:
+            addr = check_url(url, cfg.allow_private_urls)
+            parts = urlsplit(url)
+            host = f"[{addr}]" if ":" in addr else addr
+            pinned = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl()
+            headers = {"Host": parts.netloc}
+            with client.stream("GET", pinned, headers=headers, extensions={"sni_hostname": parts.hostname}) as r:
                 if r.is_redirect:
-                    url = str(r.url.join(r.headers.get("location", "")))
+                    url = urljoin(url, r.headers.get("location", ""))
                     continue
                 if r.status_code != 200:
                     raise SourceError("fetch_failed", f"GET {url}: HTTP {r.status_code}")
