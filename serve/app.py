@@ -207,8 +207,12 @@ def _image(data: bytes) -> np.ndarray:
             if im.width * im.height > _MAX_IMAGE_PIXELS:
                 raise ApiError(413, "too_large", f"image is {im.width}x{im.height}; the limit is {_MAX_IMAGE_PIXELS} pixels")
             return np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        raise ApiError(422, "invalid_image", f"not a readable image: {e}") from None
+    except UnidentifiedImageError:
+        raise ApiError(422, "invalid_image", "not a readable image (send JPEG, PNG, WebP, GIF, BMP or TIFF)") from None
+    except Image.DecompressionBombError:
+        raise ApiError(413, "too_large", f"image is over the {_MAX_IMAGE_PIXELS}-pixel limit") from None
+    except (OSError, ValueError) as e:  # truncated or corrupt data in a known format
+        raise ApiError(422, "invalid_image", f"image cannot be decoded: {type(e).__name__}") from None
 
 
 def _cursor(offset: int | None) -> str | None:
