@@ -39,6 +39,11 @@ def install(api: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         return error_response(exc.status_code, _CODES.get(exc.status_code, "error"), message, exc.headers)
 
+    @api.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:
+        # Reached only by a bug; Starlette logs the traceback. The client still gets JSON.
+        return error_response(500, "internal", f"internal error ({type(exc).__name__}); see the service log")
+
     @api.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(422, "invalid_request", _validation_message(exc))

@@ -35,9 +35,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
-from serve import _errors, _metrics
+from serve import _auth, _errors, _metrics
 from serve._errors import ApiError
-from serve._ratelimit import RateLimiter
 from serve.schema import (
     MAX_VIDEO_ID,
     Accepted,
@@ -85,6 +84,10 @@ _SEARCH_BODY = {
             "multipart/form-data": {"schema": {"type": "object", "properties": {
                 "image": {"type": "string", "format": "binary"},
                 "clip": {"type": "string", "format": "binary"},
+                "text": {"type": "string", "minLength": 1, "maxLength": 1000},
+                "video_id": {"type": "integer", "minimum": 1},
+                "start_s": {"type": "number", "minimum": 0},
+                "end_s": {"type": "number", "exclusiveMinimum": 0},
                 "top_k": {"type": "integer", "minimum": 1, "maximum": 100},
                 "group_by": {"type": "string", "enum": ["segment", "video", "frame"]},
                 "filter": {"type": "string", "description": "a JSON object"},
@@ -110,6 +113,16 @@ def api_key(cfg: Config) -> str:
 
 
 @api.middleware("http")
+async def _gate(request: Request, call_next):
+    path = request.url.path
+    if path == "/v1" or path.startswith("/v1/"):
+        denied = _auth.GATE.check(request.headers.get("authorization", ""))
+        if denied is not None:
+            return denied
+    return await call_next(request)
+
+
+@api.middleware("http")  # added last, so outermost: it sees the gate's answers too
 async def _observe(request: Request, call_next):
     t0 = time.perf_counter()
     response = await call_next(request)
@@ -154,6 +167,8 @@ async def _json_body(request: Request, limit: int) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, "malformed_json", f"body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed_json", "body is nested too deeply") from None
 
 
 async def _form(request: Request, limit: int, max_field: int):
@@ -186,6 +201,8 @@ def _json_field(value: Any, name: str) -> Any:
         parsed = json.loads(value)
     except json.JSONDecodeError as e:
         raise ApiError(400, "malformed_json", f"{name} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed_json", f"{name} is nested too deeply") from None
     if not isinstance(parsed, dict):
         raise ApiError(422, "invalid_request", f"{name} must be a JSON object")
     return parsed
@@ -224,7 +241,7 @@ def _offset(cursor: str | None) -> int:
         return 0
     try:
         offset = json.loads(base64.urlsafe_b64decode(cursor.encode()))["o"]
-        if isinstance(offset, int) and offset >= 0:
+        if type(offset) is int and offset >= 0:  # not a bool
             return offset
     except (ValueError, KeyError, TypeError, binascii.Error):
         pass
@@ -257,15 +274,14 @@ class ViFusionApp:
 
         torch.set_num_threads(cfg.query_threads)
         self.cfg = cfg
-        self.key = api_key(cfg).encode()
-        self.limiter = RateLimiter(cfg.rate_limit_rps, cfg.rate_limit_burst)
+        _auth.GATE.configure(api_key(cfg), cfg.rate_limit_rps, cfg.rate_limit_burst)
         self.service = Service(cfg)
         with contextlib.redirect_stdout(io.StringIO()):  # load the query models now, not on the first search
             self.service.searcher  # noqa: B018
 
     def reconfigure(self, user_config: dict) -> None:
         """Live settings (``serve deploy`` with a new ``user_config``): the rate limit."""
-        self.limiter.configure(
+        _auth.GATE.limiter.configure(
             user_config.get("rate_limit_rps", self.cfg.rate_limit_rps),
             user_config.get("rate_limit_burst", self.cfg.rate_limit_burst),
         )
@@ -273,17 +289,6 @@ class ViFusionApp:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.service.close()
-
-    def _auth(self, request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), self.key):
-            raise ApiError(401, "unauthorized", "missing or wrong API key (Authorization: Bearer <key>)",
-                           {"WWW-Authenticate": "Bearer"})
-        wait = self.limiter.take(given.strip())
-        if wait:
-            raise ApiError(429, "rate_limited", f"too many requests; retry in {wait:.2f} s",
-                           {"Retry-After": str(max(1, int(wait + 0.999)))})
 
     # -- pages and probes ------------------------------------------------------------
 
@@ -308,9 +313,9 @@ class ViFusionApp:
     # -- videos ----------------------------------------------------------------------
 
     @api.post("/v1/videos", status_code=202, response_model=Accepted, openapi_extra=_UPLOAD_BODY,
-              responses={413: {"model": Error}, 415: {"model": Error}, 403: {"model": Error}})
+              responses={400: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 413: {"model": Error},
+                         415: {"model": Error}})
     async def add_video(self, request: Request) -> dict:
-        self._auth(request)
         from vifusion.sources import SourceError
 
         try:
@@ -334,40 +339,35 @@ class ViFusionApp:
         return {"video_id": done.video_id, "job_id": done.job_id, "status": "queued"}
 
     @api.get("/v1/jobs/{job_id}", response_model=JobOut, responses={404: {"model": Error}})
-    def job(self, request: Request, job_id: str = PathParam(max_length=64)) -> dict:
-        self._auth(request)
+    def job(self, job_id: str = PathParam(max_length=64)) -> dict:
         j = self._found(self.service.job, job_id)
         return {"job_id": j.id, "video_id": j.video_id, "status": j.status, "progress": round(j.progress, 4),
                 "frames_indexed": j.frames_indexed, "error": j.error}
 
-    @api.get("/v1/videos", response_model=VideoList)
+    @api.get("/v1/videos", response_model=VideoList, responses={400: {"model": Error}})
     def videos(
-        self, request: Request, limit: int = Query(50, ge=1, le=500), cursor: str | None = Query(None, max_length=32)
+        self, limit: int = Query(50, ge=1, le=500), cursor: str | None = Query(None, max_length=32)
     ) -> dict:
-        self._auth(request)
         after = 0
         if cursor:
-            if not cursor.isdigit() or int(cursor) > MAX_VIDEO_ID:
+            if not (cursor.isascii() and cursor.isdigit()) or int(cursor) > MAX_VIDEO_ID:
                 raise ApiError(400, "invalid_cursor", "cursor is not one this service gave out")
             after = int(cursor)
         page, last = self.service.videos(limit, after)
         return {"videos": [_video_out(v) for v in page], "next_cursor": None if last is None else str(last)}
 
     @api.get("/v1/videos/{video_id}", response_model=VideoOut, responses={404: {"model": Error}})
-    def video(self, request: Request, video_id: int = VideoId) -> dict:
-        self._auth(request)
+    def video(self, video_id: int = VideoId) -> dict:
         return _video_out(self._found(self.service.video, video_id))
 
     @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response, responses={404: {"model": Error}})
-    def delete(self, request: Request, video_id: int = VideoId) -> Response:
-        self._auth(request)
+    def delete(self, video_id: int = VideoId) -> Response:
         self._found(self.service.delete, video_id)
         return Response(status_code=204)
 
     @api.get("/v1/videos/{video_id}/thumbnail", response_class=Response,
              responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": Error}})
-    def thumbnail(self, request: Request, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:
-        self._auth(request)
+    def thumbnail(self, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:
         try:
             data = self._found(self.service.thumbnail, video_id, t)
         except ValueError as e:
@@ -376,17 +376,15 @@ class ViFusionApp:
 
     @api.get("/v1/videos/{video_id}/media", response_class=FileResponse,
              responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}, 404: {"model": Error}})
-    def media(self, request: Request, video_id: int = VideoId) -> FileResponse:
-        self._auth(request)
+    def media(self, video_id: int = VideoId) -> FileResponse:
         path = self._found(self.service.media_path, video_id)
         return FileResponse(path, media_type=_video_type(path))
 
     # -- search ----------------------------------------------------------------------
 
     @api.post("/v1/search", response_model=SearchResults, openapi_extra=_SEARCH_BODY,
-              responses={400: {"model": Error}, 404: {"model": Error}, 413: {"model": Error}})
+              responses={400: {"model": Error}, 404: {"model": Error}, 413: {"model": Error}, 415: {"model": Error}})
     async def search(self, request: Request) -> dict:
-        self._auth(request)
         t0 = time.perf_counter()
         clip_file = None
         if _kind(request) == "json":

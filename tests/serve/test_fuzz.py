@@ -12,7 +12,7 @@ What is left out, on purpose: ``DELETE /v1/videos/{video_id}`` (it would delete 
 videos the other serve tests rely on) and ``POST /v1/videos`` (it would ingest fuzzed
 uploads and change the catalog and the vector counts). test_app.py covers both. The only
 ``POST /v1/videos`` requests here are bodies that cannot ingest anything (see
-``test_deeply_nested_json_is_a_4xx``), and the last test checks that the catalog is as the
+``test_deeply_nested_json_is_never_a_5xx``), and the last test checks that the catalog is as the
 fuzz found it.
 
 Repeatable: a fixed seed, no example database, and a bounded number of examples per
@@ -26,15 +26,16 @@ import json
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.serve.conftest import KEY
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SEED = 20261122
-FUZZ_EXAMPLES = 25  # per operation, on top of the coverage phase's deterministic cases
-ANON_EXAMPLES = 10
+FUZZ_EXAMPLES = 50  # per operation, on top of the coverage phase's deterministic cases
+ANON_EXAMPLES = 15
+STATUS_EXAMPLES = 10
 
 
 def slow_ok(**kwargs) -> settings:
@@ -70,7 +71,36 @@ def _load(live, **kwargs):
 
 @pytest.fixture(scope="module")
 def api_schema(live):
-    return _load(live, max_examples=FUZZ_EXAMPLES, phases=("coverage", "fuzzing"), checks=CHECKS)
+    schema = _load(live, max_examples=FUZZ_EXAMPLES, phases=("coverage", "fuzzing"), checks=CHECKS)
+    _steer_past_the_404s(schema, sorted(live.ids.values()))
+    return schema
+
+
+_QUERY_KINDS = ("text", "image_b64", "video_id")
+
+
+def _steer_past_the_404s(schema, video_ids: list[int]) -> None:
+    """Random ids are almost never a video's and random searches almost always name several
+    query kinds, so the handlers would stop at a 404 or a 422. Send some of the cases on:
+    a schema-valid video id becomes a demo video's about half the time, and a JSON search
+    with several query kinds keeps only one of them about half the time (the rest of the
+    body, filter, cursor, top_k and all, stays fuzzed)."""
+
+    @schema.hook
+    def flatmap_path_parameters(context, path_parameters):
+        video_id = (path_parameters or {}).get("video_id")
+        if type(video_id) is not int or video_id < 1:
+            return st.just(path_parameters)
+        return st.sampled_from([video_id, video_id, *video_ids]).map(lambda v: {**path_parameters, "video_id": v})
+
+    @schema.hook
+    def flatmap_body(context, body):
+        kinds = [k for k in _QUERY_KINDS if isinstance(body, dict) and k in body]
+        if context.operation is None or context.operation.path != "/v1/search" or len(kinds) < 2:
+            return st.just(body)
+        return st.sampled_from([None, *kinds]).map(
+            lambda keep: body if keep is None else {k: v for k, v in body.items() if k not in kinds or k == keep}
+        )
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +109,9 @@ def anon_schema(live):
 
 
 @pytest.fixture(scope="module")
-def coverage_schema(live):
-    return _load(live, max_examples=1, phases=("coverage",), checks=("status_code_conformance",))
+def status_schema(live):
+    checks = ("status_code_conformance",)
+    return _load(live, max_examples=STATUS_EXAMPLES, phases=("coverage", "fuzzing"), checks=checks)
 
 
 def _safe(lazy):
@@ -89,7 +120,16 @@ def _safe(lazy):
 
 fuzzed = _safe(schemathesis.pytest.from_fixture("api_schema"))
 fuzzed_anon = _safe(schemathesis.pytest.from_fixture("anon_schema"))
-covered = _safe(schemathesis.pytest.from_fixture("coverage_schema"))
+status_checked = _safe(schemathesis.pytest.from_fixture("status_schema"))
+
+
+@pytest.fixture(autouse=True)
+def _nodeid_for_schemathesis(request):
+    """schemathesis 4.32's lazy (from_fixture) tests read and rename ``item._nodeid``, which
+    pytest 9.2 no longer has (it keeps a structured ``_id``): give it one to read. Harmless
+    where both agree; only the per-operation names in the report depend on it."""
+    if not hasattr(request.node, "_nodeid"):
+        request.node._nodeid = request.node.nodeid
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +183,10 @@ def test_no_5xx_and_json_errors_with_the_key(case, live, http, catalog_before):
     case.validate_response(response, headers=AUTH)
 
 
-@covered.parametrize()
+@status_checked.parametrize()
 @slow_ok()
 def test_every_status_is_documented(case, live, http, catalog_before):
-    """The coverage phase's boundary and wrong-type cases get only documented statuses."""
+    """Every status the service answers is one the schema documents for that operation."""
     response = case.call(session=http, headers=AUTH)
     assert response.status_code < 500, _request(case, response)
     case.validate_response(response, headers=AUTH)
@@ -165,31 +205,25 @@ def test_v1_routes_answer_401_without_the_key(case, live, http, catalog_before):
     if not case.operation.path.startswith("/v1/"):
         assert status != 401, where  # /healthz and /metrics need no key
         return
-    assert status >= 400, where  # never data without the key
-    err = _error_body(case, response)
-    if status == 401:
-        assert err["code"] == "unauthorized", where
-        return
-    # Not 401 only where no handler ran: the router found no route (a path parameter with a
-    # "/" in it), or request validation, which FastAPI runs before the handler's key check,
-    # refused a schema-breaking request.
-    allowed = {404: "not_found", 405: "method_not_allowed"}
-    if case.meta is not None and case.meta.generation.mode.is_negative:
-        allowed[422] = "invalid_request"
-    assert err["code"] == allowed.get(status), where
-    if status == 404:
-        assert err["message"] == "Not Found", where  # the router's, not a handler's "no video N"
+    # The key is checked before routing and validation: every /v1 request without it is a
+    # 401, whatever else is wrong with it.
+    assert status == 401, where
+    assert _error_body(case, response)["code"] == "unauthorized", where
 
 
 # -- what the schema cannot describe -------------------------------------------------------
 
-# str.isdigit() is true for more than 0-9: superscripts, circled and other-script digits.
-_DIGITISH = st.characters(categories=("Nd", "No", "Nl"), codec="utf-8")
+# str.isdigit() is true for 788 characters, not 10: other scripts' decimal digits (which
+# int() reads) and 128 superscript, subscript and circled ones (which int() refuses).
+_ISDIGIT = "".join(c for c in map(chr, range(0x20000)) if c.isdigit())
 
 
 @slow_ok(max_examples=40, derandomize=True, database=None)
-@given(cursor=st.one_of(st.text(_DIGITISH, min_size=1, max_size=32), st.text(min_size=1, max_size=32)))
-def test_video_list_cursor_is_a_200_or_a_400(live, cursor):
+@given(cursor=st.text(st.sampled_from(_ISDIGIT), min_size=1, max_size=32) | st.text(min_size=1, max_size=32))
+@example(cursor="\u00b2")  # superscript two
+@example(cursor="1\u2460")  # 1, circled digit one
+@example(cursor="\u0663")  # Arabic-Indic three
+def test_video_list_cursor_is_a_200_or_a_400(live, catalog_before, cursor):
     r = live.client.get("/v1/videos", params={"cursor": cursor})
     assert r.status_code in (200, 400), f"GET /v1/videos?cursor={cursor!r}: {r.status_code} {r.text[:300]}"
     if r.status_code == 400:
@@ -197,6 +231,9 @@ def test_video_list_cursor_is_a_200_or_a_400(live, cursor):
         assert body == {"error": {"code": "invalid_cursor", "message": body["error"]["message"]}}, body
     else:
         assert set(r.json()) == {"videos", "next_cursor"}
+
+
+_NESTED_TARGETS = ["search json", "search form filter", "videos json", "videos form metadata"]
 
 
 def _nested(depth: int, kind: str) -> str:
@@ -221,9 +258,13 @@ def _nested_request(live, target: str, doc: str):
 @given(
     depth=st.integers(1, 5000),
     kind=st.sampled_from(["list", "object"]),
-    target=st.sampled_from(["search json", "search form filter", "videos json", "videos form metadata"]),
+    target=st.sampled_from(_NESTED_TARGETS),
 )
-def test_deeply_nested_json_is_a_4xx(live, depth, kind, target):
+@example(depth=3000, kind="list", target="search json")
+@example(depth=3000, kind="object", target="search form filter")
+@example(depth=3000, kind="object", target="videos json")
+@example(depth=3000, kind="list", target="videos form metadata")
+def test_deeply_nested_json_is_never_a_5xx(live, catalog_before, depth, kind, target):
     if target == "videos form metadata":
         kind = "list"
     r = _nested_request(live, target, _nested(depth, kind))
