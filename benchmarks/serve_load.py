@@ -17,19 +17,24 @@ One data set, two ways in, one run:
    parse / validation / serialisation) and the thread-pool hop inside the replica.
 
 Same queries (a fixed list, cycled), same top_k, same concurrency levels, same request
-count per client. Every level starts with a warm-up (a few requests per client, untimed)
+count per client; HTTP runs first (its replica built the index), in-process second. Every level starts with a warm-up (a few requests per client, untimed)
 and all clients start together; QPS = requests / wall time of the level. Every HTTP answer
 must be 200 (others are counted and printed). The top hit of each query is compared
 between the two modes (they must agree: same data, same code).
 
-It prints the workload, a table (mode, clients, requests, QPS, p50, p99), per concurrency
-the ratio HTTP QPS / in-process QPS, the aim line (>= 70% at 4 clients) and last one line of
-JSON with every figure.
+It prints the workload, a table (mode, clients, requests, QPS, p50, p99, errors, and CPU
+ms per request: the CPU time of this process and every process it started, Ray's workers
+included, over the level, less what the same processes burn idle (measured for 2 s before
+each mode's levels), divided by its requests; on a shared host this moves less than QPS),
+per concurrency the ratio HTTP QPS / in-process QPS and the CPU ratio, the aim line (>= 70%
+at 4 clients) and last one line of JSON with every figure.
 
 Run (from the repository root):
 
     .venv/bin/python benchmarks/serve_load.py           # 8 videos x 60 s; 1, 2, 4, 8 clients
     .venv/bin/python benchmarks/serve_load.py --quick   # the 3 demo videos; 1 and 4 clients
+    .venv/bin/python benchmarks/serve_load.py --quick --env OMP_WAIT_POLICY=PASSIVE
+        # --env: environment for every Ray process, to try a setting without editing code
 
 The videos are written once into /tmp/vifusion-bench/serve_load/ (``--cache``) and reused;
 the data dir is a temporary folder, removed at the end. Ray gets 4 logical CPUs (as the
@@ -100,7 +105,16 @@ class Level:
     latencies: list[float] = field(default_factory=list)  # seconds, completed requests only
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # CPU time of this process and every process it started (Ray's included)
+    idle_cpu_rate: float = 0.0  # CPU seconds per second the same processes use with no requests
     cut: bool = False  # stopped by the time limit
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        """CPU per request net of the idle rate (Ray's and Serve's background loops)."""
+        if not self.requests:
+            return float("nan")
+        return max(0.0, self.cpu_s - self.idle_cpu_rate * self.wall_s) / self.requests * 1000
 
     @property
     def requests(self) -> int:
@@ -177,11 +191,48 @@ def ingest(url: str, key: str, videos: list[Path], timeout_s: float) -> None:
 # --------------------------------------------------------------------------- the load loop
 
 
-def run_level(mode: str, clients: int, plan: Plan, make_call: Callable[[], Callable[[str], Any]]) -> Level:
+def _tree_cpu_s() -> float:
+    """utime + stime of this process and all its descendants (the local Ray cluster's
+    processes are started by this one): the CPU the benchmark costs, whatever else the
+    host runs. Processes that end inside a level are missed (none should)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    me, total = os.getpid(), 0.0
+    for pid, seconds in cpu.items():
+        p, hops = pid, 0
+        while p not in (me, 0, 1) and hops < 64:
+            p, hops = parent.get(p, 0), hops + 1
+        if p == me:
+            total += seconds
+    return total
+
+
+def idle_cpu_rate(seconds: float = 2.0) -> float:
+    """CPU seconds per second that this process tree burns while no request is in flight."""
+    cpu0, t0 = _tree_cpu_s(), time.perf_counter()
+    time.sleep(seconds)
+    return (_tree_cpu_s() - cpu0) / (time.perf_counter() - t0)
+
+
+def run_level(
+    mode: str, clients: int, plan: Plan, make_call: Callable[[], Callable[[str], Any]], idle_rate: float
+) -> Level:
     """``clients`` threads; each makes its own ``call`` (e.g. an HTTP client), warms up, waits
     for the others, then sends ``plan.per_client`` queries back to back (closed loop), or
     fewer if the level runs past ``plan.limit_s``. ``call(q)`` raises on a failed request."""
-    level = Level(mode, clients)
+    level = Level(mode, clients, idle_cpu_rate=idle_rate)
     lock = threading.Lock()
     start = threading.Barrier(clients + 1)
     done = threading.Barrier(clients + 1)
@@ -190,13 +241,14 @@ def run_level(mode: str, clients: int, plan: Plan, make_call: Callable[[], Calla
     def client(i: int) -> None:
         lat: list[float] = []
         errs: list[str] = []
+        made = call = None
         try:
-            call = make_call()
+            made = make_call()
             for j in range(WARMUP_PER_CLIENT):
-                call(QUERIES[(i + j) % len(QUERIES)])
+                made(QUERIES[(i + j) % len(QUERIES)])
+            call = made
         except Exception as e:  # noqa: BLE001 - reported, and the level still runs
-            errs.append(f"warm-up: {type(e).__name__}: {e}")
-            call = None
+            errs.append(f"warm-up: {type(e).__name__}: {e}"[:300])
         start.wait()
         try:
             for j in range(plan.per_client):
@@ -214,7 +266,7 @@ def run_level(mode: str, clients: int, plan: Plan, make_call: Callable[[], Calla
             with lock:
                 level.latencies += lat
                 level.errors += errs
-            close = getattr(call, "close", None)
+            close = getattr(made, "close", None)
             if close:
                 close()
             done.wait()
@@ -223,10 +275,12 @@ def run_level(mode: str, clients: int, plan: Plan, make_call: Callable[[], Calla
     for t in threads:
         t.start()
     start.wait()  # every client has warmed up
+    cpu0 = _tree_cpu_s()
     t0 = time.perf_counter()
     stop_at[0] = t0 + plan.limit_s
     done.wait()
     level.wall_s = time.perf_counter() - t0
+    level.cpu_s = _tree_cpu_s() - cpu0
     level.cut = level.requests + len(level.errors) < clients * plan.per_client
     for t in threads:
         t.join()
@@ -297,9 +351,10 @@ def http_phase(cfg: Config, key: str, videos: list[Path], plan: Plan) -> tuple[l
         hits = top_hits(probe)
     finally:
         probe.close()
+    idle = idle_cpu_rate()
     levels = []
     for c in plan.levels:
-        levels.append(run_level("http", c, plan, lambda: HttpCall(url, key)))
+        levels.append(run_level("http", c, plan, lambda: HttpCall(url, key), idle))
         print(f"  http        {c} clients: {levels[-1].qps:.1f} QPS", flush=True)
     return levels, hits, vectors
 
@@ -323,14 +378,17 @@ def in_process_phase(cfg: Config, plan: Plan) -> tuple[list[Level], dict]:
     import torch
 
     torch.set_num_threads(cfg.query_threads)  # as the replica does (and Runtime.searcher)
+    t0 = time.perf_counter()
     with open_service(cfg) as service:
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
             service.searcher  # noqa: B018 - load the query model before timing, as the replica does
+        print(f"in-process Service open in {time.perf_counter() - t0:.1f} s", flush=True)
         call = in_process_search(service)
         hits = top_hits(call)
+        idle = idle_cpu_rate()
         levels = []
         for c in plan.levels:
-            levels.append(run_level("in-process", c, plan, lambda: call))
+            levels.append(run_level("in-process", c, plan, lambda: call, idle))
             print(f"  in-process  {c} clients: {levels[-1].qps:.1f} QPS", flush=True)
     return levels, hits
 
@@ -349,11 +407,12 @@ def machine() -> str:
 
 
 def print_table(levels: list[Level]) -> None:
-    print(f"{'mode':<12}{'clients':>8}{'requests':>10}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    print(f"{'mode':<12}{'clients':>8}{'requests':>10}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+          f"{'CPU ms/req':>12}")
     for lv in levels:
         cut = "  (time limit)" if lv.cut else ""
         print(f"{lv.mode:<12}{lv.clients:>8}{lv.requests:>10}{lv.qps:>9.1f}{lv.pct_ms(50):>9.1f}"
-              f"{lv.pct_ms(99):>9.1f}{len(lv.errors):>8}{cut}")
+              f"{lv.pct_ms(99):>9.1f}{len(lv.errors):>8}{lv.cpu_ms_per_request:>12.1f}{cut}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -361,7 +420,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="3 demo videos; 1 and 4 clients (about a minute)")
     p.add_argument("--requests", type=int, default=0, help="timed requests per client; 0: 30 quick, 100 full")
     p.add_argument("--cache", type=Path, default=Path("/tmp/vifusion-bench/serve_load"), help="video cache")
-    return p.parse_args()
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment for every Ray process (set before Ray starts), e.g. a Serve setting "
+                        "such as RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0; repeatable")
+    args = p.parse_args()
+    for item in args.env:
+        if "=" not in item:
+            p.error(f"--env {item!r}: expected NAME=VALUE")
+    return args
 
 
 def main() -> None:
@@ -385,6 +451,10 @@ def main() -> None:
         rate_limit_rps=1e6,  # the benchmark must never be throttled
         rate_limit_burst=1_000_000,
     )
+    env = dict(item.split("=", 1) for item in args.env)
+    if cfg.serve_haproxy:  # as `vifusion serve` runs it (--env RAY_SERVE_ENABLE_HA_PROXY=0: Serve's Python proxy)
+        env.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
+    os.environ.update(env)  # the local Ray cluster started below, and all its workers, inherit it
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
     try:
@@ -393,9 +463,7 @@ def main() -> None:
         try:
             http, http_hits, vectors = http_phase(cfg, key, videos, plan)
         finally:
-            with contextlib.suppress(Exception):
-                serve.delete("vifusion")
-            serve.shutdown()
+            serve.shutdown()  # the replica lets go of the data dir (and its shard actors end)
         inproc, inproc_hits = in_process_phase(cfg, plan)
     finally:
         ray.shutdown()
@@ -405,7 +473,7 @@ def main() -> None:
     print(f"workload: {len(videos)} videos, {seconds:.0f} s of video, {vectors} frame vectors in "
           f"{cfg.num_shards} shards; {len(QUERIES)} text queries cycled, top_k {TOP_K}; "
           f"{plan.per_client} requests per client (after {WARMUP_PER_CLIENT} warm-up), "
-          f"{cfg.query_threads} torch query thread(s)")
+          f"{cfg.query_threads} torch query thread(s)" + (f"; env {env}" if env else ""))
     print_table(http + inproc)
     for lv in http:
         for e in sorted(set(lv.errors))[:5]:
@@ -413,10 +481,12 @@ def main() -> None:
     mismatched = [q for q in QUERIES if http_hits[q] != inproc_hits[q]]
     if mismatched:
         print(f"top hits differ between HTTP and in-process for: {mismatched}")
-    ratios = {}
+    ratios, cpu_ratios = {}, {}
     for h, i in zip(http, inproc):
         ratios[h.clients] = h.qps / i.qps if i.qps else float("nan")
-        print(f"HTTP / in-process QPS at {h.clients} client{'s' if h.clients > 1 else ''}: {ratios[h.clients]:.0%}")
+        cpu_ratios[h.clients] = i.cpu_ms_per_request / h.cpu_ms_per_request if h.cpu_ms_per_request else float("nan")
+        print(f"HTTP / in-process QPS at {h.clients} client{'s' if h.clients > 1 else ''}: {ratios[h.clients]:.0%}"
+              f"   (CPU per request, in-process / HTTP: {cpu_ratios[h.clients]:.0%})")
     at4 = ratios.get(4, float("nan"))
     print(f"at 4 clients: {at4:.0%} of in-process  (aim >= 70%: {'met' if at4 >= 0.7 else 'NOT met'})")
     print(json.dumps({
@@ -430,13 +500,17 @@ def main() -> None:
         "results": [
             {"mode": lv.mode, "clients": lv.clients, "requests": lv.requests, "errors": len(lv.errors),
              "qps": round(lv.qps, 2), "p50_ms": round(lv.pct_ms(50), 2), "p99_ms": round(lv.pct_ms(99), 2),
-             "wall_s": round(lv.wall_s, 3), "time_limited": lv.cut}
+             "wall_s": round(lv.wall_s, 3), "cpu_ms_per_request": round(lv.cpu_ms_per_request, 2),
+             "idle_cpu_percent": round(lv.idle_cpu_rate * 100, 1),
+             "time_limited": lv.cut}
             for lv in http + inproc
         ],
         "ratios": {str(c): round(r, 3) for c, r in ratios.items()},
+        "cpu_ratios": {str(c): round(r, 3) for c, r in cpu_ratios.items()},
         "ratio_at_4": round(at4, 3),
         "aim_met": bool(at4 >= 0.7),
         "top_hits_agree": not mismatched,
+        "env": env,
         "total_s": round(time.perf_counter() - t_start, 1),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),

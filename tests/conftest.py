@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 
 import pytest
 
@@ -13,6 +14,8 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
+        # What `vifusion serve` runs (cfg.serve_haproxy): the serve tests go through HAProxy.
+        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
         # Logical CPUs, not cores: room for an extractor, the serve replica and test actors.
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray

@@ -52,6 +52,10 @@ class Config(BaseModel):
     max_json_bytes: int = Field(32 << 20, gt=0, description="largest JSON request body (an image_b64 query)")
     rate_limit_rps: float = Field(100.0, gt=0, description="requests per second per API key, sustained")
     rate_limit_burst: int = Field(200, gt=0, description="requests per API key allowed at once")
+    serve_haproxy: bool = Field(
+        True, description="front the service with Ray Serve's HAProxy ingress (C) instead of its Python proxy; "
+        "applies to a Ray that `vifusion serve` starts (on a cluster, set RAY_SERVE_ENABLE_HA_PROXY=1 on the nodes)"
+    )
 
     @field_validator("data_dir")
     @classmethod

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import io
 import logging
+import time
 from functools import cached_property
 
 import ray
@@ -23,17 +24,24 @@ class DataDirBusy(RuntimeError):
 class Runtime:
     """Use as a context manager; ``writer=True`` takes the data dir's writer lock."""
 
-    def __init__(self, cfg: Config, writer: bool = False) -> None:
+    def __init__(self, cfg: Config, writer: bool = False, wait_s: float = 0.0) -> None:
+        """``wait_s``: how long to wait for another writer to let go of the data dir (a
+        service replica being replaced hands over to its successor this way)."""
         self.cfg = cfg
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = None
         if writer:
             self._lock = open(cfg.data_dir / "writer.lock", "w")
-            try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._lock.close()
-                raise DataDirBusy(f"another vifusion process is writing to {cfg.data_dir}") from None
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        self._lock.close()
+                        raise DataDirBusy(f"another vifusion process is writing to {cfg.data_dir}") from None
+                    time.sleep(0.2)
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             ray.init(

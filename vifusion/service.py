@@ -56,9 +56,10 @@ class SearchPage:
 class Service:
     """Use as a context manager. Starts the ingest queue (resuming interrupted jobs)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, wait_s: float = 0.0) -> None:
+        """``wait_s``: how long to wait for the data dir's previous writer to stop."""
         self.cfg = cfg
-        self.rt = Runtime(cfg, writer=True)
+        self.rt = Runtime(cfg, writer=True, wait_s=wait_s)
         self.catalog = self.rt.catalog
         self.shards = self.rt.shards
         self.jobs = JobRunner(cfg, self.catalog, self.shards)
