@@ -14,8 +14,11 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        # What `vifusion serve` runs (cfg.serve_haproxy): the serve tests go through HAProxy.
-        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
+        # Serve as `vifusion serve` runs it (cfg.serve_tuned): the serve tests go through HAProxy.
+        from serve.app import SERVE_TUNED
+
+        for name, value in SERVE_TUNED.items():
+            os.environ.setdefault(name, value)
         # Logical CPUs, not cores: room for an extractor, the serve replica and test actors.
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray

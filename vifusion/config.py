@@ -52,9 +52,10 @@ class Config(BaseModel):
     max_json_bytes: int = Field(32 << 20, gt=0, description="largest JSON request body (an image_b64 query)")
     rate_limit_rps: float = Field(100.0, gt=0, description="requests per second per API key, sustained")
     rate_limit_burst: int = Field(200, gt=0, description="requests per API key allowed at once")
-    serve_haproxy: bool = Field(
-        True, description="front the service with Ray Serve's HAProxy ingress (C) instead of its Python proxy; "
-        "applies to a Ray that `vifusion serve` starts (on a cluster, set RAY_SERVE_ENABLE_HA_PROXY=1 on the nodes)"
+    serve_tuned: bool = Field(
+        True, description="run Ray Serve in its throughput settings: HAProxy ingress (C) instead of the Python proxy, "
+        "and the app on the replica's own event loop; for a Ray that `vifusion serve` starts (on a cluster, set "
+        "RAY_SERVE_ENABLE_HA_PROXY=1 and RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0 where the nodes start)"
     )
 
     @field_validator("data_dir")

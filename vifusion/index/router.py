@@ -20,6 +20,8 @@ from vifusion.index.merge import merge_topk
 from vifusion.index.shard import Shard, check_queries
 from vifusion.types import SearchHit
 
+_INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the call
+
 
 def shard_for(video_id: int, num_shards: int) -> int:
     """The shard that holds a video: stable across runs for a fixed ``num_shards``."""
@@ -117,8 +119,10 @@ class ShardSet:
             if not per:
                 return [[] for _ in range(len(queries))]
             handles = [(self._handles[n], vs) for n, vs in per.items()]
-        ref = ray.put(queries)  # one copy in the object store, read by every shard
-        per_shard = ray.get([h.search.remote(space, ref, k, vs) for h, vs in handles])
+        # Large query sets: one copy in the object store, read by every shard. Small ones
+        # (a single text or image query) travel inline: a put costs more than they weigh.
+        arg = ray.put(queries) if queries.nbytes > _INLINE_BYTES else queries
+        per_shard = ray.get([h.search.remote(space, arg, k, vs) for h, vs in handles])
         return merge_topk(per_shard, k)
 
     def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
