@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench clean
+.PHONY: venv demo test test-all bench bench-serve clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract.py
+
+bench-serve: $(STAMP)
+	$(BIN)/python benchmarks/serve_load.py
 
 clean:
 	rm -rf $(VENV) vifusion-data
