@@ -516,17 +516,25 @@ def run(cfg: Config, host: str, port: int) -> int:
             os.environ.setdefault(name, value)
     ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
+
+    def interrupt(*_) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # stop as Ctrl-C does, even while starting (after ray.init: it sets its own)
     print(f"Starting ViFusion on {cfg.data_dir} (loading models takes a few seconds)...", flush=True)
-    deploy(cfg, host, port)
-    roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
-    print(f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
-          f"(Authorization: Bearer {api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        stop.wait()
+        deploy(cfg, host, port)
+        roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
+        print(f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
+              f"(Authorization: Bearer {api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
+        threading.Event().wait()
     except KeyboardInterrupt:
         pass
-    serve.shutdown()
-    ray.shutdown()
+    finally:
+        print("Stopping ViFusion...", flush=True)
+        # Deleting the app lets the replica close its service (ingest queue, shards); jobs it
+        # had acknowledged but not finished run again at the next start.
+        with contextlib.suppress(Exception):
+            serve.delete("vifusion")
+        ray.shutdown()
     return 0
