@@ -44,7 +44,6 @@ import itertools
 import json
 import logging
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -59,6 +58,7 @@ import numpy as np
 from vifusion.config import Config
 from vifusion.extract.decode import decode, output_size, probe, sample_frames
 from vifusion.samples import MOTION, PHOTOS, write_video
+from _common import machine  # benchmarks/ is on sys.path when a script here runs
 
 SIZE = (640, 360)  # (width, height) of the workload videos
 FPS = 30
@@ -284,16 +284,6 @@ def bench_model_only(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -
 
 
 # --------------------------------------------------------------------------- report
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} cpus, {platform.system()}"
 
 
 def quiet_ray_data() -> None:

@@ -51,7 +51,6 @@ import io
 import json
 import logging
 import os
-import platform
 import secrets
 import shutil
 import socket
@@ -67,6 +66,7 @@ import numpy as np
 
 from vifusion.config import Config
 from vifusion.samples import DEMO_SET, MOTION, PHOTOS, write_video
+from _common import machine  # benchmarks/ is on sys.path when a script here runs
 
 QUERIES = [
     "a cat",
@@ -405,16 +405,6 @@ def in_process_phase(cfg: Config, plan: Plan) -> tuple[list[Level], dict]:
 
 
 # --------------------------------------------------------------------------- report
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} cpus, {platform.system()}"
 
 
 def print_table(levels: list[Level]) -> None:
