@@ -316,17 +316,11 @@ class HttpCall:
 
 def in_process_search(service) -> Callable[[str], dict]:
     """What the /v1/search handler does for a text query, minus HTTP and JSON."""
+    from serve.app import moments
 
     def call(q: str) -> dict:
         page = service.search(text=q, top_k=TOP_K, group_by="segment", filter=None, min_score=None, offset=0)
-        videos = service.catalog.get_videos([m.video_id for m in page.results])
-        results = [
-            {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
-             "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
-             "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={(m.start_s + m.end_s) / 2:.2f}"}
-            for m in page.results
-        ]
-        return {"results": results, "next_cursor": page.next_offset}
+        return {"results": moments(service, page), "next_cursor": page.next_offset}
 
     return call
 

@@ -30,9 +30,20 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def install(api: FastAPI) -> None:
+    from vifusion.service import NotFound
+    from vifusion.sources import SourceError
+
     @api.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @api.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return error_response(404, "not_found", str(exc))
+
+    @api.exception_handler(SourceError)
+    async def _refused(_: Request, exc: SourceError) -> JSONResponse:
+        return error_response(exc.status, exc.code, str(exc))
 
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import secrets
+import shutil
 import signal
 import tempfile
 import threading
@@ -279,6 +280,17 @@ def _video_out(v) -> dict:
     ).model_dump()
 
 
+def moments(service, page) -> list[dict]:
+    """A search page's results as the API returns them (titles from the catalog)."""
+    videos = service.catalog.get_videos([m.video_id for m in page.results])
+    return [
+        {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
+         "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
+         "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={(m.start_s + m.end_s) / 2:.2f}"}
+        for m in page.results
+    ]
+
+
 def _video_type(path: Path) -> str:
     return {".webm": "video/webm", ".mkv": "video/x-matroska", ".mov": "video/quicktime", ".avi": "video/x-msvideo",
             ".ogv": "video/ogg", ".gif": "image/gif"}.get(path.suffix.lower(), "video/mp4")
@@ -343,29 +355,24 @@ class ViFusionApp:
               responses={400: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 413: {"model": Error},
                          415: {"model": Error}})
     async def add_video(self, request: Request) -> dict:
-        from vifusion.sources import SourceError
-
-        try:
-            if _kind(request) == "form":
-                form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes)
-                upload = form.get("file")
-                if upload is None or isinstance(upload, str):
-                    raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
-                title = form.get("title")
-                if title is not None and (not isinstance(title, str) or len(title) > 200):
-                    raise ApiError(422, "invalid_request", "title must be text of at most 200 characters")
-                metadata = _json_field(form.get("metadata"), "metadata")
-                done = await self._blocking(self.service.ingest_upload, upload.file, upload.filename, title, metadata)
-            else:
-                req = _model(VideoByUri, await _json_body(request, self.cfg.max_metadata_bytes + 8192))
-                done = await self._blocking(self.service.ingest_uri, req.uri, req.title, req.metadata)
-        except SourceError as e:
-            raise ApiError(e.status, e.code, str(e)) from None
+        if _kind(request) == "form":
+            form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes)
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
+            title = form.get("title")
+            if title is not None and (not isinstance(title, str) or len(title) > 200):
+                raise ApiError(422, "invalid_request", "title must be text of at most 200 characters")
+            metadata = _json_field(form.get("metadata"), "metadata")
+            done = await self._blocking(self.service.ingest_upload, upload.file, upload.filename, title, metadata)
+        else:
+            req = _model(VideoByUri, await _json_body(request, self.cfg.max_metadata_bytes + 8192))
+            done = await self._blocking(self.service.ingest_uri, req.uri, req.title, req.metadata)
         return {"video_id": done.video_id, "job_id": done.job_id, "status": "queued"}
 
     @api.get("/v1/jobs/{job_id}", response_model=JobOut, responses={404: {"model": Error}})
     def job(self, job_id: str = PathParam(max_length=64)) -> dict:
-        j = self._found(self.service.job, job_id)
+        j = self.service.job(job_id)
         return {"job_id": j.id, "video_id": j.video_id, "status": j.status, "progress": round(j.progress, 4),
                 "frames_indexed": j.frames_indexed, "error": j.error}
 
@@ -383,18 +390,18 @@ class ViFusionApp:
 
     @api.get("/v1/videos/{video_id}", response_model=VideoOut, responses={404: {"model": Error}})
     def video(self, video_id: int = VideoId) -> dict:
-        return _video_out(self._found(self.service.video, video_id))
+        return _video_out(self.service.video(video_id))
 
     @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response, responses={404: {"model": Error}})
     def delete(self, video_id: int = VideoId) -> Response:
-        self._found(self.service.delete, video_id)
+        self.service.delete(video_id)
         return Response(status_code=204)
 
     @api.get("/v1/videos/{video_id}/thumbnail", response_class=Response,
              responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": Error}})
     def thumbnail(self, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:
         try:
-            data = self._found(self.service.thumbnail, video_id, t)
+            data = self.service.thumbnail(video_id, t)
         except ValueError as e:
             raise ApiError(422, "no_frame", str(e)) from None
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"})
@@ -402,7 +409,7 @@ class ViFusionApp:
     @api.get("/v1/videos/{video_id}/media", response_class=FileResponse,
              responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}, 404: {"model": Error}})
     def media(self, video_id: int = VideoId) -> FileResponse:
-        path = self._found(self.service.media_path, video_id)
+        path = self.service.media_path(video_id)
         return FileResponse(path, media_type=_video_type(path))
 
     # -- search ----------------------------------------------------------------------
@@ -457,44 +464,24 @@ class ViFusionApp:
     def _search(self, query: dict, clip_file, options: dict, kind: str) -> dict:
         """The search and its response body (but ``took_ms``), on a worker thread."""
         from vifusion.extract.decode import DecodeError
-        from vifusion.service import NotFound
 
         t0 = time.perf_counter()
         try:
             if clip_file is not None:
                 with tempfile.NamedTemporaryFile(suffix=Path(clip_file.filename or "").suffix[:8]) as tmp:
                     clip_file.file.seek(0)
-                    while chunk := clip_file.file.read(1 << 20):
-                        tmp.write(chunk)
+                    shutil.copyfileobj(clip_file.file, tmp)
                     tmp.flush()
                     page = self.service.search(clip=Path(tmp.name), **options)
             else:
                 page = self.service.search(**query, **options)
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
         except DecodeError as e:
             raise ApiError(422, "invalid_clip", str(e)) from None
-        except (ValueError, LookupError) as e:
+        except ValueError as e:  # NotFound (an unknown video) goes on to its 404 handler
             raise ApiError(422, "invalid_query", str(e)) from None
         finally:
             _metrics.METRICS.search_latency.labels(kind).observe(time.perf_counter() - t0)
-        videos = self.service.catalog.get_videos([m.video_id for m in page.results])
-        results = [
-            {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
-             "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
-             "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={(m.start_s + m.end_s) / 2:.2f}"}
-            for m in page.results
-        ]
-        return {"results": results, "next_cursor": _cursor(page.next_offset)}
-
-    @staticmethod
-    def _found(fn, *args):
-        from vifusion.service import NotFound
-
-        try:
-            return fn(*args)
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        return {"results": moments(self.service, page), "next_cursor": _cursor(page.next_offset)}
 
 
 def deploy(cfg: Config, host: str, port: int) -> None:

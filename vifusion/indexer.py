@@ -160,8 +160,7 @@ class Indexer:
             self.catalog.update_job(job_id, "ready", frames_indexed=done)
             return IndexResult(str(path), "ready", video_id, job_id, frames=done)
         # Nothing of a failed video stays searchable.
-        self.shards.delete_video(video_id)
-        self.shards.commit([shard_no])
+        self.shards.delete_video(video_id, commit=True)
         self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error)
         return IndexResult(str(path), "failed", video_id, job_id, error=error)
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import ray
 
-from vifusion.catalog import Catalog
 from vifusion.config import Config
-from vifusion.index import ShardSet, shard_for
-from vifusion.sources import SourceError, download, file_digest, new_media_path
+from vifusion.indexer import file_sha256
+from vifusion.runtime import Runtime
+from vifusion.sources import SourceError, download, new_media_path, url_filename
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +37,20 @@ class IngestStats:
 
 
 class JobRunner:
-    """One thread per extractor actor, each taking the oldest queued job."""
+    """One thread per extractor actor, each taking the oldest queued job. The extractors
+    are the runtime's indexer, started on the first job (they load models)."""
 
-    def __init__(self, cfg: Config, catalog: Catalog, shards: ShardSet) -> None:
+    def __init__(self, cfg: Config, rt: Runtime) -> None:
         self.cfg = cfg
-        self.catalog = catalog
-        self.shards = shards
+        self.rt = rt
+        self.catalog = rt.catalog
+        self.shards = rt.shards
         self.stats = IngestStats()
-        self._indexer = None
-        self._lock = threading.Lock()  # guards taking a job and the stats
+        self._lock = threading.Lock()  # guards taking a job, starting the extractors, the stats
         self._wake = threading.Condition(self._lock)
         self._stop = False
-        for job in catalog.jobs_in(("decoding", "indexing")):
-            catalog.update_job(job.id, "queued", progress=0.0, frames_indexed=0)
+        for job in self.catalog.jobs_in(("decoding", "indexing")):
+            self.catalog.update_job(job.id, "queued", progress=0.0, frames_indexed=0)
         self._threads = [
             threading.Thread(target=self._work, args=(i,), name=f"ingest-{i}", daemon=True)
             for i in range(cfg.num_extractors)
@@ -64,18 +65,17 @@ class JobRunner:
 
     def extractor_stats(self) -> list[dict[str, int]]:
         """Transfer figures of each extractor (fused batches, frames, bytes sent)."""
-        if self._indexer is None:
+        if not self.rt.indexer_started:
             return []
-        return ray.get([a.stats.remote() for a in self._indexer.extractors])
+        return ray.get([a.stats.remote() for a in self.rt.indexer.extractors])
 
     def close(self) -> None:
+        """Stop taking jobs (the runtime closes the extractors)."""
         with self._wake:
             self._stop = True
             self._wake.notify_all()
         for t in self._threads:
             t.join(timeout=30)
-        if self._indexer is not None:
-            self._indexer.close()
 
     # -- internals ---------------------------------------------------------------------
 
@@ -90,13 +90,9 @@ class JobRunner:
                 self._wake.wait(timeout=2.0)
         return None
 
-    def _actor(self, i: int):
-        with self._lock:  # extractors load models: start them once, on the first job
-            if self._indexer is None:
-                from vifusion.indexer import Indexer
-
-                self._indexer = Indexer(self.cfg, self.catalog, self.shards)
-        return self._indexer.extractors[i]
+    def _indexer(self):
+        with self._lock:  # one thread starts the extractors; the others wait for them
+            return self.rt.indexer
 
     def _work(self, i: int) -> None:
         while (taken := self._take()) is not None:
@@ -116,18 +112,22 @@ class JobRunner:
             return
         path = video.media_path
         if path is None:  # a URL: fetch it first
-            path = new_media_path(self.cfg, video.source.rsplit("/", 1)[-1].split("?")[0])
+            path = new_media_path(self.cfg, url_filename(video.source))
             try:
-                download(video.source, path, self.cfg)
+                sha, size = download(video.source, path, self.cfg)
             except (SourceError, OSError) as e:
                 shutil.rmtree(path.parent, ignore_errors=True)
                 return self._fail(job_id, video_id, f"fetching {video.source}: {e}")
-            sha, size = file_digest(path)
             self.catalog.set_media(video_id, path, sha, size)
-        result = self._indexer_run(i, path, video_id, job_id)
+        elif video.sha256 is None:  # a file:// path: hashed here, not while the client waited
+            try:
+                self.catalog.set_media(video_id, path, file_sha256(path), path.stat().st_size)
+            except OSError as e:
+                return self._fail(job_id, video_id, f"{path.name}: cannot read: {e.strerror}")
+        indexer = self._indexer()
+        result = indexer.run_job(indexer.extractors[i], path, video_id, job_id)
         if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
-            self.shards.delete_video(video_id)
-            self.shards.commit([shard_for(video_id, self.shards.num_shards)])
+            self.shards.delete_video(video_id, commit=True)
             return
         with self._lock:
             if result.status == "ready":
@@ -135,10 +135,6 @@ class JobRunner:
                 self.stats.frames_indexed += result.frames
             else:
                 self.stats.jobs_failed += 1
-
-    def _indexer_run(self, i: int, path, video_id: int, job_id: str):
-        actor = self._actor(i)
-        return self._indexer.run_job(actor, path, video_id, job_id)
 
     def _fail(self, job_id: str, video_id: int, error: str) -> None:
         with self._lock:

@@ -63,6 +63,11 @@ class Runtime:
 
         return Indexer(self.cfg, self.catalog, self.shards)
 
+    @property
+    def indexer_started(self) -> bool:
+        """Whether the extractors exist yet (``indexer`` starts them on first use)."""
+        return "indexer" in self.__dict__
+
     @cached_property
     def searcher(self):
         import torch
@@ -76,7 +81,7 @@ class Runtime:
         return Searcher(self.cfg, self.shards, embedder)
 
     def close(self) -> None:
-        if "indexer" in self.__dict__:
+        if self.indexer_started:
             self.indexer.close()
         self.shards.close()
         self._release()

@@ -81,7 +81,7 @@ class Searcher:
             raise ValueError(f"need 0 <= start_s < end_s, got {start_s}, {end_s}")
         times, vectors = self.shards.frames("visual", video_id, start_s, end_s)
         if not len(times):
-            raise LookupError(f"video {video_id} has no indexed frames between {start_s} s and {end_s} s")
+            raise ValueError(f"video {video_id} has no indexed frames between {start_s} s and {end_s} s")
         times, vectors = times[:MAX_CLIP_FRAMES], vectors[:MAX_CLIP_FRAMES]
         spans = [(i, float(t0), float(t1)) for i, (t0, t1) in enumerate(times)]
         return self._align(vectors, spans, top_k, group_by, videos)

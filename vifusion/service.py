@@ -7,6 +7,7 @@ Holds the data dir's writer lock: one ``Service`` writes to a data dir at a time
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from dataclasses import dataclass
@@ -17,7 +18,6 @@ import numpy as np
 
 from vifusion.catalog import Job, Video
 from vifusion.config import Config
-from vifusion.index import shard_for
 from vifusion.jobs import JobRunner
 from vifusion.media import thumbnail
 from vifusion.runtime import Runtime
@@ -26,11 +26,12 @@ from vifusion.sources import (
     SNIFF_BYTES,
     SourceError,
     check_url,
-    file_digest,
     new_media_path,
     resolve_file_uri,
     safe_title,
+    save_capped,
     sniff,
+    url_filename,
 )
 from vifusion.types import Segment
 
@@ -62,7 +63,7 @@ class Service:
         self.rt = Runtime(cfg, writer=True, wait_s=wait_s)
         self.catalog = self.rt.catalog
         self.shards = self.rt.shards
-        self.jobs = JobRunner(cfg, self.catalog, self.shards)
+        self.jobs = JobRunner(cfg, self.rt)
 
     @property
     def searcher(self):
@@ -83,15 +84,8 @@ class Service:
             raise SourceError("unsupported_media_type", f"{filename or 'upload'}: {why}", 415)
         path = new_media_path(self.cfg, filename)
         try:
-            with open(path, "wb") as out:
-                out.write(head)
-                size = len(head)
-                while chunk := data.read(1 << 20):
-                    size += len(chunk)
-                    if size > self.cfg.max_upload_bytes:
-                        raise SourceError("too_large", f"upload over the {self.cfg.max_upload_bytes}-byte limit", 413)
-                    out.write(chunk)
-            sha, size = file_digest(path)
+            chunks = itertools.chain([head], iter(lambda: data.read(1 << 20), b""))
+            sha, size = save_capped(chunks, path, self.cfg.max_upload_bytes, "the upload")
             return self._queue(f"upload:{filename or path.name}", safe_title(title or filename, path.stem),
                                metadata, sha, size, media=path)
         except BaseException:
@@ -100,15 +94,14 @@ class Service:
 
     def ingest_uri(self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None) -> Ingested:
         """Queue a ``file://`` path (inside the ingest roots) or an ``http(s)://`` URL
-        (public addresses only unless configured); a URL is fetched by its job."""
+        (public addresses only unless configured). Only checks here: the job fetches a URL
+        and hashes the file, so a large one does not hold up the answer."""
         self._check_metadata(metadata)
         if uri.startswith("file:"):
             path = resolve_file_uri(uri, self.cfg.ingest_roots)
-            sha, size = file_digest(path)
-            return self._queue(str(path), safe_title(title or path.name, "video"), metadata, sha, size)
+            return self._queue(str(path), safe_title(title or path.name, "video"), metadata, None, None)
         check_url(uri, self.cfg.allow_private_urls)
-        name = uri.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
-        return self._queue(uri, safe_title(title or name, "video"), metadata, None, None)
+        return self._queue(uri, safe_title(title or url_filename(uri), "video"), metadata, None, None)
 
     def _queue(self, source, title, metadata, sha, size, media: Path | None = None) -> Ingested:
         video_id, job_id = self.catalog.add_video(source, title, metadata, sha256=sha, size_bytes=size, media=media)
@@ -148,15 +141,19 @@ class Service:
         return page, (page[-1].id if more else None)
 
     def media_path(self, video_id: int) -> Path:
-        path = self.video(video_id).media_path
+        return self._media(self.video(video_id))
+
+    @staticmethod
+    def _media(video: Video) -> Path:
+        path = video.media_path
         if path is None or not path.is_file():
-            raise NotFound(f"video {video_id} has no stored media")
+            raise NotFound(f"video {video.id} has no stored media")
         return path
 
     def thumbnail(self, video_id: int, t: float) -> bytes:
         """A JPEG of video ``video_id`` at ``t`` seconds (clamped to its length)."""
         video = self.video(video_id)
-        path = self.media_path(video_id)
+        path = self._media(video)
         if video.duration_s:
             t = min(t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0)))
         return thumbnail(path, t, self.cfg.data_dir / "thumbs" / str(video_id))
@@ -168,8 +165,7 @@ class Service:
         vectors, its stored media and its thumbnails."""
         video = self.video(video_id)
         self.catalog.delete_video(video_id)
-        self.shards.delete_video(video_id)
-        self.shards.commit([shard_for(video_id, self.shards.num_shards)])
+        self.shards.delete_video(video_id, commit=True)
         media = self.cfg.data_dir / "media"
         if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself
             shutil.rmtree(Path(video.media).parent, ignore_errors=True)

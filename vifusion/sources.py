@@ -99,14 +99,23 @@ def safe_title(name: str | None, fallback: str) -> str:
     return (stem or fallback)[:200]
 
 
-def file_digest(path: Path) -> tuple[str, int]:
-    """(sha256 hex, size in bytes) of a file."""
+def url_filename(url: str) -> str:
+    """The last path segment of a URL ('' when there is none)."""
+    return urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def save_capped(chunks: Iterable[bytes], dest: Path, limit: int, what: str) -> tuple[str, int]:
+    """Write ``chunks`` to ``dest``, refusing (413) past ``limit`` bytes; return the
+    content's (sha256 hex, size), hashed on the way so the file is not read again."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
+    with open(dest, "wb") as f:
+        for chunk in chunks:
             size += len(chunk)
+            if size > limit:
+                raise SourceError("too_large", f"{what} is over the {limit}-byte limit", 413)
+            h.update(chunk)
+            f.write(chunk)
     return h.hexdigest(), size
 
 
@@ -167,8 +176,9 @@ def check_url(url: str, allow_private: bool) -> str:
     return str(addrs[0])
 
 
-def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> Path:
-    """Fetch ``url`` into ``dest``, checking every hop's address and the size limit.
+def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple[str, int]:
+    """Fetch ``url`` into ``dest``, checking every hop's address and the size limit;
+    return the content's (sha256 hex, size).
 
     Each hop connects to the address that was checked (Host header and TLS name stay the
     URL's), so a DNS answer that changes after the check cannot redirect the fetch.
@@ -191,12 +201,5 @@ def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> Path:
                 declared = int(r.headers.get("content-length") or 0)
                 if declared > cfg.max_upload_bytes:
                     raise SourceError("too_large", f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}", 413)
-                size = 0
-                with open(dest, "wb") as f:
-                    for chunk in r.iter_bytes(1 << 20):
-                        size += len(chunk)
-                        if size > cfg.max_upload_bytes:
-                            raise SourceError("too_large", f"{url} is over the {cfg.max_upload_bytes}-byte limit", 413)
-                        f.write(chunk)
-                return dest
+                return save_capped(r.iter_bytes(1 << 20), dest, cfg.max_upload_bytes, url)
     raise SourceError("fetch_failed", f"{url}: more than {max_redirects} redirects")

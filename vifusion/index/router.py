@@ -91,9 +91,14 @@ class ShardSet:
         """The actor that holds (or will hold) a video's frames."""
         return self._handles[shard_for(video_id, len(self._handles))]
 
-    def delete_video(self, video_id: int) -> int:
-        """Remove a video from its shard (not yet committed); return the frames removed."""
-        return ray.get(self.handle_for(video_id).delete_video.remote(video_id))
+    def delete_video(self, video_id: int, commit: bool = False) -> int:
+        """Remove a video from its shard; return the frames removed. With ``commit`` the
+        removal is durable on return, else it waits for the shard's next commit."""
+        handle = self.handle_for(video_id)
+        removed = ray.get(handle.delete_video.remote(video_id))
+        if commit:
+            ray.get(handle.commit.remote())
+        return removed
 
     def commit(self, shard_nos: Iterable[int] | None = None) -> None:
         """Snapshot the given shards (all when None) in parallel; return when all are durable."""
