@@ -6,7 +6,7 @@ frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
 1. **ViFusion**: the real indexing path. ``Runtime(cfg, writer=True).indexer.index_files``
    over the workload: the extractor actor decodes (decord, only the sampled frames, resized
    inside decord), embeds (EfficientNet-Lite0 + ConSE), fuses and sends to the FAISS shard
-   actors, and every video is committed. Actor start and model load are excluded by
+   actors, and every frame is acknowledged (logged to disk). Actor start and model load are excluded by
    indexing a 2-second video first.
 2. **Baseline**: ``ray.data.read_videos`` (decodes and colour-converts every frame with
    decord) -> ``filter`` keeping the same frame indices as ViFusion -> ``map`` resizing to a

@@ -41,6 +41,16 @@ class Config(BaseModel):
     # index/
     num_shards: int = Field(2, gt=0)
     faiss_threads: int = Field(0, ge=0, description="0: one per core")
+    index_exact_max: int = Field(50_000, gt=0, description="vectors per shard and space kept in an exact flat index; "
+                                 "past it, a trained IVF,SQ8 index (about 4x smaller, approximate)")
+    index_nprobe: int = Field(32, gt=0, description="inverted lists an IVF search visits (recall against speed)")
+    snapshot_log_bytes: int = Field(256 << 20, gt=0, description="write-ahead log bytes that trigger a background "
+                                    "snapshot (or half the last snapshot's size, if larger)")
+    shard_replicas: int = Field(1, gt=0, description="copies of each shard; searches spread over them, writes go to all")
+    query_fusion: bool = Field(True, description="merge concurrent searches into one batched call per shard")
+    query_batch_max: int = Field(256, gt=0, description="most queries fused into one call")
+    query_window: int = Field(2, gt=0, description="fused calls in flight per space before new queries wait to join the next")
+    query_wait_ms: float = Field(5.0, ge=0, description="longest a query waits for a fused call to join")
     segment_gap_s: float = Field(0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps")
     segment_drop: float = Field(0.25, ge=0, le=1, description="a segment ends where the score falls below (1 - this) x its peak")
 

@@ -1,8 +1,9 @@
 """Job orchestration: videos in, indexed frames out, every step recorded in the catalog.
 
 The driver holds no features: extractor actors decode, embed and send fused batches
-straight to the shard actors; the driver only routes, follows progress and commits.
-A job is ``ready`` only after its shard committed the video's vectors to disk.
+straight to the shard actors; the driver only routes and follows progress.
+A job is ``ready`` only after its shard acknowledged every frame, and a shard
+acknowledges a batch only once it is in its write-ahead log on disk.
 """
 
 from __future__ import annotations
@@ -156,11 +157,10 @@ class Indexer:
         except ray.exceptions.RayError as e:
             error = f"{path.name}: extractor failed: {type(e).__name__}"
         if error is None:
-            self.shards.commit([shard_no])
             self.catalog.update_job(job_id, "ready", frames_indexed=done)
             return IndexResult(str(path), "ready", video_id, job_id, frames=done)
         # Nothing of a failed video stays searchable.
-        self.shards.delete_video(video_id, commit=True)
+        self.shards.delete_video(video_id)
         self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error)
         return IndexResult(str(path), "failed", video_id, job_id, error=error)
 

@@ -127,7 +127,7 @@ class JobRunner:
         indexer = self._indexer()
         result = indexer.run_job(indexer.extractors[i], path, video_id, job_id)
         if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
-            self.shards.delete_video(video_id, commit=True)
+            self.shards.delete_video(video_id)
             return
         with self._lock:
             if result.status == "ready":

@@ -165,7 +165,7 @@ class Service:
         vectors, its stored media and its thumbnails."""
         video = self.video(video_id)
         self.catalog.delete_video(video_id)
-        self.shards.delete_video(video_id, commit=True)
+        self.shards.delete_video(video_id)
         media = self.cfg.data_dir / "media"
         if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself
             shutil.rmtree(Path(video.media).parent, ignore_errors=True)

@@ -7,15 +7,18 @@ import faiss
 import numpy as np
 import pytest
 
-from vifusion.index.shard import SNAPSHOT, Shard
+from vifusion.config import Config
+from vifusion.index.shard import SNAPSHOT, WAL_DIR, Shard
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id, video_of
 
 from ._helpers import make_batch
 
+CFG = Config(faiss_threads=1)
+
 
 @pytest.fixture
 def shard(tmp_path: Path) -> Shard:
-    s = Shard(0, tmp_path / "shard-0", threads=1)
+    s = Shard(0, tmp_path / "shard-0", CFG)
     s.add(make_batch(3, 20, seed=3))
     s.add(make_batch(4, 15, seed=4))
     return s
@@ -41,7 +44,7 @@ def test_add_then_search_finds_exact_vector(shard: Shard, space: str) -> None:
 
 
 def test_search_pads_missing_with_minus_one(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
+    s = Shard(0, tmp_path, CFG)
     q = make_batch(1, 2, seed=9).space("semantic")
     scores, ids, times = s.search("semantic", q, 3)
     assert (ids == -1).all() and (times == 0).all()
@@ -64,7 +67,7 @@ def test_search_rejects_bad_requests(shard: Shard) -> None:
 
 
 def test_empty_batch_and_stats(tmp_path: Path) -> None:
-    s = Shard(5, tmp_path, threads=1)
+    s = Shard(5, tmp_path, CFG)
     empty = FusedBatch(
         ids=np.empty(0, np.int64),
         times=np.empty((0, 2), np.float32),
@@ -73,19 +76,20 @@ def test_empty_batch_and_stats(tmp_path: Path) -> None:
     assert s.add(empty) == 0
     assert s.add(make_batch(8, 4)) == 4
     assert s.add(make_batch(2, 3, seed=2)) == 7
-    assert s.stats() == {"shard": 5, "vectors": {"visual": 7, "semantic": 7}, "videos": 2, "index": "IDMap2,Flat"}
+    assert s.stats() == {
+        "shard": 5, "vectors": {"visual": 7, "semantic": 7}, "videos": 2,
+        "index": {"visual": "IDMap2,Flat", "semantic": "IDMap2,Flat"}, "seq": 3, "snapshot_seq": 0,
+    }
     assert s.video_ids() == [2, 8]
 
 
 def test_sets_faiss_threads(tmp_path: Path) -> None:
     before = faiss.omp_get_max_threads()
     try:
-        Shard(0, tmp_path, threads=1)
+        Shard(0, tmp_path, CFG)
         assert faiss.omp_get_max_threads() == 1
     finally:
         faiss.omp_set_num_threads(before)
-    with pytest.raises(ValueError):
-        Shard(0, tmp_path, threads=0)
 
 
 def test_delete_video_removes_only_that_video(shard: Shard) -> None:
@@ -102,7 +106,7 @@ def test_delete_video_removes_only_that_video(shard: Shard) -> None:
 
 
 def test_resent_batch_id_is_ignored(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
+    s = Shard(0, tmp_path, CFG)
     batch = make_batch(1, 10)
     assert s.add(batch) == 10
     assert s.add(batch) == 10
@@ -111,7 +115,7 @@ def test_resent_batch_id_is_ignored(tmp_path: Path) -> None:
 
 
 def test_readding_ids_replaces_them(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
+    s = Shard(0, tmp_path, CFG)
     s.add(make_batch(1, 10, seed=1))
     new = make_batch(1, 5, seed=2, first_frame=3, interval=2.0)  # same ids 3..7, new vectors/times
     assert s.add(new) == 10
@@ -124,7 +128,7 @@ def test_readding_ids_replaces_them(tmp_path: Path) -> None:
 
 
 def test_repeated_id_within_a_batch_keeps_last(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
+    s = Shard(0, tmp_path, CFG)
     b = make_batch(1, 3, seed=1)
     b = FusedBatch(ids=b.ids[[0, 1, 0]], times=b.times[[0, 1, 2]], features=b.features[[0, 1, 2]].copy())
     assert s.add(b) == 2
@@ -132,70 +136,93 @@ def test_repeated_id_within_a_batch_keeps_last(tmp_path: Path) -> None:
     assert ids[0, 0] == b.ids[0] and times[0, 0].tolist() == [2.0, 3.0]
 
 
-def test_commit_then_reload_gives_identical_results(shard: Shard, tmp_path: Path) -> None:
-    shard.commit()
-    shard.add(make_batch(9, 5, seed=9))  # not committed
-    reloaded = Shard(0, tmp_path / "shard-0", threads=1)
-    assert reloaded.stats()["vectors"] == {"visual": 35, "semantic": 35}
-    assert reloaded.video_ids() == [3, 4]
-    shard.delete_video(9)
+def _same_results(a: Shard, b: Shard) -> None:
     rng = np.random.default_rng(0)
     for space, d in (("visual", VISUAL_DIM), ("semantic", SEMANTIC_DIM)):
         q = np.concatenate([make_batch(4, 15, seed=4).space(space)[:3], rng.standard_normal((4, d))]).astype(np.float32)
-        for a, b in zip(shard.search(space, q, 10), reloaded.search(space, q, 10)):
-            np.testing.assert_array_equal(a, b)
+        for x, y in zip(a.search(space, q, 10), b.search(space, q, 10)):
+            np.testing.assert_array_equal(x, y)
 
 
-def test_uncommitted_add_is_absent_after_reload(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
-    s.add(make_batch(1, 4))
-    s.commit()
-    late = make_batch(2, 4, seed=2)
-    s.add(late)
-    s.delete_video(1)  # also uncommitted
-    reloaded = Shard(0, tmp_path, threads=1)
-    assert reloaded.video_ids() == [1]
-    _, ids, _ = reloaded.search("visual", late.space("visual"), 4)
-    assert (video_of(ids[ids >= 0]) == 1).all()
+@pytest.mark.parametrize("snapshot_first", [False, True])
+def test_every_acknowledged_write_survives_a_restart(shard: Shard, tmp_path: Path, snapshot_first: bool) -> None:
+    if snapshot_first:
+        shard.snapshot()
+    shard.add(make_batch(9, 5, seed=9))
+    shard.delete_video(3)
+    # No close, no snapshot after the writes: as if the process had been killed.
+    reloaded = Shard(0, tmp_path / "shard-0", CFG)
+    assert reloaded.video_ids() == [4, 9]
+    assert reloaded.stats()["vectors"] == {"visual": 20, "semantic": 20}
+    assert reloaded.stats()["seq"] == shard.stats()["seq"] == 4
+    _same_results(shard, reloaded)
 
 
-def test_reload_of_empty_directory_and_empty_commit(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
-    s.commit()
+def test_snapshot_drops_the_log_it_covers(shard: Shard, tmp_path: Path) -> None:
+    wal = tmp_path / "shard-0" / WAL_DIR
+    assert sum(p.stat().st_size for p in wal.iterdir()) > 35 * 4 * (VISUAL_DIM + SEMANTIC_DIM)
+    shard.snapshot()
+    assert list(wal.iterdir()) == []
+    shard.add(make_batch(9, 5, seed=9))
+    reloaded = Shard(0, tmp_path / "shard-0", CFG)
+    assert reloaded.stats()["snapshot_seq"] == 2 and reloaded.stats()["seq"] == 3
+    assert reloaded.video_ids() == [3, 4, 9]
+    reloaded.add(make_batch(10, 2, seed=10))  # numbering goes on after the snapshot
+    assert Shard(0, tmp_path / "shard-0", CFG).stats()["seq"] == 4
+
+
+def test_log_past_the_threshold_triggers_a_snapshot(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, Config(faiss_threads=1, snapshot_log_bytes=50_000))
+    s.add(make_batch(1, 5, seed=1))  # ~33 KB: under the threshold
+    assert not (tmp_path / SNAPSHOT).exists()
+    s.add(make_batch(2, 5, seed=2))
+    assert s.stats()["snapshot_seq"] == 2 and (tmp_path / SNAPSHOT).exists()
+    assert Shard(0, tmp_path, CFG).video_ids() == [1, 2]
+
+
+def test_resent_batch_is_still_ignored_after_a_restart(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, CFG)
+    batch = make_batch(1, 10)
+    s.add(batch)
+    s.snapshot()
+    s.delete_video(1)
+    again = Shard(0, tmp_path, CFG)
+    assert again.add(batch) == 0  # its batch id came back from the snapshot
+
+
+def test_reload_of_empty_directory_and_empty_snapshot(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, CFG)
+    s.snapshot()
     assert (tmp_path / SNAPSHOT).exists()
-    assert Shard(0, tmp_path, threads=1).stats()["vectors"] == {"visual": 0, "semantic": 0}
+    assert Shard(0, tmp_path, CFG).stats()["vectors"] == {"visual": 0, "semantic": 0}
 
 
-def test_commit_without_changes_does_not_rewrite(shard: Shard, tmp_path: Path) -> None:
-    shard.commit()
+def test_snapshot_without_changes_does_not_rewrite(shard: Shard, tmp_path: Path) -> None:
+    shard.snapshot()
     before = os.stat(tmp_path / "shard-0" / SNAPSHOT).st_ino
-    shard.commit()
+    shard.snapshot()
     assert os.stat(tmp_path / "shard-0" / SNAPSHOT).st_ino == before
     shard.delete_video(3)
-    shard.commit()
+    shard.snapshot()
     assert os.stat(tmp_path / "shard-0" / SNAPSHOT).st_ino != before
 
 
 def test_torn_temp_file_from_a_crash_is_ignored(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, threads=1)
+    s = Shard(0, tmp_path, CFG)
     s.add(make_batch(1, 6, seed=1))
-    s.commit()
-    good = _snapshot_bytes(tmp_path)
-    s.add(make_batch(2, 6, seed=2))
-    s.commit()
+    s.snapshot()
     # A crash after writing half of a newer snapshot, before the rename.
     stray = tmp_path / ".snapshot-crash.tmp"
-    stray.write_bytes(_snapshot_bytes(tmp_path)[: len(good) // 2])
-    (tmp_path / SNAPSHOT).write_bytes(good)  # and the live snapshot is the older, complete one
-    reloaded = Shard(0, tmp_path, threads=1)
+    stray.write_bytes(_snapshot_bytes(tmp_path)[:1000])
+    reloaded = Shard(0, tmp_path, CFG)
     assert reloaded.video_ids() == [1]
     assert not stray.exists()
 
 
-def test_failure_during_commit_keeps_previous_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Shard(0, tmp_path, threads=1)
+def test_failed_snapshot_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Shard(0, tmp_path, CFG)
     s.add(make_batch(1, 6, seed=1))
-    s.commit()
+    s.snapshot()
     good = _snapshot_bytes(tmp_path)
     s.add(make_batch(2, 6, seed=2))
 
@@ -204,30 +231,30 @@ def test_failure_during_commit_keeps_previous_snapshot(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="disk pulled"):
-        s.commit()
+        s.snapshot()
     monkeypatch.undo()
     assert _snapshot_bytes(tmp_path) == good
-    assert sorted(p.name for p in tmp_path.iterdir()) == [SNAPSHOT]
-    assert Shard(0, tmp_path, threads=1).video_ids() == [1]
-    s.commit()  # still dirty, so the retry writes the new state
-    assert Shard(0, tmp_path, threads=1).video_ids() == [1, 2]
+    assert not list(tmp_path.glob(".snapshot-*"))
+    assert Shard(0, tmp_path, CFG).video_ids() == [1, 2]  # the log still holds video 2
+    s.snapshot()
+    assert Shard(0, tmp_path, CFG).video_ids() == [1, 2]
 
 
 def test_snapshot_with_wrong_dims_is_rejected(tmp_path: Path) -> None:
-    Shard(0, tmp_path, threads=1).commit()
+    Shard(0, tmp_path, CFG).snapshot()
     with np.load(tmp_path / SNAPSHOT) as z:
         parts = dict(z)
     parts["visual"] = faiss.serialize_index(faiss.IndexIDMap2(faiss.IndexFlatIP(8)))
     with open(tmp_path / SNAPSHOT, "wb") as f:
         np.savez(f, **parts)
     with pytest.raises(ValueError, match="dim 8"):
-        Shard(0, tmp_path, threads=1)
+        Shard(0, tmp_path, CFG)
 
 
 def test_garbage_snapshot_is_rejected_clearly(tmp_path: Path) -> None:
     (tmp_path / SNAPSHOT).write_bytes(b"not a snapshot")
     with pytest.raises(ValueError, match="not a shard snapshot"):
-        Shard(0, tmp_path, threads=1)
+        Shard(0, tmp_path, CFG)
 
 
 def test_search_restricted_to_videos_is_exact(shard: Shard) -> None:

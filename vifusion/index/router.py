@@ -1,24 +1,34 @@
-"""Route videos to shards and fan searches out to the Ray shard actors.
+"""Route videos to shards and fan searches out to the Ray shard replicas.
+
+Each shard runs as ``cfg.shard_replicas`` actors (see ``replica.py``), spread over nodes
+where there are several. Writes go to the primary, which forwards them to the others;
+searches go round-robin to the replicas, and a search that meets a dead replica is
+re-sent to another one (Ray restarts the dead one from snapshot + log). Concurrent
+searches are fused into one call per shard (``batching.py``).
 
 Limits: a video's shard is ``video_id % num_shards``, so a data dir is tied to the shard
 count it was built with (recorded in ``index/layout.json``; another count is refused).
-A shard actor that dies loses what it held since its last commit and is not restarted.
+On a cluster, replicas of one shard on different nodes need the data dir on shared storage.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 import ray
 
 from vifusion.config import Config
+from vifusion.index.batching import QueryBatcher, ShardResult
 from vifusion.index.merge import merge_topk
-from vifusion.index.shard import Shard, check_queries
-from vifusion.types import SearchHit
+from vifusion.index.replica import ShardReplica
+from vifusion.index.shard import check_queries
+from vifusion.types import SPACES, SearchHit
 
 _INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the call
 
@@ -31,7 +41,7 @@ def shard_for(video_id: int, num_shards: int) -> int:
 
 
 def shard_dir(data_dir: Path, shard_no: int) -> Path:
-    """Where shard ``shard_no`` keeps its snapshot."""
+    """Where shard ``shard_no`` keeps its snapshot and log."""
     return Path(data_dir) / "index" / f"shard-{shard_no}"
 
 
@@ -53,60 +63,78 @@ def check_layout(data_dir: Path, num_shards: int) -> None:
     os.replace(tmp, path)
 
 
-class ShardSet:
-    """Driver-side handle to ``cfg.num_shards`` shard actors; holds no vectors itself.
+_DOWN_S = 2.0  # how long a replica that failed a search is passed over
 
-    Needs ``ray.init`` first. Each actor loads its last snapshot on start.
+
+class ShardSet:
+    """Driver-side handle to the shard replicas; holds no vectors itself.
+
+    Needs ``ray.init`` first. Each replica loads its shard's snapshot + log on start.
     """
 
     def __init__(self, cfg: Config) -> None:
         check_layout(cfg.data_dir, cfg.num_shards)
-        threads = cfg.faiss_threads or cfg.threads
         # num_cpus=0: shards mostly sit idle between searches and must not take the CPU
-        # slots that extractors are scheduled on; max_concurrency=1 because a Shard is not
-        # thread-safe.
+        # slots that extractors are scheduled on; max_concurrency=1: one call at a time.
         # OMP_WAIT_POLICY=PASSIVE: FAISS's OpenMP threads otherwise spin after every search,
         # ~9 ms of CPU per one-query search on 2 cores (against 0.2 ms of real work).
-        actor = ray.remote(Shard).options(
-            num_cpus=0, max_concurrency=1, runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}}
+        # max_restarts / max_task_retries: a replica that dies comes back from snapshot +
+        # log, and the writes sent to it meanwhile are retried, so none is lost.
+        actor = ray.remote(ShardReplica).options(
+            num_cpus=0, max_concurrency=1, max_restarts=-1, max_task_retries=-1,
+            scheduling_strategy="SPREAD", runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
-        self._handles = [actor.remote(i, shard_dir(cfg.data_dir, i), threads) for i in range(cfg.num_shards)]
+        self._replicas: list[list[ray.actor.ActorHandle]] = []
+        self._down: dict[tuple[int, int], float] = {}
+        self._turn = itertools.count()
+        self._batchers: dict[str, QueryBatcher] = {}
         try:
+            for n in range(cfg.num_shards):
+                directory = shard_dir(cfg.data_dir, n)
+                followers = [actor.remote(n, directory, cfg) for _ in range(cfg.shard_replicas - 1)]
+                self._replicas.append([actor.remote(n, directory, cfg, followers), *followers])
             # Surface a bad snapshot or directory here rather than on the first call.
-            ray.get([h.stats.remote() for h in self._handles])
+            ray.get([h.stats.remote() for group in self._replicas for h in group])
         except BaseException:
             self.close()
             raise
+        if cfg.query_fusion:
+            self._batchers = {
+                space: QueryBatcher(self._starter(space), cfg.query_batch_max, cfg.query_window,
+                                    cfg.query_wait_ms / 1000)
+                for space in SPACES
+            }
 
     @property
     def handles(self) -> list[ray.actor.ActorHandle]:
-        """The shard actors, indexed by shard number."""
-        return list(self._handles)
+        """The shards' primaries (where writes go), indexed by shard number."""
+        return [group[0] for group in self._replicas]
+
+    @property
+    def replicas(self) -> list[list[ray.actor.ActorHandle]]:
+        """Every replica of every shard, the primary first."""
+        return [list(group) for group in self._replicas]
 
     @property
     def num_shards(self) -> int:
-        return len(self._handles)
+        return len(self._replicas)
 
     def handle_for(self, video_id: int) -> ray.actor.ActorHandle:
-        """The actor that holds (or will hold) a video's frames."""
-        return self._handles[shard_for(video_id, len(self._handles))]
+        """The primary of the shard that holds (or will hold) a video's frames."""
+        return self._replicas[shard_for(video_id, len(self._replicas))][0]
 
-    def delete_video(self, video_id: int, commit: bool = False) -> int:
-        """Remove a video from its shard; return the frames removed. With ``commit`` the
-        removal is durable on return, else it waits for the shard's next commit."""
-        handle = self.handle_for(video_id)
-        removed = ray.get(handle.delete_video.remote(video_id))
-        if commit:
-            ray.get(handle.commit.remote())
-        return removed
+    def delete_video(self, video_id: int) -> int:
+        """Remove a video from its shard; return the frames removed. Durable on return."""
+        return ray.get(self.handle_for(video_id).delete_video.remote(video_id))
 
-    def commit(self, shard_nos: Iterable[int] | None = None) -> None:
-        """Snapshot the given shards (all when None) in parallel; return when all are durable."""
-        nos = range(len(self._handles)) if shard_nos is None else list(shard_nos)
+    def snapshot(self, shard_nos: Iterable[int] | None = None) -> None:
+        """Snapshot the given shards (all when None) in parallel, so the next start replays
+        less log; return when all are written."""
+        nos = range(len(self._replicas)) if shard_nos is None else list(shard_nos)
         for n in nos:
-            if not 0 <= n < len(self._handles):
-                raise ValueError(f"no shard {n}; there are {len(self._handles)}")
-        ray.get([self._handles[n].commit.remote() for n in nos])
+            if not 0 <= n < len(self._replicas):
+                raise ValueError(f"no shard {n}; there are {len(self._replicas)}")
+        ray.get([self._replicas[n][0].snapshot.remote() for n in nos])
 
     def search(
         self, space: str, queries: np.ndarray, k: int, videos: Iterable[int] | None = None
@@ -114,32 +142,74 @@ class ShardSet:
         """Top-k frame hits per query across all shards, best first; with ``videos``, only
         those videos' frames (each shard is asked only about the videos it holds)."""
         queries = check_queries(space, queries, k)
-        if not self._handles:
+        if not self._replicas:
             raise RuntimeError("ShardSet is closed")
-        handles: list[tuple[ray.actor.ActorHandle, list[int] | None]] = [(h, None) for h in self._handles]
-        if videos is not None:
-            per: dict[int, list[int]] = {}
-            for v in videos:
-                per.setdefault(shard_for(v, len(self._handles)), []).append(int(v))
-            if not per:
-                return [[] for _ in range(len(queries))]
-            handles = [(self._handles[n], vs) for n, vs in per.items()]
-        # Large query sets: one copy in the object store, read by every shard. Small ones
-        # (a single text or image query) travel inline: a put costs more than they weigh.
-        arg = ray.put(queries) if queries.nbytes > _INLINE_BYTES else queries
-        per_shard = ray.get([h.search.remote(space, arg, k, vs) for h, vs in handles])
-        return merge_topk(per_shard, k)
+        if videos is None:
+            if self._batchers:
+                return merge_topk(self._batchers[space].search(queries, k), k)
+            return merge_topk(self._starter(space)(queries, k)(), k)
+        per: dict[int, list[int]] = {}
+        for v in videos:
+            per.setdefault(shard_for(v, len(self._replicas)), []).append(int(v))
+        if not per:
+            return [[] for _ in range(len(queries))]
+        return merge_topk(self._fan_out(space, queries, k, per)(), k)
 
     def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
         """A video's stored frame vectors in a time range: see ``Shard.frames``."""
         return ray.get(self.handle_for(video_id).frames.remote(space, video_id, start_s, end_s))
 
     def stats(self) -> list[dict]:
-        """Each shard's ``Shard.stats()``, by shard number."""
-        return ray.get([h.stats.remote() for h in self._handles])
+        """Each shard's stats (from its primary), by shard number, with its replica count."""
+        stats = ray.get([group[0].stats.remote() for group in self._replicas])
+        return [{**s, "replicas": len(group)} for s, group in zip(stats, self._replicas)]
 
     def close(self) -> None:
-        """Kill the actors; anything not committed is lost."""
-        for h in self._handles:
-            ray.kill(h)
-        self._handles = []
+        """Stop the query batchers and kill the actors (everything acknowledged is on disk)."""
+        for b in self._batchers.values():
+            b.close()
+        self._batchers = {}
+        for group in self._replicas:
+            for h in group:
+                ray.kill(h)
+        self._replicas = []
+
+    # -- fan-out with fail-over ---------------------------------------------------------
+
+    def _starter(self, space: str) -> Callable[[np.ndarray, int], Callable[[], list[ShardResult]]]:
+        def start(queries: np.ndarray, k: int) -> Callable[[], list[ShardResult]]:
+            return self._fan_out(space, queries, k, dict.fromkeys(range(len(self._replicas))))
+        return start
+
+    def _fan_out(self, space: str, queries: np.ndarray, k: int,
+                 per: dict[int, list[int] | None]) -> Callable[[], list[ShardResult]]:
+        """Send the search to one replica of each listed shard; return how to collect it."""
+        # Large query sets: one copy in the object store, read by every shard. Small ones
+        # (a single text or image query) travel inline: a put costs more than they weigh.
+        arg = ray.put(queries) if queries.nbytes > _INLINE_BYTES else queries
+        sent = [(n, *self._send(n, space, arg, k, vs)) for n, vs in per.items()]
+
+        def collect() -> list[ShardResult]:
+            out = []
+            for n, r, ref in sent:
+                while True:
+                    try:
+                        out.append(ray.get(ref))
+                        break
+                    except ray.exceptions.RayActorError:
+                        self._down[(n, r)] = time.monotonic() + _DOWN_S
+                        r, ref = self._send(n, space, arg, k, per[n])
+            return out
+        return collect
+
+    def _send(self, n: int, space: str, arg, k: int, videos: list[int] | None) -> tuple[int, ray.ObjectRef]:
+        """Ask one live replica of shard ``n``; where none is known live, wait for one."""
+        group = self._replicas[n]
+        now = time.monotonic()
+        live = [r for r in range(len(group)) if self._down.get((n, r), 0) <= now]
+        if not live:
+            # Every replica failed lately: ask the primary and let Ray hold the call
+            # until its restart finishes.
+            return 0, group[0].search.remote(space, arg, k, videos)
+        r = live[next(self._turn) % len(live)]
+        return r, group[r].search.options(max_task_retries=0).remote(space, arg, k, videos)

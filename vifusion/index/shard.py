@@ -1,15 +1,27 @@
-"""One index shard: an exact inner-product index per vector space, plus each frame's time span.
+"""One index shard: a ``SpaceIndex`` per vector space plus each frame's time span, made
+durable by a write-ahead log and snapshots.
 
-Limits: flat (brute-force) search, so memory and search time grow linearly with the vectors
-held (~6.6 KB per frame across both spaces); ``commit`` briefly needs about twice the index
-memory (it serialises in RAM); one ``Shard`` per directory, and not thread-safe (the router
-runs it as a Ray actor with ``max_concurrency=1``).
+Every add and delete is logged (fsynced) before it is applied and acknowledged. Snapshots
+(both indexes, times, the last log seq) are written atomically (temp file + rename) when
+the log has grown past ``cfg.snapshot_log_bytes`` (and half the last snapshot's size), in
+a background thread when ``background`` is set; the log segments they cover are then
+deleted. Start-up = last snapshot + replay of the log after it. Index types change with
+size (see ``space.py``); rebuilds run off the write path, with the writes that arrive
+meanwhile re-applied to the new index before it replaces the old one.
+
+A shard directory has one writer (``writer=True``, the primary replica). Readers
+(followers) load the same snapshot + log and then apply the writer's operations, in seq
+order, as the writer forwards them (``apply``).
+
+Limits: a rebuild or a snapshot briefly holds about twice the index memory.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import tempfile
+import threading
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -17,23 +29,21 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from vifusion.types import (
-    FRAME_BITS,
-    SEMANTIC_DIM,
-    SPACES,
-    VISUAL_DIM,
-    FusedBatch,
-    video_id_range,
-)
+from vifusion.config import Config
+from vifusion.index.space import SpaceIndex
+from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
+from vifusion.types import FRAME_BITS, SEMANTIC_DIM, SPACES, VISUAL_DIM, FusedBatch
 
 DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM}
 SNAPSHOT = "snapshot.npz"
+WAL_DIR = "wal"
 _TMP_PREFIX = ".snapshot-"
 _TMP_SUFFIX = ".tmp"
-_FORMAT = 1
-# Batch ids remembered for idempotent re-sends; senders keep only a few batches in flight,
-# and a re-applied batch is an upsert of the same ids anyway, so a bounded memory suffices.
-_SEEN_BATCHES = 1 << 16
+_FORMAT = 2
+# Batch ids remembered for idempotent re-sends (kept in snapshots too): senders keep only a
+# few batches in flight, and a re-applied batch is an upsert of the same ids anyway.
+_SEEN_BATCHES = 1 << 14
+_LOAD_TRIES = 5  # a reader racing the writer's snapshot + log clean-up starts over
 
 
 def check_queries(space: str, queries: np.ndarray, k: int) -> np.ndarray:
@@ -49,11 +59,6 @@ def check_queries(space: str, queries: np.ndarray, k: int) -> np.ndarray:
     return np.ascontiguousarray(queries, dtype=np.float32)
 
 
-def _new_index(d: int) -> faiss.IndexIDMap2:
-    # Vectors arrive L2-normalised, so inner product is cosine similarity.
-    return faiss.IndexIDMap2(faiss.IndexFlatIP(d))
-
-
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -63,109 +68,115 @@ def _fsync_dir(directory: Path) -> None:
 
 
 class Shard:
-    """The vectors of the videos routed to one shard, both spaces, with a durable snapshot.
+    """The vectors of the videos routed to one shard, both spaces.
 
-    Vectors added since the last ``commit`` are lost if the process dies. Re-adding an id
-    replaces its vectors and time span (re-indexing a video is an upsert).
+    Re-adding an id replaces its vectors and time span (re-indexing a video is an upsert).
+    Thread-safe; background work (snapshots, rebuilds) runs in one daemon thread.
     """
 
-    def __init__(self, shard_no: int, directory: Path, threads: int) -> None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
+    def __init__(self, shard_no: int, directory: Path, cfg: Config, *, writer: bool = True,
+                 background: bool = False) -> None:
         self.shard_no = shard_no
         self.directory = Path(directory)
-        self.threads = threads
+        self.writer = writer
+        self.threads = cfg.faiss_threads or cfg.threads
+        self._exact_max = cfg.index_exact_max
+        self._nprobe = cfg.index_nprobe
+        self._snapshot_log_bytes = cfg.snapshot_log_bytes
+        self._lock = threading.RLock()
+        self._snapshot_lock = threading.Lock()
         self._use_threads()
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._indexes: dict[str, faiss.IndexIDMap2] = {s: _new_index(d) for s, d in DIMS.items()}
-        # video_id -> {vector id -> (t_start, t_end)}: per video so deletes and counts are cheap.
-        self._times: dict[int, dict[int, tuple[float, float]]] = {}
-        self._dirty = False
-        self._remove_stray_temps()
-        if (self.directory / SNAPSHOT).exists():
-            self._load(self.directory / SNAPSHOT)
+        if writer:
+            self._remove_stray_temps()
+        self._capture: dict[str, list[tuple]] = {}  # per space being rebuilt: ops since it began
+        self._load_state()
+        self._wal = WriteAheadLog(self.directory / WAL_DIR, after=self.seq) if writer else None
+        if self._wal is not None and self._wal.last_seq != self.seq:
+            raise LogCorrupt(f"{self.directory}: log ends at seq {self._wal.last_seq}, replay reached {self.seq}")
+        self._tasks: queue.Queue | None = None
+        self._pending: set = set()
+        if background:
+            self._tasks = queue.Queue()
+            threading.Thread(target=self._work, name=f"shard-{shard_no}-upkeep", daemon=True).start()
+        self._upkeep()
 
-    # -- writes ------------------------------------------------------------------------
+    # -- writes (the writer) ----------------------------------------------------------
 
     def add(self, batch: FusedBatch) -> int:
-        """Add (or replace) a batch's frames in both spaces; return the vectors held.
+        """Log, then add (or replace) a batch's frames in both spaces; return the vectors held.
 
-        A ``batch_id`` seen recently since this shard started is ignored. Within one batch a
-        repeated id keeps its last occurrence.
+        A ``batch_id`` seen recently is ignored. Within one batch a repeated id keeps its
+        last occurrence. Durable when it returns.
         """
-        if batch.batch_id in self._seen:
-            return self.ntotal
-        n = len(batch.ids)
-        ids = np.asarray(batch.ids, dtype=np.int64)
-        times = np.asarray(batch.times, dtype=np.float32)
-        if ids.shape != (n,) or times.shape != (n, 2) or batch.features.shape != (n, VISUAL_DIM + SEMANTIC_DIM):
-            raise ValueError(
-                f"malformed batch {batch.batch_id}: ids {ids.shape}, times {times.shape}, "
-                f"features {batch.features.shape}"
-            )
-        if n:
-            if (ids < 0).any():
-                raise ValueError(f"batch {batch.batch_id} has negative vector ids")
-            self._use_threads()
-            # Keep the last occurrence of each id so the index never holds duplicates.
-            _, last_rev = np.unique(ids[::-1], return_index=True)
-            keep = np.sort(n - 1 - last_rev)
-            ids, times = ids[keep], times[keep]
-            present = np.fromiter((self._has(int(i)) for i in ids), bool, len(ids))
-            if present.any():
-                sel = faiss.IDSelectorBatch(np.ascontiguousarray(ids[present]))
-                for index in self._indexes.values():
-                    index.remove_ids(sel)
-            for space, index in self._indexes.items():
-                vecs = np.ascontiguousarray(batch.space(space)[keep], dtype=np.float32)
-                index.add_with_ids(vecs, ids)
-            for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
-                self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
-            self._dirty = True
-        self._seen[batch.batch_id] = None
-        if len(self._seen) > _SEEN_BATCHES:
-            self._seen.popitem(last=False)
-        return self.ntotal
+        self._check_batch(batch)
+        with self._lock:
+            if batch.batch_id not in self._seen:
+                self._apply(self._log(batch), batch)
+            n = self.ntotal
+        self._upkeep()
+        return n
 
     def delete_video(self, video_id: int) -> int:
-        """Remove all frames of a video from both spaces; return how many frames were removed."""
-        lo, hi = video_id_range(video_id)
-        sel = faiss.IDSelectorRange(lo, hi)
-        removed = [int(index.remove_ids(sel)) for index in self._indexes.values()]
-        self._times.pop(video_id, None)
-        if any(removed):
-            self._dirty = True
-        return removed[0]
+        """Remove all frames of a video from both spaces; return how many were removed.
+        Durable when it returns."""
+        with self._lock:
+            n = len(self._times.get(video_id, ()))
+            if n:
+                self._apply(self._log(Delete(video_id)), Delete(video_id))
+        self._upkeep()
+        return n
 
-    def commit(self) -> None:
-        """Write a snapshot atomically: a crash leaves the previous snapshot or this one.
+    def snapshot(self) -> None:
+        """Write a snapshot atomically (a crash leaves the previous one or this one) and drop
+        the log it covers. A no-op when nothing changed since the last one."""
+        if self._wal is None:
+            raise RuntimeError("only the writer snapshots")
+        with self._snapshot_lock:
+            path = self.directory / SNAPSHOT
+            with self._lock:
+                if self.seq == self._snapshot_seq and path.exists():
+                    return
+                seq = self.seq
+                ids, times = self._flat_times()
+                parts = {
+                    "format": np.int64(_FORMAT), "shard": np.int64(self.shard_no), "seq": np.int64(seq),
+                    "ids": ids, "times": times, "batches": np.array(list(self._seen), dtype=np.str_),
+                }
+                for space, sp in self._spaces.items():
+                    parts[space] = sp.serialize()
+                    parts[f"{space}_factory"] = np.str_(sp.factory)
+                    parts[f"{space}_trained"] = np.int64(sp.trained_n)
+                self._wal.rotate()
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    np.savez(f, **parts)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            _fsync_dir(self.directory)
+            with self._lock:
+                self._snapshot_seq = seq
+                self._snapshot_size = path.stat().st_size
+                self._wal.drop_through(seq)
 
-        A no-op when nothing changed since the last commit or load.
-        """
-        path = self.directory / SNAPSHOT
-        if not self._dirty and path.exists():
-            return
-        ids, times = self._flat_times()
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(
-                    f,
-                    format=np.int64(_FORMAT),
-                    shard=np.int64(self.shard_no),
-                    ids=ids,
-                    times=times,
-                    **{space: faiss.serialize_index(index) for space, index in self._indexes.items()},
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.directory)
-        self._dirty = False
+    # -- writes (readers) -------------------------------------------------------------
+
+    def apply(self, seq: int, op: Op) -> None:
+        """Apply the writer's logged operation ``seq``; ones already applied are skipped, and
+        a gap (operations this reader missed) is filled from the log first."""
+        with self._lock:
+            if seq <= self.seq:
+                return
+            if seq > self.seq + 1:
+                self._catch_up(seq - 1)
+            if seq == self.seq + 1:
+                self._apply(seq, op)
+        self._upkeep()
 
     # -- reads -------------------------------------------------------------------------
 
@@ -173,63 +184,273 @@ class Shard:
         self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Top-k frames of one space for each query, best first; with ``videos``, only
-        frames of those videos count (an exact filter: no top-k is lost to it).
+        frames of those videos count (no top-k is lost to the filter).
 
         Returns scores (nq, k) float32, ids (nq, k) int64 and times (nq, k, 2) float32; where
         fewer than k vectors exist the id is -1, the time (0, 0) and the score FAISS's minimum.
         """
         queries = check_queries(space, queries, k)
-        self._use_threads()
-        params = None
-        if videos is not None:
-            ids = self._ids_of(videos)
-            if not len(ids):
-                nq = len(queries)
-                return (np.full((nq, k), -np.finfo(np.float32).max, np.float32),
-                        np.full((nq, k), -1, np.int64), np.zeros((nq, k, 2), np.float32))
-            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(ids))
-        scores, ids = self._indexes[space].search(queries, int(k), params=params)
-        times = np.zeros(ids.shape + (2,), dtype=np.float32)
-        found = ids >= 0
-        if found.any():
-            vt = self._times
-            times[found] = [vt[i >> FRAME_BITS][i] for i in ids[found].tolist()]
+        with self._lock:
+            self._use_threads()
+            subset = None
+            if videos is not None:
+                subset = self._ids_of(videos)
+                if not len(subset):
+                    nq = len(queries)
+                    return (np.full((nq, k), -np.finfo(np.float32).max, np.float32),
+                            np.full((nq, k), -1, np.int64), np.zeros((nq, k, 2), np.float32))
+            scores, ids = self._spaces[space].search(queries, int(k), subset)
+            times = np.zeros(ids.shape + (2,), dtype=np.float32)
+            found = ids >= 0
+            if found.any():
+                vt = self._times
+                times[found] = [vt[i >> FRAME_BITS][i] for i in ids[found].tolist()]
         return scores, ids, times
 
-    def frames(
-        self, space: str, video_id: int, start_s: float, end_s: float
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
         """The stored vectors of a video's frames that overlap [start_s, end_s], in time
         order: times (n, 2) float32 and vectors (n, d) float32 (n may be 0)."""
         if space not in DIMS:
             raise ValueError(f"unknown space {space!r}; expected one of {SPACES}")
-        frames = self._times.get(video_id, {})
-        picked = sorted((t, i) for i, t in frames.items() if t[1] > start_s and t[0] < end_s)
-        if not picked:
-            return np.zeros((0, 2), np.float32), np.zeros((0, DIMS[space]), np.float32)
-        ids = np.array([i for _, i in picked], dtype=np.int64)
-        vectors = self._indexes[space].reconstruct_batch(ids)
-        return np.array([t for t, _ in picked], dtype=np.float32), vectors
+        with self._lock:
+            frames = self._times.get(video_id, {})
+            picked = sorted((t, i) for i, t in frames.items() if t[1] > start_s and t[0] < end_s)
+            ids = np.array([i for _, i in picked], dtype=np.int64)
+            vectors = self._spaces[space].reconstruct(ids)
+        return np.array([t for t, _ in picked], dtype=np.float32).reshape(-1, 2), vectors
 
     @property
     def ntotal(self) -> int:
         """Frames held (the same in both spaces)."""
-        return int(self._indexes["visual"].ntotal)
+        return self._spaces["visual"].ntotal
 
     def stats(self) -> dict:
-        """Counts for monitoring: vectors per space and distinct videos."""
-        return {
-            "shard": self.shard_no,
-            "vectors": {space: int(index.ntotal) for space, index in self._indexes.items()},
-            "videos": len(self._times),
-            "index": "IDMap2,Flat",
-        }
+        """Counts and state for monitoring: vectors and index type per space, videos, the
+        last applied log seq and the seq the last snapshot holds."""
+        with self._lock:
+            return {
+                "shard": self.shard_no,
+                "vectors": {space: sp.ntotal for space, sp in self._spaces.items()},
+                "videos": len(self._times),
+                "index": {space: sp.factory for space, sp in self._spaces.items()},
+                "seq": self.seq,
+                "snapshot_seq": self._snapshot_seq,
+            }
 
     def video_ids(self) -> list[int]:
         """The distinct videos held, ascending."""
-        return sorted(self._times)
+        with self._lock:
+            return sorted(self._times)
 
-    # -- internals ---------------------------------------------------------------------
+    def wait_idle(self) -> None:
+        """Return once the background work scheduled so far is done (for tests and shutdown)."""
+        if self._tasks is not None:
+            self._tasks.join()
+
+    def close(self) -> None:
+        self.wait_idle()
+        if self._wal is not None:
+            self._wal.close()
+
+    # -- applying operations (under the lock) -----------------------------------------
+
+    def _log(self, op: Op) -> int:
+        if self._wal is None:
+            raise RuntimeError("this replica only reads; writes go to the shard's writer")
+        return self._wal.append(op)
+
+    def _apply(self, seq: int, op: Op) -> None:
+        if isinstance(op, Delete):
+            ids = np.fromiter(self._times.pop(op.video_id, {}).keys(), np.int64)
+            self._remove(ids)
+        else:
+            self._apply_add(op)
+            self._seen[op.batch_id] = None
+            if len(self._seen) > _SEEN_BATCHES:
+                self._seen.popitem(last=False)
+        self.seq = seq
+
+    def _apply_add(self, batch: FusedBatch) -> None:
+        n = len(batch.ids)
+        if not n:
+            return
+        self._use_threads()
+        ids = np.asarray(batch.ids, dtype=np.int64)
+        # Keep the last occurrence of each id so the index never holds duplicates.
+        _, last_rev = np.unique(ids[::-1], return_index=True)
+        keep = np.sort(n - 1 - last_rev)
+        ids, times = ids[keep], np.asarray(batch.times, np.float32)[keep]
+        present = np.fromiter((self._has(int(i)) for i in ids), bool, len(ids))
+        self._remove(ids[present])
+        for space, sp in self._spaces.items():
+            vecs = np.ascontiguousarray(batch.space(space)[keep], dtype=np.float32)
+            sp.add(ids, vecs)
+            if space in self._capture:
+                self._capture[space].append(("add", ids, vecs))
+        for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
+            self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
+
+    def _remove(self, ids: np.ndarray) -> None:
+        if not len(ids):
+            return
+        for space, sp in self._spaces.items():
+            sp.remove(ids)
+            if space in self._capture:
+                self._capture[space].append(("remove", ids))
+
+    def _catch_up(self, through: int) -> None:
+        for seq, op in replay(self.directory / WAL_DIR, self.seq):
+            if seq > through:
+                return
+            if seq != self.seq + 1:
+                break
+            self._apply(seq, op)
+        if self.seq < through:  # the log it needed was folded into a newer snapshot
+            self._load_state()
+
+    # -- background upkeep ------------------------------------------------------------
+
+    def _upkeep(self) -> None:
+        """Schedule what the shard's growth calls for: a snapshot, an index rebuild."""
+        wanted = []
+        with self._lock:
+            for space, sp in self._spaces.items():
+                if space not in self._capture and sp.needs_rebuild():
+                    wanted.append(("rebuild", space))
+            if self._wal is not None and self._wal.bytes_since_rotate > max(
+                self._snapshot_log_bytes, self._snapshot_size // 2
+            ):
+                wanted.append(("snapshot", None))
+        for task in wanted:
+            if self._tasks is None:
+                self._run(task)
+            elif task not in self._pending:
+                self._pending.add(task)
+                self._tasks.put(task)
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            try:
+                self._pending.discard(task)
+                self._run(task)
+            except Exception as e:  # keep serving; the next write schedules it again
+                print(f"shard {self.shard_no}: {task[0]} failed: {e!r}", flush=True)
+            finally:
+                self._tasks.task_done()
+
+    def _run(self, task: tuple[str, str | None]) -> None:
+        kind, space = task
+        if kind == "snapshot":
+            self.snapshot()
+        else:
+            self._rebuild(space)
+
+    def _rebuild(self, space: str) -> None:
+        """Rebuild one space's index with the type its size calls for, off the write path."""
+        self._use_threads()
+        with self._lock:
+            old = self._spaces[space]
+            if not old.needs_rebuild() or space in self._capture:
+                return
+            ids = np.fromiter((i for frames in self._times.values() for i in frames), np.int64)
+            vectors = old.reconstruct(ids)
+            self._capture[space] = []
+        try:
+            new = SpaceIndex.build(old.d, self._exact_max, self._nprobe, ids, vectors, seed=self.shard_no)
+            del vectors
+            with self._lock:
+                for op in self._capture[space]:  # in order: a replaced id's removal precedes its add
+                    if op[0] == "add":
+                        new.add(op[1], op[2])
+                    else:
+                        new.remove(op[1])
+                self._spaces[space] = new
+        finally:
+            with self._lock:
+                self._capture.pop(space, None)
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._spaces = {s: SpaceIndex(d, self._exact_max, self._nprobe) for s, d in DIMS.items()}
+        # video_id -> {vector id -> (t_start, t_end)}: per video so deletes and counts are cheap.
+        self._times: dict[int, dict[int, tuple[float, float]]] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.seq = 0
+        self._snapshot_seq = 0
+        self._snapshot_size = 0
+
+    def _load_state(self) -> None:
+        """Last snapshot, then the log after it. A reader racing the writer (a snapshot
+        replaced, log segments dropped) starts over; the writer must find no gap."""
+        for _ in range(_LOAD_TRIES):
+            self._reset()
+            try:
+                path = self.directory / SNAPSHOT
+                if path.exists():
+                    self._load_snapshot(path)
+                gap = False
+                for seq, op in replay(self.directory / WAL_DIR, self.seq):
+                    if seq != self.seq + 1:
+                        gap = True
+                        break
+                    self._apply(seq, op)
+            except FileNotFoundError:
+                gap = True
+            if not gap:
+                return
+            if self.writer:
+                raise LogCorrupt(f"{self.directory}: the log has a gap after seq {self.seq}")
+        raise LogCorrupt(f"{self.directory}: no consistent snapshot + log after {_LOAD_TRIES} tries")
+
+    def _load_snapshot(self, path: Path) -> None:
+        if not zipfile.is_zipfile(path):
+            raise ValueError(f"{path}: not a shard snapshot (not an .npz archive)")
+        with np.load(path, allow_pickle=False) as z:
+            missing = {"format", "ids", "times", *SPACES} - set(z.files)
+            if missing:
+                raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
+            fmt = int(z["format"])
+            if fmt not in (1, _FORMAT):
+                raise ValueError(f"{path}: snapshot format {fmt}, expected {_FORMAT}")
+            spaces = {}
+            for space, d in DIMS.items():
+                # Format 1 (before the log) held flat indexes only.
+                factory = str(z[f"{space}_factory"]) if fmt >= 2 else "IDMap2,Flat"
+                trained = int(z[f"{space}_trained"]) if fmt >= 2 else 0
+                try:
+                    spaces[space] = SpaceIndex.deserialize(z[space], d, self._exact_max, self._nprobe, factory, trained)
+                except RuntimeError as e:  # FAISS reports a bad index blob as RuntimeError
+                    raise ValueError(f"{path}: unreadable {space} index: {e}") from e
+                except ValueError as e:
+                    raise ValueError(f"{path}: {space} {e}") from e
+            ids, times = z["ids"], z["times"]
+            seq = int(z["seq"]) if fmt >= 2 else 0
+            seen = z["batches"].tolist() if fmt >= 2 else []
+        expected = np.sort(ids)
+        for space, sp in spaces.items():
+            if not np.array_equal(np.sort(sp.all_ids()), expected):
+                raise ValueError(f"{path}: {space} index ids do not match the stored times")
+        self._spaces = spaces
+        for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
+            self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
+        self._seen = OrderedDict.fromkeys(seen)
+        self.seq = self._snapshot_seq = seq
+        self._snapshot_size = path.stat().st_size
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _check_batch(self, batch: FusedBatch) -> None:
+        n = len(batch.ids)
+        ids = np.asarray(batch.ids)
+        if ids.shape != (n,) or np.shape(batch.times) != (n, 2) or batch.features.shape != (n, VISUAL_DIM + SEMANTIC_DIM):
+            raise ValueError(
+                f"malformed batch {batch.batch_id}: ids {ids.shape}, times {np.shape(batch.times)}, "
+                f"features {batch.features.shape}"
+            )
+        if n and (ids < 0).any():
+            raise ValueError(f"batch {batch.batch_id} has negative vector ids")
 
     def _use_threads(self) -> None:
         # Ray workers run with OMP_NUM_THREADS=1, and the OpenMP setting is per thread, so set
@@ -237,8 +458,7 @@ class Shard:
         faiss.omp_set_num_threads(self.threads)
 
     def _ids_of(self, videos: list[int]) -> np.ndarray:
-        ids = [i for v in videos for i in self._times.get(int(v), ())]
-        return np.array(ids, dtype=np.int64)
+        return np.array([i for v in videos for i in self._times.get(int(v), ())], dtype=np.int64)
 
     def _has(self, vector_id: int) -> bool:
         frames = self._times.get(vector_id >> FRAME_BITS)
@@ -257,31 +477,6 @@ class Shard:
         return ids, times
 
     def _remove_stray_temps(self) -> None:
-        # A crash mid-commit leaves a temp file that was never renamed into place.
+        # A crash mid-snapshot leaves a temp file that was never renamed into place.
         for p in self.directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
             p.unlink(missing_ok=True)
-
-    def _load(self, path: Path) -> None:
-        if not zipfile.is_zipfile(path):
-            raise ValueError(f"{path}: not a shard snapshot (not an .npz archive)")
-        with np.load(path, allow_pickle=False) as z:
-            missing = {"format", "ids", "times", *SPACES} - set(z.files)
-            if missing:
-                raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
-            if int(z["format"]) != _FORMAT:
-                raise ValueError(f"{path}: snapshot format {int(z['format'])}, expected {_FORMAT}")
-            try:
-                indexes = {space: faiss.deserialize_index(z[space]) for space in SPACES}
-            except RuntimeError as e:  # FAISS reports a bad index blob as RuntimeError
-                raise ValueError(f"{path}: unreadable index: {e}") from e
-            ids, times = z["ids"], z["times"]
-        expected = np.sort(ids)
-        for space, index in indexes.items():
-            if index.d != DIMS[space]:
-                raise ValueError(f"{path}: {space} index has dim {index.d}, expected {DIMS[space]}")
-            if not np.array_equal(np.sort(faiss.vector_to_array(index.id_map)), expected):
-                raise ValueError(f"{path}: {space} index ids do not match the stored times")
-        self._indexes = indexes
-        self._times = {}
-        for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
-            self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)

@@ -1,0 +1,77 @@
+"""One replica of one shard, as a Ray actor.
+
+The primary (replica 0) owns the shard directory: it logs every write, applies it, and
+forwards it with its log seq to the other replicas before acknowledging, so an
+acknowledged write is durable and on every live replica. The others load the same
+snapshot + log on start (Ray restarts a replica that dies, and a restart is exactly
+that catch-up) and apply what the primary forwards, in seq order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import ray
+from ray.actor import ActorHandle
+
+from vifusion.config import Config
+from vifusion.index.shard import Shard
+from vifusion.index.wal import Delete, Op
+from vifusion.types import FusedBatch
+
+_INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the call
+
+
+class ShardReplica:
+    """A ``Shard`` behind a Ray actor; ``followers`` given: this is the primary."""
+
+    def __init__(self, shard_no: int, directory: Path, cfg: Config, followers: list[ActorHandle] | None = None) -> None:
+        self.followers = list(followers or [])
+        self.primary = followers is not None
+        self.shard = Shard(shard_no, directory, cfg, writer=self.primary, background=True)
+
+    # writes: the primary
+    def add(self, batch: FusedBatch) -> int:
+        before = self.shard.seq
+        n = self.shard.add(batch)
+        if self.shard.seq != before:
+            self._forward(self.shard.seq, batch, batch.nbytes)
+        return n
+
+    def delete_video(self, video_id: int) -> int:
+        before = self.shard.seq
+        n = self.shard.delete_video(video_id)
+        if self.shard.seq != before:
+            self._forward(self.shard.seq, Delete(video_id), 0)
+        return n
+
+    def snapshot(self) -> None:
+        self.shard.snapshot()
+
+    # writes: the others
+    def apply(self, seq: int, op: Op) -> None:
+        self.shard.apply(seq, op)
+
+    # reads: any replica
+    def search(self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None):
+        return self.shard.search(space, queries, k, videos)
+
+    def frames(self, space: str, video_id: int, start_s: float, end_s: float):
+        return self.shard.frames(space, video_id, start_s, end_s)
+
+    def stats(self) -> dict:
+        return {**self.shard.stats(), "primary": self.primary}
+
+    def video_ids(self) -> list[int]:
+        return self.shard.video_ids()
+
+    def wait_idle(self) -> None:
+        self.shard.wait_idle()
+
+    def _forward(self, seq: int, op: Op, nbytes: int) -> None:
+        if not self.followers:
+            return
+        arg = ray.put(op) if nbytes > _INLINE_BYTES else op
+        # A follower that is down is restarted by Ray and the call retried once it is back.
+        ray.get([f.apply.remote(seq, arg) for f in self.followers])

@@ -1,0 +1,143 @@
+"""One vector space of one shard, with its FAISS index type chosen by size.
+
+Small: ``IDMap2,Flat`` (exact inner product). Past ``exact_max`` vectors: ``IVF{nlist},SQ8``
+trained from the shard's own vectors (nlist ~ 2 sqrt(n), a power of two), with a hash
+direct map so vectors can be removed and read back by id. Both types remove ids, so no
+tombstones are needed. Vectors are L2-normalised: inner product is cosine similarity.
+
+Limits: an IVF space stores 8-bit vectors (``reconstruct`` returns them decoded, not the
+exact input); it is re-trained from those when it has grown 4x since its last training.
+Not thread-safe: the shard serialises calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import faiss
+import numpy as np
+
+FLAT = "IDMap2,Flat"
+_REGROW = 4  # re-train an IVF space when it holds this many times its training size
+_TRAIN_PER_LIST = 64  # training points per inverted list (k-means cost bound)
+_EXACT_SUBSET = 1 << 16  # a filter selecting at most this many vectors is searched exactly
+
+
+def factory_for(n: int, exact_max: int) -> str:
+    """The FAISS factory string for a space of ``n`` vectors."""
+    if n <= exact_max:
+        return FLAT
+    nlist = 1 << max(6, min(16, round(math.log2(2 * math.sqrt(n)))))
+    return f"IVF{nlist},SQ8"
+
+
+class SpaceIndex:
+    """The vectors of one space, searchable, removable and readable by id."""
+
+    def __init__(self, d: int, exact_max: int, nprobe: int, factory: str = FLAT, index: faiss.Index | None = None,
+                 trained_n: int = 0) -> None:
+        self.d = d
+        self.exact_max = exact_max
+        self.nprobe = nprobe
+        self.factory = factory
+        self.index = index if index is not None else faiss.IndexIDMap2(faiss.IndexFlatIP(d))
+        self.trained_n = trained_n
+
+    @classmethod
+    def build(cls, d: int, exact_max: int, nprobe: int, ids: np.ndarray, vectors: np.ndarray,
+              seed: int = 0) -> SpaceIndex:
+        """A new index of the type that suits ``len(ids)`` vectors, holding them."""
+        factory = factory_for(len(ids), exact_max)
+        if factory == FLAT:
+            space = cls(d, exact_max, nprobe)
+        else:
+            index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+            nlist = faiss.extract_index_ivf(index).nlist
+            rng = np.random.default_rng(seed)
+            take = min(len(ids), nlist * _TRAIN_PER_LIST)
+            sample = vectors[np.sort(rng.choice(len(ids), take, replace=False))] if take < len(ids) else vectors
+            index.cp.niter = 10
+            index.cp.min_points_per_centroid = 1  # silence the "too few points" warning
+            index.cp.max_points_per_centroid = _TRAIN_PER_LIST
+            index.train(np.ascontiguousarray(sample, np.float32))
+            index.set_direct_map_type(faiss.DirectMap.Hashtable)
+            space = cls(d, exact_max, nprobe, factory, index, trained_n=len(ids))
+        space.add(ids, vectors)
+        return space
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def is_flat(self) -> bool:
+        return self.factory == FLAT
+
+    def needs_rebuild(self) -> bool:
+        """Whether the index type no longer suits the size (a flat space grown past
+        ``exact_max``, or an IVF space grown ``_REGROW`` x since training)."""
+        if self.is_flat:
+            return self.ntotal > self.exact_max
+        return self.ntotal >= _REGROW * self.trained_n
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add vectors under ids that are not present (the caller removes old ones first)."""
+        if len(ids):
+            self.index.add_with_ids(np.ascontiguousarray(vectors, np.float32), np.ascontiguousarray(ids, np.int64))
+
+    def remove(self, ids: np.ndarray) -> int:
+        """Remove these ids (absent ones are ignored); return how many were removed."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        if not len(ids):
+            return 0
+        # The hash direct map of an IVF index only removes by an explicit id array; a flat
+        # IDMap2 tests every stored id against the selector, so it wants a hash set.
+        sel = faiss.IDSelectorBatch(ids) if self.is_flat else faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids))
+        return int(self.index.remove_ids(sel))
+
+    def reconstruct(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of these (present) ids, (n, d) float32."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        if not len(ids):
+            return np.zeros((0, self.d), np.float32)
+        return self.index.reconstruct_batch(ids)
+
+    def search(self, queries: np.ndarray, k: int, subset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query; with ``subset``, only among those ids, without
+        losing top-k to the filter (small subsets are searched exactly)."""
+        if subset is None:
+            params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.nprobe)
+            return self.index.search(queries, k, params=params)
+        if self.is_flat:
+            return self.index.search(queries, k, params=faiss.SearchParameters(sel=faiss.IDSelectorBatch(subset)))
+        if len(subset) <= _EXACT_SUBSET:
+            scores, rows = faiss.knn(queries, self.reconstruct(subset), min(k, len(subset)), faiss.METRIC_INNER_PRODUCT)
+            ids = np.where(rows >= 0, subset[np.maximum(rows, 0)], -1)
+            if ids.shape[1] < k:  # pad as FAISS does where fewer than k exist
+                pad = k - ids.shape[1]
+                ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+                scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.finfo(np.float32).max)
+            return scores, ids
+        # A large subset: IVF restricted to it, probing wider since the filter thins each list.
+        params = faiss.SearchParametersIVF(nprobe=4 * self.nprobe, sel=faiss.IDSelectorBatch(subset))
+        return self.index.search(queries, k, params=params)
+
+    def serialize(self) -> np.ndarray:
+        return faiss.serialize_index(self.index)
+
+    @classmethod
+    def deserialize(cls, blob: np.ndarray, d: int, exact_max: int, nprobe: int, factory: str,
+                    trained_n: int) -> SpaceIndex:
+        index = faiss.deserialize_index(blob)
+        if index.d != d:
+            raise ValueError(f"index has dim {index.d}, expected {d}")
+        return cls(d, exact_max, nprobe, factory, index, trained_n)
+
+    def all_ids(self) -> np.ndarray:
+        """Every stored id (order unspecified)."""
+        if self.is_flat:
+            return faiss.vector_to_array(self.index.id_map).copy()
+        invlists = faiss.extract_index_ivf(self.index).invlists
+        parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
+                 for i in range(invlists.nlist) if invlists.list_size(i)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -1,0 +1,223 @@
+"""The shard's write-ahead log: every add and delete is on disk (fsynced) before it is
+acknowledged, so a crash loses nothing a sender was told had landed.
+
+Layout: ``<shard dir>/wal/<first seq>.log`` segments, each a header then records
+``[length u32][crc32 u32][seq u64][payload]``. Sequence numbers start at 1 and never repeat
+in one shard's history. A snapshot records the last seq it contains; start-up replays the
+records after it, and ``drop_through`` deletes segments a snapshot made redundant.
+
+Limits: one writer per directory (the shard's primary replica; readers only ``replay``).
+A record torn by a crash at the end of the last segment is detected by its length or CRC
+and cut off; damage anywhere else is reported as an error, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
+
+_MAGIC = b"VFWAL01\n"
+_HEAD = struct.Struct("<IIQ")  # payload length, crc32(seq + payload), seq
+_ADD, _DELETE = 1, 2
+_DIM = VISUAL_DIM + SEMANTIC_DIM
+
+
+class LogCorrupt(ValueError):
+    """Damage in the log that is not a torn tail: acknowledged records may be unreadable."""
+
+
+@dataclass(frozen=True)
+class Delete:
+    video_id: int
+
+
+Op = FusedBatch | Delete
+
+
+def encode(op: Op) -> bytes:
+    """One operation as a record payload."""
+    if isinstance(op, Delete):
+        return struct.pack("<Bq", _DELETE, op.video_id)
+    bid = op.batch_id.encode()
+    n = len(op.ids)
+    return b"".join((
+        struct.pack("<BHI", _ADD, len(bid), n), bid,
+        np.ascontiguousarray(op.ids, np.int64).tobytes(),
+        np.ascontiguousarray(op.times, np.float32).tobytes(),
+        np.ascontiguousarray(op.features, np.float32).tobytes(),
+    ))
+
+
+def decode(payload: bytes) -> Op:
+    """The operation a record payload holds (arrays are read-only views of ``payload``)."""
+    kind = payload[0]
+    if kind == _DELETE:
+        return Delete(struct.unpack_from("<q", payload, 1)[0])
+    if kind != _ADD:
+        raise LogCorrupt(f"unknown record type {kind}")
+    _, blen, n = struct.unpack_from("<BHI", payload, 0)
+    pos = 7
+    bid = payload[pos : pos + blen].decode()
+    pos += blen
+    ids = np.frombuffer(payload, np.int64, n, pos)
+    pos += ids.nbytes
+    times = np.frombuffer(payload, np.float32, 2 * n, pos).reshape(n, 2)
+    pos += times.nbytes
+    features = np.frombuffer(payload, np.float32, n * _DIM, pos).reshape(n, _DIM)
+    return FusedBatch(ids=ids, times=times, features=features, batch_id=bid)
+
+
+def _crc(seq: int, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(struct.pack("<Q", seq)))
+
+
+def _segments(directory: Path) -> list[tuple[int, Path]]:
+    found = []
+    for p in directory.glob("*.log"):
+        try:
+            found.append((int(p.stem), p))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]:
+    """The records of one segment and the byte offset after the last whole one.
+    A damaged record ends the segment if it is the last segment (a torn tail)."""
+    data = path.read_bytes()
+    if len(data) < len(_MAGIC):
+        if last:
+            return [], 0
+        raise LogCorrupt(f"{path}: truncated segment header")
+    if data[: len(_MAGIC)] != _MAGIC:
+        raise LogCorrupt(f"{path}: not a write-ahead log segment")
+    records, pos = [], len(_MAGIC)
+    while pos < len(data):
+        bad = pos + _HEAD.size > len(data)
+        if not bad:
+            length, crc, seq = _HEAD.unpack_from(data, pos)
+            end = pos + _HEAD.size + length
+            bad = end > len(data)
+            if not bad:
+                payload = data[pos + _HEAD.size : end]
+                bad = _crc(seq, payload) != crc
+        if bad:
+            if last:
+                break
+            raise LogCorrupt(f"{path}: damaged record at byte {pos}")
+        records.append((seq, payload))
+        pos = end
+    return records, pos
+
+
+def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
+    """The logged operations with seq > ``after``, in order. Read-only: safe beside a writer
+    (a record it is still writing reads as a torn tail and ends the replay)."""
+    segments = _segments(Path(directory))
+    for i, (_, path) in enumerate(segments):
+        nxt = segments[i + 1][0] if i + 1 < len(segments) else None
+        if nxt is not None and nxt <= after + 1:
+            continue  # wholly covered by the snapshot
+        records, _ = _read_segment(path, last=nxt is None)
+        for seq, payload in records:
+            if seq > after:
+                yield seq, decode(payload)
+
+
+class WriteAheadLog:
+    """The writing end. Opening it cuts a torn tail off the last segment; ``after`` is the
+    seq of the snapshot it continues (new records are numbered after both)."""
+
+    def __init__(self, directory: Path, after: int = 0) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.last_seq = after
+        self.bytes_since_rotate = 0
+        segments = _segments(self.directory)
+        for i, (first, path) in enumerate(segments):
+            records, good = _read_segment(path, last=i == len(segments) - 1)
+            if records:
+                self.last_seq = records[-1][0]
+            elif i == len(segments) - 1:
+                self.last_seq = max(self.last_seq, first - 1)
+        self._file = None
+        if segments:
+            path = segments[-1][1]
+            if good < len(_MAGIC):
+                path.unlink()
+                _fsync_dir(self.directory)
+            else:
+                if good < path.stat().st_size:
+                    with open(path, "r+b") as f:  # the torn tail: never acknowledged
+                        f.truncate(good)
+                        os.fsync(f.fileno())
+                self._file = open(path, "ab")
+                self.bytes_since_rotate = good - len(_MAGIC)
+
+    def append(self, op: Op) -> int:
+        """Write one operation durably; return its seq. Only then may it be acknowledged."""
+        if self._file is None:
+            self._open_segment(self.last_seq + 1)
+        seq = self.last_seq + 1
+        payload = encode(op)
+        self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
+        self._file.write(payload)
+        self._file.flush()
+        os.fdatasync(self._file.fileno())
+        self.last_seq = seq
+        self.bytes_since_rotate += _HEAD.size + len(payload)
+        return seq
+
+    def rotate(self) -> None:
+        """Start a new segment for the records after ``last_seq`` (a snapshot is coming)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.bytes_since_rotate = 0
+
+    def drop_through(self, seq: int) -> None:
+        """Delete the segments whose records all have seq <= ``seq`` (a durable snapshot holds them)."""
+        segments = _segments(self.directory)
+        dropped = False
+        for i, (_, path) in enumerate(segments):
+            nxt = segments[i + 1][0] if i + 1 < len(segments) else self.last_seq + 1
+            if nxt <= seq + 1 and (self._file is None or path != Path(self._file.name)):
+                path.unlink()
+                dropped = True
+        if dropped:
+            _fsync_dir(self.directory)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.stat().st_size for _, p in _segments(self.directory))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _open_segment(self, first_seq: int) -> None:
+        path = self.directory / f"{first_seq:020d}.log"
+        f = open(path, "wb")
+        f.write(_MAGIC)
+        f.flush()
+        os.fsync(f.fileno())
+        _fsync_dir(self.directory)
+        self._file = open(path, "ab")
+        f.close()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
