@@ -57,7 +57,7 @@ def test_shardset_routes_searches_and_reloads(ray_session, cfg: Config) -> None:
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
         # The fan-out equals one shard holding everything.
-        whole = Shard(9, cfg.data_dir / "whole", threads=1)
+        whole = Shard(9, cfg.data_dir / "whole", cfg)
         for v in VIDEOS:
             whole.add(make_batch(v, 8, seed=v))
         rq = unit(np.random.default_rng(1), 3, 384)
@@ -69,40 +69,64 @@ def test_shardset_routes_searches_and_reloads(ray_session, cfg: Config) -> None:
         assert shards.delete_video(12) == 8
         assert all(h.video_id != 12 for hits in shards.search("visual", q, 32) for h in hits)
 
-        shards.commit()
-        before = shards.search("semantic", rq, 10)
+        shards.snapshot()
         late = make_batch(10, 3, seed=99, first_frame=100)
-        ray.get(shards.handle_for(10).add.remote(late))  # applied, never committed
+        ray.get(shards.handle_for(10).add.remote(late))  # acknowledged after the snapshot
+        before = shards.search("semantic", rq, 10)
         probe = shards.search("visual", late.space("visual"), 1)
         assert [hits[0].t_start for hits in probe] == [100.0, 101.0, 102.0]
     finally:
-        shards.close()
+        shards.close()  # a kill: no snapshot on the way out
     assert (shard_dir(cfg.data_dir, 0) / "snapshot.npz").exists()
 
     reopened = ShardSet(cfg)
     try:
-        assert [s["vectors"]["visual"] for s in reopened.stats()] == [8, 16]
+        assert [s["vectors"]["visual"] for s in reopened.stats()] == [11, 16]
         assert reopened.search("semantic", rq, 10) == before
         probe = reopened.search("visual", late.space("visual"), 1)
-        assert all(h.score < 0.5 for hits in probe for h in hits)
+        assert [hits[0].t_start for hits in probe] == [100.0, 101.0, 102.0]
     finally:
         reopened.close()
 
 
-def test_commit_selected_shards_only(ray_session, cfg: Config) -> None:
+def test_snapshot_selected_shards_only(ray_session, cfg: Config) -> None:
     shards = ShardSet(cfg)
     try:
         _fill(shards)
-        shards.commit([1])
+        shards.snapshot([1])
         with pytest.raises(ValueError, match="no shard 2"):
-            shards.commit([2])
+            shards.snapshot([2])
     finally:
         shards.close()
+    assert not (shard_dir(cfg.data_dir, 0) / "snapshot.npz").exists()
+    assert (shard_dir(cfg.data_dir, 1) / "snapshot.npz").exists()
     reopened = ShardSet(cfg)
     try:
-        assert [s["videos"] for s in reopened.stats()] == [0, 2]
+        assert [s["videos"] for s in reopened.stats()] == [2, 2]  # shard 0 from its log alone
     finally:
         reopened.close()
+
+
+def test_concurrent_searches_are_fused_and_split_back_exactly(ray_session, cfg: Config) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    plain = Config(data_dir=cfg.data_dir, num_shards=2, faiss_threads=1, query_fusion=False)
+    queries = unit(np.random.default_rng(3), 64, 384)
+    ks = [1 + i % 12 for i in range(64)]
+    shards = ShardSet(plain)
+    try:
+        _fill(shards)
+        expected = [shards.search("semantic", queries[[i]], ks[i])[0] for i in range(64)]
+    finally:
+        shards.close()
+    shards = ShardSet(cfg)
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(lambda i: shards.search("semantic", queries[[i]], ks[i])[0], range(64)))
+        assert got == expected
+        assert shards.fused_calls["semantic"] < 64  # queries shared calls
+    finally:
+        shards.close()
 
 
 def test_search_rejects_bad_requests_before_fan_out(ray_session, cfg: Config) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from vifusion.config import Config
 from vifusion.index.shard import SNAPSHOT, WAL_DIR, Shard
+from vifusion.index.wal import Delete
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id, video_of
 
 from ._helpers import make_batch
@@ -278,3 +279,45 @@ def test_frames_returns_a_videos_stored_vectors_in_a_time_range(shard: Shard) ->
     assert times.shape == (0, 2) and vectors.shape == (0, SEMANTIC_DIM)
     with pytest.raises(ValueError):
         shard.frames("audio", 4, 0, 1)
+
+
+def test_grows_into_a_trained_index_in_the_background_losing_no_write(tmp_path: Path) -> None:
+    cfg = Config(faiss_threads=1, index_exact_max=300, index_nprobe=64)
+    s = Shard(0, tmp_path, cfg, background=True)
+    batches = [make_batch(v, 40, seed=v) for v in range(1, 31)]
+    for b in batches:  # the rebuild starts at video 8 and runs while the rest arrive
+        s.add(b)
+    s.delete_video(2)
+    s.wait_idle()
+    stats = s.stats()
+    assert stats["index"]["visual"].startswith("IVF") and stats["index"]["semantic"].startswith("IVF")
+    assert stats["vectors"] == {"visual": 29 * 40, "semantic": 29 * 40}
+    for space in ("visual", "semantic"):
+        q = np.concatenate([b.space(space) for b in batches])
+        _, ids, _ = s.search(space, q, 1)
+        want = np.concatenate([b.ids for b in batches])
+        found = ids[:, 0] == want
+        assert found[40:80].sum() == 0  # the deleted video
+        assert found.sum() >= 0.97 * 29 * 40  # each frame finds itself (8-bit codes, probed lists)
+    s.snapshot()
+    again = Shard(0, tmp_path, cfg)
+    assert again.stats()["index"] == stats["index"] and again.video_ids() == s.video_ids()
+    _same_results(s, again)
+
+
+def test_reader_applies_forwarded_operations_in_order_and_fills_gaps_from_the_log(tmp_path: Path) -> None:
+    writer = Shard(0, tmp_path, CFG)
+    writer.add(make_batch(1, 4, seed=1))
+    reader = Shard(0, tmp_path, CFG, writer=False)
+    assert reader.video_ids() == [1]
+    b2, b3 = make_batch(2, 4, seed=2), make_batch(3, 4, seed=3)
+    writer.add(b2)
+    writer.add(b3)
+    reader.apply(3, b3)  # seq 2 never reached it: read from the log first
+    assert reader.video_ids() == [1, 2, 3] and reader.stats()["seq"] == 3
+    reader.apply(2, b2)  # a late duplicate changes nothing
+    writer.delete_video(1)
+    reader.apply(4, Delete(1))
+    _same_results(writer, reader)
+    with pytest.raises(RuntimeError, match="only reads"):
+        reader.add(make_batch(9, 1))

@@ -24,12 +24,15 @@ _INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the cal
 
 
 class ShardReplica:
-    """A ``Shard`` behind a Ray actor; ``followers`` given: this is the primary."""
+    """A ``Shard`` behind a Ray actor; ``followers`` (the other replicas' actor names)
+    given: this is the primary. Names, not handles: Ray cannot restart an actor whose
+    constructor arguments include actor handles (they are kept in the object store)."""
 
-    def __init__(self, shard_no: int, directory: Path, cfg: Config, followers: list[ActorHandle] | None = None) -> None:
-        self.followers = list(followers or [])
+    def __init__(self, shard_no: int, directory: Path, cfg: Config, followers: list[str] | None = None) -> None:
         self.primary = followers is not None
         self.shard = Shard(shard_no, directory, cfg, writer=self.primary, background=True)
+        self._names = list(followers or [])
+        self._followers: list[ActorHandle] | None = None
 
     # writes: the primary
     def add(self, batch: FusedBatch) -> int:
@@ -70,8 +73,10 @@ class ShardReplica:
         self.shard.wait_idle()
 
     def _forward(self, seq: int, op: Op, nbytes: int) -> None:
-        if not self.followers:
+        if not self._names:
             return
+        if self._followers is None:
+            self._followers = [ray.get_actor(name) for name in self._names]
         arg = ray.put(op) if nbytes > _INLINE_BYTES else op
         # A follower that is down is restarted by Ray and the call retried once it is back.
-        ray.get([f.apply.remote(seq, arg) for f in self.followers])
+        ray.get([f.apply.remote(seq, arg) for f in self._followers])

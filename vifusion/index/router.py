@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -80,7 +81,8 @@ class ShardSet:
         # ~9 ms of CPU per one-query search on 2 cores (against 0.2 ms of real work).
         # max_restarts / max_task_retries: a replica that dies comes back from snapshot +
         # log, and the writes sent to it meanwhile are retried, so none is lost.
-        actor = ray.remote(ShardReplica).options(
+        actor = ray.remote(ShardReplica)
+        opts = dict(
             num_cpus=0, max_concurrency=1, max_restarts=-1, max_task_retries=-1,
             scheduling_strategy="SPREAD", runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
@@ -89,10 +91,12 @@ class ShardSet:
         self._turn = itertools.count()
         self._batchers: dict[str, QueryBatcher] = {}
         try:
+            prefix = f"vifusion-shard-{uuid.uuid4().hex[:12]}"
             for n in range(cfg.num_shards):
                 directory = shard_dir(cfg.data_dir, n)
-                followers = [actor.remote(n, directory, cfg) for _ in range(cfg.shard_replicas - 1)]
-                self._replicas.append([actor.remote(n, directory, cfg, followers), *followers])
+                names = [f"{prefix}-{n}-{r}" for r in range(1, cfg.shard_replicas)]
+                followers = [actor.options(**opts, name=name).remote(n, directory, cfg) for name in names]
+                self._replicas.append([actor.options(**opts).remote(n, directory, cfg, names), *followers])
             # Surface a bad snapshot or directory here rather than on the first call.
             ray.get([h.stats.remote() for group in self._replicas for h in group])
         except BaseException:
@@ -118,6 +122,11 @@ class ShardSet:
     @property
     def num_shards(self) -> int:
         return len(self._replicas)
+
+    @property
+    def fused_calls(self) -> dict[str, int]:
+        """Fused search calls sent so far, per space (0 where query fusion is off)."""
+        return {space: self._batchers[space].calls if self._batchers else 0 for space in SPACES}
 
     def handle_for(self, video_id: int) -> ray.actor.ActorHandle:
         """The primary of the shard that holds (or will hold) a video's frames."""

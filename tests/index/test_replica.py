@@ -1,0 +1,95 @@
+"""Shard replicas under faults: real Ray actors killed while writes and searches run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vifusion.config import Config
+from vifusion.index.router import ShardSet
+
+from ._helpers import make_batch, unit
+
+
+def _wait_alive(ray, handle, timeout_s: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(handle.stats.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(ray_session, tmp_path: Path) -> None:
+    ray = ray_session
+    shards = ShardSet(Config(data_dir=tmp_path, num_shards=1, faiss_threads=1))
+    try:
+        primary = shards.handles[0]
+        batches = [make_batch(v, 12, seed=v) for v in range(1, 41)]
+        refs = [primary.add.remote(b) for b in batches]
+        ray.get(refs[:5])  # some adds acknowledged, the rest queued or in flight
+        ray.kill(primary, no_restart=False)
+        ray.get(refs)  # Ray restarts the shard from its log and retries what was not answered
+        stats = ray.get(primary.stats.remote())
+        assert stats["vectors"] == {"visual": 40 * 12, "semantic": 40 * 12}  # none twice
+        q = np.concatenate([b.space("semantic") for b in batches])
+        got = shards.search("semantic", q, 1)
+        want = [(v, float(f)) for v in range(1, 41) for f in range(12)]
+        assert [(hits[0].video_id, hits[0].t_start) for hits in got] == want
+    finally:
+        shards.close()
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["follower", "primary"])
+def test_searches_keep_answering_while_a_replica_dies_and_it_comes_back_whole(ray_session, tmp_path: Path,
+                                                                             victim: int) -> None:
+    ray = ray_session
+    shards = ShardSet(Config(data_dir=tmp_path, num_shards=2, shard_replicas=2, faiss_threads=1))
+    try:
+        ray.get([shards.handle_for(v).add.remote(make_batch(v, 10, seed=v)) for v in range(1, 9)])
+        queries = unit(np.random.default_rng(5), 8, 384)
+        expected = shards.search("semantic", queries, 5)
+        errors: list[BaseException] = []
+        answers = [0]
+        stop = threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                try:
+                    assert shards.search("semantic", queries, 5) == expected
+                    answers[0] += 1
+                except BaseException as e:  # noqa: BLE001 - any failure is the finding
+                    errors.append(e)
+                    return
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        while answers[0] < 20:
+            time.sleep(0.01)
+        dead = shards.replicas[0][victim]
+        ray.kill(dead, no_restart=False)
+        seen = answers[0]
+        while answers[0] < seen + 200 and not errors:
+            time.sleep(0.01)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        # A write while a replica may still be down reaches it once it is back.
+        late = make_batch(2, 3, seed=77, first_frame=50)
+        ray.get(shards.handle_for(2).add.remote(late))
+        back = _wait_alive(ray, dead)
+        other = ray.get(shards.replicas[0][1 - victim].stats.remote())
+        assert back["primary"] == (victim == 0)
+        assert (back["vectors"], back["seq"]) == (other["vectors"], other["seq"])
+        hits = ray.get(dead.search.remote("visual", late.space("visual"), 1, None))
+        assert hits[1][:, 0].tolist() == late.ids.tolist()
+    finally:
+        shards.close()

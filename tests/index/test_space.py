@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vifusion.index.space import FLAT, SpaceIndex, factory_for
+
+D = 96
+
+
+def _clustered(rng: np.random.Generator, n: int, centers: np.ndarray, noise: float = 0.1) -> np.ndarray:
+    x = centers[rng.integers(0, len(centers), n)] + noise * rng.standard_normal((n, centers.shape[1]))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((40, D)) / np.sqrt(D)
+    base = _clustered(rng, 6000, centers)
+    ids = np.arange(6000, dtype=np.int64) * 7 + 3  # sparse ids, as real vector ids are
+    queries = _clustered(rng, 100, centers)
+    return ids, base, queries
+
+
+def _exact(base: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    return ids[np.argsort(-(queries @ base.T), axis=1)[:, :k]]
+
+
+def _recall(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())]))
+
+
+def test_factory_by_size() -> None:
+    assert factory_for(10, exact_max=100) == FLAT
+    assert factory_for(100, exact_max=100) == FLAT
+    assert factory_for(6000, exact_max=100) == "IVF128,SQ8"
+    assert factory_for(1_000_000, exact_max=50_000) == "IVF2048,SQ8"
+    assert factory_for(10**11, exact_max=1).startswith("IVF65536,")  # bounded
+
+
+@pytest.mark.parametrize("exact_max, factory, min_recall", [(10_000, FLAT, 1.0), (1000, "IVF128,SQ8", 0.95)])
+def test_recall_against_brute_force_for_every_index_type(data, exact_max, factory, min_recall) -> None:
+    ids, base, queries = data
+    space = SpaceIndex.build(D, exact_max, nprobe=16, ids=ids, vectors=base)
+    assert space.factory == factory and space.ntotal == len(ids)
+    _, got = space.search(queries, 10)
+    assert _recall(got, _exact(base, ids, queries, 10)) >= min_recall
+
+
+def test_ivf_removes_reads_back_and_filters_exactly(data) -> None:
+    ids, base, queries = data
+    space = SpaceIndex.build(D, 1000, nprobe=16, ids=ids, vectors=base)
+    assert not space.is_flat
+    np.testing.assert_allclose(space.reconstruct(ids[:5]), base[:5], atol=0.02)  # 8-bit codes
+    gone = ids[::2]
+    assert space.remove(gone) == len(gone)
+    assert space.remove(gone) == 0
+    assert space.ntotal == len(ids) - len(gone)
+    _, got = space.search(queries, 20)
+    assert not set(got.ravel().tolist()) & set(gone.tolist())
+    assert sorted(space.all_ids().tolist()) == ids[1::2].tolist()
+    # A filter on a few ids: the exact top-k among them, none lost to IVF probing.
+    subset = ids[1::2][:300]
+    _, got = space.search(queries, 10, subset=subset)
+    keep = np.isin(ids, subset)
+    want = _exact(space.reconstruct(ids[keep]), ids[keep], queries, 10)
+    assert got.tolist() == want.tolist()
+    _, few = space.search(queries[:1], 10, subset=subset[:3])
+    assert sorted(few[0, :3].tolist()) == sorted(subset[:3].tolist()) and (few[0, 3:] == -1).all()
+
+
+def test_serialized_index_comes_back_the_same(data) -> None:
+    ids, base, queries = data
+    for exact_max in (10_000, 1000):
+        space = SpaceIndex.build(D, exact_max, nprobe=16, ids=ids, vectors=base)
+        back = SpaceIndex.deserialize(space.serialize(), D, exact_max, 16, space.factory, space.trained_n)
+        for a, b in zip(space.search(queries, 10), back.search(queries, 10)):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="dim"):
+        SpaceIndex.deserialize(space.serialize(), D + 1, 1000, 16, space.factory, space.trained_n)
+
+
+def test_rebuild_is_due_when_the_type_no_longer_suits(data) -> None:
+    ids, base, _ = data
+    flat = SpaceIndex(D, exact_max=100, nprobe=8)
+    flat.add(ids[:100], base[:100])
+    assert not flat.needs_rebuild()
+    flat.add(ids[100:101], base[100:101])
+    assert flat.needs_rebuild()
+    ivf = SpaceIndex.build(D, 100, 8, ids[:1000], base[:1000])
+    assert ivf.trained_n == 1000 and not ivf.needs_rebuild()
+    ivf.add(ids[1000:4000], base[1000:4000])
+    assert ivf.needs_rebuild()
