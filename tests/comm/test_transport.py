@@ -2,6 +2,7 @@ import numpy as np
 import ray
 
 from vifusion.comm import Transport
+from vifusion.config import Config
 from vifusion.index import Shard
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id
 
@@ -17,7 +18,7 @@ def batch(video_id: int, first: int, n: int) -> FusedBatch:
 
 
 def test_every_sent_batch_is_acknowledged_after_drain(ray_session, tmp_path):
-    shard = ray.remote(Shard).remote(0, tmp_path, 1)
+    shard = ray.remote(Shard).remote(0, tmp_path, Config(faiss_threads=1))
     t = Transport(window=2)
     sent = [batch(5, i * 8, 8) for i in range(10)]  # 10 batches through a window of 2
     for b in sent:
@@ -33,7 +34,7 @@ def test_every_sent_batch_is_acknowledged_after_drain(ray_session, tmp_path):
 
 
 def test_a_failed_send_does_not_leak_into_the_next_video(ray_session, tmp_path):
-    shard = ray.remote(Shard).remote(0, tmp_path, 1)
+    shard = ray.remote(Shard).remote(0, tmp_path, Config(faiss_threads=1))
     t = Transport(window=4)
     broken = batch(1, 0, 2)
     broken.features = broken.features[:, :10]  # wrong width: the shard refuses it

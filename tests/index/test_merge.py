@@ -5,11 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vifusion.config import Config
 from vifusion.index.merge import merge_topk
 from vifusion.index.shard import Shard
 from vifusion.types import FRAME_BITS, SearchHit
 
 from ._helpers import make_batch, unit
+
+CFG = Config(faiss_threads=1)
 
 
 def _fake_shard(rng: np.random.Generator, nq: int, k: int, found: int, base_video: int):
@@ -53,8 +56,8 @@ def test_merge_equals_brute_force_topk(k: int) -> None:
 
 
 def test_merge_of_real_shards_equals_one_big_shard(tmp_path: Path) -> None:
-    shards = [Shard(i, tmp_path / str(i), threads=1) for i in range(3)]
-    whole = Shard(9, tmp_path / "whole", threads=1)
+    shards = [Shard(i, tmp_path / str(i), CFG) for i in range(3)]
+    whole = Shard(9, tmp_path / "whole", CFG)
     for video in range(9):
         batch = make_batch(video, 12, seed=video)
         shards[video % 3].add(batch)

@@ -102,12 +102,27 @@ class ShardSet:
         except BaseException:
             self.close()
             raise
-        if cfg.query_fusion:
+        self._cfg = cfg
+        self.query_fusion = cfg.query_fusion
+
+    @property
+    def query_fusion(self) -> bool:
+        """Whether concurrent searches are fused (settable, e.g. to compare both ways)."""
+        return bool(self._batchers)
+
+    @query_fusion.setter
+    def query_fusion(self, on: bool) -> None:
+        if on and not self._batchers:
+            cfg = self._cfg
             self._batchers = {
                 space: QueryBatcher(self._starter(space), cfg.query_batch_max, cfg.query_window,
                                     cfg.query_wait_ms / 1000)
                 for space in SPACES
             }
+        elif not on:
+            for b in self._batchers.values():
+                b.close()
+            self._batchers = {}
 
     @property
     def handles(self) -> list[ray.actor.ActorHandle]:
@@ -175,9 +190,7 @@ class ShardSet:
 
     def close(self) -> None:
         """Stop the query batchers and kill the actors (everything acknowledged is on disk)."""
-        for b in self._batchers.values():
-            b.close()
-        self._batchers = {}
+        self.query_fusion = False
         for group in self._replicas:
             for h in group:
                 ray.kill(h)

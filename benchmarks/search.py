@@ -1,0 +1,304 @@
+"""Search at a million vectors: index build, size, recall, and query fusion against one FAISS
+call per query, through the real shard actors.
+
+Workload (one run):
+
+1. **Real features.** Generated videos (``vifusion.samples``: the skimage photos panned and
+   zoomed, and moving shapes) are decoded at 4 frames/s and embedded by ViFusion's
+   extractor model (EfficientNet-Lite0 + ConSE): the ``visual`` (1280-d) and ``semantic``
+   (384-d) vectors of a few thousand real frames. Cached in ``--cache``.
+2. **Augmented to N frames** (1,000,000; ``--quick``: 100,000): frame g is a random mix
+   a*x_i + (1-a)*x_j of a real frame and the next frame of the same video (a uniform in
+   [0, 1]), plus Gaussian noise of norm 0.3, re-normalised, per space; deterministic per
+   chunk, so the exact ground truth is recomputed chunk by chunk instead of held.
+   Frames are grouped 1000 to a synthetic video and routed to shards as ViFusion routes
+   videos (``video_id % shards``).
+3. **Build**: 4 shard actors (``ShardSet``, one FAISS thread each), batches of 1000 frames
+   sent to the primaries with 8 in flight; every batch goes through the write-ahead log
+   (fsynced) before it is acknowledged, and each shard turns its exact index into a trained
+   ``IVF,SQ8`` past ``index_exact_max`` (50,000; ``--quick``: 10,000) in the background.
+   Build time = first batch sent to every shard idle (all rebuilds done).
+   Bytes per frame = the snapshot files (both spaces, ids, times) / frames.
+4. **Recall@10** through ``ShardSet.search`` (fan-out, merge) against exact brute force over
+   all N, for 200 text queries (semantic: MiniLM embeddings of "a photo of a <ImageNet
+   class>") and 200 image queries (visual: real frames with fresh noise).
+5. **Closed-loop load**: C client threads each send one text query at a time
+   (``ShardSet.search("semantic", q, 10)``, precomputed query vectors: the index, not the
+   text model, is measured) for D seconds: (a) query fusion off, one actor call and one
+   FAISS call per query per shard (the baseline); (b) query fusion on. QPS, p50, p99.
+6. **Shards**: the fused load again on ``--scale-n`` frames (100,000; quick: 30,000) split
+   over 1, 2 and 4 shards (the same data each time), to show how QPS changes with the shard
+   count on this machine.
+
+Aims (the issue's): recall@10 >= 0.95; (b) >= 4x (a)'s QPS at equal or lower p50.
+
+Run:  .venv/bin/python benchmarks/search.py [--quick]
+It ends with one line of JSON holding every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine  # noqa: E402
+
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id  # noqa: E402
+
+FRAMES_PER_VIDEO = 1000
+K = 10
+NOISE = 0.3
+
+
+# -- features -----------------------------------------------------------------------------
+
+def real_features(cache: Path, n_videos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(visual, semantic, next_row): real frame features; next_row[i] is the row of the next
+    frame of the same video (i itself for a video's last frame)."""
+    path = cache / f"features-{n_videos}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return z["visual"], z["semantic"], z["next_row"]
+    import torch
+
+    from vifusion.extract.decode import open_sampled
+    from vifusion.extract.model import Embedder
+    from vifusion.samples import MOTION, PHOTOS, write_video
+
+    torch.set_num_threads(2)
+    embedder = Embedder(cache_dir=cache / "models")
+    names = [*PHOTOS, MOTION]
+    visual, semantic, next_row = [], [], []
+    rng = np.random.default_rng(7)
+    for v in range(n_videos):
+        photos = [names[i] for i in rng.choice(len(names), 8, replace=False)]
+        video = write_video(cache / "videos" / f"v{v}.mp4", photos, scene_s=4.0, size=(320, 240))
+        _, _, batches = open_sampled(video.path, 4.0, 10_000, batch=16)
+        start = sum(len(x) for x in visual)
+        for frames, _ in batches:
+            vis, sem = embedder.embed_frames(frames)
+            visual.append(vis)
+            semantic.append(sem)
+        n = sum(len(x) for x in visual) - start
+        next_row.append(np.minimum(np.arange(start + 1, start + n + 1), start + n - 1))
+        print(f"  features: video {v + 1}/{n_videos}, {start + n} frames", flush=True)
+    out = {"visual": np.concatenate(visual), "semantic": np.concatenate(semantic), "next_row": np.concatenate(next_row)}
+    np.savez(path, **out)
+    return out["visual"], out["semantic"], out["next_row"]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def synth(chunk: int, base: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The (FRAMES_PER_VIDEO, 1664) features of synthetic video ``chunk`` (deterministic)."""
+    visual, semantic, next_row = base
+    rng = np.random.default_rng(1_000_003 * chunk + 11)
+    i = rng.integers(0, len(visual), FRAMES_PER_VIDEO)
+    j = next_row[i]
+    a = rng.random((FRAMES_PER_VIDEO, 1), dtype=np.float32)
+    out = np.empty((FRAMES_PER_VIDEO, VISUAL_DIM + SEMANTIC_DIM), np.float32)
+    for lo, hi, x in ((0, VISUAL_DIM, visual), (VISUAL_DIM, VISUAL_DIM + SEMANTIC_DIM, semantic)):
+        d = hi - lo
+        noise = rng.standard_normal((FRAMES_PER_VIDEO, d), dtype=np.float32) * (NOISE / np.sqrt(d))
+        out[:, lo:hi] = _unit(a * x[i] + (1 - a) * x[j] + noise)
+    return out
+
+
+def batch_of(chunk: int, base) -> FusedBatch:
+    video = chunk + 1
+    frames = np.arange(FRAMES_PER_VIDEO)
+    ids = np.array([vector_id(video, int(f)) for f in frames], np.int64)
+    times = np.stack([frames, frames + 1], axis=1).astype(np.float32)
+    return FusedBatch(ids=ids, times=times, features=synth(chunk, base))
+
+
+def ground_truth(queries: dict[str, np.ndarray], n_chunks: int, base) -> dict[str, list[list[tuple[int, int]]]]:
+    """Exact top-K (video, frame) per query and space, by brute force over every frame."""
+    best = {s: (np.full((len(q), K), -np.inf, np.float32), np.zeros((len(q), K), np.int64)) for s, q in queries.items()}
+    for c in range(n_chunks):
+        feats = synth(c, base)
+        for space, q in queries.items():
+            x = feats[:, :VISUAL_DIM] if space == "visual" else feats[:, VISUAL_DIM:]
+            scores = q @ x.T
+            gid = np.arange(c * FRAMES_PER_VIDEO, (c + 1) * FRAMES_PER_VIDEO)
+            s0, g0 = best[space]
+            s1 = np.concatenate([s0, scores], axis=1)
+            g1 = np.concatenate([g0, np.broadcast_to(gid, scores.shape)], axis=1)
+            top = np.argpartition(-s1, K - 1, axis=1)[:, :K]
+            best[space] = (np.take_along_axis(s1, top, 1), np.take_along_axis(g1, top, 1))
+    return {s: [[(int(g) // FRAMES_PER_VIDEO + 1, int(g) % FRAMES_PER_VIDEO) for g in row] for row in gids]
+            for s, (_, gids) in best.items()}
+
+
+# -- the index ------------------------------------------------------------------------------
+
+def build(shards, n_chunks: int, base, window: int = 8) -> float:
+    import ray
+
+    t0 = time.perf_counter()
+    in_flight: list = []
+    for c in range(n_chunks):
+        if len(in_flight) >= window:
+            ray.get(in_flight.pop(0))
+        in_flight.append(shards.handle_for(c + 1).add.remote(batch_of(c, base)))
+        if (c + 1) % 100 == 0:
+            print(f"  built {c + 1}/{n_chunks} videos ({time.perf_counter() - t0:.0f} s)", flush=True)
+    ray.get(in_flight)
+    ray.get([h.wait_idle.remote() for group in shards.replicas for h in group])
+    return time.perf_counter() - t0
+
+
+def recall(shards, queries: dict[str, np.ndarray], truth) -> dict[str, float]:
+    out = {}
+    for space, q in queries.items():
+        got = shards.search(space, q, K)
+        out[space] = float(np.mean([
+            len({(h.video_id, int(h.t_start)) for h in hits} & set(want)) / K for hits, want in zip(got, truth[space])
+        ]))
+    return out
+
+
+def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
+    """C threads, each one query at a time, for ``seconds``; latencies in ms."""
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    for i in range(clients * 2):  # warm-up
+        shards.search("semantic", queries[[i % len(queries)]], K)
+
+    def client(c: int) -> None:
+        i = c * 7
+        try:
+            while not stop.is_set():
+                q = queries[[i % len(queries)]]
+                t = time.perf_counter()
+                shards.search("semantic", q, K)
+                lat[c].append((time.perf_counter() - t) * 1000)
+                i += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    all_lat = np.concatenate([np.array(x) for x in lat])
+    return {"queries": len(all_lat), "qps": round(len(all_lat) / wall, 1),
+            "p50_ms": round(float(np.percentile(all_lat, 50)), 2), "p99_ms": round(float(np.percentile(all_lat, 99)), 2)}
+
+
+def open_shards(data: Path, num_shards: int, exact_max: int):
+    from vifusion.config import Config
+    from vifusion.index import ShardSet
+
+    cfg = Config(data_dir=data, num_shards=num_shards, faiss_threads=max(1, 2 // num_shards),
+                 index_exact_max=exact_max, snapshot_log_bytes=1 << 30)
+    return ShardSet(cfg)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="100k frames, short loads: under a minute once features are cached")
+    ap.add_argument("--n", type=int, help="frames to index (default 1,000,000; quick 100,000)")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vifusion-bench" / "search")
+    args = ap.parse_args()
+    n = args.n or (100_000 if args.quick else 1_000_000)
+    seconds = args.seconds or (5.0 if args.quick else 20.0)
+    exact_max = 10_000 if args.quick else 50_000
+    scale_n = 30_000 if args.quick else 100_000
+    n_chunks = n // FRAMES_PER_VIDEO
+    args.cache.mkdir(parents=True, exist_ok=True)
+
+    import ray
+
+    t0 = time.perf_counter()
+    base = real_features(args.cache, 6 if args.quick else 24)
+    print(f"real features: {len(base[0])} frames ({time.perf_counter() - t0:.0f} s)", flush=True)
+    rng = np.random.default_rng(3)
+    from vifusion.extract.model import Embedder, imagenet_class_names
+
+    names = imagenet_class_names()
+    texts = [f"a photo of a {names[i]}" for i in rng.choice(len(names), 200, replace=False)]
+    text_q = Embedder(cache_dir=args.cache / "models").embed_text(texts).astype(np.float32)
+    rows = rng.choice(len(base[0]), 200, replace=False)
+    img_q = _unit(base[0][rows] + rng.standard_normal((200, VISUAL_DIM), dtype=np.float32) * (NOISE / np.sqrt(VISUAL_DIM)))
+    queries = {"semantic": text_q, "visual": img_q}
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    work = Path(tempfile.mkdtemp(prefix="vifusion-search-bench-"))
+    report: dict = {"benchmark": "search", "date": time.strftime("%Y-%m-%d"), "machine": machine(),
+                    "frames": n, "shards": 4, "clients": args.clients, "seconds": seconds}
+    try:
+        shards = open_shards(work / "main", 4, exact_max)
+        print(f"building {n:,} frames over 4 shards ...", flush=True)
+        report["build_s"] = round(build(shards, n_chunks, base), 1)
+        shards.snapshot()
+        stats = shards.stats()
+        snap = sum(p.stat().st_size for p in (work / "main" / "index").rglob("snapshot.npz"))
+        report["index"] = stats[0]["index"]
+        report["bytes_per_frame"] = round(snap / n)
+        report["bytes_per_frame_fp32"] = 8 + 8 + 4 * (VISUAL_DIM + SEMANTIC_DIM)
+        print("exact ground truth ...", flush=True)
+        truth = ground_truth(queries, n_chunks, base)
+        report["recall_at_10"] = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
+
+        shards.query_fusion = False
+        report["one_call_per_query"] = load(shards, text_q, args.clients, seconds)
+        print(f"  (a) one call per query: {report['one_call_per_query']}", flush=True)
+        shards.query_fusion = True
+        report["fused"] = load(shards, text_q, args.clients, seconds)
+        print(f"  (b) query fusion:       {report['fused']}", flush=True)
+        shards.close()
+
+        scaling = {}
+        for s in (1, 2, 4):
+            sh = open_shards(work / f"scale-{s}", s, exact_max)
+            build(sh, scale_n // FRAMES_PER_VIDEO, base)
+            scaling[s] = load(sh, text_q, args.clients, seconds / 2)
+            sh.close()
+            print(f"  {s} shard(s), {scale_n:,} frames, fused: {scaling[s]}", flush=True)
+        report["scaling"] = {"frames": scale_n, **{f"{s}_shards_qps": v["qps"] for s, v in scaling.items()}}
+    finally:
+        ray.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+
+    a, b = report["one_call_per_query"], report["fused"]
+    report["qps_ratio"] = round(b["qps"] / a["qps"], 2)
+    report["p50_ratio"] = round(b["p50_ms"] / a["p50_ms"], 3)
+    print()
+    print(f"ViFusion search benchmark  {report['date']}  {report['machine']}")
+    print(f"{n:,} frames x 2 spaces over 4 shards; index {report['index']}")
+    print(f"build {report['build_s']} s; {report['bytes_per_frame']} bytes/frame on disk "
+          f"(raw fp32: {report['bytes_per_frame_fp32']})")
+    print(f"recall@10 vs exact brute force: {report['recall_at_10']}")
+    print(f"{'mode':<28}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}")
+    for name, r in (("(a) one call per query", a), ("(b) query fusion", b)):
+        print(f"{name:<28}{r['qps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}")
+    print(f"fusion / baseline: QPS x{report['qps_ratio']}, p50 x{report['p50_ratio']}  (aim: QPS >= 4x at p50 <= 1x)")
+    print(f"fused QPS by shard count ({scale_n:,} frames): " +
+          ", ".join(f"{s}: {v}" for s, v in report["scaling"].items() if s != "frames"))
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
