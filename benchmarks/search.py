@@ -16,7 +16,7 @@ Workload (one run):
 3. **Build**: 4 shard actors (``ShardSet``, one FAISS thread each), batches of 1000 frames
    sent to the primaries with 8 in flight; every batch goes through the write-ahead log
    (fsynced) before it is acknowledged, and each shard turns its exact index into a trained
-   ``IVF,SQ8`` past ``index_exact_max`` (50,000; ``--quick``: 10,000) in the background.
+   ``IVF,SQfp16`` (the default ``index_codec``) past ``index_exact_max`` (50,000; ``--quick``: 10,000) in the background.
    Build time = first batch sent to every shard idle (all rebuilds done).
    Bytes per frame = the snapshot files (both spaces, ids, times) / frames.
 4. **Recall@10** through ``ShardSet.search`` (fan-out, merge) against exact brute force over
@@ -27,7 +27,7 @@ Workload (one run):
    text model, is measured) for D seconds: (a) query fusion off, one actor call and one
    FAISS call per query per shard (the baseline); (b) query fusion on. QPS, p50, p99.
 6. **Shards**: the fused load again on ``--scale-n`` frames (100,000; quick: 30,000) split
-   over 1, 2 and 4 shards (the same data each time), to show how QPS changes with the shard
+   over 1, 2 and 4 shards (the same data each time, IVF in every shard), to show how QPS changes with the shard
    count on this machine.
 
 Aims (the issue's): recall@10 >= 0.95; (b) >= 4x (a)'s QPS at equal or lower p50.
@@ -272,7 +272,7 @@ def main() -> None:
 
         scaling = {}
         for s in (1, 2, 4):
-            sh = open_shards(work / f"scale-{s}", s, exact_max)
+            sh = open_shards(work / f"scale-{s}", s, scale_n // 8)  # IVF at every shard count
             build(sh, scale_n // FRAMES_PER_VIDEO, base)
             scaling[s] = load(sh, text_q, args.clients, seconds / 2)
             sh.close()

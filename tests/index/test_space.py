@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vifusion.index.space import FLAT, SpaceIndex, factory_for
+from vifusion.index.space import FLAT, IndexPolicy, SpaceIndex
 
 D = 96
 
@@ -31,18 +31,26 @@ def _recall(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())]))
 
 
+def _policy(exact_max: int, codec: str = "SQ8") -> IndexPolicy:
+    return IndexPolicy(exact_max, nprobe=16, codec=codec)
+
+
 def test_factory_by_size() -> None:
-    assert factory_for(10, exact_max=100) == FLAT
-    assert factory_for(100, exact_max=100) == FLAT
-    assert factory_for(6000, exact_max=100) == "IVF128,SQ8"
-    assert factory_for(1_000_000, exact_max=50_000) == "IVF2048,SQ8"
-    assert factory_for(10**11, exact_max=1).startswith("IVF65536,")  # bounded
+    assert _policy(100).factory_for(10) == FLAT
+    assert _policy(100).factory_for(100) == FLAT
+    assert _policy(100).factory_for(6000) == "IVF128,SQ8"
+    assert _policy(50_000, "SQfp16").factory_for(1_000_000) == "IVF2048,SQfp16"
+    assert _policy(1).factory_for(10**11).startswith("IVF65536,")  # bounded
+    with pytest.raises(ValueError, match="codec"):
+        IndexPolicy(codec="PQ4")
 
 
-@pytest.mark.parametrize("exact_max, factory, min_recall", [(10_000, FLAT, 1.0), (1000, "IVF128,SQ8", 0.95)])
-def test_recall_against_brute_force_for_every_index_type(data, exact_max, factory, min_recall) -> None:
+@pytest.mark.parametrize("exact_max, codec, factory, min_recall", [
+    (10_000, "SQ8", FLAT, 1.0), (1000, "SQ8", "IVF128,SQ8", 0.95), (1000, "SQfp16", "IVF128,SQfp16", 0.99),
+])
+def test_recall_against_brute_force_for_every_index_type(data, exact_max, codec, factory, min_recall) -> None:
     ids, base, queries = data
-    space = SpaceIndex.build(D, exact_max, nprobe=16, ids=ids, vectors=base)
+    space = SpaceIndex.build(D, _policy(exact_max, codec), ids=ids, vectors=base)
     assert space.factory == factory and space.ntotal == len(ids)
     _, got = space.search(queries, 10)
     assert _recall(got, _exact(base, ids, queries, 10)) >= min_recall
@@ -50,7 +58,7 @@ def test_recall_against_brute_force_for_every_index_type(data, exact_max, factor
 
 def test_ivf_removes_reads_back_and_filters_exactly(data) -> None:
     ids, base, queries = data
-    space = SpaceIndex.build(D, 1000, nprobe=16, ids=ids, vectors=base)
+    space = SpaceIndex.build(D, _policy(1000), ids=ids, vectors=base)
     assert not space.is_flat
     np.testing.assert_allclose(space.reconstruct(ids[:5]), base[:5], atol=0.02)  # 8-bit codes
     gone = ids[::2]
@@ -73,22 +81,22 @@ def test_ivf_removes_reads_back_and_filters_exactly(data) -> None:
 def test_serialized_index_comes_back_the_same(data) -> None:
     ids, base, queries = data
     for exact_max in (10_000, 1000):
-        space = SpaceIndex.build(D, exact_max, nprobe=16, ids=ids, vectors=base)
-        back = SpaceIndex.deserialize(space.serialize(), D, exact_max, 16, space.factory, space.trained_n)
+        space = SpaceIndex.build(D, _policy(exact_max), ids=ids, vectors=base)
+        back = SpaceIndex.deserialize(space.serialize(), D, _policy(exact_max), space.factory, space.trained_n)
         for a, b in zip(space.search(queries, 10), back.search(queries, 10)):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="dim"):
-        SpaceIndex.deserialize(space.serialize(), D + 1, 1000, 16, space.factory, space.trained_n)
+        SpaceIndex.deserialize(space.serialize(), D + 1, _policy(1000), space.factory, space.trained_n)
 
 
 def test_rebuild_is_due_when_the_type_no_longer_suits(data) -> None:
     ids, base, _ = data
-    flat = SpaceIndex(D, exact_max=100, nprobe=8)
+    flat = SpaceIndex(D, _policy(100))
     flat.add(ids[:100], base[:100])
     assert not flat.needs_rebuild()
     flat.add(ids[100:101], base[100:101])
     assert flat.needs_rebuild()
-    ivf = SpaceIndex.build(D, 100, 8, ids[:1000], base[:1000])
+    ivf = SpaceIndex.build(D, _policy(100), ids[:1000], base[:1000])
     assert ivf.trained_n == 1000 and not ivf.needs_rebuild()
     ivf.add(ids[1000:4000], base[1000:4000])
     assert ivf.needs_rebuild()

@@ -30,7 +30,7 @@ import faiss
 import numpy as np
 
 from vifusion.config import Config
-from vifusion.index.space import SpaceIndex
+from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
 from vifusion.types import FRAME_BITS, SEMANTIC_DIM, SPACES, VISUAL_DIM, FusedBatch
 
@@ -80,8 +80,7 @@ class Shard:
         self.directory = Path(directory)
         self.writer = writer
         self.threads = cfg.faiss_threads or cfg.threads
-        self._exact_max = cfg.index_exact_max
-        self._nprobe = cfg.index_nprobe
+        self._policy = IndexPolicy(cfg.index_exact_max, cfg.index_nprobe, cfg.index_codec)
         self._snapshot_log_bytes = cfg.snapshot_log_bytes
         self._lock = threading.RLock()
         self._snapshot_lock = threading.Lock()
@@ -357,7 +356,7 @@ class Shard:
             vectors = old.reconstruct(ids)
             self._capture[space] = []
         try:
-            new = SpaceIndex.build(old.d, self._exact_max, self._nprobe, ids, vectors, seed=self.shard_no)
+            new = SpaceIndex.build(old.d, self._policy, ids, vectors, seed=self.shard_no)
             del vectors
             with self._lock:
                 for op in self._capture[space]:  # in order: a replaced id's removal precedes its add
@@ -373,7 +372,7 @@ class Shard:
     # -- loading ------------------------------------------------------------------------
 
     def _reset(self) -> None:
-        self._spaces = {s: SpaceIndex(d, self._exact_max, self._nprobe) for s, d in DIMS.items()}
+        self._spaces = {s: SpaceIndex(d, self._policy) for s, d in DIMS.items()}
         # video_id -> {vector id -> (t_start, t_end)}: per video so deletes and counts are cheap.
         self._times: dict[int, dict[int, tuple[float, float]]] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -420,7 +419,7 @@ class Shard:
                 factory = str(z[f"{space}_factory"]) if fmt >= 2 else "IDMap2,Flat"
                 trained = int(z[f"{space}_trained"]) if fmt >= 2 else 0
                 try:
-                    spaces[space] = SpaceIndex.deserialize(z[space], d, self._exact_max, self._nprobe, factory, trained)
+                    spaces[space] = SpaceIndex.deserialize(z[space], d, self._policy, factory, trained)
                 except RuntimeError as e:  # FAISS reports a bad index blob as RuntimeError
                     raise ValueError(f"{path}: unreadable {space} index: {e}") from e
                 except ValueError as e:

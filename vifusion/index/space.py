@@ -1,18 +1,20 @@
 """One vector space of one shard, with its FAISS index type chosen by size.
 
-Small: ``IDMap2,Flat`` (exact inner product). Past ``exact_max`` vectors: ``IVF{nlist},SQ8``
-trained from the shard's own vectors (nlist ~ 2 sqrt(n), a power of two), with a hash
-direct map so vectors can be removed and read back by id. Both types remove ids, so no
-tombstones are needed. Vectors are L2-normalised: inner product is cosine similarity.
+Small: ``IDMap2,Flat`` (exact inner product). Past ``exact_max`` vectors:
+``IVF{nlist},{codec}`` trained from the shard's own vectors (nlist ~ 2 sqrt(n), a power of
+two; codec ``SQfp16``, 2 bytes a dimension, or ``SQ8``, 1 byte), with a hash direct map so
+vectors can be removed and read back by id. Both types remove ids, so no tombstones are
+needed. Vectors are L2-normalised: inner product is cosine similarity.
 
-Limits: an IVF space stores 8-bit vectors (``reconstruct`` returns them decoded, not the
-exact input); it is re-trained from those when it has grown 4x since its last training.
-Not thread-safe: the shard serialises calls.
+Limits: an IVF space stores its vectors in the codec (``reconstruct`` returns them decoded,
+not the exact input); it is re-trained from those when it has grown 4x since its last
+training. Not thread-safe: the shard serialises calls.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -23,33 +25,47 @@ _TRAIN_PER_LIST = 64  # training points per inverted list (k-means cost bound)
 _EXACT_SUBSET = 1 << 16  # a filter selecting at most this many vectors is searched exactly
 
 
-def factory_for(n: int, exact_max: int) -> str:
-    """The FAISS factory string for a space of ``n`` vectors."""
-    if n <= exact_max:
-        return FLAT
-    nlist = 1 << max(6, min(16, round(math.log2(2 * math.sqrt(n)))))
-    return f"IVF{nlist},SQ8"
+CODECS = ("SQfp16", "SQ8")
+
+
+@dataclass(frozen=True)
+class IndexPolicy:
+    """How a space picks and searches its index: exact up to ``exact_max`` vectors, then
+    IVF with ``codec`` vectors, visiting ``nprobe`` lists per search."""
+
+    exact_max: int = 50_000
+    nprobe: int = 32
+    codec: str = "SQfp16"
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"unknown codec {self.codec!r}; expected one of {CODECS}")
+
+    def factory_for(self, n: int) -> str:
+        """The FAISS factory string for a space of ``n`` vectors."""
+        if n <= self.exact_max:
+            return FLAT
+        nlist = 1 << max(6, min(16, round(math.log2(2 * math.sqrt(n)))))
+        return f"IVF{nlist},{self.codec}"
 
 
 class SpaceIndex:
     """The vectors of one space, searchable, removable and readable by id."""
 
-    def __init__(self, d: int, exact_max: int, nprobe: int, factory: str = FLAT, index: faiss.Index | None = None,
+    def __init__(self, d: int, policy: IndexPolicy, factory: str = FLAT, index: faiss.Index | None = None,
                  trained_n: int = 0) -> None:
         self.d = d
-        self.exact_max = exact_max
-        self.nprobe = nprobe
+        self.policy = policy
         self.factory = factory
         self.index = index if index is not None else faiss.IndexIDMap2(faiss.IndexFlatIP(d))
         self.trained_n = trained_n
 
     @classmethod
-    def build(cls, d: int, exact_max: int, nprobe: int, ids: np.ndarray, vectors: np.ndarray,
-              seed: int = 0) -> SpaceIndex:
+    def build(cls, d: int, policy: IndexPolicy, ids: np.ndarray, vectors: np.ndarray, seed: int = 0) -> SpaceIndex:
         """A new index of the type that suits ``len(ids)`` vectors, holding them."""
-        factory = factory_for(len(ids), exact_max)
+        factory = policy.factory_for(len(ids))
         if factory == FLAT:
-            space = cls(d, exact_max, nprobe)
+            space = cls(d, policy)
         else:
             index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
             nlist = faiss.extract_index_ivf(index).nlist
@@ -61,7 +77,7 @@ class SpaceIndex:
             index.cp.max_points_per_centroid = _TRAIN_PER_LIST
             index.train(np.ascontiguousarray(sample, np.float32))
             index.set_direct_map_type(faiss.DirectMap.Hashtable)
-            space = cls(d, exact_max, nprobe, factory, index, trained_n=len(ids))
+            space = cls(d, policy, factory, index, trained_n=len(ids))
         space.add(ids, vectors)
         return space
 
@@ -77,7 +93,7 @@ class SpaceIndex:
         """Whether the index type no longer suits the size (a flat space grown past
         ``exact_max``, or an IVF space grown ``_REGROW`` x since training)."""
         if self.is_flat:
-            return self.ntotal > self.exact_max
+            return self.ntotal > self.policy.exact_max
         return self.ntotal >= _REGROW * self.trained_n
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
@@ -106,7 +122,7 @@ class SpaceIndex:
         """Top-k (scores, ids) per query; with ``subset``, only among those ids, without
         losing top-k to the filter (small subsets are searched exactly)."""
         if subset is None:
-            params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.nprobe)
+            params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.policy.nprobe)
             return self.index.search(queries, k, params=params)
         if self.is_flat:
             return self.index.search(queries, k, params=faiss.SearchParameters(sel=faiss.IDSelectorBatch(subset)))
@@ -119,19 +135,18 @@ class SpaceIndex:
                 scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.finfo(np.float32).max)
             return scores, ids
         # A large subset: IVF restricted to it, probing wider since the filter thins each list.
-        params = faiss.SearchParametersIVF(nprobe=4 * self.nprobe, sel=faiss.IDSelectorBatch(subset))
+        params = faiss.SearchParametersIVF(nprobe=4 * self.policy.nprobe, sel=faiss.IDSelectorBatch(subset))
         return self.index.search(queries, k, params=params)
 
     def serialize(self) -> np.ndarray:
         return faiss.serialize_index(self.index)
 
     @classmethod
-    def deserialize(cls, blob: np.ndarray, d: int, exact_max: int, nprobe: int, factory: str,
-                    trained_n: int) -> SpaceIndex:
+    def deserialize(cls, blob: np.ndarray, d: int, policy: IndexPolicy, factory: str, trained_n: int) -> SpaceIndex:
         index = faiss.deserialize_index(blob)
         if index.d != d:
             raise ValueError(f"index has dim {index.d}, expected {d}")
-        return cls(d, exact_max, nprobe, factory, index, trained_n)
+        return cls(d, policy, factory, index, trained_n)
 
     def all_ids(self) -> np.ndarray:
         """Every stored id (order unspecified)."""
