@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench bench-serve clean
+.PHONY: venv demo test test-all bench bench-serve bench-search clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ bench: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(BIN)/python benchmarks/serve_load.py
+
+bench-search: $(STAMP)
+	$(BIN)/python benchmarks/search.py
 
 clean:
 	rm -rf $(VENV) vifusion-data

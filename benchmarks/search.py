@@ -81,8 +81,12 @@ def real_features(cache: Path, n_videos: int) -> tuple[np.ndarray, np.ndarray, n
     rng = np.random.default_rng(7)
     for v in range(n_videos):
         photos = [names[i] for i in rng.choice(len(names), 8, replace=False)]
-        video = write_video(cache / "videos" / f"v{v}.mp4", photos, scene_s=4.0, size=(320, 240))
-        _, _, batches = open_sampled(video.path, 4.0, 10_000, batch=16)
+        path = cache / "videos" / f"v{v}.mp4"
+        if not path.exists():  # written once; the same photos every run (seeded)
+            tmp = path.with_suffix(".tmp.mp4")
+            write_video(tmp, photos, scene_s=4.0, size=(320, 240))
+            tmp.replace(path)
+        _, _, batches = open_sampled(path, 4.0, 10_000, batch=16)
         start = sum(len(x) for x in visual)
         for frames, _ in batches:
             vis, sem = embedder.embed_frames(frames)
@@ -232,7 +236,7 @@ def main() -> None:
     import ray
 
     t0 = time.perf_counter()
-    base = real_features(args.cache, 6 if args.quick else 24)
+    base = real_features(args.cache, 6 if args.quick else 12)
     print(f"real features: {len(base[0])} frames ({time.perf_counter() - t0:.0f} s)", flush=True)
     rng = np.random.default_rng(3)
     from vifusion.extract.model import Embedder, imagenet_class_names

@@ -25,6 +25,11 @@ class Metrics:
         )
         self.vectors = Gauge("vifusion_shard_vectors", "vectors held", ["shard", "space"], registry=r)
         self.shard_videos = Gauge("vifusion_shard_videos", "videos held", ["shard"], registry=r)
+        self.shard_index = Gauge("vifusion_shard_index", "1 for the FAISS index type a shard's space uses now",
+                                 ["shard", "space", "factory"], registry=r)
+        self.shard_log_seq = Gauge("vifusion_shard_log_seq", "last write-ahead log record applied", ["shard"], registry=r)
+        self.shard_snapshot_seq = Gauge("vifusion_shard_snapshot_seq", "last log record in the snapshot", ["shard"],
+                                        registry=r)
         self.videos = Gauge("vifusion_videos", "videos in the catalog", ["status"], registry=r)
         self.jobs = Gauge("vifusion_ingest_jobs", "ingest jobs finished since start", ["outcome"], registry=r)
         self.frames = Gauge("vifusion_ingest_frames", "frames indexed since start", registry=r)
@@ -43,6 +48,12 @@ class Metrics:
             for space, n in s["vectors"].items():
                 self.vectors.labels(str(s["shard"]), space).set(n)
             self.shard_videos.labels(str(s["shard"])).set(s["videos"])
+            self.shard_log_seq.labels(str(s["shard"])).set(s["seq"])
+            self.shard_snapshot_seq.labels(str(s["shard"])).set(s["snapshot_seq"])
+        self.shard_index.clear()  # a rebuilt space changes its factory label
+        for s in stats["shards"]:
+            for space, factory in s["index"].items():
+                self.shard_index.labels(str(s["shard"]), space, factory).set(1)
         for status, n in stats["videos"].items():
             self.videos.labels(status).set(n)
         ingest = stats["ingest"]

@@ -321,3 +321,16 @@ def test_reader_applies_forwarded_operations_in_order_and_fills_gaps_from_the_lo
     _same_results(writer, reader)
     with pytest.raises(RuntimeError, match="only reads"):
         reader.add(make_batch(9, 1))
+
+
+def test_a_log_torn_mid_record_by_a_crash_is_survived(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, CFG)
+    s.add(make_batch(1, 4, seed=1))
+    s.add(make_batch(2, 4, seed=2))
+    segment = next((tmp_path / WAL_DIR).glob("*.log"))
+    with open(segment, "r+b") as f:  # the crash hit while the second record was written
+        f.truncate(segment.stat().st_size - 100)
+    again = Shard(0, tmp_path, CFG)
+    assert again.video_ids() == [1] and again.stats()["seq"] == 1
+    again.add(make_batch(3, 4, seed=3))
+    assert Shard(0, tmp_path, CFG).video_ids() == [1, 3]
