@@ -81,12 +81,12 @@ def real_features(cache: Path, n_videos: int) -> tuple[np.ndarray, np.ndarray, n
     rng = np.random.default_rng(7)
     for v in range(n_videos):
         photos = [names[i] for i in rng.choice(len(names), 8, replace=False)]
-        path = cache / "videos" / f"v{v}.mp4"
-        if not path.exists():  # written once; the same photos every run (seeded)
-            tmp = path.with_suffix(".tmp.mp4")
+        video = cache / "videos" / f"v{v}.mp4"
+        if not video.exists():  # written once; the same photos every run (seeded)
+            tmp = video.with_suffix(".tmp.mp4")
             write_video(tmp, photos, scene_s=4.0, size=(320, 240))
-            tmp.replace(path)
-        _, _, batches = open_sampled(path, 4.0, 10_000, batch=16)
+            tmp.replace(video)
+        _, _, batches = open_sampled(video, 4.0, 10_000, batch=16)
         start = sum(len(x) for x in visual)
         for frames, _ in batches:
             vis, sem = embedder.embed_frames(frames)

@@ -1,9 +1,10 @@
-"""The vector index: sharded exact FAISS search over the visual and semantic spaces.
+"""The vector index: sharded FAISS search over the visual and semantic spaces.
 
-``Shard`` holds one shard's vectors and frame times and snapshots them atomically;
-``ShardSet`` runs the shards as Ray actors, routes videos to them (``shard_for``) and
-fans searches out, ``merge_topk`` merges the per-shard results, and ``group_segments``
-turns frame hits into moments.
+``Shard`` holds one shard's vectors and frame times, durable through a write-ahead log and
+snapshots, with its index type chosen by size (``space.py``); ``ShardSet`` runs each shard
+as Ray actor replicas, routes videos to them (``shard_for``), fuses concurrent searches and
+fans them out, ``merge_topk`` merges the per-shard results, and ``group_segments`` turns
+frame hits into moments.
 """
 
 from vifusion.index.merge import merge_topk

@@ -7,8 +7,8 @@ vectors can be removed and read back by id. Both types remove ids, so no tombsto
 needed. Vectors are L2-normalised: inner product is cosine similarity.
 
 Limits: an IVF space stores its vectors in the codec (``reconstruct`` returns them decoded,
-not the exact input); it is re-trained from those when it has grown 4x since its last
-training. Not thread-safe: the shard serialises calls.
+not the exact input); it is re-trained from those when its size calls for more lists
+(about every 4x of growth). Not thread-safe: the shard serialises calls.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import faiss
 import numpy as np
 
 FLAT = "IDMap2,Flat"
-_REGROW = 4  # re-train an IVF space when it holds this many times its training size
+_REGROW = 2  # an IVF space is re-trained no sooner than at this many times its training size
 _TRAIN_PER_LIST = 64  # training points per inverted list (k-means cost bound)
 _EXACT_SUBSET = 1 << 16  # a filter selecting at most this many vectors is searched exactly
 
@@ -90,11 +90,12 @@ class SpaceIndex:
         return self.factory == FLAT
 
     def needs_rebuild(self) -> bool:
-        """Whether the index type no longer suits the size (a flat space grown past
-        ``exact_max``, or an IVF space grown ``_REGROW`` x since training)."""
+        """Whether the index type no longer suits the size: a flat space grown past
+        ``exact_max``, or an IVF space grown at least ``_REGROW`` x since training into a
+        size that calls for more inverted lists."""
         if self.is_flat:
             return self.ntotal > self.policy.exact_max
-        return self.ntotal >= _REGROW * self.trained_n
+        return self.ntotal >= _REGROW * self.trained_n and self.policy.factory_for(self.ntotal) != self.factory
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add vectors under ids that are not present (the caller removes old ones first)."""
