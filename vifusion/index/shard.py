@@ -31,7 +31,7 @@ import numpy as np
 
 from vifusion.config import Config
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
+from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, fsync_dir, replay
 from vifusion.types import FRAME_BITS, SEMANTIC_DIM, SPACES, VISUAL_DIM, FusedBatch
 
 DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM}
@@ -57,14 +57,6 @@ def check_queries(space: str, queries: np.ndarray, k: int) -> np.ndarray:
     if queries.ndim != 2 or queries.shape[1] != d:
         raise ValueError(f"{space} queries must have shape (nq, {d}), got {queries.shape}")
     return np.ascontiguousarray(queries, dtype=np.float32)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Shard:
@@ -157,7 +149,7 @@ class Shard:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             with self._lock:
                 self._snapshot_seq = seq
                 self._snapshot_size = path.stat().st_size

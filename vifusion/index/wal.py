@@ -153,7 +153,7 @@ class WriteAheadLog:
             path = segments[-1][1]
             if good < len(_MAGIC):
                 path.unlink()
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             else:
                 if good < path.stat().st_size:
                     with open(path, "r+b") as f:  # the torn tail: never acknowledged
@@ -193,7 +193,7 @@ class WriteAheadLog:
                 path.unlink()
                 dropped = True
         if dropped:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     @property
     def total_bytes(self) -> int:
@@ -210,12 +210,13 @@ class WriteAheadLog:
         f.write(_MAGIC)
         f.flush()
         os.fsync(f.fileno())
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._file = open(path, "ab")
         f.close()
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or unlink in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
