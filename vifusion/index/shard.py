@@ -238,11 +238,6 @@ class Shard:
         if self._tasks is not None:
             self._tasks.join()
 
-    def close(self) -> None:
-        self.wait_idle()
-        if self._wal is not None:
-            self._wal.close()
-
     # -- applying operations (under the lock) -----------------------------------------
 
     def _log(self, op: Op) -> int:

@@ -195,10 +195,6 @@ class WriteAheadLog:
         if dropped:
             fsync_dir(self.directory)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(p.stat().st_size for _, p in _segments(self.directory))
-
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
