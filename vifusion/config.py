@@ -34,9 +34,16 @@ class Config(BaseModel):
     query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
 
     # fusion/ + comm/
-    fusion_max_bytes: int = Field(1 << 20, gt=0, description="flush a fused batch at this size")
-    fusion_max_age_s: float = Field(0.5, gt=0, description="flush a fused batch when its oldest frame is this old")
-    send_window: int = Field(4, gt=0, description="fused batches in flight per destination")
+    fusion_latency_target_s: float = Field(0.2, gt=0, description="aim for extraction -> searchable; a fused batch "
+                                           "waits at most a quarter of it")
+    fusion_min_bytes: int = Field(64 << 10, gt=0, description="smallest fused batch the policy picks (wire bytes)")
+    fusion_max_bytes: int = Field(8 << 20, gt=0, description="largest fused batch the policy picks (wire bytes)")
+    dedup_cosine: float = Field(0.98, gt=0, description="consecutive frames of a video this similar (cosine, both "
+                                "spaces) are sent as one vector with a time range; above 1: off")
+    compression: Literal["adaptive", "off"] = Field("adaptive", description="adaptive: compress only while a link is "
+                                                    "congested (fp16, int8, sparse, pq); off: always exact fp32")
+    codec_train_rows: int = Field(4096, gt=0, description="rows the pq / sparse tables are trained on (once, saved "
+                                  "under data_dir/codec)")
 
     # index/
     num_shards: int = Field(2, gt=0)

@@ -1,7 +1,8 @@
 """Job orchestration: videos in, indexed frames out, every step recorded in the catalog.
 
-The driver holds no features: extractor actors decode, embed and send fused batches
-straight to the shard actors; the driver only routes and follows progress.
+The driver holds no features: extractor actors decode and embed, their node's aggregator
+fuses and sends the batches straight to the shard actors; the driver only routes and
+follows progress.
 A job is ``ready`` only after its shard acknowledged every frame, and a shard
 acknowledges a batch only once it is in its write-ahead log on disk.
 """
@@ -20,6 +21,7 @@ import ray
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.extract.actor import start_extractors
+from vifusion.fusion import start_aggregators
 from vifusion.index import ShardSet, shard_for
 
 VIDEO_SUFFIXES = frozenset(
@@ -84,7 +86,8 @@ class Indexer:
         self.cfg = cfg
         self.catalog = catalog
         self.shards = shards
-        self.extractors = start_extractors(cfg, shards.handles)
+        self.aggregators = start_aggregators(cfg, shards.handles)
+        self.extractors = start_extractors(cfg, self.aggregators)
 
     def index_files(
         self,
@@ -165,6 +168,6 @@ class Indexer:
         return IndexResult(str(path), "failed", video_id, job_id, error=error)
 
     def close(self) -> None:
-        for actor in self.extractors:
+        for actor in [*self.extractors, *self.aggregators.values()]:
             ray.kill(actor)
-        self.extractors = []
+        self.extractors, self.aggregators = [], {}

@@ -1,46 +1,75 @@
+"""The transport against real shard replicas (Ray actors writing real logs)."""
+
 import numpy as np
+import pytest
 import ray
 
-from vifusion.comm import Transport
+from tests.index._helpers import make_batch
+from vifusion.comm import SharedTables, Transport
 from vifusion.config import Config
-from vifusion.index import Shard
-from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id
+from vifusion.index.replica import ShardReplica
 
 
-def batch(video_id: int, first: int, n: int) -> FusedBatch:
-    rng = np.random.default_rng(first)
-    feats = rng.standard_normal((n, VISUAL_DIM + SEMANTIC_DIM)).astype(np.float32)
-    feats[:, :VISUAL_DIM] /= np.linalg.norm(feats[:, :VISUAL_DIM], axis=1, keepdims=True)
-    feats[:, VISUAL_DIM:] /= np.linalg.norm(feats[:, VISUAL_DIM:], axis=1, keepdims=True)
-    ids = np.array([vector_id(video_id, first + i) for i in range(n)], np.int64)
-    times = np.stack([np.arange(first, first + n), np.arange(first + 1, first + n + 1)], 1).astype(np.float32)
-    return FusedBatch(ids=ids, times=times, features=feats)
+@pytest.fixture(scope="module")
+def tables():
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([make_batch(1, 600, seed=s).features for s in range(4)])
+    rows += 0.01 * rng.standard_normal(rows.shape).astype(np.float32)
+    return SharedTables.train(rows)
 
 
-def test_every_sent_batch_is_acknowledged_after_drain(ray_session, tmp_path):
-    shard = ray.remote(Shard).remote(0, tmp_path, Config(faiss_threads=1))
-    t = Transport(window=2)
-    sent = [batch(5, i * 8, 8) for i in range(10)]  # 10 batches through a window of 2
+def shard(tmp_path):
+    return ray.remote(ShardReplica).remote(0, tmp_path, Config(faiss_threads=1), [])  # the primary
+
+
+def drain(t: Transport) -> list:
+    out = []
+    while t.in_flight(0):
+        out += t.poll(5.0)
+    return out
+
+
+@pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "sparse", "pq"])
+def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, tmp_path, tables, codec):
+    replica = shard(tmp_path)
+    t = Transport(tables, fixed=codec)
+    # one small batch (inline in the call) and one large (through the object store)
+    sent = [make_batch(7, 4, seed=1), make_batch(7, 60, seed=2, first_frame=4)]
     for b in sent:
-        t.send(0, shard, b)
-    t.drain(0)
-    assert ray.get(shard.stats.remote())["vectors"] == {"visual": 80, "semantic": 80}
-    assert (t.stats.batches, t.stats.frames) == (10, 80)
-    assert t.stats.bytes == sum(b.nbytes for b in sent)
-    # what arrived is what was sent: the last batch's first vector finds itself
-    scores, ids, _ = ray.get(shard.search.remote("visual", sent[-1].space("visual")[:1], 1))
-    assert ids[0, 0] == sent[-1].ids[0] and scores[0, 0] > 0.999
-    ray.kill(shard)
+        t.send(0, replica, b, backlog=False)
+    deliveries = drain(t)
+    assert [(d.rows, d.codec, d.error) for d in deliveries] == [(4, codec, None), (60, codec, None)]
+    held = np.concatenate([ray.get(replica.frames.remote(s, 7, 0, 100))[1] for s in ("visual", "semantic")], 1)
+    features = np.concatenate([b.features for b in sent])
+    expected = t.ladder.get(codec).decode(t.ladder.get(codec).encode(features))
+    assert np.array_equal(held, expected)
+    if codec == "fp32":
+        assert np.array_equal(held, features)  # exact: bit-identical to no compression
+    ray.kill(replica)
 
 
-def test_a_failed_send_does_not_leak_into_the_next_video(ray_session, tmp_path):
-    shard = ray.remote(Shard).remote(0, tmp_path, Config(faiss_threads=1))
-    t = Transport(window=4)
-    broken = batch(1, 0, 2)
-    broken.features = broken.features[:, :10]  # wrong width: the shard refuses it
-    t.send(0, shard, broken)
-    t.abandon(0)
-    t.send(0, shard, batch(2, 0, 3))
-    t.drain(0)  # would raise here if the earlier failure were still queued
-    assert ray.get(shard.video_ids.remote()) == [2]
-    ray.kill(shard)
+def test_link_statistics_come_from_acknowledgements(ray_session, tmp_path):
+    replica = shard(tmp_path)
+    t = Transport()
+    for i in range(6):
+        t.send(0, replica, make_batch(3, 20, seed=i, first_frame=20 * i), backlog=True)
+    drain(t)
+    s = t.stats(0)
+    assert s.acked_messages == 6 and s.in_flight == 0
+    assert s.acked_bytes == sum(make_batch(3, 20, seed=i).nbytes for i in range(6))
+    assert s.delivery_rate > 0 and s.min_rtt > 0 and s.per_message_s > 0
+    assert t.codec(0) == (0, "fp32")
+    ray.kill(replica)
+
+
+def test_a_refused_batch_fails_alone(ray_session, tmp_path):
+    replica = shard(tmp_path)
+    t = Transport()
+    bad = make_batch(1, 2)
+    bad.ids = bad.ids[:1]  # malformed: the shard refuses it
+    t.send(0, replica, bad, backlog=False, tag="bad")
+    t.send(0, replica, make_batch(2, 3), backlog=False, tag="good")
+    outcomes = {d.tag: d.error for d in drain(t)}
+    assert isinstance(outcomes["bad"], ray.exceptions.RayTaskError) and outcomes["good"] is None
+    assert ray.get(replica.video_ids.remote()) == [2]
+    ray.kill(replica)

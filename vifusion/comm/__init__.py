@@ -1,5 +1,15 @@
-"""Comm: move fused batches between nodes."""
+"""Comm: move fused batches between nodes, watching each link and compressing only while it
+is congested.
 
-from vifusion.comm.transport import Transport, TransportStats
+``LinkMonitor`` measures a link from its own transfers, ``CodecPolicy`` picks a rung of the
+codec ``Ladder`` (fp32, fp16, int8, sparse, pq) from those statistics, and ``Transport``
+encodes, sends and collects acknowledgements, choosing the transfer path by size.
+"""
 
-__all__ = ["Transport", "TransportStats"]
+from vifusion.comm.adaptive import CodecPolicy, Rung
+from vifusion.comm.codec import Encoded, Ladder, SharedTables
+from vifusion.comm.link import LinkMonitor, LinkStats
+from vifusion.comm.transport import Delivery, Transport, WireBatch
+
+__all__ = ["CodecPolicy", "Delivery", "Encoded", "Ladder", "LinkMonitor", "LinkStats", "Rung", "SharedTables",
+           "Transport", "WireBatch"]

@@ -1,56 +1,184 @@
-"""Transport: fused batches to shard actors over Ray, with a bounded in-flight window.
+"""Transport: fused batches to shard actors over Ray, each link watched and its codec chosen.
 
-Sending does not wait for the shard: up to ``window`` batches per destination travel
-while the sender goes on decoding and embedding (communication overlaps computation).
-A batch counts as delivered only once the shard acknowledged it (its ``add`` returned).
-This is the seam where link monitoring and codecs plug in.
+A batch leaves encoded with its link's current codec (``adaptive.py`` picks it from the
+link's statistics, ``link.py``), and counts as delivered only once the destination
+acknowledged it: ``receive`` returned, which means it is in the shard's write-ahead log.
+The acknowledgement carries the destination's service time, so the monitor measures the
+network part of each round trip.
+
+The transfer path is chosen by size (Poseidon): a message up to ``INLINE_BYTES`` rides inline
+in the actor call (one round trip); a larger one is put in the object store first, which
+costs a few round trips more but keeps large payloads off the control path. Sends never
+wait here: the caller keeps each link's in-flight count under its window (``in_flight``)
+and collects acknowledgements with ``poll``.
+
+PQ and sparse codecs need tables every node knows: the sender puts its ``SharedTables`` in
+the object store once and each message names them, so a shard fetches a version the first
+time it meets it.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import time
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import ray
 from ray.actor import ActorHandle
 
+from vifusion.comm.adaptive import CodecPolicy, Rung
+from vifusion.comm.codec import Encoded, Ladder, SharedTables
+from vifusion.comm.link import LinkMonitor, LinkStats
 from vifusion.types import FusedBatch
+
+INLINE_BYTES = 96 << 10  # Ray passes arguments up to 100 KiB inline in the call
 
 
 @dataclass
-class TransportStats:
-    batches: int = 0
-    frames: int = 0
-    bytes: int = 0
+class WireBatch:
+    """A fused batch as it crosses a link: ids and times as they are, features encoded."""
+
+    ids: np.ndarray
+    times: np.ndarray
+    payload: Encoded
+    batch_id: str
+    tables: Any = None  # ObjectRef of the SharedTables the codec needs (pq, sparse)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        return self.ids.nbytes + self.times.nbytes + self.payload.nbytes
+
+    def decode(self, ladder: Ladder) -> FusedBatch:
+        return FusedBatch(self.ids, self.times, ladder.decode(self.payload), self.batch_id)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The outcome of one message: acknowledged (``error`` None) or failed."""
+
+    dest: Hashable
+    tag: Any
+    rows: int
+    wire_bytes: int
+    codec: str
+    error: Exception | None = None
+
+
+@dataclass
+class _Link:
+    monitor: LinkMonitor
+    policy: CodecPolicy
+    in_flight: dict[ray.ObjectRef, tuple[int, Any, int, int, str]] = field(default_factory=dict)
 
 
 class Transport:
-    """Sends to `handle.add.remote(batch)`; at most ``window`` unacknowledged per destination."""
+    """Encodes, sends and tracks messages per destination. One thread uses it."""
 
-    def __init__(self, window: int) -> None:
-        self.window = window
-        self.stats = TransportStats()
-        self._in_flight: dict[Hashable, deque[ray.ObjectRef]] = {}
+    def __init__(self, tables: SharedTables | None = None, *, adaptive: bool = True, fixed: str | None = None,
+                 policy: dict[str, float] | None = None) -> None:
+        """``adaptive``: each link's codec follows its congestion; otherwise exact fp32, or
+        the ``fixed`` codec on every link (for comparisons)."""
+        self.adaptive = adaptive and fixed is None
+        self.fixed = fixed
+        self._policy_args = dict(policy or {})
+        self._links: dict[Hashable, _Link] = {}
+        self._refs: dict[ray.ObjectRef, Hashable] = {}
+        self.use_tables(tables)
 
-    def send(self, dest: Hashable, handle: ActorHandle, batch: FusedBatch) -> None:
-        queue = self._in_flight.setdefault(dest, deque())
-        while len(queue) >= self.window:
-            ray.get(queue.popleft())  # raises if the shard failed: the caller's job fails
-        queue.append(handle.add.remote(batch))
-        self.stats.batches += 1
-        self.stats.frames += len(batch)
-        self.stats.bytes += batch.nbytes
+    def use_tables(self, tables: SharedTables | None) -> None:
+        """Switch to a ladder with these tables (adds the pq and sparse rungs)."""
+        self.ladder = Ladder(tables)
+        self._tables_ref = ray.put(tables) if tables is not None else None
+        self._encode_s = [0.0] * len(self.ladder.codecs)
+        rungs = [Rung(c.name, c.bytes_per_row) for c in self.ladder.codecs]
+        for link in self._links.values():
+            link.policy.rungs = rungs
+            link.policy.level = min(link.policy.level, len(rungs) - 1)
 
-    def drain(self, dest: Hashable) -> None:
-        """Wait until every batch sent to ``dest`` is acknowledged."""
-        queue = self._in_flight.get(dest)
-        while queue:
-            ray.get(queue.popleft())
+    def send(self, dest: Hashable, handle: ActorHandle, batch: FusedBatch, *, backlog: bool, tag: Any = None) -> None:
+        """Encode ``batch`` with the link's codec and send it to ``handle.receive``."""
+        link = self._link(dest)
+        codec = self.ladder.codecs[link.policy.level]
+        t0 = time.perf_counter()
+        payload = codec.encode(batch.features)
+        if len(batch):
+            cost = (time.perf_counter() - t0) / len(batch)
+            prev = self._encode_s[link.policy.level]
+            self._encode_s[link.policy.level] = cost if not prev else 0.8 * prev + 0.2 * cost
+        wire = WireBatch(batch.ids, batch.times, payload, batch.batch_id,
+                         self._tables_ref if payload.version else None)
+        t1 = time.perf_counter()
+        arg = ray.put(wire) if wire.nbytes > INLINE_BYTES else wire
+        ref = handle.receive.remote(arg)
+        token = link.monitor.on_send(wire.nbytes, batch.nbytes, backlog=backlog, submit_s=time.perf_counter() - t1)
+        link.in_flight[ref] = (token, tag, len(batch), wire.nbytes, codec.name)
+        self._refs[ref] = dest
 
-    def abandon(self, dest: Hashable) -> None:
-        """After a failed video: wait out what is in flight to ``dest``, ignoring its
-        outcome, so the next video neither races it nor inherits its error."""
-        queue = self._in_flight.pop(dest, None)
-        if queue:
-            ray.wait(list(queue), num_returns=len(queue))
+    def probe(self, dest: Hashable, handle: ActorHandle) -> None:
+        """A tiny message on an idle link, to keep its min RTT current."""
+        link = self._link(dest)
+        ref = handle.ping.remote()
+        link.in_flight[ref] = (link.monitor.on_send(64, 0, backlog=False), None, 0, 64, "probe")
+        self._refs[ref] = dest
+
+    def poll(self, timeout: float) -> list[Delivery]:
+        """Acknowledgements (and failures) that arrive within ``timeout`` seconds."""
+        if not self._refs:
+            return []
+        done, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=timeout, fetch_local=True)
+        out = []
+        for ref in done:
+            dest = self._refs.pop(ref)
+            link = self._links[dest]
+            token, tag, rows, nbytes, codec = link.in_flight.pop(ref)
+            try:
+                service_s = ray.get(ref)[1]
+            except ray.exceptions.RayError as e:
+                link.monitor.on_lost(token)
+                out.append(Delivery(dest, tag, rows, nbytes, codec, e))
+                continue
+            link.monitor.on_ack(token, service_s)
+            link.policy.update(link.monitor.stats(), self._encode_s)
+            if codec != "probe":
+                out.append(Delivery(dest, tag, rows, nbytes, codec))
+        return out
+
+    def in_flight(self, dest: Hashable) -> int:
+        link = self._links.get(dest)
+        return len(link.in_flight) if link else 0
+
+    def set_backlog_age(self, dest: Hashable, age_s: float) -> None:
+        self._link(dest).monitor.set_backlog_age(age_s)
+
+    def due_probe(self, dest: Hashable) -> bool:
+        return self._link(dest).monitor.due_probe()
+
+    def stats(self, dest: Hashable) -> LinkStats:
+        return self._link(dest).monitor.stats()
+
+    def codec(self, dest: Hashable) -> tuple[int, str]:
+        """The level and name of the codec this link uses now."""
+        level = self._link(dest).policy.level
+        return level, self.ladder.codecs[level].name
+
+    def wire_ratio(self, dest: Hashable) -> float:
+        level = self._link(dest).policy.level
+        return self.ladder.codecs[level].bytes_per_row / self.ladder.codecs[0].bytes_per_row
+
+    def history(self, dest: Hashable) -> list[tuple[float, int]]:
+        return list(self._link(dest).policy.history)
+
+    def _link(self, dest: Hashable) -> _Link:
+        link = self._links.get(dest)
+        if link is None:
+            rungs = [Rung(c.name, c.bytes_per_row) for c in self.ladder.codecs]
+            link = _Link(LinkMonitor(), CodecPolicy(rungs, enabled=self.adaptive, **self._policy_args))
+            if self.fixed is not None:
+                link.policy.level = [c.name for c in self.ladder.codecs].index(self.fixed)
+            self._links[dest] = link
+        return link

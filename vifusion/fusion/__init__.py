@@ -1,5 +1,14 @@
-"""Fusion: merge per-frame features into large `FusedBatch` transfers per destination."""
+"""Fusion: per-frame features in, large fused transfers out, one stream per destination.
 
-from vifusion.fusion.buffer import FusionBuffer, Fuser
+``Aggregator`` (one Ray actor per node, ``start_aggregators``) merges the local extractors'
+frames, drops temporal near-duplicates (``TemporalDedup``) and flushes per-destination
+``FusionBuffer`` s by the ``FlushPolicy``; ``comm/`` moves and encodes what it sends.
+"""
 
-__all__ = ["FusionBuffer", "Fuser"]
+from vifusion.fusion.aggregator import Aggregator, start_aggregators
+from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer
+from vifusion.fusion.dedup import TemporalDedup
+from vifusion.fusion.policy import FlushPlan, FlushPolicy
+
+__all__ = ["FRAME_BYTES", "Aggregator", "FlushPlan", "FlushPolicy", "FusionBuffer", "TemporalDedup",
+           "start_aggregators"]

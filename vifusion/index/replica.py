@@ -9,12 +9,15 @@ that catch-up) and apply what the primary forwards, in seq order.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import ray
 from ray.actor import ActorHandle
 
+from vifusion.comm.codec import Ladder
+from vifusion.comm.transport import WireBatch
 from vifusion.config import Config
 from vifusion.index.shard import Shard
 from vifusion.index.wal import Delete, Op
@@ -33,8 +36,20 @@ class ShardReplica:
         self.shard = Shard(shard_no, directory, cfg, writer=self.primary, background=True)
         self._names = list(followers or [])
         self._followers: list[ActorHandle] | None = None
+        self._ladders: dict[str, Ladder] = {"": Ladder()}
 
     # writes: the primary
+    def receive(self, wire: WireBatch) -> tuple[int, float]:
+        """A batch off the wire: decode it (the shard stores what it decodes) and add it.
+        Returns the vectors held and the seconds spent here, for the sender's link monitor."""
+        t0 = time.perf_counter()
+        n = self.add(wire.decode(self._ladder(wire)))
+        return n, time.perf_counter() - t0
+
+    def ping(self) -> tuple[int, float]:
+        """The sender's probe on an idle link."""
+        return 0, 0.0
+
     def add(self, batch: FusedBatch) -> int:
         before = self.shard.seq
         n = self.shard.add(batch)
@@ -71,6 +86,12 @@ class ShardReplica:
 
     def wait_idle(self) -> None:
         self.shard.wait_idle()
+
+    def _ladder(self, wire: WireBatch) -> Ladder:
+        version = wire.payload.version
+        if version not in self._ladders and wire.tables is not None:
+            self._ladders[version] = Ladder(ray.get(wire.tables))
+        return self._ladders.get(version, self._ladders[""])  # an unknown version: decode says so
 
     def _forward(self, seq: int, op: Op, nbytes: int) -> None:
         if not self._names:

@@ -31,7 +31,8 @@ import numpy as np
 
 from vifusion.config import Config
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, fsync_dir, replay
+from vifusion._files import fsync_dir
+from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
 from vifusion.types import FRAME_BITS, SEMANTIC_DIM, SPACES, VISUAL_DIM, FusedBatch
 
 DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vifusion._files import fsync_dir
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 _MAGIC = b"VFWAL01\n"
@@ -209,12 +210,3 @@ class WriteAheadLog:
         fsync_dir(self.directory)
         self._file = open(path, "ab")
         f.close()
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename or unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

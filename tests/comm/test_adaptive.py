@@ -1,0 +1,91 @@
+import itertools
+from dataclasses import replace
+
+from vifusion.comm import CodecPolicy, LinkStats, Rung
+
+LADDER = [Rung("fp32", 6656), Rung("fp16", 3328), Rung("int8", 1672), Rung("sparse", 840), Rung("pq", 416)]
+MB = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def link(rate: float, *, logical: float = 12.5 * MB, qdelay: float = 0.0, backlog: float = 0.0) -> LinkStats:
+    return LinkStats(delivery_rate=rate, capacity=12.5 * MB, path_rate=rate, logical_rate=logical, min_rtt=0.01,
+                     queueing_delay=qdelay, backlog_age=backlog, in_flight_bytes=0, in_flight=2,
+                     acked_bytes=0, acked_messages=100, per_message_s=0.001)
+
+
+def feed(policy: CodecPolicy, clock: Clock, stats: LinkStats, n: int, dt: float = 0.05) -> int:
+    for _ in range(n):
+        clock.t += dt
+        level = policy.update(stats)
+    return level
+
+
+def test_never_compresses_on_a_clear_link():
+    clock = Clock()
+    policy = CodecPolicy(LADDER, clock=clock)
+    # saturated but clear: the link carries what it carried, no queue, no old backlog
+    assert feed(policy, clock, link(12.5 * MB), 200) == 0
+    assert policy.history == [(0.0, 0)]
+
+
+def test_escalates_straight_to_the_least_lossy_codec_that_fits():
+    clock = Clock()
+    policy = CodecPolicy(LADDER, samples=3, clock=clock)
+    squeezed = link(1.25 * MB, qdelay=0.2)  # 100 -> 10 Mbit; the data needs 12.5 MB/s of fp32
+    assert feed(policy, clock, squeezed, 2) == 0  # two samples are not yet a trend
+    level = feed(policy, clock, squeezed, 1)
+    # 1878 rows/s must fit in 0.9 x 1.25 MB/s = 599 B/row: pq (416) is the first that does
+    assert LADDER[level].name == "pq"
+    assert len(policy.history) == 2  # one step, not one level at a time
+    half = CodecPolicy(LADDER, clock=clock)
+    assert LADDER[feed(half, clock, link(6.25 * MB, qdelay=0.2), 3)].name == "int8"  # 3328 B/row would be 100%: no headroom
+
+
+def test_backlog_age_alone_is_congestion():
+    clock = Clock()
+    policy = CodecPolicy(LADDER, backlog_s=0.5, clock=clock)
+    assert feed(policy, clock, link(6.25 * MB, backlog=0.8), 3) > 0
+
+
+def test_holds_while_congested_then_steps_back_one_level_at_a_time():
+    clock = Clock()
+    policy = CodecPolicy(LADDER, calm_s=0.75, clock=clock)
+    feed(policy, clock, link(1.25 * MB, qdelay=0.2), 3)
+    top = policy.level
+    assert feed(policy, clock, link(1.25 * MB, qdelay=0.2), 40) == top  # holds
+    # squeezed still, but calm (the compressed data fits): stepping back would not fit: hold
+    assert feed(policy, clock, link(1.25 * MB), 40) == top
+    # the link recovers: one level per calm period, back to exact fp32
+    recovered = link(12.5 * MB, logical=12.5 * MB)
+    levels = [feed(policy, clock, recovered, 1, dt=0.25) for _ in range(20)]
+    assert levels[-1] == 0
+    steps = [b for a, b in zip([top, *levels], levels, strict=False) if a != b]
+    assert steps == list(range(top - 1, -1, -1))
+    times = [t for t, _ in policy.history[-top:]]
+    assert all(b - a >= 0.75 for a, b in itertools.pairwise(times))
+
+
+def test_no_compression_when_encoding_costs_more_than_it_saves():
+    clock = Clock()
+    policy = CodecPolicy(LADDER, clock=clock)
+    # at 6.25 MB/s int8 saves 0.8 ms a row; an encoder that takes 1 ms a row is not worth it
+    slow_int8 = [0.0, 1e-7, 1e-3, 1e-7, 1e-7]
+    squeezed = link(6.25 * MB, qdelay=0.2)
+    for _ in range(3):
+        clock.t += 0.05
+        policy.update(squeezed, slow_int8)
+    assert LADDER[policy.level].name == "sparse"
+
+
+def test_disabled_policy_stays_exact():
+    clock = Clock()
+    policy = CodecPolicy(LADDER, enabled=False, clock=clock)
+    assert feed(policy, clock, replace(link(1.25 * MB), queueing_delay=1.0), 50) == 0

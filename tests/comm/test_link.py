@@ -1,0 +1,79 @@
+import pytest
+
+from vifusion.comm import LinkMonitor
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run(mon: LinkMonitor, clock: Clock, *, rate: float, rtt: float, nbytes: int, n: int, service: float = 0.0):
+    """n back-to-back messages over a link of ``rate`` bytes/s and base round trip ``rtt``,
+    one in flight at a time."""
+    for _ in range(n):
+        token = mon.on_send(nbytes, backlog=True)
+        clock.t += rtt + nbytes / rate + service
+        mon.on_ack(token, service_s=service)
+
+
+def test_rate_and_min_rtt_come_from_the_transfers():
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    run(mon, clock, rate=12.5e6, rtt=0.010, nbytes=125_000, n=20, service=0.003)
+    s = mon.stats()
+    # one message in flight: each carries 125 kB in 10 ms + 10 ms (+ 3 ms at the shard)
+    assert s.delivery_rate == pytest.approx(125_000 / 0.023, rel=1e-6)
+    # the shard's service time is not network: min RTT = base + own serialisation
+    assert s.min_rtt == pytest.approx(0.020, rel=1e-6)
+    assert s.acked_messages == 20 and s.acked_bytes == 20 * 125_000 and s.in_flight == 0
+    assert s.queueing_delay == pytest.approx(0.0, abs=1e-3)
+
+
+def test_queueing_delay_grows_when_the_link_carries_less():
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    run(mon, clock, rate=12.5e6, rtt=0.010, nbytes=125_000, n=20)
+    run(mon, clock, rate=1.25e6, rtt=0.010, nbytes=125_000, n=5)  # squeezed to a tenth
+    s = mon.stats()
+    assert s.queueing_delay > 0.05
+    # the path rate follows the squeeze, the capacity remembers what the link carried
+    assert s.path_rate == pytest.approx(1.25e6, rel=0.15)
+    assert s.capacity > 5e6
+
+
+def test_app_limited_samples_do_not_lower_the_rate():
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    run(mon, clock, rate=12.5e6, rtt=0.010, nbytes=125_000, n=10)
+    before = mon.stats().delivery_rate
+    for _ in range(10):  # tiny messages with nothing behind them: demand, not capacity
+        token = mon.on_send(1000, backlog=False)
+        clock.t += 0.010
+        mon.on_ack(token)
+    assert mon.stats().delivery_rate == pytest.approx(before)
+
+
+def test_logical_rate_counts_uncompressed_bytes():
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    for _ in range(5):
+        token = mon.on_send(1000, 4000, backlog=True)
+        clock.t += 0.01
+        mon.on_ack(token)
+    s = mon.stats()
+    assert s.logical_rate == pytest.approx(4 * s.delivery_rate)
+
+
+def test_idle_link_asks_for_a_probe_and_lost_messages_are_forgotten():
+    clock = Clock()
+    mon = LinkMonitor(probe_idle_s=1.0, clock=clock)
+    token = mon.on_send(5000, backlog=False)
+    clock.t += 5
+    assert not mon.due_probe()  # something is in flight
+    mon.on_lost(token)
+    assert mon.stats().in_flight_bytes == 0
+    assert mon.due_probe()

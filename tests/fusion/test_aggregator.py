@@ -1,0 +1,85 @@
+"""The node aggregator as a real Ray actor in front of real shard replicas."""
+
+import threading
+
+import numpy as np
+import pytest
+import ray
+
+from tests.fusion._frames import frames
+from vifusion.config import Config
+from vifusion.fusion import Aggregator
+from vifusion.index.replica import ShardReplica
+from vifusion.types import FrameFeatures, vector_id, video_of
+
+
+@pytest.fixture
+def shards(ray_session, tmp_path):
+    cfg = Config(faiss_threads=1)
+    replicas = [ray.remote(ShardReplica).remote(n, tmp_path / f"s{n}", cfg, []) for n in range(2)]
+    yield replicas
+    for r in replicas:
+        ray.kill(r)
+
+
+def aggregator(tmp_path, shards, **cfg):
+    cfg = Config(data_dir=tmp_path, compression="off", **cfg)
+    return ray.remote(Aggregator).options(max_concurrency=16).remote(cfg, shards)
+
+
+def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
+    agg = aggregator(tmp_path, shards, dedup_cosine=1.01)
+    videos = {v: frames(v, 50) for v in range(10, 16)}
+
+    def extractor(v: int) -> None:  # like an extractor: hand over 16 frames at a time, then finish
+        for i in range(0, 50, 16):
+            ray.get(agg.submit.remote(v % 2, videos[v][i:i + 16]))
+        assert ray.get(agg.finish.remote(v)) == 50
+
+    threads = [threading.Thread(target=extractor, args=(v,)) for v in videos]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for v, src in videos.items():
+        held = ray.get(shards[v % 2].frames.remote("visual", v, 0, 1000))[1]
+        assert np.array_equal(held, np.stack([f.visual for f in src]))
+    stats = ray.get(agg.stats.remote())
+    assert stats["rows_in"] == stats["rows_out"] == 300
+    # fused: far fewer transfers than frames
+    assert stats["batches"] < 300 / 8
+    assert stats["codec_rows"] == {"fp32": 300}
+    assert stats["latency_p50_s"] > 0
+    assert set(stats["links"]) == {0, 1}
+
+
+def test_near_duplicates_cross_the_link_as_one_vector(tmp_path, shards):
+    agg = aggregator(tmp_path, shards, dedup_cosine=0.98)
+    still = frames(20, 1)[0]
+    run = [FrameFeatures(20, i, float(i), i + 1.0, still.visual, still.semantic) for i in range(8)]
+    ray.get(agg.submit.remote(0, run + frames(20, 2, start=8)))
+    assert ray.get(agg.finish.remote(20)) == 3
+    times, _ = ray.get(shards[0].frames.remote("visual", 20, 0, 100))
+    assert times.tolist() == [[0, 8], [8, 9], [9, 10]]
+
+
+def test_a_refused_video_fails_alone_with_the_reason(tmp_path, shards):
+    agg = aggregator(tmp_path, shards, dedup_cosine=1.01)
+    bad = frames(30, 3)
+    bad[1] = FrameFeatures(30, 1, 1.0, 2.0, bad[1].visual[:5], bad[1].semantic)  # wrong width
+    ray.get(agg.submit.remote(0, frames(32, 3)))
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"video 30 frame 1: features of shape \(5,\)"):
+        ray.get(agg.submit.remote(0, bad))
+    assert ray.get(agg.finish.remote(32)) == 3
+    ray.get(agg.abandon.remote(30))
+    assert 32 in ray.get(shards[0].video_ids.remote())
+
+
+def test_abandon_drops_what_waits(tmp_path, shards):
+    agg = aggregator(tmp_path, shards, dedup_cosine=1.01, fusion_latency_target_s=60.0)
+    ray.get(agg.submit.remote(1, frames(41, 5)))  # waits for a batch to fill (age limit 15 s)
+    ray.get(agg.abandon.remote(41))
+    ray.get(agg.submit.remote(1, frames(43, 2)))
+    assert ray.get(agg.finish.remote(43)) == 2
+    held = {int(v) for v in video_of(np.array([vector_id(v, 0) for v in ray.get(shards[1].video_ids.remote())]))}
+    assert held == {43}

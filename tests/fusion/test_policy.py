@@ -1,0 +1,53 @@
+from vifusion.comm import LinkStats
+from vifusion.fusion import FlushPolicy
+
+
+def link(rate: float, min_rtt: float, per_message_s: float) -> LinkStats:
+    return LinkStats(delivery_rate=rate, capacity=rate, path_rate=rate, logical_rate=rate, min_rtt=min_rtt,
+                     queueing_delay=0.0, backlog_age=0.0, in_flight_bytes=0, in_flight=0, acked_bytes=0,
+                     acked_messages=10, per_message_s=per_message_s)
+
+
+MB = 1_000_000
+
+
+def test_batch_makes_the_fixed_cost_a_tenth_of_the_transfer():
+    policy = FlushPolicy(latency_target_s=1.0)
+    plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.002))  # 100 Mbit
+    assert plan.max_bytes == 250_000  # 2 ms x 12.5 MB/s / 0.1
+    # the fixed cost is then 10% of the time the batch takes on the wire
+    assert abs(0.002 / (plan.max_bytes / (12.5 * MB)) - 0.1) < 1e-9
+
+
+def test_window_covers_the_bandwidth_delay_product_plus_one():
+    policy = FlushPolicy(latency_target_s=1.0)
+    plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
+    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB = 5 batches of 250 kB, +1 so the link never idles
+    assert plan.window == 6
+
+
+def test_latency_target_bounds_the_batch_and_the_age():
+    policy = FlushPolicy(latency_target_s=0.2, min_bytes=1024)
+    plan = policy.plan(link(rate=1.25 * MB, min_rtt=0.01, per_message_s=0.05))  # slow link, costly messages
+    assert plan.max_bytes == int(1.25 * MB * 0.2 / 4)  # a batch takes at most a quarter of the target
+    assert plan.max_age_s == 0.05
+
+
+def test_bounds_hold_at_both_ends():
+    policy = FlushPolicy(latency_target_s=10.0, min_bytes=64 << 10, max_bytes=4 << 20, max_window=16)
+    tiny = policy.plan(link(rate=10 * MB, min_rtt=0.001, per_message_s=1e-6))
+    assert tiny.max_bytes == 64 << 10 and tiny.window == 2
+    huge = policy.plan(link(rate=1000 * MB, min_rtt=1.0, per_message_s=0.1))
+    assert huge.max_bytes == 4 << 20 and huge.window == 16
+
+
+def test_compressed_links_gather_more_rows_for_the_same_wire_bytes():
+    policy = FlushPolicy(latency_target_s=1.0)
+    exact = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.002))
+    int8 = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.002), wire_ratio=0.25)
+    assert int8.max_bytes == 4 * exact.max_bytes
+
+
+def test_unmeasured_link_gets_a_modest_start():
+    plan = FlushPolicy().plan(None)
+    assert plan.max_bytes == 256 << 10 and plan.window == 4

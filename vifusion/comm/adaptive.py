@@ -1,0 +1,107 @@
+"""Adaptive compression: which codec of the ladder a link gets, from its measured statistics.
+
+Exact fp32 is the default and stays so on a clear link. Compression starts only when
+congestion is seen in ``samples`` acknowledgements in a row: the queueing delay (see
+``link.py``) above ``delay_s``, or the oldest waiting item older than ``backlog_s``. Then the
+policy goes straight to the least lossy codec whose bytes fit: the rows per second the data
+needs (the link's recent uncompressed delivery rate) times the codec's bytes per row, under
+``headroom`` of the path rate measured now, and only where encoding a row costs less time
+than it saves on the wire. After ``calm_s`` without congestion it steps back one level at a
+time, each step only if the less compressed codec would fit the path rate measured now.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from vifusion.comm.link import LinkStats
+
+
+@dataclass(frozen=True)
+class Rung:
+    """What the policy knows of one codec: its name and exact wire bytes per row."""
+
+    name: str
+    bytes_per_row: int
+
+
+class CodecPolicy:
+    """Chooses the ladder level for one link. Level 0 must be the exact codec."""
+
+    def __init__(
+        self,
+        rungs: Sequence[Rung],
+        *,
+        enabled: bool = True,
+        delay_s: float = 0.02,
+        backlog_s: float = 0.5,
+        samples: int = 3,
+        calm_s: float = 0.75,
+        headroom: float = 0.9,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rungs = list(rungs)
+        self.enabled = enabled
+        self.delay_s = delay_s
+        self.backlog_s = backlog_s
+        self.samples = samples
+        self.calm_s = calm_s
+        self.headroom = headroom
+        self._clock = clock
+        self.level = 0
+        self._streak = 0
+        now = clock()
+        self._last_congested = now
+        self._last_change = now
+        self.history: list[tuple[float, int]] = [(now, 0)]
+
+    def congested(self, link: LinkStats) -> bool:
+        return link.queueing_delay > self.delay_s or link.backlog_age > self.backlog_s
+
+    def update(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
+        """Take one sample (call it once per acknowledgement); returns the level to use."""
+        if not self.enabled:
+            return self.level
+        now = self._clock()
+        if self.congested(link):
+            self._streak += 1
+            self._last_congested = now
+            if self._streak >= self.samples:
+                target = self.fit(link, encode_s_per_row)
+                if target > self.level:
+                    self._set(target, now)
+        else:
+            self._streak = 0
+            calm = min(now - self._last_congested, now - self._last_change)
+            if self.level > 0 and calm >= self.calm_s and self._fits(self.level - 1, link, 1.0 / self.headroom):
+                self._set(self.level - 1, now)
+        return self.level
+
+    def fit(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
+        """The least lossy level whose bytes fit the link now and whose encoding pays for
+        itself; the most compressed one if none fits."""
+        rate = link.path_rate or link.delivery_rate
+        exact = self.rungs[0].bytes_per_row
+        for level, rung in enumerate(self.rungs):
+            if level and rate and level < len(encode_s_per_row):
+                saved_s = (exact - rung.bytes_per_row) / rate
+                if encode_s_per_row[level] >= saved_s:
+                    continue
+            if self._fits(level, link, 1.0):
+                return level
+        return len(self.rungs) - 1
+
+    def _fits(self, level: int, link: LinkStats, slack: float) -> bool:
+        rate = link.path_rate or link.delivery_rate
+        if not rate or not link.logical_rate:
+            return level == 0
+        rows_per_s = link.logical_rate / self.rungs[0].bytes_per_row
+        return rows_per_s * self.rungs[level].bytes_per_row <= self.headroom * slack * rate
+
+    def _set(self, level: int, now: float) -> None:
+        self.level = level
+        self._last_change = now
+        self._streak = 0
+        self.history.append((now, level))

@@ -1,0 +1,194 @@
+"""Link monitor: what one sender sees of the path to one destination, measured from the
+transfers themselves.
+
+Every message is stamped when it is sent; the destination's acknowledgement carries how long
+it spent serving the message, so the network part of a round trip is
+``ack - send - service`` with no clock shared between nodes. From those stamps:
+
+- **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
+  ack, over that interval), kept as a windowed max; samples taken while the sender had
+  nothing queued (app-limited) only ever raise it, since they show demand, not capacity;
+- **min RTT**: the smallest network round trip over a long window (the path without queues);
+- **queueing delay**: a network round trip minus min RTT, minus the time the bytes ahead of
+  it and its own bytes need at the link's recent capacity (a 1 MiB message is not "queued"
+  for its own bytes); it grows when the link carries less than it did, or queues build;
+- **path rate**: (bytes in flight ahead of a message + its own) / (RTT - min RTT), a
+  bottleneck estimate that stays valid while the sender is app-limited (sending compressed
+  data that fits), so the sender can tell when a squeezed link has recovered;
+- **logical rate**: the same deliveries counted in uncompressed bytes, windowed max over the
+  capacity window: the throughput the sender's data needs to keep what it had;
+- **backlog age**: how long the oldest item waiting at the sender has waited (the sender
+  reports it, since only it knows its queue).
+
+When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
+(``due_probe``) so that min RTT stays current on an idle link.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """One snapshot of a link; rates in bytes/s, times in seconds."""
+
+    delivery_rate: float  # windowed max over `rate_window_s` (0 until measured)
+    capacity: float  # windowed max over `capacity_window_s`: what the link carried lately
+    path_rate: float  # recent bottleneck estimate, valid while app-limited (0 until measured)
+    logical_rate: float  # windowed max of uncompressed bytes/s delivered (capacity window)
+    min_rtt: float  # network round trip without queues (0 until measured)
+    queueing_delay: float  # smoothed, see the module docstring
+    backlog_age: float  # age of the oldest item waiting at the sender
+    in_flight_bytes: int
+    in_flight: int  # messages sent, not yet acknowledged
+    acked_bytes: int
+    acked_messages: int
+    per_message_s: float  # smoothed fixed cost of one message (send call + service)
+
+
+@dataclass
+class _Sent:
+    nbytes: int
+    logical: int
+    t_send: float
+    ahead: int  # bytes in flight before this one
+    delivered: int  # bytes acknowledged when this was sent
+    logical_delivered: int
+    t_delivered: float  # time of that last acknowledgement
+    app_limited: bool
+    submit_s: float
+
+
+class LinkMonitor:
+    """Statistics of one (sender, destination) link. Not thread-safe: one owner."""
+
+    def __init__(
+        self,
+        rate_window_s: float = 1.0,
+        capacity_window_s: float = 10.0,
+        rtt_window_s: float = 30.0,
+        probe_idle_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate_window_s = rate_window_s
+        self.capacity_window_s = capacity_window_s
+        self.rtt_window_s = rtt_window_s
+        self.probe_idle_s = probe_idle_s
+        self._clock = clock
+        self._sent: dict[int, _Sent] = {}
+        self._next = 0
+        self._delivered = 0
+        self._logical = 0
+        self._t_delivered = clock()
+        self._rates: deque[tuple[float, float]] = deque()  # (t, bytes/s)
+        self._logical_rates: deque[tuple[float, float]] = deque()
+        self._rtts: deque[tuple[float, float]] = deque()  # (t, network rtt)
+        self._path: deque[float] = deque(maxlen=5)
+        self._qdelay = 0.0
+        self._per_message = 0.0
+        self._acked_messages = 0
+        self._in_flight_bytes = 0
+        self._last_activity = clock()
+        self._backlog_age = 0.0
+
+    def on_send(self, nbytes: int, logical: int | None = None, *, backlog: bool, submit_s: float = 0.0) -> int:
+        """Record a message leaving; returns a token for ``on_ack``. ``logical``: its size
+        uncompressed (default ``nbytes``). ``backlog``: more was waiting behind it, so the
+        sample it yields measures the link, not the sender."""
+        now = self._clock()
+        if not self._sent:
+            # Idle until now: measure the next interval from this send, not from the last ack.
+            self._t_delivered = now
+        token = self._next
+        self._next += 1
+        self._sent[token] = _Sent(
+            nbytes, nbytes if logical is None else logical, now, self._in_flight_bytes,
+            self._delivered, self._logical, self._t_delivered, not backlog, submit_s,
+        )
+        self._in_flight_bytes += nbytes
+        self._last_activity = now
+        return token
+
+    def on_ack(self, token: int, service_s: float = 0.0) -> None:
+        """Record the destination's acknowledgement of a message (``service_s``: how long it
+        spent on it, reported by the destination)."""
+        s = self._sent.pop(token)
+        now = self._clock()
+        self._in_flight_bytes -= s.nbytes
+        self._delivered += s.nbytes
+        self._logical += s.logical
+        self._t_delivered = now
+        self._acked_messages += 1
+        self._last_activity = now
+        interval = now - s.t_delivered
+        if interval > 0:
+            rate = (self._delivered - s.delivered) / interval
+            if not s.app_limited or rate > self.delivery_rate:
+                self._rates.append((now, rate))
+            self._logical_rates.append((now, (self._logical - s.logical_delivered) / interval))
+        rtt = max(now - s.t_send - service_s, 1e-6)
+        self._rtts.append((now, rtt))
+        self._expire(now)
+        excess = rtt - self.min_rtt
+        if excess > 1e-4:
+            self._path.append((s.ahead + s.nbytes) / excess)
+        expected = (s.ahead + s.nbytes) / self.capacity if self.capacity else 0.0
+        sample = max(excess - expected, 0.0)
+        first = self._acked_messages == 1
+        self._qdelay = sample if first else 0.7 * self._qdelay + 0.3 * sample
+        fixed = s.submit_s + min(service_s, rtt)
+        self._per_message = fixed if first else 0.9 * self._per_message + 0.1 * fixed
+
+    def on_lost(self, token: int) -> None:
+        """A message that failed (its destination died): forget it."""
+        s = self._sent.pop(token, None)
+        if s is not None:
+            self._in_flight_bytes -= s.nbytes
+
+    def set_backlog_age(self, age_s: float) -> None:
+        self._backlog_age = age_s
+
+    def due_probe(self) -> bool:
+        """True when the link has been idle long enough that a probe should refresh min RTT."""
+        return not self._sent and self._clock() - self._last_activity >= self.probe_idle_s
+
+    @property
+    def delivery_rate(self) -> float:
+        now = self._clock()
+        return max((r for t, r in self._rates if now - t <= self.rate_window_s), default=0.0)
+
+    @property
+    def capacity(self) -> float:
+        return max((r for _, r in self._rates), default=0.0)
+
+    @property
+    def min_rtt(self) -> float:
+        return min((r for _, r in self._rtts), default=0.0)
+
+    def stats(self) -> LinkStats:
+        self._expire(self._clock())
+        return LinkStats(
+            delivery_rate=self.delivery_rate,
+            capacity=self.capacity,
+            path_rate=sorted(self._path)[len(self._path) // 2] if self._path else 0.0,
+            logical_rate=max((r for _, r in self._logical_rates), default=0.0),
+            min_rtt=self.min_rtt,
+            queueing_delay=self._qdelay,
+            backlog_age=self._backlog_age,
+            in_flight_bytes=self._in_flight_bytes,
+            in_flight=len(self._sent),
+            acked_bytes=self._delivered,
+            acked_messages=self._acked_messages,
+            per_message_s=self._per_message,
+        )
+
+    def _expire(self, now: float) -> None:
+        for window, samples in ((self.capacity_window_s, self._rates), (self.capacity_window_s, self._logical_rates),
+                                (self.rtt_window_s, self._rtts)):
+            # Keep the newest sample even when old: a quiet link still has its last measure.
+            while len(samples) > 1 and now - samples[0][0] > window:
+                samples.popleft()

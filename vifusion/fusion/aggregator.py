@@ -1,0 +1,287 @@
+"""The node aggregator: one Ray actor per node, between its extractors and the shards.
+
+The host-level stand-in for in-network aggregation (ViFusion): every extractor on a node
+hands its frames here, so the node sends one fused stream per destination shard instead of
+one per extractor. On the way, consecutive near-duplicate frames of a video become one
+vector (``dedup.py``). A pump thread sends each destination's buffer when the fusion policy
+(``policy.py``) says it is due and the link's window has room; the transport (``comm/``)
+encodes with the codec its link calls for and collects acknowledgements, while extractors go
+on decoding and embedding (communication overlaps computation).
+
+A video is finished (``finish``) once every row of it is acknowledged by its shard, that
+is, in the shard's write-ahead log. ``submit`` blocks while a destination's buffer is over
+twice its batch size: extractors slow down to what the link carries instead of filling memory.
+
+PQ and sparse codecs need tables trained from real rows: given none, the aggregator loads
+the newest ones under ``data_dir/codec`` or trains them, in the background, once
+``codec_train_rows`` rows have passed, and saves them there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray.actor import ActorHandle
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from vifusion.comm.codec import SharedTables
+from vifusion.comm.transport import Delivery, Transport
+from vifusion.config import Config
+from vifusion.fusion.buffer import FusionBuffer, Taken
+from vifusion.fusion.dedup import TemporalDedup
+from vifusion.fusion.policy import FlushPlan, FlushPolicy
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FrameFeatures, video_of
+
+_IDLE_WAIT_S = 0.05
+log = logging.getLogger(__name__)
+
+
+class Aggregator:
+    """Fuses the frames of all local extractors per destination shard and sends them."""
+
+    def __init__(self, cfg: Config, shards: list[ActorHandle], tables: SharedTables | None = None) -> None:
+        self.cfg = cfg
+        self.shards = shards
+        self._cond = threading.Condition()
+        self._dedup = TemporalDedup(cfg.dedup_cosine)
+        self._flush = FlushPolicy(cfg.fusion_latency_target_s, min_bytes=cfg.fusion_min_bytes,
+                                  max_bytes=cfg.fusion_max_bytes)
+        self._buffers: dict[int, FusionBuffer] = {}
+        self._plans: dict[int, FlushPlan] = {}
+        self._urgent: set[int] = set()
+        self._dest: dict[int, int] = {}  # video -> shard
+        self._pending: Counter[int] = Counter()  # video -> rows handed to a buffer, not yet acknowledged
+        self._failed: dict[int, str] = {}
+        self._sent: Counter[int] = Counter()  # video -> rows acknowledged
+        self._counts: Counter[str] = Counter()
+        self._codec_rows: Counter[str] = Counter()
+        self._latencies: deque[float] = deque(maxlen=100_000)
+        self._links: dict[int, dict[str, Any]] = {}
+        adaptive = cfg.compression == "adaptive"
+        if tables is None and adaptive:
+            tables = _newest_tables(cfg.data_dir / "codec")
+        self._tables = tables
+        self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
+        self._new_tables: SharedTables | None = None
+        self._transport = Transport(tables, adaptive=adaptive)
+        self._stopped = False
+        threading.Thread(target=self._pump, name="aggregator-pump", daemon=True).start()
+
+    # -- extractors ------------------------------------------------------------------
+
+    def submit(self, shard_no: int, frames: list[FrameFeatures], extracted: float | None = None,
+               urgent: bool = False) -> None:
+        """Hand over frames bound for shard ``shard_no`` (``extracted``: wall-clock time they
+        were embedded). Blocks while that shard's buffer is over twice its batch size.
+        ``urgent`` (the query path): send without waiting for a batch to fill."""
+        for f in frames:
+            if f.visual.shape != (VISUAL_DIM,) or f.semantic.shape != (SEMANTIC_DIM,):
+                raise ValueError(f"video {f.video_id} frame {f.frame_no}: features of shape {f.visual.shape} + "
+                                 f"{f.semantic.shape}, expected ({VISUAL_DIM},) + ({SEMANTIC_DIM},)")
+        now = time.monotonic()
+        extracted = time.time() if extracted is None else extracted
+        with self._cond:
+            buf = self._buffers.setdefault(shard_no, FusionBuffer())
+            while not self._stopped and buf.nbytes >= 2 * self._plan(shard_no).max_bytes:
+                self._cond.wait(0.1)
+            for f in frames:
+                self._dest[f.video_id] = shard_no
+            self._keep_for_training(frames)
+            self._counts["rows_in"] += len(frames)
+            self._route(self._dedup.push(frames, now), now, extracted)
+            if urgent:
+                self._route(self._close_runs({f.video_id for f in frames}), now, extracted)
+                self._urgent.add(shard_no)
+            self._cond.notify_all()
+
+    def finish(self, video_id: int) -> int:
+        """End of a video: send what waits of it at once and return when every row is
+        acknowledged (the number of vectors sent for it). Raises if a send failed."""
+        with self._cond:
+            self._route(self._close_runs({video_id}), time.monotonic(), time.time())
+            if video_id in self._dest:
+                self._urgent.add(self._dest[video_id])
+            self._cond.notify_all()
+            while self._pending[video_id] and video_id not in self._failed:
+                self._cond.wait(0.5)
+            sent = self._sent.pop(video_id, 0)
+            self._dest.pop(video_id, None)
+            self._pending.pop(video_id, None)
+            error = self._failed.pop(video_id, None)
+        if error is not None:
+            raise RuntimeError(error)
+        return sent
+
+    def abandon(self, video_id: int) -> None:
+        """A failed video: drop what waits of it and let its sends in flight settle, so the
+        caller can delete whatever of it reached the shard."""
+        with self._cond:
+            self._dedup.drop(video_id)
+            dest = self._dest.pop(video_id, None)
+            if dest is not None:
+                self._pending[video_id] -= self._buffers[dest].drop(video_id)
+            while self._pending[video_id] > 0:
+                self._cond.wait(0.5)
+            self._pending.pop(video_id, None)
+            self._failed.pop(video_id, None)
+            self._sent.pop(video_id, None)
+
+    def stats(self) -> dict[str, Any]:
+        """Rows in/out, bytes, codecs used, latency extraction -> acknowledged, and per link
+        its statistics, plan and codec level history."""
+        with self._cond:
+            lat = np.array(self._latencies) if self._latencies else np.zeros(1)
+            return {
+                **self._counts,
+                "codec_rows": dict(self._codec_rows),
+                "latency_p50_s": float(np.percentile(lat, 50)),
+                "latency_p99_s": float(np.percentile(lat, 99)),
+                "tables": self._tables.version if self._tables else None,
+                "links": {d: dict(v) for d, v in self._links.items()},
+            }
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    # -- under the lock ----------------------------------------------------------------
+
+    def _plan(self, dest: int) -> FlushPlan:
+        return self._plans.get(dest) or self._flush.plan(None)
+
+    def _route(self, frames: list[FrameFeatures], now: float, extracted: float) -> None:
+        for f in frames:
+            self._buffers.setdefault(self._dest[f.video_id], FusionBuffer()).add([f], now, extracted)
+            self._pending[f.video_id] += 1
+
+    def _close_runs(self, videos: set[int]) -> list[FrameFeatures]:
+        return [f for v in videos for f in self._dedup.close(v)]
+
+    def _keep_for_training(self, frames: list[FrameFeatures]) -> None:
+        if self._train_rows is None:
+            return
+        self._train_rows.extend(np.concatenate([f.visual, f.semantic]) for f in frames)
+        if len(self._train_rows) >= self.cfg.codec_train_rows:
+            rows, self._train_rows = np.stack(self._train_rows), None
+            threading.Thread(target=self._train, args=(rows,), name="aggregator-train", daemon=True).start()
+
+    def _train(self, rows: np.ndarray) -> None:
+        tables = SharedTables.train(rows)
+        tables.save(self.cfg.data_dir / "codec")
+        with self._cond:
+            self._new_tables = tables
+
+    # -- the pump ------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        while not self._stopped:
+            try:
+                self._pump_once()
+            except Exception as e:  # a bug must not hang every waiting extractor: fail what waits
+                log.exception("aggregator pump")
+                with self._cond:
+                    for v, n in self._pending.items():
+                        if n:
+                            self._failed.setdefault(v, f"aggregator failed: {type(e).__name__}: {e}")
+                    self._cond.notify_all()
+
+    def _pump_once(self) -> None:
+        transport = self._transport
+        sends: list[tuple[int, Taken, bool]] = []
+        with self._cond:
+            if self._new_tables is not None:
+                self._tables, self._new_tables = self._new_tables, None
+                transport.use_tables(self._tables)
+            now = time.monotonic()
+            age = self._flush.latency_target_s / 4
+            self._route(self._dedup.expire(now - age), now, time.time())
+            wait = _IDLE_WAIT_S
+            for dest, buf in self._buffers.items():
+                plan = self._flush.plan(transport.stats(dest), transport.wire_ratio(dest))
+                self._plans[dest] = plan
+                oldest = buf.oldest()
+                transport.set_backlog_age(dest, now - oldest if oldest is not None else 0.0)
+                room = plan.window - transport.in_flight(dest)
+                while room > 0 and (buf.due(plan, now) or (dest in self._urgent and len(buf))):
+                    sends.append((dest, buf.take(plan.max_bytes), len(buf) > 0))
+                    room -= 1
+                if not len(buf):
+                    self._urgent.discard(dest)
+                elif room > 0:
+                    wait = min(wait, max(oldest + plan.max_age_s - now, 0.001))
+                self._publish(dest, plan)
+            if (runs := self._dedup.oldest()) is not None:
+                wait = min(wait, max(runs + age - now, 0.001))
+            self._cond.notify_all()
+        for dest, taken, backlog in sends:
+            try:
+                transport.send(dest, self.shards[dest], taken.batch, backlog=backlog, tag=taken)
+            except Exception as e:  # an encoding bug fails these rows' videos, not the pump
+                self._settle([Delivery(dest, taken, len(taken.batch), 0, "", e)])
+        for dest in list(self._buffers):
+            if transport.due_probe(dest):
+                transport.probe(dest, self.shards[dest])
+        if any(transport.in_flight(d) for d in self._buffers):
+            self._settle(transport.poll(wait))
+        else:
+            with self._cond:
+                if not any(len(b) for b in self._buffers.values()):
+                    self._cond.wait(wait)
+
+    def _settle(self, deliveries: list[Delivery]) -> None:
+        if not deliveries:
+            return
+        acked = time.time()
+        with self._cond:
+            for d in deliveries:
+                taken: Taken = d.tag
+                videos = Counter(int(v) for v in video_of(taken.batch.ids))
+                for v, n in videos.items():
+                    self._pending[v] -= n
+                    if d.error is not None:
+                        self._failed.setdefault(v, f"sending to shard {d.dest} failed: {type(d.error).__name__}: {d.error}")
+                    else:
+                        self._sent[v] += n
+                if d.error is None:
+                    self._counts["rows_out"] += d.rows
+                    self._counts["batches"] += 1
+                    self._counts["wire_bytes"] += d.wire_bytes
+                    self._counts["logical_bytes"] += taken.batch.nbytes
+                    self._codec_rows[d.codec] += d.rows
+                    self._latencies.extend(acked - e for e in taken.extracted)
+            self._cond.notify_all()
+
+    def _publish(self, dest: int, plan: FlushPlan) -> None:
+        s = self._transport.stats(dest)
+        level, codec = self._transport.codec(dest)
+        self._links[dest] = {
+            "delivery_rate": s.delivery_rate, "path_rate": s.path_rate, "min_rtt_s": s.min_rtt,
+            "queueing_delay_s": s.queueing_delay, "backlog_age_s": s.backlog_age, "in_flight": s.in_flight,
+            "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
+            "history": self._transport.history(dest),
+        }
+
+
+def _newest_tables(directory: Path) -> SharedTables | None:
+    found = sorted(Path(directory).glob("tables-*.npz"), key=lambda p: p.stat().st_mtime)
+    return SharedTables.load(found[-1]) if found else None
+
+
+def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, ActorHandle]:
+    """One aggregator on every alive node, pinned there; by node id."""
+    cls = ray.remote(Aggregator)
+    out = {}
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        out[node["NodeID"]] = cls.options(num_cpus=0, max_concurrency=64, scheduling_strategy=strategy).remote(cfg, shards)
+    return out

@@ -1,0 +1,61 @@
+"""The fusion policy: how many bytes a fused transfer carries, how long an item may wait for
+it, and how many transfers may be in flight, per destination, from the link's statistics.
+
+- **B (bytes)**: enough that the fixed cost of a message (the send call and the receiver's
+  per-message work, measured) is under ``overhead_share`` of its transfer time at the
+  delivery rate; but no more than a quarter of the latency target's worth of the link, and
+  within [``min_bytes``, ``max_bytes``].
+- **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
+- **window**: the bandwidth-delay product (delivery rate x (min RTT + per-message cost)) in
+  messages of B, plus one, so the link never idles waiting for an acknowledgement, and no
+  more, so queues do not grow without bound; within [``min_window``, ``max_window``].
+
+B is counted in the bytes that cross the link: when the link carries compressed data, a
+batch gathers more rows for the same B (``wire_ratio``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vifusion.comm.link import LinkStats
+
+
+@dataclass(frozen=True)
+class FlushPlan:
+    max_bytes: int  # flush when the buffer holds this many (uncompressed) bytes
+    max_age_s: float  # flush when the oldest item is this old
+    window: int  # transfers in flight to this destination
+
+
+class FlushPolicy:
+    def __init__(
+        self,
+        latency_target_s: float = 0.2,
+        *,
+        overhead_share: float = 0.1,
+        min_bytes: int = 64 << 10,
+        max_bytes: int = 8 << 20,
+        min_window: int = 2,
+        max_window: int = 64,
+    ) -> None:
+        self.latency_target_s = latency_target_s
+        self.overhead_share = overhead_share
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.min_window = min_window
+        self.max_window = max_window
+
+    def plan(self, link: LinkStats | None, wire_ratio: float = 1.0) -> FlushPlan:
+        """The plan for a link; ``wire_ratio`` = wire bytes / uncompressed bytes now."""
+        age = self.latency_target_s / 4
+        rate = link.delivery_rate if link else 0.0
+        if not rate:  # nothing measured yet: a modest batch, a small window
+            return FlushPlan(max(self.min_bytes, 256 << 10), age, max(self.min_window, 4))
+        wire = link.per_message_s * rate / self.overhead_share
+        wire = min(wire, rate * self.latency_target_s / 4)
+        wire = min(max(wire, self.min_bytes), self.max_bytes)
+        bdp = rate * (link.min_rtt + link.per_message_s)
+        window = min(max(math.ceil(bdp / wire) + 1, self.min_window), self.max_window)
+        return FlushPlan(int(wire / wire_ratio), age, window)
