@@ -36,8 +36,13 @@ class Metrics:
         self.fps = Gauge("vifusion_ingest_frames_per_second", "frames indexed per second of ingest work", registry=r)
         self.batches = Gauge("vifusion_fusion_batches", "fused batches sent to shards", registry=r)
         self.fused_frames = Gauge("vifusion_fusion_frames", "frames sent in fused batches", registry=r)
-        self.wire = Gauge("vifusion_codec_bytes", "feature bytes sent, by codec", ["codec"], registry=r)
+        self.wire = Gauge("vifusion_codec_bytes", "batch bytes sent on the wire, by codec", ["codec"], registry=r)
         self.batch_frames = Gauge("vifusion_fusion_frames_per_batch", "mean frames per fused batch", registry=r)
+        self.deduped = Gauge("vifusion_fusion_frames_merged", "frames merged into a near-duplicate neighbour "
+                             "(temporal dedup) or still waiting", registry=r)
+        self.latency_p50 = Gauge("vifusion_fusion_latency_p50_seconds", "extraction -> acknowledged by the shard, "
+                                 "median of recent frames (worst node)", registry=r)
+        self.latency_p99 = Gauge("vifusion_fusion_latency_p99_seconds", "the same, 99th percentile", registry=r)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -61,12 +66,16 @@ class Metrics:
         self.jobs.labels("failed").set(ingest.jobs_failed)
         self.frames.set(ingest.frames_indexed)
         self.fps.set(ingest.frames_per_s)
-        batches = sum(e["batches"] for e in stats["extractors"])
-        frames = sum(e["frames"] for e in stats["extractors"])
+        batches = sum(a.get("batches", 0) for a in stats["fusion"])
+        frames = sum(a.get("rows_out", 0) for a in stats["fusion"])
         self.batches.set(batches)
         self.fused_frames.set(frames)
-        self.wire.labels("fp32").set(sum(e["bytes"] for e in stats["extractors"]))
+        self.deduped.set(sum(a.get("rows_in", 0) for a in stats["fusion"]) - frames)
+        for codec in {c for a in stats["fusion"] for c in a["codec_bytes"]} | {"fp32"}:
+            self.wire.labels(codec).set(sum(a["codec_bytes"].get(codec, 0) for a in stats["fusion"]))
         self.batch_frames.set(frames / batches if batches else 0)
+        self.latency_p50.set(max((a["latency_p50_s"] for a in stats["fusion"]), default=0))
+        self.latency_p99.set(max((a["latency_p99_s"] for a in stats["fusion"]), default=0))
         return generate_latest(self.registry)
 
 

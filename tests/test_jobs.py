@@ -43,7 +43,8 @@ def http_root(videos):
 def test_interrupted_and_queued_jobs_run_after_a_restart_and_urls_are_fetched(ray_session, tmp_path, videos, http_root):
     from vifusion.service import Service
 
-    cfg = Config(data_dir=tmp_path / "data", allow_private_urls=True)
+    # dedup off: every sampled frame is one vector, so counts below are frames
+    cfg = Config(data_dir=tmp_path / "data", allow_private_urls=True, dedup_cosine=1.01)
     # What a crash leaves: one job caught mid-indexing, one still queued (both acknowledged).
     catalog = Catalog(cfg.data_dir / "catalog.db")
     cut, cut_job = catalog.add_video(str(videos["kitchen.mp4"].path), "kitchen")

@@ -63,11 +63,11 @@ class JobRunner:
         with self._wake:
             self._wake.notify_all()
 
-    def extractor_stats(self) -> list[dict[str, int]]:
-        """Transfer figures of each extractor (fused batches, frames, bytes sent)."""
+    def fusion_stats(self) -> list[dict]:
+        """Transfer figures of each node aggregator (``Aggregator.stats``)."""
         if not self.rt.indexer_started:
             return []
-        return ray.get([a.stats.remote() for a in self.rt.indexer.extractors])
+        return ray.get([a.stats.remote() for a in self.rt.indexer.aggregators.values()])
 
     def close(self) -> None:
         """Stop taking jobs (the runtime closes the extractors)."""

@@ -230,7 +230,7 @@ class Service:
         return {
             "shards": self.shards.stats(),
             "ingest": self.jobs.stats,
-            "extractors": self.jobs.extractor_stats(),
+            "fusion": self.jobs.fusion_stats(),
             "videos": self.catalog.counts(),
         }
 

@@ -29,6 +29,7 @@ class Live:
     videos: dict[str, SampleVideo]
     ids: dict[str, int]  # sample name -> video_id
     root: Path  # the ingest root; the videos are in root / "videos"
+    vectors: int  # vectors held once the three demo videos are in (fewer than frames: temporal dedup)
 
 
 def free_port() -> int:
@@ -82,7 +83,9 @@ def live(ray_session, tmp_path_factory) -> Live:
     jobs["launch.mp4"], ids["launch.mp4"] = r.json()["job_id"], r.json()["video_id"]
     for name, job_id in jobs.items():
         assert wait_ready(client, job_id)["status"] == "ready", name
-    yield Live(url, cfg, client, anon, videos, ids, root)
+    vectors = anon.get("/healthz").json()["vectors"]
+    assert 0 < vectors <= 36  # 3 x 12 sampled frames, near-duplicates merged
+    yield Live(url, cfg, client, anon, videos, ids, root, vectors)
     client.close()
     anon.close()
     serve.delete("vifusion")

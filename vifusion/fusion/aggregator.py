@@ -62,6 +62,7 @@ class Aggregator:
         self._sent: Counter[int] = Counter()  # video -> rows acknowledged
         self._counts: Counter[str] = Counter()
         self._codec_rows: Counter[str] = Counter()
+        self._codec_bytes: Counter[str] = Counter()
         self._latencies: deque[float] = deque(maxlen=100_000)
         self._links: dict[int, dict[str, Any]] = {}
         adaptive = cfg.compression == "adaptive"
@@ -141,6 +142,7 @@ class Aggregator:
             return {
                 **self._counts,
                 "codec_rows": dict(self._codec_rows),
+                "codec_bytes": dict(self._codec_bytes),
                 "latency_p50_s": float(np.percentile(lat, 50)),
                 "latency_p99_s": float(np.percentile(lat, 99)),
                 "tables": self._tables.version if self._tables else None,
@@ -256,6 +258,7 @@ class Aggregator:
                     self._counts["wire_bytes"] += d.wire_bytes
                     self._counts["logical_bytes"] += taken.batch.nbytes
                     self._codec_rows[d.codec] += d.rows
+                    self._codec_bytes[d.codec] += d.wire_bytes
                     self._latencies.extend(acked - e for e in taken.extracted)
             self._cond.notify_all()
 
