@@ -42,6 +42,8 @@ class Config(BaseModel):
                                 "spaces) are sent as one vector with a time range; above 1: off")
     compression: Literal["adaptive", "off"] = Field("adaptive", description="adaptive: compress only while a link is "
                                                     "congested (fp16, int8, sparse, pq); off: always exact fp32")
+    codec_min_recall: float = Field(0.99, ge=0, le=1, description="the table codecs (sparse, pq) are used only "
+                                    "where their recall@10 on held-out rows of this data reaches this")
     codec_train_rows: int = Field(4096, gt=0, description="rows the pq / sparse tables are trained on (once, saved "
                                   "under data_dir/codec)")
 

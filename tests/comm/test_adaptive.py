@@ -18,7 +18,7 @@ class Clock:
 def link(rate: float, *, logical: float = 12.5 * MB, qdelay: float = 0.0, backlog: float = 0.0) -> LinkStats:
     return LinkStats(delivery_rate=rate, capacity=12.5 * MB, path_rate=rate, logical_rate=logical, min_rtt=0.01,
                      queueing_delay=qdelay, backlog_age=backlog, in_flight_bytes=0, in_flight=2,
-                     acked_bytes=0, acked_messages=100, per_message_s=0.001)
+                     acked_bytes=0, acked_messages=100, service_s=0.0, per_message_s=0.001)
 
 
 def feed(policy: CodecPolicy, clock: Clock, stats: LinkStats, n: int, dt: float = 0.05) -> int:

@@ -5,7 +5,7 @@ from vifusion.fusion import FlushPolicy
 def link(rate: float, min_rtt: float, per_message_s: float) -> LinkStats:
     return LinkStats(delivery_rate=rate, capacity=rate, path_rate=rate, logical_rate=rate, min_rtt=min_rtt,
                      queueing_delay=0.0, backlog_age=0.0, in_flight_bytes=0, in_flight=0, acked_bytes=0,
-                     acked_messages=10, per_message_s=per_message_s)
+                     acked_messages=10, service_s=0.0, per_message_s=per_message_s)
 
 
 MB = 1_000_000
@@ -19,11 +19,11 @@ def test_batch_makes_the_fixed_cost_a_tenth_of_the_transfer():
     assert abs(0.002 / (plan.max_bytes / (12.5 * MB)) - 0.1) < 1e-9
 
 
-def test_window_covers_the_bandwidth_delay_product_plus_one():
+def test_window_covers_twice_the_bandwidth_delay_product_plus_one():
     policy = FlushPolicy(latency_target_s=1.0)
     plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
-    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB = 5 batches of 250 kB, +1 so the link never idles
-    assert plan.window == 6
+    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB = 5 batches of 250 kB; x2 +1 so the link never idles
+    assert plan.window == 11
 
 
 def test_latency_target_bounds_the_batch_and_the_age():

@@ -1,13 +1,18 @@
 """Adaptive compression: which codec of the ladder a link gets, from its measured statistics.
 
-Exact fp32 is the default and stays so on a clear link. Compression starts only when
-congestion is seen in ``samples`` acknowledgements in a row: the queueing delay (see
-``link.py``) above ``delay_s``, or the oldest waiting item older than ``backlog_s``. Then the
-policy goes straight to the least lossy codec whose bytes fit: the rows per second the data
-needs (the link's recent uncompressed delivery rate) times the codec's bytes per row, under
-``headroom`` of the path rate measured now, and only where encoding a row costs less time
-than it saves on the wire. After ``calm_s`` without congestion it steps back one level at a
-time, each step only if the less compressed codec would fit the path rate measured now.
+Exact fp32 is the default and stays so on a clear link, however busy: a link that carries
+what it carried before is not congested, even when the sender could offer more. Congestion is
+seen in ``samples`` acknowledgements in a row of: the queueing delay (see ``link.py``) above
+``delay_s``; the oldest waiting item older than ``backlog_s``; or, while data waits, the
+delivery rate below ``drop`` of the link's capacity (what it carried over the last minute).
+Then the policy goes
+straight to the least lossy codec whose bytes fit: the rows per second the link carried
+uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of the
+path rate now, and only where encoding a row costs less time than it saves on the wire.
+After ``calm_s`` without congestion, and without the path rate (measured even while the
+compressed data fits) below ``drop`` of the capacity, it steps back one level, and again
+after each further ``calm_s``; if the link is still squeezed, congestion returns and the
+policy escalates again.
 """
 
 from __future__ import annotations
@@ -35,10 +40,11 @@ class CodecPolicy:
         rungs: Sequence[Rung],
         *,
         enabled: bool = True,
-        delay_s: float = 0.02,
+        delay_s: float = 0.1,
         backlog_s: float = 0.5,
         samples: int = 3,
         calm_s: float = 0.75,
+        drop: float = 0.5,
         headroom: float = 0.9,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -48,6 +54,7 @@ class CodecPolicy:
         self.backlog_s = backlog_s
         self.samples = samples
         self.calm_s = calm_s
+        self.drop = drop
         self.headroom = headroom
         self._clock = clock
         self.level = 0
@@ -58,7 +65,16 @@ class CodecPolicy:
         self.history: list[tuple[float, int]] = [(now, 0)]
 
     def congested(self, link: LinkStats) -> bool:
-        return link.queueing_delay > self.delay_s or link.backlog_age > self.backlog_s
+        """Congestion that calls for compression: the link carries less than it did while data
+        waits, the queueing delay is high, or the oldest waiting item is old."""
+        backlogged = link.backlog_age > 0
+        slowed = backlogged and link.delivery_rate < self.drop * link.capacity
+        return slowed or link.queueing_delay > self.delay_s or link.backlog_age > self.backlog_s
+
+    def squeezed(self, link: LinkStats) -> bool:
+        """The path measured now is well under the link's capacity: no time to step back, even
+        while the compressed data fits."""
+        return bool(link.path_rate and link.capacity and link.path_rate < self.drop * link.capacity)
 
     def update(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
         """Take one sample (call it once per acknowledgement); returns the level to use."""
@@ -74,8 +90,10 @@ class CodecPolicy:
                     self._set(target, now)
         else:
             self._streak = 0
+            if self.squeezed(link):
+                self._last_congested = now
             calm = min(now - self._last_congested, now - self._last_change)
-            if self.level > 0 and calm >= self.calm_s and self._fits(self.level - 1, link, 1.0 / self.headroom):
+            if self.level > 0 and calm >= self.calm_s:
                 self._set(self.level - 1, now)
         return self.level
 
@@ -89,16 +107,16 @@ class CodecPolicy:
                 saved_s = (exact - rung.bytes_per_row) / rate
                 if encode_s_per_row[level] >= saved_s:
                     continue
-            if self._fits(level, link, 1.0):
+            if self._fits(level, link):
                 return level
         return len(self.rungs) - 1
 
-    def _fits(self, level: int, link: LinkStats, slack: float) -> bool:
+    def _fits(self, level: int, link: LinkStats) -> bool:
         rate = link.path_rate or link.delivery_rate
         if not rate or not link.logical_rate:
             return level == 0
         rows_per_s = link.logical_rate / self.rungs[0].bytes_per_row
-        return rows_per_s * self.rungs[level].bytes_per_row <= self.headroom * slack * rate
+        return rows_per_s * self.rungs[level].bytes_per_row <= self.headroom * rate
 
     def _set(self, level: int, now: float) -> None:
         self.level = level

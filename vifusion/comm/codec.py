@@ -481,3 +481,23 @@ class Ladder:
             raise ValueError(f"codec {e.codec} version {e.version or '-'} unknown here: "
                              f"this node has {codec.version or '-'}")
         return codec.decode(e)
+
+
+def recall_at_k(ladder: Ladder, rows: np.ndarray, k: int = 10, queries: int = 100) -> dict[str, float]:
+    """How well each codec of ``ladder`` keeps search results on real ``rows`` (held out from
+    the tables' training): per codec, the frame-level recall@k of the decoded rows against the
+    exact ones, the worse of the two spaces; the first ``queries`` rows are the queries.
+    Brute force in numpy: meant for a few thousand rows."""
+    x = _rows(rows)
+    q = x[:queries]
+    out = {}
+    for codec in ladder.codecs:
+        y = codec.decode(codec.encode(x))
+        worst = 1.0
+        for lo, d in zip(_SPACE_LO, _SPACE_DIMS, strict=True):
+            exact = np.argsort(-(q[:, lo:lo + d] @ x[:, lo:lo + d].T), axis=1)[:, :k]
+            got = np.argsort(-(q[:, lo:lo + d] @ y[:, lo:lo + d].T), axis=1)[:, :k]
+            hits = [len(set(a) & set(b)) / k for a, b in zip(exact, got, strict=True)]
+            worst = min(worst, float(np.mean(hits)))
+        out[codec.name] = worst
+    return out

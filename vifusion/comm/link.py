@@ -12,9 +12,10 @@ it spent serving the message, so the network part of a round trip is
 - **queueing delay**: a network round trip minus min RTT, minus the time the bytes ahead of
   it and its own bytes need at the link's recent capacity (a 1 MiB message is not "queued"
   for its own bytes); it grows when the link carries less than it did, or queues build;
-- **path rate**: (bytes in flight ahead of a message + its own) / (RTT - min RTT), a
-  bottleneck estimate that stays valid while the sender is app-limited (sending compressed
-  data that fits), so the sender can tell when a squeezed link has recovered;
+- **path rate**: a message's bytes / (RTT - min RTT), from messages sent with nothing ahead
+  of them (so no wait behind others, at the link or at the receiver): a bottleneck estimate
+  that stays valid while the sender is app-limited (sending compressed data that fits), so
+  the sender can tell when a squeezed link has recovered;
 - **logical rate**: the same deliveries counted in uncompressed bytes, windowed max over the
   capacity window: the throughput the sender's data needs to keep what it had;
 - **backlog age**: how long the oldest item waiting at the sender has waited (the sender
@@ -32,12 +33,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+_PATH_MIN_BYTES = 16 << 10  # smaller messages time the call's overhead, not the path
+
+
+def _high(samples: list[float]) -> float:
+    """A windowed "max" that one outlier cannot set: acknowledgements that arrive bunched
+    give rate samples above the line rate. The 80th percentile (the max of a few samples)."""
+    if not samples:
+        return 0.0
+    samples = sorted(samples)
+    return samples[min(len(samples) - 1, int(0.8 * len(samples)))] if len(samples) >= 5 else samples[-1]
+
+
 @dataclass(frozen=True)
 class LinkStats:
     """One snapshot of a link; rates in bytes/s, times in seconds."""
 
     delivery_rate: float  # windowed max over `rate_window_s` (0 until measured)
-    capacity: float  # windowed max over `capacity_window_s`: what the link carried lately
+    capacity: float  # windowed max over `capacity_window_s`: what the link carried when clear
     path_rate: float  # recent bottleneck estimate, valid while app-limited (0 until measured)
     logical_rate: float  # windowed max of uncompressed bytes/s delivered (capacity window)
     min_rtt: float  # network round trip without queues (0 until measured)
@@ -47,7 +60,8 @@ class LinkStats:
     in_flight: int  # messages sent, not yet acknowledged
     acked_bytes: int
     acked_messages: int
-    per_message_s: float  # smoothed fixed cost of one message (send call + service)
+    service_s: float  # smoothed time the destination spends on a message
+    per_message_s: float  # fixed cost of one message (send call + the destination's fixed part), recent min
 
 
 @dataclass
@@ -69,7 +83,7 @@ class LinkMonitor:
     def __init__(
         self,
         rate_window_s: float = 1.0,
-        capacity_window_s: float = 10.0,
+        capacity_window_s: float = 60.0,
         rtt_window_s: float = 30.0,
         probe_idle_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -88,8 +102,10 @@ class LinkMonitor:
         self._logical_rates: deque[tuple[float, float]] = deque()
         self._rtts: deque[tuple[float, float]] = deque()  # (t, network rtt)
         self._path: deque[float] = deque(maxlen=5)
+        self._fixed: deque[float] = deque(maxlen=32)
         self._qdelay = 0.0
         self._per_message = 0.0
+        self._service = 0.0
         self._acked_messages = 0
         self._in_flight_bytes = 0
         self._last_activity = clock()
@@ -113,9 +129,10 @@ class LinkMonitor:
         self._last_activity = now
         return token
 
-    def on_ack(self, token: int, service_s: float = 0.0) -> None:
+    def on_ack(self, token: int, service_s: float = 0.0, fixed_s: float = 0.0) -> None:
         """Record the destination's acknowledgement of a message (``service_s``: how long it
-        spent on it, reported by the destination)."""
+        spent on it, ``fixed_s``: the part of that any message costs, e.g. a log sync; both
+        reported by the destination)."""
         s = self._sent.pop(token)
         now = self._clock()
         self._in_flight_bytes -= s.nbytes
@@ -134,14 +151,17 @@ class LinkMonitor:
         self._rtts.append((now, rtt))
         self._expire(now)
         excess = rtt - self.min_rtt
-        if excess > 1e-4:
-            self._path.append((s.ahead + s.nbytes) / excess)
+        if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:
+            self._path.append(s.nbytes / (excess - s.submit_s))
         expected = (s.ahead + s.nbytes) / self.capacity if self.capacity else 0.0
         sample = max(excess - expected, 0.0)
         first = self._acked_messages == 1
+        self._service = service_s if first else 0.8 * self._service + 0.2 * service_s
         self._qdelay = sample if first else 0.7 * self._qdelay + 0.3 * sample
-        fixed = s.submit_s + min(service_s, rtt)
-        self._per_message = fixed if first else 0.9 * self._per_message + 0.1 * fixed
+        if s.logical:  # probes carry no data and cost the destination nothing
+            self._fixed.append(s.submit_s + fixed_s)
+            # the fixed part is what the cheapest recent message cost: larger ones add per-byte work
+            self._per_message = min(self._fixed)
 
     def on_lost(self, token: int) -> None:
         """A message that failed (its destination died): forget it."""
@@ -159,11 +179,11 @@ class LinkMonitor:
     @property
     def delivery_rate(self) -> float:
         now = self._clock()
-        return max((r for t, r in self._rates if now - t <= self.rate_window_s), default=0.0)
+        return _high([r for t, r in self._rates if now - t <= self.rate_window_s])
 
     @property
     def capacity(self) -> float:
-        return max((r for _, r in self._rates), default=0.0)
+        return _high([r for _, r in self._rates])
 
     @property
     def min_rtt(self) -> float:
@@ -175,7 +195,7 @@ class LinkMonitor:
             delivery_rate=self.delivery_rate,
             capacity=self.capacity,
             path_rate=sorted(self._path)[len(self._path) // 2] if self._path else 0.0,
-            logical_rate=max((r for _, r in self._logical_rates), default=0.0),
+            logical_rate=_high([r for _, r in self._logical_rates]),
             min_rtt=self.min_rtt,
             queueing_delay=self._qdelay,
             backlog_age=self._backlog_age,
@@ -183,6 +203,7 @@ class LinkMonitor:
             in_flight=len(self._sent),
             acked_bytes=self._delivered,
             acked_messages=self._acked_messages,
+            service_s=self._service,
             per_message_s=self._per_message,
         )
 

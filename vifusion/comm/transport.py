@@ -20,7 +20,7 @@ time it meets it.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,22 +80,24 @@ class Transport:
     """Encodes, sends and tracks messages per destination. One thread uses it."""
 
     def __init__(self, tables: SharedTables | None = None, *, adaptive: bool = True, fixed: str | None = None,
-                 policy: dict[str, float] | None = None) -> None:
+                 allowed: Collection[str] | None = None, policy: dict[str, float] | None = None) -> None:
         """``adaptive``: each link's codec follows its congestion; otherwise exact fp32, or
-        the ``fixed`` codec on every link (for comparisons)."""
+        the ``fixed`` codec on every link (for comparisons). ``allowed``: the codecs the
+        adaptive policy may pick (None: the whole ladder), e.g. those that keep recall."""
         self.adaptive = adaptive and fixed is None
         self.fixed = fixed
         self._policy_args = dict(policy or {})
         self._links: dict[Hashable, _Link] = {}
         self._refs: dict[ray.ObjectRef, Hashable] = {}
-        self.use_tables(tables)
+        self.use_tables(tables, allowed)
 
-    def use_tables(self, tables: SharedTables | None) -> None:
-        """Switch to a ladder with these tables (adds the pq and sparse rungs)."""
+    def use_tables(self, tables: SharedTables | None, allowed: Collection[str] | None = None) -> None:
+        """Switch to a ladder with these tables (adds the sparse and pq rungs, where allowed)."""
         self.ladder = Ladder(tables)
         self._tables_ref = ray.put(tables) if tables is not None else None
-        self._encode_s = [0.0] * len(self.ladder.codecs)
-        rungs = [Rung(c.name, c.bytes_per_row) for c in self.ladder.codecs]
+        self._codecs = [c for c in self.ladder.codecs if c.lossless or allowed is None or c.name in allowed]
+        self._encode_s = [0.0] * len(self._codecs)
+        rungs = [Rung(c.name, c.bytes_per_row) for c in self._codecs]
         for link in self._links.values():
             link.policy.rungs = rungs
             link.policy.level = min(link.policy.level, len(rungs) - 1)
@@ -103,7 +105,7 @@ class Transport:
     def send(self, dest: Hashable, handle: ActorHandle, batch: FusedBatch, *, backlog: bool, tag: Any = None) -> None:
         """Encode ``batch`` with the link's codec and send it to ``handle.receive``."""
         link = self._link(dest)
-        codec = self.ladder.codecs[link.policy.level]
+        codec = self._codecs[link.policy.level]
         t0 = time.perf_counter()
         payload = codec.encode(batch.features)
         if len(batch):
@@ -137,12 +139,12 @@ class Transport:
             link = self._links[dest]
             token, tag, rows, nbytes, codec = link.in_flight.pop(ref)
             try:
-                service_s = ray.get(ref)[1]
+                _, service_s, fixed_s = ray.get(ref)
             except ray.exceptions.RayError as e:
                 link.monitor.on_lost(token)
                 out.append(Delivery(dest, tag, rows, nbytes, codec, e))
                 continue
-            link.monitor.on_ack(token, service_s)
+            link.monitor.on_ack(token, service_s, fixed_s)
             link.policy.update(link.monitor.stats(), self._encode_s)
             if codec != "probe":
                 out.append(Delivery(dest, tag, rows, nbytes, codec))
@@ -162,23 +164,24 @@ class Transport:
         return self._link(dest).monitor.stats()
 
     def codec(self, dest: Hashable) -> tuple[int, str]:
-        """The level and name of the codec this link uses now."""
-        level = self._link(dest).policy.level
-        return level, self.ladder.codecs[level].name
+        """The ladder level and name of the codec this link uses now."""
+        codec = self._codecs[self._link(dest).policy.level]
+        return codec.level, codec.name
 
     def wire_ratio(self, dest: Hashable) -> float:
         level = self._link(dest).policy.level
-        return self.ladder.codecs[level].bytes_per_row / self.ladder.codecs[0].bytes_per_row
+        return self._codecs[level].bytes_per_row / self._codecs[0].bytes_per_row
 
-    def history(self, dest: Hashable) -> list[tuple[float, int]]:
-        return list(self._link(dest).policy.history)
+    def history(self, dest: Hashable) -> list[tuple[float, str]]:
+        """When the link's codec changed, and to which."""
+        return [(t, self._codecs[level].name) for t, level in self._link(dest).policy.history]
 
     def _link(self, dest: Hashable) -> _Link:
         link = self._links.get(dest)
         if link is None:
-            rungs = [Rung(c.name, c.bytes_per_row) for c in self.ladder.codecs]
+            rungs = [Rung(c.name, c.bytes_per_row) for c in self._codecs]
             link = _Link(LinkMonitor(), CodecPolicy(rungs, enabled=self.adaptive, **self._policy_args))
             if self.fixed is not None:
-                link.policy.level = [c.name for c in self.ladder.codecs].index(self.fixed)
+                link.policy.level = [c.name for c in self._codecs].index(self.fixed)
             self._links[dest] = link
         return link

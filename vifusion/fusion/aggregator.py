@@ -14,11 +14,13 @@ twice its batch size: extractors slow down to what the link carries instead of f
 
 PQ and sparse codecs need tables trained from real rows: given none, the aggregator loads
 the newest ones under ``data_dir/codec`` or trains them, in the background, once
-``codec_train_rows`` rows have passed, and saves them there.
+``codec_train_rows`` rows have passed, and saves them there with their measured quality
+(recall@10 on held-out rows): a table codec below ``codec_min_recall`` is never picked.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,7 +33,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from vifusion.comm.codec import SharedTables
+from vifusion.comm.codec import Ladder, SharedTables, recall_at_k
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
 from vifusion.fusion.buffer import FusionBuffer, Taken
@@ -46,7 +48,9 @@ log = logging.getLogger(__name__)
 class Aggregator:
     """Fuses the frames of all local extractors per destination shard and sends them."""
 
-    def __init__(self, cfg: Config, shards: list[ActorHandle], tables: SharedTables | None = None) -> None:
+    def __init__(self, cfg: Config, shards: list[ActorHandle], tables: SharedTables | None = None,
+                 quality: dict[str, float] | None = None) -> None:
+        """``tables`` and their ``quality`` (``recall_at_k``): given, used as they are."""
         self.cfg = cfg
         self.shards = shards
         self._cond = threading.Condition()
@@ -67,11 +71,12 @@ class Aggregator:
         self._links: dict[int, dict[str, Any]] = {}
         adaptive = cfg.compression == "adaptive"
         if tables is None and adaptive:
-            tables = _newest_tables(cfg.data_dir / "codec")
+            tables, quality = _newest_tables(cfg.data_dir / "codec")
         self._tables = tables
+        self._quality = quality or {}
         self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
         self._new_tables: SharedTables | None = None
-        self._transport = Transport(tables, adaptive=adaptive)
+        self._transport = Transport(tables, adaptive=adaptive, allowed=self._allowed())
         self._stopped = False
         threading.Thread(target=self._pump, name="aggregator-pump", daemon=True).start()
 
@@ -146,6 +151,7 @@ class Aggregator:
                 "latency_p50_s": float(np.percentile(lat, 50)),
                 "latency_p99_s": float(np.percentile(lat, 99)),
                 "tables": self._tables.version if self._tables else None,
+                "codecs_allowed": sorted(self._allowed()),
                 "links": {d: dict(v) for d, v in self._links.items()},
             }
 
@@ -176,10 +182,18 @@ class Aggregator:
             threading.Thread(target=self._train, args=(rows,), name="aggregator-train", daemon=True).start()
 
     def _train(self, rows: np.ndarray) -> None:
-        tables = SharedTables.train(rows)
-        tables.save(self.cfg.data_dir / "codec")
+        held_out = max(len(rows) // 5, 1)
+        tables = SharedTables.train(rows[held_out:])
+        quality = recall_at_k(Ladder(tables), rows[:held_out])
+        path = tables.save(self.cfg.data_dir / "codec")
+        path.with_suffix(".json").write_text(json.dumps(quality))
         with self._cond:
-            self._new_tables = tables
+            self._new_tables, self._quality = tables, quality
+
+    def _allowed(self) -> set[str]:
+        """Codecs the adaptive policy may pick: fp16 and int8 (bounded error), and the table
+        codecs whose measured recall reaches the floor."""
+        return {"fp16", "int8"} | {c for c, r in self._quality.items() if r >= self.cfg.codec_min_recall}
 
     # -- the pump ------------------------------------------------------------------------
 
@@ -201,7 +215,7 @@ class Aggregator:
         with self._cond:
             if self._new_tables is not None:
                 self._tables, self._new_tables = self._new_tables, None
-                transport.use_tables(self._tables)
+                transport.use_tables(self._tables, self._allowed())
             now = time.monotonic()
             age = self._flush.latency_target_s / 4
             self._route(self._dedup.expire(now - age), now, time.time())
@@ -273,9 +287,12 @@ class Aggregator:
         }
 
 
-def _newest_tables(directory: Path) -> SharedTables | None:
+def _newest_tables(directory: Path) -> tuple[SharedTables | None, dict[str, float]]:
     found = sorted(Path(directory).glob("tables-*.npz"), key=lambda p: p.stat().st_mtime)
-    return SharedTables.load(found[-1]) if found else None
+    if not found:
+        return None, {}
+    quality = found[-1].with_suffix(".json")
+    return SharedTables.load(found[-1]), json.loads(quality.read_text()) if quality.exists() else {}
 
 
 def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, ActorHandle]:

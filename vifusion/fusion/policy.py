@@ -6,9 +6,11 @@ it, and how many transfers may be in flight, per destination, from the link's st
   delivery rate; but no more than a quarter of the latency target's worth of the link, and
   within [``min_bytes``, ``max_bytes``].
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
-- **window**: the bandwidth-delay product (delivery rate x (min RTT + per-message cost)) in
-  messages of B, plus one, so the link never idles waiting for an acknowledgement, and no
-  more, so queues do not grow without bound; within [``min_window``, ``max_window``].
+- **window**: twice the bandwidth-delay product (capacity x (min RTT + the receiver's
+  service time per message + the fixed per-message cost)) in messages of B, plus one: sized
+  from the capacity, not from what the window itself let through, so it cannot talk itself
+  down (BBR's gain of 2), and bounded, so queues do not grow without bound; within
+  [``min_window``, ``max_window``].
 
 B is counted in the bytes that cross the link: when the link carries compressed data, a
 batch gathers more rows for the same B (``wire_ratio``).
@@ -20,6 +22,9 @@ import math
 from dataclasses import dataclass
 
 from vifusion.comm.link import LinkStats
+
+
+_GAIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,6 @@ class FlushPolicy:
         wire = link.per_message_s * rate / self.overhead_share
         wire = min(wire, rate * self.latency_target_s / 4)
         wire = min(max(wire, self.min_bytes), self.max_bytes)
-        bdp = rate * (link.min_rtt + link.per_message_s)
-        window = min(max(math.ceil(bdp / wire) + 1, self.min_window), self.max_window)
+        bdp = max(link.capacity, rate) * (link.min_rtt + link.service_s + link.per_message_s)
+        window = min(max(math.ceil(_GAIN * bdp / wire) + 1, self.min_window), self.max_window)
         return FlushPlan(int(wire / wire_ratio), age, window)

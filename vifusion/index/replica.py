@@ -39,16 +39,17 @@ class ShardReplica:
         self._ladders: dict[str, Ladder] = {"": Ladder()}
 
     # writes: the primary
-    def receive(self, wire: WireBatch) -> tuple[int, float]:
+    def receive(self, wire: WireBatch) -> tuple[int, float, float]:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
-        Returns the vectors held and the seconds spent here, for the sender's link monitor."""
+        Returns the vectors held, the seconds spent here and the part of them any write
+        costs whatever its size (the log's fdatasync), for the sender's link monitor."""
         t0 = time.perf_counter()
         n = self.add(wire.decode(self._ladder(wire)))
-        return n, time.perf_counter() - t0
+        return n, time.perf_counter() - t0, self.shard.last_sync_s
 
-    def ping(self) -> tuple[int, float]:
+    def ping(self) -> tuple[int, float, float]:
         """The sender's probe on an idle link."""
-        return 0, 0.0
+        return 0, 0.0, 0.0
 
     def add(self, batch: FusedBatch) -> int:
         before = self.shard.seq

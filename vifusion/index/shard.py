@@ -109,6 +109,11 @@ class Shard:
         self._upkeep()
         return n
 
+    @property
+    def last_sync_s(self) -> float:
+        """Seconds the last logged write spent in fdatasync (0 on a reader)."""
+        return self._wal.last_sync_s if self._wal is not None else 0.0
+
     def delete_video(self, video_id: int) -> int:
         """Remove all frames of a video from both spaces; return how many were removed.
         Durable when it returns."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ class WriteAheadLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = after
         self.bytes_since_rotate = 0
+        self.last_sync_s = 0.0  # how long the last append's fdatasync took: a per-write fixed cost
         segments = _segments(self.directory)
         for i, (first, path) in enumerate(segments):
             records, good = _read_segment(path, last=i == len(segments) - 1)
@@ -172,7 +174,9 @@ class WriteAheadLog:
         self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
         self._file.write(payload)
         self._file.flush()
+        t0 = time.perf_counter()
         os.fdatasync(self._file.fileno())
+        self.last_sync_s = time.perf_counter() - t0
         self.last_seq = seq
         self.bytes_since_rotate += _HEAD.size + len(payload)
         return seq
