@@ -289,7 +289,9 @@ def test_group_by_video_and_frame(live):
     assert len(ids) == len(set(ids)) == 3 and ids[0] == live.ids["kitchen.mp4"]
     frames = live.client.post("/v1/search", json={"text": "a cat", "group_by": "frame", "top_k": 20}).json()["results"]
     assert len(frames) == 20
-    assert all(m["end_s"] - m["start_s"] == pytest.approx(1.0, abs=0.01) for m in frames)
+    # a frame stands for its sample interval (1 s), or several when near-duplicates were merged
+    spans = [m["end_s"] - m["start_s"] for m in frames]
+    assert all(s >= 0.99 and s == pytest.approx(round(s), abs=0.01) for s in spans), spans
     assert [m["score"] for m in frames] == sorted((m["score"] for m in frames), reverse=True)
 
 
