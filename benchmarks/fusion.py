@@ -62,10 +62,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id  # noqa: E402
+from vifusion.fusion.buffer import FRAME_BYTES  # noqa: E402
+from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch  # noqa: E402
 
 D = VISUAL_DIM + SEMANTIC_DIM
-FRAME_BYTES = 8 + 8 + 4 * D
 CHUNK = 64  # rows produced at a time
 K = 10
 FRAMES_PER_SOURCE = 128  # real videos in the cache: 32 s at 4 frames/s
