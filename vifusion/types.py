@@ -35,21 +35,6 @@ def video_id_range(video_id: int) -> tuple[int, int]:
     return video_id << FRAME_BITS, (video_id + 1) << FRAME_BITS
 
 
-@dataclass(frozen=True)
-class FrameFeatures:
-    """The features of one sampled frame: both spaces L2-normalised, float32.
-
-    ``t_start``..``t_end`` is the time span (seconds) the frame stands for.
-    """
-
-    video_id: int
-    frame_no: int
-    t_start: float
-    t_end: float
-    visual: np.ndarray  # (VISUAL_DIM,)
-    semantic: np.ndarray  # (SEMANTIC_DIM,)
-
-
 @dataclass
 class FusedBatch:
     """Many frames' features as one contiguous float32 array: one transfer, not n.
@@ -64,15 +49,43 @@ class FusedBatch:
     batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
-    def from_frames(cls, frames: list[FrameFeatures]) -> FusedBatch:
-        n = len(frames)
-        features = np.empty((n, VISUAL_DIM + SEMANTIC_DIM), dtype=np.float32)
-        for i, f in enumerate(frames):
-            features[i, :VISUAL_DIM] = f.visual
-            features[i, VISUAL_DIM:] = f.semantic
-        ids = np.fromiter((vector_id(f.video_id, f.frame_no) for f in frames), np.int64, n)
-        times = np.array([(f.t_start, f.t_end) for f in frames], dtype=np.float32).reshape(n, 2)
-        return cls(ids=ids, times=times, features=features)
+    def of_video(cls, video_id: int, first_frame: int, spans: np.ndarray, visual: np.ndarray,
+                 semantic: np.ndarray) -> FusedBatch:
+        """Consecutive sampled frames of one video: ``first_frame`` onwards, ``spans`` (n, 2)
+        their time spans, ``visual`` / ``semantic`` their (n, d) features."""
+        n = len(spans)
+        if first_frame < 0 or first_frame + n > (1 << FRAME_BITS):
+            raise ValueError(f"frames {first_frame}..{first_frame + n} out of range")
+        ids = (np.int64(video_id) << FRAME_BITS) + np.arange(first_frame, first_frame + n, dtype=np.int64)
+        features = np.concatenate([visual, semantic], axis=1).astype(np.float32, copy=False)
+        return cls(ids, np.asarray(spans, np.float32).reshape(n, 2), np.ascontiguousarray(features))
+
+    @classmethod
+    def empty(cls) -> FusedBatch:
+        return cls(np.zeros(0, np.int64), np.zeros((0, 2), np.float32),
+                   np.zeros((0, VISUAL_DIM + SEMANTIC_DIM), np.float32))
+
+    @classmethod
+    def concat(cls, batches: list[FusedBatch]) -> FusedBatch:
+        """One batch of all rows, in order (a new batch id)."""
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return cls.empty()
+        return cls(np.concatenate([b.ids for b in batches]), np.concatenate([b.times for b in batches]),
+                   np.concatenate([b.features for b in batches]))
+
+    def rows(self, index: slice | np.ndarray) -> FusedBatch:
+        """The rows ``index`` selects, as a batch of their own (a new batch id)."""
+        return FusedBatch(self.ids[index], self.times[index], self.features[index])
+
+    def check(self) -> None:
+        """Raises ValueError unless the arrays agree in length and width and hold float32."""
+        n = len(self.ids)
+        want = (n, VISUAL_DIM + SEMANTIC_DIM)
+        if self.times.shape != (n, 2) or self.features.shape != want or self.features.dtype != np.float32:
+            raise ValueError(f"a batch of {n} ids needs times ({n}, 2) and float32 features {want}; got "
+                             f"{self.times.shape} and {self.features.dtype} {self.features.shape}")
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -24,7 +24,7 @@ sys.path.insert(0, sys.argv[2])
 from vifusion.config import Config
 from vifusion.fusion import Aggregator
 from vifusion.index.replica import ShardReplica
-from vifusion.types import FrameFeatures
+from vifusion.types import FusedBatch
 
 ray.init(address=sys.argv[1], log_to_driver=False)
 cfg = Config(data_dir=Path(tempfile.mkdtemp()), faiss_threads=1, compression="off")
@@ -36,9 +36,10 @@ sent = {}
 for video in range(1, 6):  # five videos of 120 distinct frames, handed over 16 at a time
     vis, sem = unit(rng.standard_normal((120, 1280))), unit(rng.standard_normal((120, 384)))
     sent[video] = (vis, sem)
-    frames = [FrameFeatures(video, i, float(i), i + 1.0, vis[i], sem[i]) for i in range(120)]
     for i in range(0, 120, 16):
-        ray.get(agg.submit.remote(0, frames[i:i + 16]))
+        n = min(16, 120 - i)
+        spans = np.stack([np.arange(i, i + n), np.arange(i + 1, i + n + 1)], 1)
+        ray.get(agg.submit.remote(0, FusedBatch.of_video(video, i, spans, vis[i:i + n], sem[i:i + n])))
 acked = {v: ray.get(agg.finish.remote(v)) for v in sent}
 exact = all(np.array_equal(ray.get(shard.frames.remote("visual", v, 0, 1e9))[1], sent[v][0])
             and np.array_equal(ray.get(shard.frames.remote("semantic", v, 0, 1e9))[1], sent[v][1]) for v in sent)

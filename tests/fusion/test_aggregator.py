@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import ray
 
-from tests.fusion._frames import frames
+from tests.fusion._frames import frames, join, rows
 from vifusion.config import Config
 from vifusion.fusion import Aggregator
 from vifusion.index.replica import ShardReplica
-from vifusion.types import FrameFeatures, vector_id, video_of
+from vifusion.types import FusedBatch, vector_id, video_of
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
 
     def extractor(v: int) -> None:  # like an extractor: hand over 16 frames at a time, then finish
         for i in range(0, 50, 16):
-            ray.get(agg.submit.remote(v % 2, videos[v][i:i + 16]))
+            ray.get(agg.submit.remote(v % 2, videos[v].rows(slice(i, i + 16))))
         assert ray.get(agg.finish.remote(v)) == 50
 
     threads = [threading.Thread(target=extractor, args=(v,)) for v in videos]
@@ -43,7 +43,7 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
         t.join()
     for v, src in videos.items():
         held = ray.get(shards[v % 2].frames.remote("visual", v, 0, 1000))[1]
-        assert np.array_equal(held, np.stack([f.visual for f in src]))
+        assert np.array_equal(held, src.space("visual"))
     stats = ray.get(agg.stats.remote())
     assert stats["rows_in"] == stats["rows_out"] == 300
     # fused: far fewer transfers than frames
@@ -55,9 +55,9 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
 
 def test_near_duplicates_cross_the_link_as_one_vector(tmp_path, shards):
     agg = aggregator(tmp_path, shards, dedup_cosine=0.98)
-    still = frames(20, 1)[0]
-    run = [FrameFeatures(20, i, float(i), i + 1.0, still.visual, still.semantic) for i in range(8)]
-    ray.get(agg.submit.remote(0, run + frames(20, 2, start=8)))
+    still = frames(20, 1)
+    run = rows(20, np.repeat(still.space("visual"), 8, 0), np.repeat(still.space("semantic"), 8, 0))
+    ray.get(agg.submit.remote(0, join(run, frames(20, 2, start=8))))
     assert ray.get(agg.finish.remote(20)) == 3
     times, _ = ray.get(shards[0].frames.remote("visual", 20, 0, 100))
     assert times.tolist() == [[0, 8], [8, 9], [9, 10]]
@@ -65,10 +65,10 @@ def test_near_duplicates_cross_the_link_as_one_vector(tmp_path, shards):
 
 def test_a_refused_video_fails_alone_with_the_reason(tmp_path, shards):
     agg = aggregator(tmp_path, shards, dedup_cosine=1.01)
-    bad = frames(30, 3)
-    bad[1] = FrameFeatures(30, 1, 1.0, 2.0, bad[1].visual[:5], bad[1].semantic)  # wrong width
+    good = frames(30, 3)
+    bad = FusedBatch(good.ids, good.times, np.ascontiguousarray(good.features[:, :5]))  # wrong width
     ray.get(agg.submit.remote(0, frames(32, 3)))
-    with pytest.raises(ray.exceptions.RayTaskError, match=r"video 30 frame 1: features of shape \(5,\)"):
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"):
         ray.get(agg.submit.remote(0, bad))
     assert ray.get(agg.finish.remote(32)) == 3
     ray.get(agg.abandon.remote(30))

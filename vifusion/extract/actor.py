@@ -19,7 +19,7 @@ import ray
 from ray.actor import ActorHandle
 
 from vifusion.config import Config
-from vifusion.types import FrameFeatures
+from vifusion.types import FusedBatch
 
 
 class Extractor:
@@ -56,14 +56,11 @@ class Extractor:
             done, handing = 0, None
             for frames, spans in prefetch(batches):
                 visual, semantic = self.embedder.embed_frames(frames)
-                feats = [
-                    FrameFeatures(video_id, done + i, t0, t1, visual[i], semantic[i])
-                    for i, (_, t0, t1) in enumerate(spans)
-                ]
-                done += len(feats)
+                batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
+                done += len(batch)
                 if handing is not None:
                     ray.get(handing)  # the aggregator's back-pressure reaches this actor here
-                handing = self.aggregator.submit.remote(shard_no, feats, time.time())
+                handing = self.aggregator.submit.remote(shard_no, batch, time.time())
                 yield {"event": "progress", "frames_done": done, "frames_total": total}
             if handing is not None:
                 ray.get(handing)

@@ -9,8 +9,9 @@ encodes with the codec its link calls for and collects acknowledgements, while e
 on decoding and embedding (communication overlaps computation).
 
 A video is finished (``finish``) once every row of it is acknowledged by its shard, that
-is, in the shard's write-ahead log. ``submit`` blocks while a destination's buffer is over
-twice its batch size: extractors slow down to what the link carries instead of filling memory.
+is, in the shard's write-ahead log. ``submit`` blocks while a destination's buffer holds
+a full batch: extractors slow down to what the link carries instead of filling memory, and
+what waits is at most one batch plus a window in flight (the latency under load).
 
 PQ and sparse codecs need tables trained from real rows: given none, the aggregator loads
 the newest ones under ``data_dir/codec`` or trains them, in the background, once
@@ -24,7 +25,7 @@ import json
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from vifusion.config import Config
 from vifusion.fusion.buffer import FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
-from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FrameFeatures, video_of
+from vifusion.types import FusedBatch, video_of
 
 _IDLE_WAIT_S = 0.05
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class Aggregator:
         self._counts: Counter[str] = Counter()
         self._codec_rows: Counter[str] = Counter()
         self._codec_bytes: Counter[str] = Counter()
-        self._latencies: deque[float] = deque(maxlen=100_000)
+        self._latencies = _Ring(100_000)
         self._links: dict[int, dict[str, Any]] = {}
         adaptive = cfg.compression == "adaptive"
         if tables is None and adaptive:
@@ -82,28 +83,27 @@ class Aggregator:
 
     # -- extractors ------------------------------------------------------------------
 
-    def submit(self, shard_no: int, frames: list[FrameFeatures], extracted: float | None = None,
+    def submit(self, shard_no: int, batch: FusedBatch, extracted: float | None = None,
                urgent: bool = False) -> None:
-        """Hand over frames bound for shard ``shard_no`` (``extracted``: wall-clock time they
-        were embedded). Blocks while that shard's buffer is over twice its batch size.
-        ``urgent`` (the query path): send without waiting for a batch to fill."""
-        for f in frames:
-            if f.visual.shape != (VISUAL_DIM,) or f.semantic.shape != (SEMANTIC_DIM,):
-                raise ValueError(f"video {f.video_id} frame {f.frame_no}: features of shape {f.visual.shape} + "
-                                 f"{f.semantic.shape}, expected ({VISUAL_DIM},) + ({SEMANTIC_DIM},)")
+        """Hand over rows bound for shard ``shard_no``, each video's in stream order
+        (``extracted``: wall-clock time they were embedded). Blocks while that shard's buffer
+        holds a full batch. ``urgent`` (the query path): send without waiting for a
+        batch to fill."""
+        batch.check()
         now = time.monotonic()
         extracted = time.time() if extracted is None else extracted
+        videos = set(np.unique(video_of(batch.ids)).tolist())
         with self._cond:
             buf = self._buffers.setdefault(shard_no, FusionBuffer())
-            while not self._stopped and buf.nbytes >= 2 * self._plan(shard_no).max_bytes:
+            while not self._stopped and buf.nbytes >= self._plan(shard_no).max_bytes:
                 self._cond.wait(0.1)
-            for f in frames:
-                self._dest[f.video_id] = shard_no
-            self._keep_for_training(frames)
-            self._counts["rows_in"] += len(frames)
-            self._route(self._dedup.push(frames, now), now, extracted)
+            for v in videos:
+                self._dest[v] = shard_no
+            self._keep_for_training(batch)
+            self._counts["rows_in"] += len(batch)
+            self._route(self._dedup.push(batch, now), now, extracted)
             if urgent:
-                self._route(self._close_runs({f.video_id for f in frames}), now, extracted)
+                self._route(self._close_runs(videos), now, extracted)
                 self._urgent.add(shard_no)
             self._cond.notify_all()
 
@@ -143,7 +143,7 @@ class Aggregator:
         """Rows in/out, bytes, codecs used, latency extraction -> acknowledged, and per link
         its statistics, plan and codec level history."""
         with self._cond:
-            lat = np.array(self._latencies) if self._latencies else np.zeros(1)
+            lat = self._latencies.values() if len(self._latencies) else np.zeros(1)
             return {
                 **self._counts,
                 "codec_rows": dict(self._codec_rows),
@@ -165,20 +165,29 @@ class Aggregator:
     def _plan(self, dest: int) -> FlushPlan:
         return self._plans.get(dest) or self._flush.plan(None)
 
-    def _route(self, frames: list[FrameFeatures], now: float, extracted: float) -> None:
-        for f in frames:
-            self._buffers.setdefault(self._dest[f.video_id], FusionBuffer()).add([f], now, extracted)
-            self._pending[f.video_id] += 1
+    def _route(self, batch: FusedBatch, now: float, extracted: float) -> None:
+        """Rows into their destinations' buffers (a video's destination is where it was submitted)."""
+        if not len(batch):
+            return
+        videos, counts = np.unique(video_of(batch.ids), return_counts=True)
+        self._pending.update(dict(zip(videos.tolist(), counts.tolist(), strict=True)))
+        dests = {self._dest[v] for v in videos.tolist()}
+        if len(dests) == 1:
+            self._buffers.setdefault(dests.pop(), FusionBuffer()).add(batch, now, extracted)
+            return
+        by_dest = np.array([self._dest[v] for v in video_of(batch.ids).tolist()])
+        for d in dests:
+            self._buffers.setdefault(d, FusionBuffer()).add(batch.rows(by_dest == d), now, extracted)
 
-    def _close_runs(self, videos: set[int]) -> list[FrameFeatures]:
-        return [f for v in videos for f in self._dedup.close(v)]
+    def _close_runs(self, videos: set[int]) -> FusedBatch:
+        return FusedBatch.concat([self._dedup.close(v) for v in videos])
 
-    def _keep_for_training(self, frames: list[FrameFeatures]) -> None:
+    def _keep_for_training(self, batch: FusedBatch) -> None:
         if self._train_rows is None:
             return
-        self._train_rows.extend(np.concatenate([f.visual, f.semantic]) for f in frames)
-        if len(self._train_rows) >= self.cfg.codec_train_rows:
-            rows, self._train_rows = np.stack(self._train_rows), None
+        self._train_rows.append(batch.features.copy())
+        if sum(len(r) for r in self._train_rows) >= self.cfg.codec_train_rows:
+            rows, self._train_rows = np.concatenate(self._train_rows), None
             threading.Thread(target=self._train, args=(rows,), name="aggregator-train", daemon=True).start()
 
     def _train(self, rows: np.ndarray) -> None:
@@ -259,8 +268,8 @@ class Aggregator:
         with self._cond:
             for d in deliveries:
                 taken: Taken = d.tag
-                videos = Counter(int(v) for v in video_of(taken.batch.ids))
-                for v, n in videos.items():
+                videos, counts = np.unique(video_of(taken.batch.ids), return_counts=True)
+                for v, n in zip(videos.tolist(), counts.tolist(), strict=True):
                     self._pending[v] -= n
                     if d.error is not None:
                         self._failed.setdefault(v, f"sending to shard {d.dest} failed: {type(d.error).__name__}: {d.error}")
@@ -273,7 +282,7 @@ class Aggregator:
                     self._counts["logical_bytes"] += taken.batch.nbytes
                     self._codec_rows[d.codec] += d.rows
                     self._codec_bytes[d.codec] += d.wire_bytes
-                    self._latencies.extend(acked - e for e in taken.extracted)
+                    self._latencies.extend(acked - taken.extracted)
             self._cond.notify_all()
 
     def _publish(self, dest: int, plan: FlushPlan) -> None:
@@ -285,6 +294,28 @@ class Aggregator:
             "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
             "history": self._transport.history(dest),
         }
+
+
+class _Ring:
+    """The last ``size`` values of a stream (latencies), without a Python object each."""
+
+    def __init__(self, size: int) -> None:
+        self._a = np.zeros(size)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return min(self._n, len(self._a))
+
+    def extend(self, x: np.ndarray) -> None:
+        x = x[-len(self._a):]
+        at = self._n % len(self._a)
+        head = min(len(x), len(self._a) - at)
+        self._a[at:at + head] = x[:head]
+        self._a[:len(x) - head] = x[head:]
+        self._n += len(x)
+
+    def values(self) -> np.ndarray:
+        return self._a[:len(self)]
 
 
 def _newest_tables(directory: Path) -> tuple[SharedTables | None, dict[str, float]]:

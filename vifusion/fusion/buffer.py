@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from vifusion.fusion.policy import FlushPlan
-from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FrameFeatures, FusedBatch
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, video_of
 
 # ids (8) + times (8) + features (4 * dims): what one frame adds to a FusedBatch
 FRAME_BYTES = 8 + 8 + 4 * (VISUAL_DIM + SEMANTIC_DIM)
@@ -22,46 +24,78 @@ class Taken:
     """One flushed batch and, per row, when its frame was extracted (for latency)."""
 
     batch: FusedBatch
-    extracted: list[float]
+    extracted: np.ndarray
+
+
+@dataclass
+class _Chunk:
+    batch: FusedBatch
+    arrived: float
+    extracted: float
 
 
 class FusionBuffer:
-    """Frames bound for one destination, waiting to travel together."""
+    """Rows bound for one destination, waiting to travel together: the batches handed in,
+    kept as they came, cut and joined only when a transfer leaves."""
 
     def __init__(self) -> None:
-        self._items: deque[tuple[FrameFeatures, float, float]] = deque()  # frame, arrived, extracted
+        self._chunks: deque[_Chunk] = deque()
+        self._rows = 0
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._rows
 
     @property
     def nbytes(self) -> int:
-        return len(self._items) * FRAME_BYTES
+        return self._rows * FRAME_BYTES
 
-    def add(self, frames: list[FrameFeatures], arrived: float, extracted: float) -> None:
-        self._items.extend((f, arrived, extracted) for f in frames)
+    def add(self, batch: FusedBatch, arrived: float, extracted: float) -> None:
+        if len(batch):
+            self._chunks.append(_Chunk(batch, arrived, extracted))
+            self._rows += len(batch)
 
     def oldest(self) -> float | None:
-        """When the oldest waiting frame arrived (None: empty)."""
-        return self._items[0][1] if self._items else None
+        """When the oldest waiting row arrived (None: empty)."""
+        return self._chunks[0].arrived if self._chunks else None
 
     def due(self, plan: FlushPlan, now: float) -> bool:
         """True when a transfer should leave now (size or age reached)."""
-        if not self._items:
+        if not self._chunks:
             return False
-        return self.nbytes >= plan.max_bytes or now - self._items[0][1] >= plan.max_age_s
+        return self.nbytes >= plan.max_bytes or now - self._chunks[0].arrived >= plan.max_age_s
 
     def take(self, max_bytes: int) -> Taken | None:
-        """The oldest frames, up to ``max_bytes`` (at least one), as one batch; None when empty."""
-        if not self._items:
+        """The oldest rows, up to ``max_bytes`` (at least one), as one batch; None when empty."""
+        if not self._chunks:
             return None
-        n = min(len(self._items), max(1, max_bytes // FRAME_BYTES))
-        items = [self._items.popleft() for _ in range(n)]
-        return Taken(FusedBatch.from_frames([f for f, _, _ in items]), [e for _, _, e in items])
+        want = min(self._rows, max(1, max_bytes // FRAME_BYTES))
+        parts: list[FusedBatch] = []
+        extracted: list[np.ndarray] = []
+        got = 0
+        while got < want:
+            chunk = self._chunks[0]
+            n = min(len(chunk.batch), want - got)
+            if n == len(chunk.batch):
+                self._chunks.popleft()
+                parts.append(chunk.batch)
+            else:  # cut: the rest stays, still as old as it was
+                parts.append(chunk.batch.rows(slice(0, n)))
+                chunk.batch = chunk.batch.rows(slice(n, None))
+            extracted.append(np.full(n, chunk.extracted))
+            got += n
+        self._rows -= got
+        return Taken(FusedBatch.concat(parts), np.concatenate(extracted))
 
     def drop(self, video_id: int) -> int:
-        """Remove a failed video's waiting frames; returns how many."""
-        keep = deque(i for i in self._items if i[0].video_id != video_id)
-        dropped = len(self._items) - len(keep)
-        self._items = keep
-        return dropped
+        """Remove a failed video's waiting rows; returns how many."""
+        before = self._rows
+        keep: deque[_Chunk] = deque()
+        for chunk in self._chunks:
+            mine = video_of(chunk.batch.ids) == video_id
+            if mine.any():
+                chunk.batch = chunk.batch.rows(~mine)
+            if len(chunk.batch):
+                keep.append(chunk)
+        self._chunks = keep
+        self._rows = sum(len(c.batch) for c in keep)
+        return before - self._rows

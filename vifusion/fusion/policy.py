@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from vifusion.comm.link import LinkStats
 
-
 _GAIN = 2.0
 
 
