@@ -49,10 +49,18 @@ def test_escalates_straight_to_the_least_lossy_codec_that_fits():
     assert LADDER[feed(half, clock, link(6.25 * MB, qdelay=0.2), 3)].name == "int8"  # 3328 B/row would be 100%: no headroom
 
 
-def test_backlog_age_alone_is_congestion():
+def test_an_old_backlog_on_a_link_that_carries_less_is_congestion():
     clock = Clock()
     policy = CodecPolicy(LADDER, backlog_s=0.5, clock=clock)
     assert feed(policy, clock, link(6.25 * MB, backlog=0.8), 3) > 0
+
+
+def test_an_old_backlog_on_a_saturated_clear_link_is_not():
+    # the sender offers more than the link carries: data waits, but the link carries what it
+    # always did, and the rows it carries stay exact
+    clock = Clock()
+    policy = CodecPolicy(LADDER, backlog_s=0.5, clock=clock)
+    assert feed(policy, clock, link(11.0 * MB, backlog=2.0), 200) == 0
 
 
 def test_holds_while_congested_then_steps_back_one_level_at_a_time():

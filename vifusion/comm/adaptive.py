@@ -3,9 +3,11 @@
 Exact fp32 is the default and stays so on a clear link, however busy: a link that carries
 what it carried before is not congested, even when the sender could offer more. Congestion is
 seen in ``samples`` acknowledgements in a row of: the queueing delay (see ``link.py``) above
-``delay_s``; the oldest waiting item older than ``backlog_s``; or, while data waits, the
-delivery rate below ``drop`` of the link's capacity (what it carried over the last minute).
-Then the policy goes
+``delay_s``; while data waits, the delivery rate below ``drop`` of the link's capacity (what
+it carried over the last minute); or the oldest waiting item older than ``backlog_s`` while
+the delivery rate is below ``sag`` of the capacity. An old backlog alone is not congestion:
+on a clear link that the sender saturates, data always waits, and the link still carries
+all it can in exact fp32. Then the policy goes
 straight to the least lossy codec whose bytes fit: the rows per second the link carried
 uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of the
 path rate now, and only where encoding a row costs less time than it saves on the wire.
@@ -42,6 +44,7 @@ class CodecPolicy:
         enabled: bool = True,
         delay_s: float = 0.1,
         backlog_s: float = 0.5,
+        sag: float = 0.8,
         samples: int = 3,
         calm_s: float = 0.75,
         drop: float = 0.5,
@@ -52,6 +55,7 @@ class CodecPolicy:
         self.enabled = enabled
         self.delay_s = delay_s
         self.backlog_s = backlog_s
+        self.sag = sag
         self.samples = samples
         self.calm_s = calm_s
         self.drop = drop
@@ -65,11 +69,11 @@ class CodecPolicy:
         self.history: list[tuple[float, int]] = [(now, 0)]
 
     def congested(self, link: LinkStats) -> bool:
-        """Congestion that calls for compression: the link carries less than it did while data
-        waits, the queueing delay is high, or the oldest waiting item is old."""
-        backlogged = link.backlog_age > 0
-        slowed = backlogged and link.delivery_rate < self.drop * link.capacity
-        return slowed or link.queueing_delay > self.delay_s or link.backlog_age > self.backlog_s
+        """Congestion that calls for compression: the link carries far less than it did while
+        data waits, or somewhat less while data has waited long, or the queueing delay is high."""
+        slowed = link.backlog_age > 0 and link.delivery_rate < self.drop * link.capacity
+        sagging = link.backlog_age > self.backlog_s and link.delivery_rate < self.sag * link.capacity
+        return slowed or sagging or link.queueing_delay > self.delay_s
 
     def squeezed(self, link: LinkStats) -> bool:
         """The path measured now is well under the link's capacity: no time to step back, even
