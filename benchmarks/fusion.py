@@ -288,7 +288,9 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
         tl = out["timeline"]
         rows = _rows_by(tl, duration)
         row = {"features_per_s": rows / duration, "latency_p50_ms": 1000 * st["latency_p50_s"],
-               "latency_p99_ms": 1000 * st["latency_p99_s"], "codec_rows": st["codec_rows"]}
+               "latency_p99_ms": 1000 * st["latency_p99_s"], "codec_rows": st["codec_rows"],
+               "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
+               "window_p50": float(np.median([p["window"] for p in tl] or [0]))}
     else:
         lat = np.array(out["latency"]) if out["latency"] else np.zeros(1)
         rows = sum(n for t, n in out["acks"] if t <= duration)
@@ -402,6 +404,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="one link and a short squeeze (under a minute)")
     ap.add_argument("--link", action="append", help="run only this link of the full set (repeatable): "
                     "1gbit, 100mbit/5ms, 20mbit/10ms, squeeze")
+    ap.add_argument("--policies", help="run only these policies, e.g. 2,4")
     ap.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "fusion-squeeze.png")
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -433,6 +436,9 @@ def main() -> int:
                              "policies": ["1", "2", "3", "4"], "duration": 38.0}}
     if args.link:
         links = {name: links[name] for name in args.link}
+    if args.policies:
+        links = {name: {**link, "policies": [p for p in link["policies"] if p in args.policies.split(",")]}
+                 for name, link in links.items()}
     work = Path(tempfile.mkdtemp(prefix="vf-fusion-bench-"))
     try:
         files = prepare(work, args.quick)
@@ -448,7 +454,8 @@ def main() -> int:
                 print(f"  ({p:>2}) {r['features_per_s']:9.0f} features/s  {100 * r['line_share']:5.1f}% of line  "
                       f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
                       f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
-                      f"codecs {r['codec_rows']}", flush=True)
+                      f"codecs {r['codec_rows']}" + (f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
+                                                 if "batch_kib_p50" in r else ""), flush=True)
             entry = {"policies": rows}
             if "squeeze" in link:
                 entry["squeeze"] = squeeze_figures(link, results, link["squeeze"])
