@@ -19,6 +19,7 @@ import ray
 from ray.actor import ActorHandle
 
 from vifusion.config import Config
+from vifusion.placement import extractor_options
 from vifusion.types import FusedBatch
 
 
@@ -89,8 +90,6 @@ def _reason(e: Exception) -> str:
 
 
 def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[ActorHandle]:
-    """``cfg.num_extractors`` actors, each with a GPU if the cluster has enough of them."""
-    gpus = ray.cluster_resources().get("GPU", 0)
-    num_gpus = 1 if gpus >= cfg.num_extractors else 0
-    cls = ray.remote(Extractor).options(num_cpus=1, num_gpus=num_gpus)
+    """``cfg.num_extractors`` actors, on GPUs where the cluster has them (``placement.py``)."""
+    cls = ray.remote(Extractor).options(**extractor_options(cfg.num_extractors))
     return [cls.remote(cfg, aggregators) for _ in range(cfg.num_extractors)]

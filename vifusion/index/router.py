@@ -29,6 +29,7 @@ from vifusion.index.batching import QueryBatcher, ShardResult
 from vifusion.index.merge import merge_topk
 from vifusion.index.replica import ShardReplica
 from vifusion.index.shard import check_queries
+from vifusion.placement import shard_strategies
 from vifusion.types import SPACES, SearchHit
 
 _INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the call
@@ -80,12 +81,14 @@ class ShardSet:
         # OMP_WAIT_POLICY=PASSIVE: FAISS's OpenMP threads otherwise spin after every search,
         # ~9 ms of CPU per one-query search on 2 cores (against 0.2 ms of real work).
         # max_restarts / max_task_retries: a replica that dies comes back from snapshot +
-        # log, and the writes sent to it meanwhile are retried, so none is lost.
+        # log, and the writes sent to it meanwhile are retried, so none is lost. Nodes: see
+        # placement.py (spread, a shard's replicas on different nodes).
         actor = ray.remote(ShardReplica)
         opts = dict(
             num_cpus=0, max_concurrency=1, max_restarts=-1, max_task_retries=-1,
-            scheduling_strategy="SPREAD", runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
+            runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
+        where = shard_strategies(cfg.num_shards, cfg.shard_replicas)
         self._replicas: list[list[ray.actor.ActorHandle]] = []
         self._down: dict[tuple[int, int], float] = {}
         self._turn = itertools.count()
@@ -95,8 +98,10 @@ class ShardSet:
             for n in range(cfg.num_shards):
                 directory = shard_dir(cfg.data_dir, n)
                 names = [f"{prefix}-{n}-{r}" for r in range(1, cfg.shard_replicas)]
-                followers = [actor.options(**opts, name=name).remote(n, directory, cfg) for name in names]
-                self._replicas.append([actor.options(**opts).remote(n, directory, cfg, names), *followers])
+                followers = [actor.options(**opts, name=name, scheduling_strategy=where[n][r + 1]).remote(n, directory, cfg)
+                             for r, name in enumerate(names)]
+                primary = actor.options(**opts, scheduling_strategy=where[n][0]).remote(n, directory, cfg, names)
+                self._replicas.append([primary, *followers])
             # Surface a bad snapshot or directory here rather than on the first call.
             ray.get([h.stats.remote() for group in self._replicas for h in group])
         except BaseException:

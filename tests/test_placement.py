@@ -1,0 +1,27 @@
+import pytest
+import ray
+
+from vifusion.placement import extractor_options, shard_nodes, spread
+
+
+def test_primaries_spread_over_nodes_and_replicas_of_a_shard_never_share_one():
+    nodes = ["a", "b", "c"]
+    layout = spread(num_shards=3, replicas=2, nodes=nodes)
+    assert [group[0] for group in layout] == ["a", "b", "c"]  # one primary per node
+    assert all(len(set(group)) == 2 for group in layout)
+    # every node holds the same number of replicas
+    assert sorted(node for group in layout for node in group) == ["a", "a", "b", "b", "c", "c"]
+
+
+def test_more_replicas_than_nodes_wrap_around():
+    assert spread(num_shards=2, replicas=3, nodes=["a", "b"]) == [["a", "b", "a"], ["b", "a", "b"]]
+
+
+def test_no_node_is_an_error():
+    with pytest.raises(ValueError, match="no node"):
+        spread(1, 1, [])
+
+
+def test_on_a_cpu_only_node_shards_go_to_it_and_extractors_ask_for_no_gpu(ray_session):
+    assert shard_nodes() == [ray.get_runtime_context().get_node_id()]
+    assert extractor_options(2) == {"num_cpus": 1}
