@@ -110,3 +110,28 @@ def test_a_data_dir_built_with_other_settings_is_refused_clearly(indexed, capsys
     monkeypatch.setenv("VIFUSION_NUM_SHARDS", "3")
     assert cli.main(["search", "--data-dir", str(data), "a cat"]) == 2
     assert "built with 2 shards" in capsys.readouterr().err
+
+
+def test_a_list_file_names_videos_relative_to_itself(tmp_path):
+    from vifusion.indexer import expand_paths
+
+    (tmp_path / "clips").mkdir()
+    for name in ("a.mp4", "b.mp4"):
+        (tmp_path / "clips" / name).write_bytes(b"x")
+    (tmp_path / "more.txt").write_text("")
+    listing = tmp_path / "batch.list"
+    listing.write_text("# tonight's batch\nclips/a.mp4\n\n  clips/b.mp4  \nclips/gone.mp4\nmore.txt\n")
+    files, failed = expand_paths([listing])
+    assert files == [tmp_path / "clips" / "a.mp4", tmp_path / "clips" / "b.mp4"]
+    reasons = {Path(r.path).name: r.error for r in failed}
+    assert "no such file" in reasons["gone.mp4"] and "list inside a list" in reasons["more.txt"]
+
+
+def test_a_batch_run_again_from_a_list_file_resumes(indexed, capfd, tmp_path):
+    data, videos, _ = indexed
+    listing = tmp_path / "videos.txt"
+    listing.write_text("".join(f"{v.path}\n" for v in videos.values()))
+    code = cli.main(["index", "--quiet", "--data-dir", str(data), str(listing)])
+    out, _ = capfd.readouterr()
+    assert code == 0
+    assert "indexed 0 video(s)" in out and f"skipped {len(videos)}" in out

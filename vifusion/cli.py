@@ -22,8 +22,12 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--config", type=Path, help="JSON file of config values")
     sub = p.add_subparsers(dest="command", required=True)
 
-    ix = sub.add_parser("index", parents=[common], help="index video files or folders")
-    ix.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    ix = sub.add_parser("index", parents=[common], help="index video files, folders or list files",
+                        description="Index videos: files, folders (searched recursively) or list files (.txt / "
+                        ".list, one path per line). A video whose content is already indexed is skipped, so a "
+                        "re-run resumes; a video that fails is reported and the rest go on. On a cluster: "
+                        "ray job submit -- vifusion index --address auto PATH...")
+    ix.add_argument("paths", nargs="+", type=Path, metavar="PATH_OR_LISTFILE")
     ix.add_argument("--sample-fps", type=float, help="frames kept per second (default 1)")
     ix.add_argument("--max-frames", type=int, help="cap on frames per video")
     ix.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -50,14 +50,30 @@ class Progress:
     frames_total: int
 
 
+LIST_SUFFIXES = frozenset({".txt", ".list"})
+
+
 def expand_paths(paths: Iterable[Path]) -> tuple[list[Path], list[IndexResult]]:
-    """Files to index (folders searched recursively for video files), and the inputs that
-    cannot even be tried, each with the reason."""
+    """Files to index (folders searched recursively for video files; a ``.txt`` or ``.list``
+    file names one path per line, relative to its own folder, ``#`` starting a comment), and
+    the inputs that cannot even be tried, each with the reason."""
     files: list[Path] = []
     failed: list[IndexResult] = []
     for p in paths:
         p = Path(p)
-        if p.is_dir():
+        if p.is_file() and p.suffix.lower() in LIST_SUFFIXES:
+            try:
+                lines = p.read_text().splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                failed.append(IndexResult(str(p), "failed", error=f"{p}: cannot read the list: {e}"))
+                continue
+            listed = [p.parent / line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+            more, bad = expand_paths(x for x in listed if x.suffix.lower() not in LIST_SUFFIXES)
+            files.extend(more)
+            failed.extend(bad)
+            failed.extend(IndexResult(str(x), "failed", error=f"{x}: a list inside a list ({p}) is not followed")
+                          for x in listed if x.suffix.lower() in LIST_SUFFIXES)
+        elif p.is_dir():
             found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in VIDEO_SUFFIXES)
             if not found:
                 failed.append(IndexResult(str(p), "failed", error=f"{p}: folder has no video files"))
