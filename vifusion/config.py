@@ -34,6 +34,8 @@ class Config(BaseModel):
     query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
 
     # fusion/ + comm/
+    fusion: bool = Field(True, description="merge frames into large transfers (and near-duplicates into one "
+                         "vector); off: one message per frame, as a baseline")
     fusion_latency_target_s: float = Field(0.2, gt=0, description="aim for extraction -> searchable; a fused batch "
                                            "waits at most a quarter of it")
     fusion_min_bytes: int = Field(64 << 10, gt=0, description="smallest fused batch the policy picks (wire bytes)")

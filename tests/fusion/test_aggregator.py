@@ -83,3 +83,12 @@ def test_abandon_drops_what_waits(tmp_path, shards):
     assert ray.get(agg.finish.remote(43)) == 2
     held = {int(v) for v in video_of(np.array([vector_id(v, 0) for v in ray.get(shards[1].video_ids.remote())]))}
     assert held == {43}
+
+
+def test_with_fusion_off_every_frame_is_its_own_message(tmp_path, shards):
+    agg = aggregator(tmp_path, shards, fusion=False)
+    still = frames(50, 1)  # near-duplicates too stay apart: dedup is part of fusion
+    ray.get(agg.submit.remote(0, rows(50, np.repeat(still.space("visual"), 6, 0), np.repeat(still.space("semantic"), 6, 0))))
+    assert ray.get(agg.finish.remote(50)) == 6
+    stats = ray.get(agg.stats.remote())
+    assert stats["batches"] == stats["rows_out"] == 6

@@ -37,12 +37,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from vifusion.comm.codec import Ladder, SharedTables, recall_at_k
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
-from vifusion.fusion.buffer import FusionBuffer, Taken
+from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
 from vifusion.types import FusedBatch, video_of
 
 _IDLE_WAIT_S = 0.05
+_UNFUSED = FlushPlan(FRAME_BYTES, 0.0, 64)
 log = logging.getLogger(__name__)
 
 
@@ -55,7 +56,7 @@ class Aggregator:
         self.cfg = cfg
         self.shards = shards
         self._cond = threading.Condition()
-        self._dedup = TemporalDedup(cfg.dedup_cosine)
+        self._dedup = TemporalDedup(cfg.dedup_cosine if cfg.fusion else 2.0)
         self._flush = FlushPolicy(cfg.fusion_latency_target_s, min_bytes=cfg.fusion_min_bytes,
                                   max_bytes=cfg.fusion_max_bytes)
         self._buffers: dict[int, FusionBuffer] = {}
@@ -163,7 +164,14 @@ class Aggregator:
     # -- under the lock ----------------------------------------------------------------
 
     def _plan(self, dest: int) -> FlushPlan:
-        return self._plans.get(dest) or self._flush.plan(None)
+        return self._plans.get(dest) or self._plan_for(None)
+
+    def _plan_for(self, dest: int | None) -> FlushPlan:
+        if not self.cfg.fusion:  # the baseline: every frame its own message, a window of 64
+            return _UNFUSED
+        if dest is None:
+            return self._flush.plan(None)
+        return self._flush.plan(self._transport.stats(dest), self._transport.wire_ratio(dest))
 
     def _route(self, batch: FusedBatch, now: float, extracted: float) -> None:
         """Rows into their destinations' buffers (a video's destination is where it was submitted)."""
@@ -230,7 +238,7 @@ class Aggregator:
             self._route(self._dedup.expire(now - age), now, time.time())
             wait = _IDLE_WAIT_S
             for dest, buf in self._buffers.items():
-                plan = self._flush.plan(transport.stats(dest), transport.wire_ratio(dest))
+                plan = self._plan_for(dest)
                 self._plans[dest] = plan
                 oldest = buf.oldest()
                 transport.set_backlog_age(dest, now - oldest if oldest is not None else 0.0)
