@@ -75,6 +75,7 @@ from typing import Self
 
 SUBNET = "10.77.0"
 RAY_PORT = 6380  # outside Ray's default worker range (10002-19999)
+DASHBOARD_PORT = 8265
 TUN_MTU = 9000
 DELAY_LINE = Path(__file__).with_name("_delayline.py")
 
@@ -351,11 +352,14 @@ class NetBed:
         return Path(f"/tmp/{self.bed}-ray")
 
     def start_ray(self, num_cpus: int = 2, env: dict[str, str] | None = None,
-                  object_store_memory: int = 256 << 20, timeout: float = 90.0) -> str:
+                  object_store_memory: int = 256 << 20, timeout: float = 90.0,
+                  resources: list[dict[str, float]] | None = None, dashboard: bool = False) -> str:
         """Start a Ray head in host 0 and a worker node in every other host; wait until all
         are alive and return the GCS address "ip:port". `env` is added to the environment of
         every Ray process. The object store is small by default: every node of every bed on
-        this machine shares one /dev/shm."""
+        this machine shares one /dev/shm. `resources[i]`: custom resources of host i besides
+        `host<i>`. `dashboard`: the head runs Ray's dashboard on its own address, port
+        DASHBOARD_PORT (`ray job submit`, the state API)."""
         address = f"{self.hosts[0].ip}:{RAY_PORT}"
         self._ray_env = {"RAY_AUTH_MODE": (env or {}).get("RAY_AUTH_MODE") or _ray_auth_mode()}
         # RAY_ADDRESS would point `ray start` at some other cluster.
@@ -367,13 +371,15 @@ class NetBed:
             temp.mkdir(parents=True, exist_ok=True)
             argv = [ray, "start", "--block", "--disable-usage-stats",
                     "--node-ip-address", host.ip, "--num-cpus", str(num_cpus),
-                    "--resources", json.dumps({host.resource: 100}),
+                    "--resources", json.dumps({host.resource: 100, **((resources or [])[i:i + 1] or [{}])[0]}),
                     "--object-store-memory", str(object_store_memory),
                     "--node-manager-port", "6381", "--object-manager-port", "6382",
                     "--min-worker-port", "20000", "--max-worker-port", "20999",
                     "--temp-dir", str(temp)]
-            argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if i == 0
-                     else ["--address", address])
+            head = ["--head", "--port", str(RAY_PORT)] + (
+                ["--include-dashboard=true", "--dashboard-host", host.ip, "--dashboard-port", str(DASHBOARD_PORT)]
+                if dashboard else ["--include-dashboard=false"])
+            argv += head if i == 0 else ["--address", address]
             with open(self.ray_temp_dir / f"start-h{i}.log", "w") as log:
                 self.exec(i, argv, env=full_env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
             if i == 0:  # workers retry the GCS for a while, but a running head is quicker

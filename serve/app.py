@@ -35,6 +35,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from pydantic import ValidationError
 from ray import serve
+from ray.serve import Application
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
@@ -59,6 +60,9 @@ STATIC = Path(__file__).parent / "static"
 # 2 cores: HAProxy ingress and no separate user-code loop, 84 searches/s at 4 clients against
 # 56 with Serve's defaults. The handlers never block the loop (blocking work goes to a pool).
 SERVE_TUNED = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+APP_NAME = "vifusion"  # the Serve application, as `vifusion serve` and deploy/serve.yaml name it
+ROUTE_PREFIX = "/"
+SERVE_LOGGING = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
 _PAGES = {"app.js": "text/javascript", "style.css": "text/css"}
 _MAX_IMAGE_PIXELS = 40_000_000
 
@@ -486,9 +490,20 @@ class ViFusionApp:
 
 def deploy(cfg: Config, host: str, port: int) -> None:
     """Start Serve's proxy on host:port and deploy the app (Ray must be up)."""
-    quiet = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
-    serve.start(http_options={"host": host, "port": port}, logging_config=quiet)
-    serve.run(ViFusionApp.bind(cfg), name="vifusion", route_prefix="/", logging_config=quiet)
+    # One proxy, on the head: the app has one replica, and a proxy per node costs each node memory.
+    serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port}, logging_config=SERVE_LOGGING)
+    serve.run(ViFusionApp.bind(cfg), name=APP_NAME, route_prefix=ROUTE_PREFIX, logging_config=SERVE_LOGGING)
+
+
+def build(args: dict[str, Any]) -> Application:
+    """The app for `serve deploy` (``import_path: serve.app:build``; see deploy/serve.yaml).
+
+    ``args`` are Config fields (``data_dir``, ``num_shards``, ...) plus an optional
+    ``config_file`` (JSON); ``VIFUSION_*`` variables of the app's runtime_env apply as for the
+    CLI, ``args`` winning. An unknown field fails the deploy (Config forbids extras)."""
+    args = dict(args)
+    file = args.pop("config_file", None)
+    return ViFusionApp.bind(Config.load(file=Path(file) if file else None, **args))
 
 
 def run(cfg: Config, host: str, port: int) -> int:
@@ -522,6 +537,6 @@ def run(cfg: Config, host: str, port: int) -> int:
         # Deleting the app lets the replica close its service (ingest queue, shards); jobs it
         # had acknowledged but not finished run again at the next start.
         with contextlib.suppress(Exception):
-            serve.delete("vifusion")
+            serve.delete(APP_NAME)
         ray.shutdown()
     return 0
