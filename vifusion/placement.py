@@ -3,8 +3,10 @@
 - **Shards**: replica ``r`` of shard ``n`` on node ``(n + r) mod N`` of the shard nodes (those
   with the ``shard`` resource that deploy/cluster.yaml gives memory-heavy workers; every alive
   node where none has it), so primaries spread over nodes and a shard's replicas sit on
-  different nodes whenever there are enough. The affinity is soft: a replica whose node died
-  restarts elsewhere instead of waiting for it.
+  different nodes whenever there are enough. The affinity is hard: Ray 2.60's soft affinity
+  put replicas on other nodes even while the chosen one was up (measured on the test bed).
+  So a replica restarts on its own node; one whose node is gone stays down until the service
+  starts again and places it anew.
 - **Extractors**: a GPU each where the cluster has as many as extractors, otherwise an equal
   share of the GPUs there are (so every extractor lands on a GPU node). Without GPUs, an
   equal share of the ``extract`` resource where nodes carry it (CPU nodes set aside for
@@ -40,7 +42,7 @@ def shard_nodes() -> list[str]:
 
 def shard_strategies(num_shards: int, replicas: int) -> list[list[NodeAffinitySchedulingStrategy]]:
     """A scheduling strategy for every replica of every shard (``[shard][replica]``)."""
-    return [[NodeAffinitySchedulingStrategy(node, soft=True) for node in group]
+    return [[NodeAffinitySchedulingStrategy(node, soft=False) for node in group]
             for group in spread(num_shards, replicas, shard_nodes())]
 
 
