@@ -132,7 +132,11 @@ class Transport:
         """Acknowledgements (and failures) that arrive within ``timeout`` seconds."""
         if not self._refs:
             return []
-        done, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=timeout, fetch_local=True)
+        # The first acknowledgement ends the wait (the window has room again), then whatever
+        # else is in: waiting for all of them would drain the window before it refills.
+        refs = list(self._refs)
+        first, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=True)
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True) if first else ([], None)
         out = []
         for ref in done:
             dest = self._refs.pop(ref)
