@@ -115,3 +115,30 @@ def cmd_serve(cfg: Config, host: str, port: int) -> int:
     from serve.app import run
 
     return run(cfg, host, port)
+
+
+def cmd_check(cfg: Config, fix: bool) -> int:
+    from vifusion.check import find_drift, repair
+    from vifusion.runtime import DataDirBusy, Runtime
+
+    try:
+        rt = Runtime(cfg, writer=True)  # a running service changes both sides: check a quiet data dir
+    except (DataDirBusy, ValueError) as e:
+        print(f"vifusion check: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    with rt:
+        drift = find_drift(rt.catalog, rt.shards)
+        ready = len(rt.catalog.ready_ids())
+        for d in drift:
+            print(f"{d.kind:9} video {d.video_id}: {d.detail}")
+        if drift and fix:
+            repair(drift, rt.catalog, rt.shards)
+            left = find_drift(rt.catalog, rt.shards)
+            print(f"repaired {len(drift)} problem(s); {len(left)} left"
+                  + ("; queued videos are indexed again when the service starts" if any(d.kind == "missing" for d in drift) else ""))
+            return EXIT_FAILED if left else EXIT_OK
+    if not drift:
+        print(f"consistent: {ready} ready video(s), every one in its shard, nothing else there")
+        return EXIT_OK
+    print(f"{len(drift)} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
+    return EXIT_FAILED

@@ -186,6 +186,21 @@ class Catalog:
             )
         return True
 
+    def requeue(self, video_id: int, reason: str) -> str | None:
+        """Index a video again: a new queued job (the ingest queue runs it at the next start),
+        the reason kept in the video's ``error`` until it is ready. None: no such video."""
+        now = time.time()
+        job_id = uuid.uuid4().hex
+        with self._conn() as c:
+            if c.execute("UPDATE videos SET status='queued', frames_indexed=0, error=? WHERE id=?",
+                         (reason, video_id)).rowcount == 0:
+                return None
+            c.execute(
+                "INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (?, ?, 'queued', ?, ?)",
+                (job_id, video_id, now, now),
+            )
+        return job_id
+
     def get_video(self, video_id: int) -> Video | None:
         row = self._conn().execute("SELECT * FROM videos WHERE id=?", (video_id,)).fetchone()
         return _video(row) if row else None

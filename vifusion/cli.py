@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--ingest-root", type=Path, action="append", metavar="DIR",
                     help="a folder file:// uris may name (repeat for more); default: none")
 
+    ck = sub.add_parser("check", parents=[common], help="do the catalog and the shards agree? (--repair fixes drift)")
+    ck.add_argument("--repair", action="store_true", help="delete stray vectors, queue lost videos again")
+
     sub.add_parser("demo", parents=[common], help="make sample videos, index them, run example queries")
     return p
 
@@ -86,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vifusion._commands import cmd_serve
 
         return cmd_serve(cfg, args.host, args.port)
+    if args.command == "check":
+        from vifusion._commands import cmd_check
+
+        return cmd_check(cfg, args.repair)
     if args.command == "demo":
         from vifusion.demo import run_demo
 

@@ -9,8 +9,11 @@ acknowledges a batch only once it is in its write-ahead log on disk.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import queue
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ from vifusion.extract.actor import start_extractors
 from vifusion.fusion import start_aggregators
 from vifusion.index import ShardSet, shard_for
 
+_RETRIES = 2  # more tries for a video whose extractor or aggregator died under it
+log = logging.getLogger(__name__)
 VIDEO_SUFFIXES = frozenset(
     ".mp4 .m4v .mov .mkv .webm .avi .mpg .mpeg .ts .mts .flv .wmv .3gp .ogv".split()
 )
@@ -153,10 +158,33 @@ class Indexer:
         job_id: str,
         on_progress: Callable[[Progress | IndexResult], None] = lambda _: None,
     ) -> IndexResult:
-        """One video through one extractor; the catalog follows every step."""
+        """One video through one extractor; the catalog follows every step. A video whose
+        extractor or node aggregator died is indexed again from its start (``_RETRIES``
+        times), after what reached the shards of it is deleted: each frame once."""
         shard_no = shard_for(video_id, self.cfg.num_shards)
-        self.catalog.update_job(job_id, "decoding")
-        done, error = 0, None
+        for attempt in range(_RETRIES + 1):
+            done, error, retry = self._attempt(actor, path, video_id, job_id, shard_no, on_progress)
+            if not retry or attempt == _RETRIES:
+                break
+            log.warning("%s; indexing it again", error)
+            _wait_restarted(actor)
+            for aggregator in self.aggregators.values():
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(aggregator.abandon.remote(video_id))
+            self.shards.delete_video(video_id)
+        if error is None:
+            self.catalog.update_job(job_id, "ready", frames_indexed=done)
+            return IndexResult(str(path), "ready", video_id, job_id, frames=done)
+        # Nothing of a failed video stays searchable.
+        self.shards.delete_video(video_id)
+        self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error)
+        return IndexResult(str(path), "failed", video_id, job_id, error=error)
+
+    def _attempt(self, actor: ray.actor.ActorHandle, path: Path, video_id: int, job_id: str, shard_no: int,
+                 on_progress: Callable[[Progress | IndexResult], None]) -> tuple[int, str | None, bool]:
+        """One try: (frames done, error or None, whether the error is worth another try)."""
+        self.catalog.update_job(job_id, "decoding", progress=0.0, frames_indexed=0)
+        done = 0
         try:
             events = actor.index_video.options(num_returns="streaming").remote(video_id, str(path), shard_no)
             for ref in events:
@@ -170,20 +198,32 @@ class Indexer:
                     self.catalog.update_job(job_id, "indexing", progress=progress, frames_indexed=done)
                     on_progress(Progress(str(path), done, ev["frames_total"]))
                 elif ev["event"] == "done":
-                    done = ev["frames"]
+                    return ev["frames"], None, False
                 elif ev["event"] == "failed":
-                    error = ev["error"]
+                    return done, ev["error"], bool(ev.get("retry"))
+        except ray.exceptions.RayActorError as e:  # the extractor died; Ray restarts it
+            return done, f"{path.name}: extractor failed: {type(e).__name__}", True
         except ray.exceptions.RayError as e:
-            error = f"{path.name}: extractor failed: {type(e).__name__}"
-        if error is None:
-            self.catalog.update_job(job_id, "ready", frames_indexed=done)
-            return IndexResult(str(path), "ready", video_id, job_id, frames=done)
-        # Nothing of a failed video stays searchable.
-        self.shards.delete_video(video_id)
-        self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error)
-        return IndexResult(str(path), "failed", video_id, job_id, error=error)
+            return done, f"{path.name}: extractor failed: {type(e).__name__}", False
+        return done, f"{path.name}: the extractor ended without a result", True
 
     def close(self) -> None:
         for actor in [*self.extractors, *self.aggregators.values()]:
             ray.kill(actor)
         self.extractors, self.aggregators = [], {}
+
+
+def _wait_restarted(actor: ray.actor.ActorHandle, timeout_s: float = 300.0) -> None:
+    """Return once a restarting actor answers (an extractor reloads its models first); a call
+    meanwhile fails at once rather than waiting."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.device.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+            return
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                return  # the retry fails with the reason
+            time.sleep(0.5)
+        except ray.exceptions.RayError:
+            return

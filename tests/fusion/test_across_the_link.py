@@ -40,7 +40,7 @@ for video in range(1, 6):  # five videos of 120 distinct frames, handed over 16 
         n = min(16, 120 - i)
         spans = np.stack([np.arange(i, i + n), np.arange(i + 1, i + n + 1)], 1)
         ray.get(agg.submit.remote(0, FusedBatch.of_video(video, i, spans, vis[i:i + n], sem[i:i + n])))
-acked = {v: ray.get(agg.finish.remote(v)) for v in sent}
+acked = {v: ray.get(agg.finish.remote(v))[0] for v in sent}
 exact = all(np.array_equal(ray.get(shard.frames.remote("visual", v, 0, 1e9))[1], sent[v][0])
             and np.array_equal(ray.get(shard.frames.remote("semantic", v, 0, 1e9))[1], sent[v][1]) for v in sent)
 where = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}

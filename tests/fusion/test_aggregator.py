@@ -34,7 +34,7 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
     def extractor(v: int) -> None:  # like an extractor: hand over 16 frames at a time, then finish
         for i in range(0, 50, 16):
             ray.get(agg.submit.remote(v % 2, videos[v].rows(slice(i, i + 16))))
-        assert ray.get(agg.finish.remote(v)) == 50
+        assert ray.get(agg.finish.remote(v))[0] == 50
 
     threads = [threading.Thread(target=extractor, args=(v,)) for v in videos]
     for t in threads:
@@ -58,7 +58,7 @@ def test_near_duplicates_cross_the_link_as_one_vector(tmp_path, shards):
     still = frames(20, 1)
     run = rows(20, np.repeat(still.space("visual"), 8, 0), np.repeat(still.space("semantic"), 8, 0))
     ray.get(agg.submit.remote(0, join(run, frames(20, 2, start=8))))
-    assert ray.get(agg.finish.remote(20)) == 3
+    assert ray.get(agg.finish.remote(20))[0] == 3
     times, _ = ray.get(shards[0].frames.remote("visual", 20, 0, 100))
     assert times.tolist() == [[0, 8], [8, 9], [9, 10]]
 
@@ -70,7 +70,7 @@ def test_a_refused_video_fails_alone_with_the_reason(tmp_path, shards):
     ray.get(agg.submit.remote(0, frames(32, 3)))
     with pytest.raises(ray.exceptions.RayTaskError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"):
         ray.get(agg.submit.remote(0, bad))
-    assert ray.get(agg.finish.remote(32)) == 3
+    assert ray.get(agg.finish.remote(32))[0] == 3
     ray.get(agg.abandon.remote(30))
     assert 32 in ray.get(shards[0].video_ids.remote())
 
@@ -80,7 +80,7 @@ def test_abandon_drops_what_waits(tmp_path, shards):
     ray.get(agg.submit.remote(1, frames(41, 5)))  # waits for a batch to fill (age limit 15 s)
     ray.get(agg.abandon.remote(41))
     ray.get(agg.submit.remote(1, frames(43, 2)))
-    assert ray.get(agg.finish.remote(43)) == 2
+    assert ray.get(agg.finish.remote(43))[0] == 2
     held = {int(v) for v in video_of(np.array([vector_id(v, 0) for v in ray.get(shards[1].video_ids.remote())]))}
     assert held == {43}
 
@@ -89,6 +89,6 @@ def test_with_fusion_off_every_frame_is_its_own_message(tmp_path, shards):
     agg = aggregator(tmp_path, shards, fusion=False)
     still = frames(50, 1)  # near-duplicates too stay apart: dedup is part of fusion
     ray.get(agg.submit.remote(0, rows(50, np.repeat(still.space("visual"), 6, 0), np.repeat(still.space("semantic"), 6, 0))))
-    assert ray.get(agg.finish.remote(50)) == 6
+    assert ray.get(agg.finish.remote(50))[0] == 6
     stats = ray.get(agg.stats.remote())
     assert stats["batches"] == stats["rows_out"] == 6

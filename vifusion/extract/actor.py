@@ -54,24 +54,26 @@ class Extractor:
             )
             yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                    "width": info.width, "height": info.height, "frames_total": total}
-            done, handing = 0, None
+            done, handing, instance = 0, None, None
             for frames, spans in prefetch(batches):
                 visual, semantic = self.embedder.embed_frames(frames)
                 batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
                 done += len(batch)
                 if handing is not None:
-                    ray.get(handing)  # the aggregator's back-pressure reaches this actor here
+                    instance = _same(instance, ray.get(handing))  # back-pressure reaches this actor here
                 handing = self.aggregator.submit.remote(shard_no, batch, time.time())
                 yield {"event": "progress", "frames_done": done, "frames_total": total}
             if handing is not None:
-                ray.get(handing)
-            ray.get(self.aggregator.finish.remote(video_id))
+                instance = _same(instance, ray.get(handing))
+            _same(instance, ray.get(self.aggregator.finish.remote(video_id))[1])
             if done == 0:
                 raise DecodeError(f"{name}: no frames could be decoded")
             yield {"event": "done", "frames": done}
         except DecodeError as e:
             self._abandon(video_id)
             yield {"event": "failed", "error": str(e)}
+        except (AggregatorLost, ray.exceptions.RayActorError) as e:  # not the video's fault: worth a retry
+            yield {"event": "failed", "error": f"{name}: {_reason(e)}", "retry": True}
         except Exception as e:  # a bug or a dead shard fails this video, not the actor
             self._abandon(video_id)
             yield {"event": "failed", "error": f"{name}: {_reason(e)}"}
@@ -80,6 +82,16 @@ class Extractor:
         """Drop a failed video's unsent frames and settle its sends; the driver then
         deletes whatever of it reached the shard."""
         ray.get(self.aggregator.abandon.remote(video_id))
+
+
+class AggregatorLost(RuntimeError):
+    """The node aggregator restarted while it held this video's rows: they are gone."""
+
+
+def _same(instance: str | None, now: str) -> str:
+    if instance is not None and now != instance:
+        raise AggregatorLost("the node aggregator restarted and lost rows it held")
+    return now
 
 
 def _reason(e: Exception) -> str:
@@ -91,5 +103,6 @@ def _reason(e: Exception) -> str:
 
 def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[ActorHandle]:
     """``cfg.num_extractors`` actors, on GPUs where the cluster has them (``placement.py``)."""
-    cls = ray.remote(Extractor).options(**extractor_options(cfg.num_extractors))
+    # max_restarts: a dead extractor comes back (models reloaded); the indexer retries its video.
+    cls = ray.remote(Extractor).options(**extractor_options(cfg.num_extractors), max_restarts=-1)
     return [cls.remote(cfg, aggregators) for _ in range(cfg.num_extractors)]

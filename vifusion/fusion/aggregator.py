@@ -25,6 +25,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -80,16 +81,18 @@ class Aggregator:
         self._new_tables: SharedTables | None = None
         self._transport = Transport(tables, adaptive=adaptive, allowed=self._allowed())
         self._stopped = False
+        self.instance = uuid.uuid4().hex  # a restarted aggregator has forgotten what it held
         threading.Thread(target=self._pump, name="aggregator-pump", daemon=True).start()
 
     # -- extractors ------------------------------------------------------------------
 
     def submit(self, shard_no: int, batch: FusedBatch, extracted: float | None = None,
-               urgent: bool = False) -> None:
+               urgent: bool = False) -> str:
         """Hand over rows bound for shard ``shard_no``, each video's in stream order
         (``extracted``: wall-clock time they were embedded). Blocks while that shard's buffer
         holds a full batch. ``urgent`` (the query path): send without waiting for a
-        batch to fill."""
+        batch to fill. Returns this aggregator's instance id: Ray restarts a dead aggregator
+        empty, so a caller that sees the id change knows rows it handed over are lost."""
         batch.check()
         now = time.monotonic()
         extracted = time.time() if extracted is None else extracted
@@ -107,10 +110,12 @@ class Aggregator:
                 self._route(self._close_runs(videos), now, extracted)
                 self._urgent.add(shard_no)
             self._cond.notify_all()
+        return self.instance
 
-    def finish(self, video_id: int) -> int:
+    def finish(self, video_id: int) -> tuple[int, str]:
         """End of a video: send what waits of it at once and return when every row is
-        acknowledged (the number of vectors sent for it). Raises if a send failed."""
+        acknowledged: the number of vectors sent for it, and the instance id (see
+        ``submit``). Raises if a send failed."""
         with self._cond:
             self._route(self._close_runs({video_id}), time.monotonic(), time.time())
             if video_id in self._dest:
@@ -124,7 +129,7 @@ class Aggregator:
             error = self._failed.pop(video_id, None)
         if error is not None:
             raise RuntimeError(error)
-        return sent
+        return sent, self.instance
 
     def abandon(self, video_id: int) -> None:
         """A failed video: drop what waits of it and let its sends in flight settle, so the
@@ -342,5 +347,6 @@ def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, Actor
         if not node["Alive"]:
             continue
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        out[node["NodeID"]] = cls.options(num_cpus=0, max_concurrency=64, scheduling_strategy=strategy).remote(cfg, shards)
+        out[node["NodeID"]] = cls.options(num_cpus=0, max_concurrency=64, max_restarts=-1,
+                                          scheduling_strategy=strategy).remote(cfg, shards)
     return out
