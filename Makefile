@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench bench-serve bench-search bench-fusion clean
+.PHONY: venv demo test test-all bench bench-serve bench-search bench-fusion bench-cluster clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ bench-search: $(STAMP)
 
 bench-fusion: $(STAMP)  # needs root (network namespaces)
 	$(BIN)/python benchmarks/fusion.py
+
+bench-cluster: $(STAMP)  # needs root (network namespaces)
+	$(BIN)/python benchmarks/cluster.py
 
 clean:
 	rm -rf $(VENV) vifusion-data
