@@ -90,3 +90,42 @@ def test_rotation_and_dropping_covered_segments(tmp_path: Path) -> None:
     assert list(tmp_path.glob("*.log")) == []
     # With every segment gone, numbering continues after the snapshot's seq.
     assert WriteAheadLog(tmp_path, after=3).append(Delete(4)) == 4
+
+
+_FULL_DISK = r"""
+import os, resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from tests.index._helpers import make_batch
+from vifusion.index.wal import WriteAheadLog
+
+log = WriteAheadLog(Path(sys.argv[1]))
+log.append(make_batch(1, 3, seed=1))
+size = os.path.getsize(log._file.name)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 2000, limits[1]))  # room for part of a record
+try:
+    log.append(make_batch(2, 3, seed=2))
+    print("no error")
+except OSError as e:
+    print("refused", e.errno)
+resource.setrlimit(resource.RLIMIT_FSIZE, limits)  # space again
+print("seq", log.append(make_batch(3, 3, seed=3)))
+"""
+
+
+def test_a_write_that_fails_half_way_leaves_no_torn_record_behind(tmp_path: Path) -> None:
+    """Disk full mid-record: the failed append is cut off, so the next one is not stranded
+    behind a torn record (replay would take that for damage in the middle of the log)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", _FULL_DISK, str(tmp_path), str(root)],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "refused 27"  # EFBIG: the file may not grow
+    assert out[1] == "seq 2"  # the failed append took no number
+    got = list(replay(tmp_path, 0))
+    assert [seq for seq, _ in got] == [1, 2]
+    assert got[1][1].ids.tolist() == make_batch(3, 3, seed=3).ids.tolist()

@@ -13,6 +13,7 @@ and cut off; damage anywhere else is reported as an error, never silently skippe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
@@ -171,11 +172,16 @@ class WriteAheadLog:
             self._open_segment(self.last_seq + 1)
         seq = self.last_seq + 1
         payload = encode(op)
-        self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
-        self._file.write(payload)
-        self._file.flush()
-        t0 = time.perf_counter()
-        os.fdatasync(self._file.fileno())
+        start = self._file.tell()
+        try:
+            self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
+            self._file.write(payload)
+            self._file.flush()
+            t0 = time.perf_counter()
+            os.fdatasync(self._file.fileno())
+        except OSError:
+            self._cut(start)
+            raise
         self.last_sync_s = time.perf_counter() - t0
         self.last_seq = seq
         self.bytes_since_rotate += _HEAD.size + len(payload)
@@ -204,6 +210,18 @@ class WriteAheadLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def _cut(self, size: int) -> None:
+        """A write failed (disk full, I/O error): drop what of it reached the file, so the
+        next record does not follow a torn one (which a restart would take for damage in
+        the middle of the log). The failed operation was never acknowledged."""
+        path = Path(self._file.name)
+        with contextlib.suppress(OSError):
+            self._file.close()  # may fail again flushing the rest of the buffer: it is dropped below
+        with open(path, "r+b") as f:
+            f.truncate(size)
+            os.fsync(f.fileno())
+        self._file = open(path, "ab")
 
     def _open_segment(self, first_seq: int) -> None:
         path = self.directory / f"{first_seq:020d}.log"
