@@ -38,8 +38,8 @@ HEADER = f"""\
 #   into data_dir/api_key, or set VIFUSION_API_KEY in runtime_env.env_vars outside git.
 # - one replica, num_cpus 0: one replica owns the data dir (writer lock, ingest queue);
 #   it mostly waits on shards and extractors, so it must not hold a CPU they need.
-# - runtime_env.env_vars = serve/app.py SERVE_TUNED. RAY_SERVE_ENABLE_HA_PROXY only takes
-#   effect where Ray starts, which the cluster YAMLs' start commands also export.
+# - no runtime_env: Serve's default ingress. serve/app.py's SERVE_TUNED (HAProxy) is for one
+#   machine; on the three-node test bed its proxy did not come up.
 # - http_options 0.0.0.0:{HTTP_PORT}: the API is for clients; every /v1 route needs the key,
 #   and the cloud firewall decides who reaches the port. proxy_location HeadOnly: with one
 #   replica, one entry point is enough.
@@ -64,7 +64,6 @@ def serve_config(data_dir: str = CLUSTER_DATA_DIR) -> dict[str, Any]:
                 "route_prefix": vf.ROUTE_PREFIX,
                 "import_path": f"{vf.build.__module__}:{vf.build.__name__}",
                 "args": args,
-                "runtime_env": {"env_vars": dict(vf.SERVE_TUNED)},
                 "logging_config": dict(vf.SERVE_LOGGING),
                 "deployments": [deployment_to_schema(d).model_dump(exclude_unset=True) for d in built.deployments],
             }

@@ -485,7 +485,8 @@ class ViFusionApp:
             raise ApiError(422, "invalid_query", str(e)) from None
         finally:
             _metrics.METRICS.search_latency.labels(kind).observe(time.perf_counter() - t0)
-        return {"results": moments(self.service, page), "next_cursor": _cursor(page.next_offset)}
+        return {"results": moments(self.service, page), "next_cursor": _cursor(page.next_offset),
+                "partial": bool(page.missing_shards), "missing_shards": list(page.missing_shards)}
 
 
 def deploy(cfg: Config, host: str, port: int) -> None:

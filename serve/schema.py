@@ -89,6 +89,8 @@ class SearchResults(BaseModel):
     results: list[Moment]
     next_cursor: str | None
     took_ms: float
+    partial: bool = Field(False, description="some shards did not answer (restarting, say): their videos are missing")
+    missing_shards: list[int] = Field(default_factory=list, description="the shards that did not answer")
 
 
 class Health(BaseModel):

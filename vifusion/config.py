@@ -60,6 +60,8 @@ class Config(BaseModel):
     snapshot_log_bytes: int = Field(256 << 20, gt=0, description="write-ahead log bytes that trigger a background "
                                     "snapshot (or half the last snapshot's size, if larger)")
     shard_replicas: int = Field(1, gt=0, description="copies of each shard; searches spread over them, writes go to all")
+    search_shard_timeout_s: float = Field(10.0, gt=0, description="a shard that has not answered a search by then "
+                                          "(restarting, say) is left out: the answer is partial, naming it")
     query_fusion: bool = Field(True, description="merge concurrent searches into one batched call per shard")
     query_batch_max: int = Field(256, gt=0, description="most queries fused into one call")
     query_window: int = Field(2, gt=0, description="fused calls in flight per space before new queries wait to join the next")

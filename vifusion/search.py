@@ -3,6 +3,9 @@
 A clip query is aligned in time: every sampled frame of the clip votes for
 (video, offset) pairs, and the offset most of the clip agrees on wins, so a clip
 finds the stretch of video it was cut from, not just one frame that looks alike.
+
+Results come as ``Found``: a list of moments whose ``missing`` names the shards that could
+not answer (a partial answer).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from vifusion.extract.decode import decode
 from vifusion.extract.model import Embedder
 from vifusion.index import ShardSet, group_segments
 from vifusion.index.segments import group_videos
-from vifusion.types import SearchHit, Segment
+from vifusion.types import Found, SearchHit, Segment
 
 MAX_CLIP_FRAMES = 64
 
@@ -49,21 +52,21 @@ class Searcher:
             return [Segment(h.video_id, h.t_start, h.t_end, h.score, 1) for h in hits[:top_k]]
         raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
-    def _search(self, space: str, vec: np.ndarray, top_k: int, group_by: str, videos) -> list[Segment]:
-        hits = self.shards.search(space, vec, self._frames_to_fetch(top_k), videos)[0]
-        return self._group(hits, top_k, group_by)
+    def _search(self, space: str, vec: np.ndarray, top_k: int, group_by: str, videos) -> Found:
+        hits = self.shards.search(space, vec, self._frames_to_fetch(top_k), videos)
+        return Found(self._group(hits[0], top_k, group_by), hits.missing)
 
-    def text(self, query: str, top_k: int = 10, group_by: str = "segment", videos=None) -> list[Segment]:
+    def text(self, query: str, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
         if not query.strip():
             raise ValueError("empty text query")
         return self._search("semantic", self.embedder.embed_text([query]), top_k, group_by, videos)
 
-    def image(self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None) -> list[Segment]:
+    def image(self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
         """``image``: (H, W, 3) uint8 RGB."""
         visual, _ = self.embedder.embed_images([image])
         return self._search("visual", visual, top_k, group_by, videos)
 
-    def clip(self, path: Path, top_k: int = 10, group_by: str = "segment", videos=None) -> list[Segment]:
+    def clip(self, path: Path, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
         """Moments that match a video clip (its first ``MAX_CLIP_FRAMES`` sampled frames)."""
         spans: list[tuple[int, float, float]] = []
         vectors = []
@@ -75,7 +78,7 @@ class Searcher:
 
     def stored_clip(
         self, video_id: int, start_s: float, end_s: float, top_k: int = 10, group_by: str = "segment", videos=None
-    ) -> list[Segment]:
+    ) -> Found:
         """Moments that match a stretch of an indexed video, from its stored vectors (no decode)."""
         if not 0 <= start_s < end_s:
             raise ValueError(f"need 0 <= start_s < end_s, got {start_s}, {end_s}")
@@ -86,7 +89,7 @@ class Searcher:
         spans = [(i, float(t0), float(t1)) for i, (t0, t1) in enumerate(times)]
         return self._align(vectors, spans, top_k, group_by, videos)
 
-    def _align(self, queries: np.ndarray, spans, top_k: int, group_by: str, videos) -> list[Segment]:
+    def _align(self, queries: np.ndarray, spans, top_k: int, group_by: str, videos) -> Found:
         if group_by not in GROUP_BY:
             raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
         per_frame = self.shards.search("visual", queries, self._frames_to_fetch(top_k), videos)
@@ -94,7 +97,7 @@ class Searcher:
         if group_by == "video":  # the best moment of each video
             seen: set[int] = set()
             moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
-        return moments[:top_k]
+        return Found(moments[:top_k], per_frame.missing)
 
 
 def align_clip(

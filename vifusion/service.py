@@ -52,6 +52,7 @@ class Ingested:
 class SearchPage:
     results: list[Segment]
     next_offset: int | None
+    missing_shards: tuple[int, ...] = ()  # shards that did not answer: a partial page
 
 
 class Service:
@@ -213,11 +214,12 @@ class Service:
             video_id, start_s, end_s = stored_clip
             self.video(video_id)
             found = s.stored_clip(video_id, start_s, end_s, want, group_by, videos)
+        missing = found.missing
         ready = self.catalog.ready_ids(sorted({m.video_id for m in found}))
         found = [m for m in found if m.video_id in ready and (min_score is None or m.score >= min_score)]
         page = found[offset : offset + top_k]
         more = len(found) > offset + top_k and offset + top_k <= MAX_OFFSET
-        return SearchPage(page, offset + top_k if more else None)
+        return SearchPage(page, offset + top_k if more else None, missing)
 
     # -- state -------------------------------------------------------------------------
 

@@ -103,6 +103,15 @@ class FusedBatch:
         raise ValueError(f"unknown space {name!r}")
 
 
+class Found(list):
+    """Search results (a list) and the shards that did not answer: ``missing`` non-empty
+    means a partial answer (those shards' videos could not be searched)."""
+
+    def __init__(self, items=(), missing=()) -> None:
+        super().__init__(items)
+        self.missing: tuple[int, ...] = tuple(sorted(set(missing)))
+
+
 @dataclass(frozen=True)
 class SearchHit:
     """One frame that matched a query; higher score = closer (inner product)."""

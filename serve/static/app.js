@@ -131,7 +131,8 @@
       page.results.forEach((m) => results.append(card(m)));
       const n = results.querySelectorAll(".result").length;
       const what = q.text !== undefined ? `“${q.text}”` : q.file.name;
-      $("results-head").textContent = n ? `${n} result${n > 1 ? "s" : ""} for ${what} · ${page.took_ms} ms` : "";
+      const partial = page.partial ? ` · partial: shard ${page.missing_shards.join(", ")} did not answer` : "";
+      $("results-head").textContent = n ? `${n} result${n > 1 ? "s" : ""} for ${what} · ${page.took_ms} ms${partial}` : "";
       if (!n) results.replaceChildren(el("div", "empty", `No results for ${what}. Try other words, or add videos.`));
       $("more-button").hidden = !cursor;
     } catch (err) {

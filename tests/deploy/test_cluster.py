@@ -80,12 +80,15 @@ def bed():
 
 
 def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
+    # As deploy/cluster.yaml runs Serve: its default ingress, whatever this test session set
+    # for the single-node tests (serve/app.py SERVE_TUNED).
+    serve_env = {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1"}
     address = bed.start_ray(num_cpus=2, resources=[{}, {"shard": 1}, {"extract": 1}], dashboard=True,
-                            object_store_memory=192 << 20)
+                            object_store_memory=192 << 20, env=serve_env)
     head, shards, extract = (h.ip for h in bed.hosts)
     videos = {v.name: v for v in write_demo_set(tmp_path / "videos")}
     data = tmp_path / "data"
-    env = {**os.environ, **bed.ray_env, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **bed.ray_env, **serve_env, "PYTHONPATH": str(ROOT)}
     before = {i: bed.rx_bytes(i) for i in range(3)}
 
     # A batch job: one video from a list file, through Ray's job API.

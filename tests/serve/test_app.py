@@ -247,6 +247,7 @@ def test_text_search_finds_the_cat_moment_with_a_thumbnail(live):
     assert top["video_id"] == live.ids["kitchen.mp4"] and overlaps(top, cat.start_s, cat.end_s)
     assert set(top) >= {"video_id", "start_s", "end_s", "score", "thumbnail_url"}
     assert len(body["results"]) <= 3 and body["took_ms"] >= 0
+    assert (body["partial"], body["missing_shards"]) == (False, [])  # every shard answered
     thumb = live.client.get(top["thumbnail_url"])
     assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
     assert Image.open(io.BytesIO(thumb.content)).width == 320

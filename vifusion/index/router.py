@@ -30,7 +30,7 @@ from vifusion.index.merge import merge_topk
 from vifusion.index.replica import ShardReplica
 from vifusion.index.shard import check_queries
 from vifusion.placement import shard_strategies
-from vifusion.types import SPACES, SearchHit
+from vifusion.types import SPACES, Found
 
 _INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the call
 
@@ -66,6 +66,16 @@ def check_layout(data_dir: Path, num_shards: int) -> None:
 
 
 _DOWN_S = 2.0  # how long a replica that failed a search is passed over
+_MISSING = -2  # the ids of a shard that did not answer (-1: no hit), through fusion and merge
+
+
+def _missing(nq: int, k: int) -> ShardResult:
+    return (np.full((nq, k), -np.inf, np.float32), np.full((nq, k), _MISSING, np.int64),
+            np.zeros((nq, k, 2), np.float32))
+
+
+def _is_missing(r: ShardResult) -> bool:
+    return r[1].size > 0 and bool((r[1] == _MISSING).all())
 
 
 class ShardSet:
@@ -167,22 +177,29 @@ class ShardSet:
 
     def search(
         self, space: str, queries: np.ndarray, k: int, videos: Iterable[int] | None = None
-    ) -> list[list[SearchHit]]:
+    ) -> Found:
         """Top-k frame hits per query across all shards, best first; with ``videos``, only
-        those videos' frames (each shard is asked only about the videos it holds)."""
+        those videos' frames (each shard is asked only about the videos it holds). A shard
+        with no live replica, or none that answers within ``search_shard_timeout_s``, is
+        left out and named in ``missing``: a partial answer, never an error."""
         queries = check_queries(space, queries, k)
         if not self._replicas:
             raise RuntimeError("ShardSet is closed")
         if videos is None:
+            shards = list(range(len(self._replicas)))
             if self._batchers:
-                return merge_topk(self._batchers[space].search(queries, k), k)
-            return merge_topk(self._starter(space)(queries, k)(), k)
-        per: dict[int, list[int]] = {}
-        for v in videos:
-            per.setdefault(shard_for(v, len(self._replicas)), []).append(int(v))
-        if not per:
-            return [[] for _ in range(len(queries))]
-        return merge_topk(self._fan_out(space, queries, k, per)(), k)
+                results = self._batchers[space].search(queries, k)
+            else:
+                results = self._starter(space)(queries, k)()
+        else:
+            per: dict[int, list[int]] = {}
+            for v in videos:
+                per.setdefault(shard_for(v, len(self._replicas)), []).append(int(v))
+            if not per:
+                return Found([[] for _ in range(len(queries))])
+            shards, results = list(per), self._fan_out(space, queries, k, per)()
+        missing = [n for n, r in zip(shards, results, strict=True) if _is_missing(r)]
+        return Found(merge_topk(results, k), missing)
 
     def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
         """A video's stored frame vectors in a time range: see ``Shard.frames``."""
@@ -215,28 +232,32 @@ class ShardSet:
         # (a single text or image query) travel inline: a put costs more than they weigh.
         arg = ray.put(queries) if queries.nbytes > _INLINE_BYTES else queries
         sent = [(n, *self._send(n, space, arg, k, vs)) for n, vs in per.items()]
+        deadline = time.monotonic() + self._cfg.search_shard_timeout_s
 
         def collect() -> list[ShardResult]:
             out = []
             for n, r, ref in sent:
-                while True:
+                while ref is not None:
                     try:
-                        out.append(ray.get(ref))
+                        out.append(ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001)))
                         break
+                    except ray.exceptions.GetTimeoutError:
+                        ref = None
                     except ray.exceptions.RayActorError:
                         self._down[(n, r)] = time.monotonic() + _DOWN_S
                         r, ref = self._send(n, space, arg, k, per[n])
+                if ref is None:
+                    out.append(_missing(len(queries), k))
             return out
         return collect
 
-    def _send(self, n: int, space: str, arg, k: int, videos: list[int] | None) -> tuple[int, ray.ObjectRef]:
-        """Ask one live replica of shard ``n``; where none is known live, wait for one."""
+    def _send(self, n: int, space: str, arg, k: int, videos: list[int] | None) -> tuple[int, ray.ObjectRef | None]:
+        """Ask one live replica of shard ``n``; None where every one failed lately (Ray is
+        restarting them: the search goes on without this shard)."""
         group = self._replicas[n]
         now = time.monotonic()
         live = [r for r in range(len(group)) if self._down.get((n, r), 0) <= now]
         if not live:
-            # Every replica failed lately: ask the primary and let Ray hold the call
-            # until its restart finishes.
-            return 0, group[0].search.remote(space, arg, k, videos)
+            return 0, None
         r = live[next(self._turn) % len(live)]
         return r, group[r].search.options(max_task_retries=0).remote(space, arg, k, videos)
