@@ -242,8 +242,22 @@ def _audio_only(path: Path) -> None:
         c.mux(s.encode(None))
 
 
+def _huge(path: Path) -> None:
+    """One black 9216x9216 frame: a 250 KB file whose frames would take 127 MB each."""
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=1)
+        s.width = s.height = 9216
+        s.pix_fmt, s.options = "yuv420p", {"preset": "ultrafast"}
+        frame = av.VideoFrame(9216, 9216, "yuv420p")
+        for plane in frame.planes:
+            plane.update(bytes(plane.buffer_size))
+        for packet in [*s.encode(frame), *s.encode(None)]:
+            c.mux(packet)
+
+
 BAD = {
     "text.mp4": ("not a video", lambda p, src: p.write_text("hello, this is not a video\n")),
+    "huge.mp4": ("frame size 9216x9216 is over the limit", lambda p, src: _huge(p)),
     "empty.mp4": ("empty file", lambda p, src: p.write_bytes(b"")),
     "half.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[: src.stat().st_size // 2])),
     "header.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[:2000])),

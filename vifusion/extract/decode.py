@@ -30,6 +30,7 @@ import numpy as np
 
 # decord stores frame timestamps as int32 and loops forever on streams past that (decord#269).
 _DECORD_MAX_PTS = 2**31 - 1
+MAX_FRAME_PIXELS = 8192 * 8192  # 8K video fits; a header declaring more is refused, not decoded
 # Share of frames decord may replace by their predecessor (corrupt, "recovered") before it
 # raises instead: a few glitches are fine for search, half a video of duplicates is not.
 _FAULT_TOL = 0.05
@@ -105,6 +106,8 @@ def _scan(path: Path) -> tuple[VideoInfo, bool]:
         width, height = stream.codec_context.width, stream.codec_context.height
         if width <= 0 or height <= 0:
             raise _fail(path, f"not a video (frame size {width}x{height})")
+        if width * height > MAX_FRAME_PIXELS:  # each decoded frame would take gigabytes
+            raise _fail(path, f"frame size {width}x{height} is over the limit of {MAX_FRAME_PIXELS} pixels (8192x8192)")
         sar = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
         if sar and sar > 0 and sar != 1:
             width = max(1, round(width * Fraction(sar)))
