@@ -66,7 +66,7 @@ import numpy as np
 
 from vifusion.config import Config
 from vifusion.samples import DEMO_SET, MOTION, PHOTOS, write_video
-from _common import machine  # benchmarks/ is on sys.path when a script here runs
+from _common import descendants, machine  # benchmarks/ is on sys.path when a script here runs
 
 QUERIES = [
     "a cat",
@@ -196,26 +196,14 @@ def _tree_cpu_s() -> float:
     processes are started by this one): the CPU the benchmark costs, whatever else the
     host runs. Processes that end inside a level are missed (none should)."""
     tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    total = 0.0
+    for pid in [os.getpid(), *descendants()]:
         try:
-            with open(f"/proc/{entry.name}/stat") as f:
+            with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        pid = int(entry.name)
-        parent[pid] = int(fields[1])
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
-    me, total = os.getpid(), 0.0
-    for pid, seconds in cpu.items():
-        p, hops = pid, 0
-        while p not in (me, 0, 1) and hops < 64:
-            p, hops = parent.get(p, 0), hops + 1
-        if p == me:
-            total += seconds
+        total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 
