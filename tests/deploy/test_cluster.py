@@ -65,7 +65,7 @@ from ray.util.state import list_actors
 ray.init(address=address, log_to_driver=False)
 ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
 out["actors"] = {}
-for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000):
+for a in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000):
     out["actors"].setdefault(a.class_name, []).append(ips.get(a.node_id))
 print(json.dumps(out))
 """
