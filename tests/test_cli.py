@@ -135,3 +135,38 @@ def test_a_batch_run_again_from_a_list_file_resumes(indexed, capfd, tmp_path):
     out, _ = capfd.readouterr()
     assert code == 0
     assert "indexed 0 video(s)" in out and f"skipped {len(videos)}" in out
+
+
+def test_a_data_dir_that_cannot_be_written_is_a_clear_error_and_stays_as_it_was(tmp_path, capsys):
+    import shutil
+    import stat
+
+    from vifusion.catalog import Catalog
+
+    data = tmp_path / "data"
+    data.mkdir()
+    catalog = Catalog(data / "catalog.db")
+    catalog.add_video("/videos/a.mp4", "a")
+    catalog.close()
+    before = {p.name: p.read_bytes() for p in data.iterdir()}
+    (tmp_path / "a.mp4").write_bytes(b"not looked at: the data dir is refused first")
+    # Read-only: root ignores permission bits, so as root the directory is made immutable.
+    as_root = os.geteuid() == 0 and shutil.which("chattr")
+    if as_root:
+        subprocess.run(["chattr", "+i", str(data)], check=True)
+    else:
+        data.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        code = cli.main(["index", "--quiet", "--data-dir", str(data), str(tmp_path / "a.mp4")])
+        err = capsys.readouterr().err
+        serve_code = cli.main(["serve", "--data-dir", str(data)])
+        serve_err = capsys.readouterr().err
+    finally:
+        if as_root:
+            subprocess.run(["chattr", "-i", str(data)], check=True)
+        else:
+            data.chmod(stat.S_IRWXU)
+    assert code == serve_code == 2
+    for said in (err, serve_err):
+        assert f"the data dir {data} cannot be written" in said and "Traceback" not in said
+    assert {p.name: p.read_bytes() for p in data.iterdir()} == before

@@ -113,7 +113,13 @@ def _clock(t: float) -> str:
 
 def cmd_serve(cfg: Config, host: str, port: int) -> int:
     from serve.app import run
+    from vifusion.runtime import DataDirUnwritable, open_writer_lock
 
+    try:  # say so here, not as a failed deployment of the app
+        open_writer_lock(cfg.data_dir).close()
+    except DataDirUnwritable as e:
+        print(f"vifusion serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
     return run(cfg, host, port)
 
 

@@ -9,6 +9,8 @@ import io
 import logging
 import time
 from functools import cached_property
+from pathlib import Path
+from typing import IO
 
 import ray
 
@@ -21,6 +23,20 @@ class DataDirBusy(RuntimeError):
     """Another process is writing to the same data dir."""
 
 
+class DataDirUnwritable(ValueError):
+    """The data dir cannot be written (read-only mount, permissions): nothing is touched."""
+
+
+def open_writer_lock(data_dir: Path) -> IO[str]:
+    """The data dir's lock file, opened (not yet locked); DataDirUnwritable where the data
+    dir cannot be written, before anything in it is touched."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return open(data_dir / "writer.lock", "w")
+    except OSError as e:
+        raise DataDirUnwritable(f"the data dir {data_dir} cannot be written: {e.strerror}") from None
+
+
 class Runtime:
     """Use as a context manager; ``writer=True`` takes the data dir's writer lock."""
 
@@ -28,10 +44,12 @@ class Runtime:
         """``wait_s``: how long to wait for another writer to let go of the data dir (a
         service replica being replaced hands over to its successor this way)."""
         self.cfg = cfg
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = None
         if writer:
-            self._lock = open(cfg.data_dir / "writer.lock", "w")
+            self._lock = open_writer_lock(cfg.data_dir)
+        else:
+            with contextlib.suppress(OSError):  # a reader of a data dir it may not write to
+                cfg.data_dir.mkdir(parents=True, exist_ok=True)
             deadline = time.monotonic() + wait_s
             while True:
                 try:
