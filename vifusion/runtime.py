@@ -47,9 +47,6 @@ class Runtime:
         self._lock = None
         if writer:
             self._lock = open_writer_lock(cfg.data_dir)
-        else:
-            with contextlib.suppress(OSError):  # a reader of a data dir it may not write to
-                cfg.data_dir.mkdir(parents=True, exist_ok=True)
             deadline = time.monotonic() + wait_s
             while True:
                 try:
@@ -60,6 +57,9 @@ class Runtime:
                         self._lock.close()
                         raise DataDirBusy(f"another vifusion process is writing to {cfg.data_dir}") from None
                     time.sleep(0.2)
+        else:
+            with contextlib.suppress(OSError):  # a reader of a data dir it may not write to
+                cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             ray.init(

@@ -96,43 +96,22 @@ def test_searches_keep_answering_while_a_replica_dies_and_it_comes_back_whole(ra
 
 
 def test_a_shard_with_no_live_replica_makes_searches_partial_not_failed(ray_session, tmp_path: Path) -> None:
-    """One replica per shard: while shard 0 restarts, searches answer from shard 1 and name
-    shard 0 as missing; writes sent meanwhile wait for it; it comes back with all of them."""
+    """One replica per shard, and shard 0's is gone for good (its node lost, say): searches
+    answer from shard 1 and name shard 0 as missing, at once, every time."""
     ray = ray_session
-    shards = ShardSet(Config(data_dir=tmp_path, num_shards=2, faiss_threads=1, search_shard_timeout_s=1.0))
+    shards = ShardSet(Config(data_dir=tmp_path, num_shards=2, faiss_threads=1, search_shard_timeout_s=5.0))
     try:
-        home = {v: v % 2 for v in (2, 3)}  # video 2 on shard 0, video 3 on shard 1
-        ray.get([shards.handle_for(v).add.remote(make_batch(v, 10, seed=v)) for v in home])
+        ray.get([shards.handle_for(v).add.remote(make_batch(v, 10, seed=v)) for v in (2, 3)])  # shards 0, 1
         query = make_batch(2, 10, seed=2).space("visual")[:1]  # video 2's first frame
         whole = shards.search("visual", query, 5)
         assert whole.missing == () and whole[0][0].video_id == 2
-
-        acked: list[int] = []
-
-        def add_more() -> None:  # writes to shard 0 while it is down: Ray holds them for its restart
-            for i in range(10):
-                ray.get(shards.handle_for(2).add.remote(make_batch(2, 5, seed=100 + i, first_frame=10 + 5 * i)))
-                acked.append(i)
-
-        adding = threading.Thread(target=add_more)
-        ray.kill(shards.handles[0], no_restart=False)
-        adding.start()
-        partial, deadline = None, time.monotonic() + 60
-        while time.monotonic() < deadline:
+        ray.kill(shards.handles[0], no_restart=True)
+        for _ in range(5):
             found = shards.search("visual", query, 5)  # never raises
-            if found.missing:
-                partial = found
-                break
-        assert partial is not None, "the kill never showed in a search"
-        assert partial.missing == (0,)
-        assert {h.video_id for h in partial[0]} == {3}  # what shard 1 holds, nothing invented
-
-        adding.join(timeout=120)
-        assert acked == list(range(10))
-        while shards.search("visual", query, 5).missing and time.monotonic() < deadline + 60:
-            time.sleep(0.2)
-        back = _wait_alive(ray, shards.handles[0])
-        assert back["vectors"]["visual"] == 10 + 5 * len(acked)  # every acknowledged write, once
-        assert shards.search("visual", query, 5)[0][0].video_id == 2
+            assert found.missing == (0,)
+            assert {h.video_id for h in found[0]} == {3}  # what shard 1 holds, nothing invented
+        # a search that names only the lost shard's videos is partial and empty, not an error
+        only = shards.search("visual", query, 5, videos=[2])
+        assert only.missing == (0,) and only[0] == []
     finally:
         shards.close()
