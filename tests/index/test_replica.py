@@ -105,7 +105,18 @@ def test_a_shard_with_no_live_replica_makes_searches_partial_not_failed(ray_sess
         query = make_batch(2, 10, seed=2).space("visual")[:1]  # video 2's first frame
         whole = shards.search("visual", query, 5)
         assert whole.missing == () and whole[0][0].video_id == 2
-        ray.kill(shards.handles[0], no_restart=True)
+        dead = shards.handles[0]
+        ray.kill(dead, no_restart=True)
+        deadline = time.monotonic() + 30
+        while True:  # the kill is asynchronous: wait until it has landed
+            try:
+                ray.get(dead.stats.remote(), timeout=5)
+            except ray.exceptions.RayActorError:
+                break
+            except ray.exceptions.GetTimeoutError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         for _ in range(5):
             found = shards.search("visual", query, 5)  # never raises
             assert found.missing == (0,)
