@@ -8,7 +8,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-          413: "too_large", 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited"}
+          413: "too_large", 415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
+          507: "insufficient_storage"}
 
 
 class ApiError(Exception):
@@ -30,7 +31,7 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def install(api: FastAPI) -> None:
-    from vifusion.service import NotFound
+    from vifusion.service import NotFound, StorageError
     from vifusion.sources import SourceError
 
     @api.exception_handler(ApiError)
@@ -40,6 +41,11 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
         return error_response(404, "not_found", str(exc))
+
+    @api.exception_handler(StorageError)
+    async def _storage(_: Request, exc: StorageError) -> JSONResponse:
+        # The data dir is full or read-only: nothing was stored, searches still answer.
+        return error_response(507, "insufficient_storage", str(exc))
 
     @api.exception_handler(SourceError)
     async def _refused(_: Request, exc: SourceError) -> JSONResponse:

@@ -357,7 +357,7 @@ class ViFusionApp:
 
     @api.post("/v1/videos", status_code=202, response_model=Accepted, openapi_extra=_UPLOAD_BODY,
               responses={400: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 413: {"model": Error},
-                         415: {"model": Error}})
+                         415: {"model": Error}, 507: {"model": Error}})
     async def add_video(self, request: Request) -> dict:
         if _kind(request) == "form":
             form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes)
@@ -396,7 +396,8 @@ class ViFusionApp:
     def video(self, video_id: int = VideoId) -> dict:
         return _video_out(self.service.video(video_id))
 
-    @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response, responses={404: {"model": Error}})
+    @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response,
+                responses={404: {"model": Error}, 507: {"model": Error}})
     def delete(self, video_id: int = VideoId) -> Response:
         self.service.delete(video_id)
         return Response(status_code=204)

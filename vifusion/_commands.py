@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from vifusion._files import StorageError
 from vifusion.config import Config
 from vifusion.types import Segment
 
@@ -15,6 +16,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     from tqdm import tqdm
 
+    from vifusion._files import storage_writes
     from vifusion.indexer import IndexResult, Progress, expand_paths
     from vifusion.runtime import DataDirBusy, Runtime
 
@@ -23,6 +25,8 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     if files:
         try:
             rt = Runtime(cfg, writer=True)
+        except StorageError as e:
+            return _storage_failed(e)
         except (DataDirBusy, ValueError) as e:
             print(f"vifusion index: {e}", file=sys.stderr)
             return EXIT_USAGE
@@ -34,7 +38,12 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
                 else:
                     bar.update(1)
 
-            results += rt.indexer.index_files(files, on_progress)
+            try:
+                with storage_writes(cfg.data_dir, "the rest of this run was not indexed"):
+                    results += rt.indexer.index_files(files, on_progress)
+            except StorageError as e:
+                bar.close()
+                return _storage_failed(e)
     ready = [r for r in results if r.status == "ready"]
     skipped = [r for r in results if r.status == "skipped"]
     bad = [r for r in results if r.status == "failed"]
@@ -43,6 +52,13 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     for r in bad:
         print(f"  failed: {r.error}", file=sys.stderr)
     return EXIT_FAILED if bad else EXIT_OK
+
+
+def _storage_failed(e: StorageError) -> int:
+    print(f"vifusion index: {e}", file=sys.stderr)
+    if e.reason == "full":
+        print("Free some space and run the same command again: what is indexed is kept.", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _load_image(path: Path):
@@ -66,7 +82,7 @@ def cmd_search(
 
     try:
         rt = Runtime(cfg)
-    except ValueError as e:
+    except (ValueError, StorageError) as e:
         print(f"vifusion search: {e}", file=sys.stderr)
         return EXIT_USAGE
     with rt:
@@ -129,7 +145,7 @@ def cmd_check(cfg: Config, fix: bool) -> int:
 
     try:
         rt = Runtime(cfg, writer=True)  # a running service changes both sides: check a quiet data dir
-    except (DataDirBusy, ValueError) as e:
+    except (DataDirBusy, ValueError, StorageError) as e:
         print(f"vifusion check: {e}", file=sys.stderr)
         return EXIT_USAGE
     with rt:

@@ -99,6 +99,8 @@ class Catalog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []  # every thread's connection, for close()
+        self._all_lock = threading.Lock()
         with self._conn() as c:
             c.executescript(_SCHEMA)
             columns = {r["name"] for r in c.execute("PRAGMA table_info(videos)")}
@@ -108,11 +110,14 @@ class Catalog:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30)
+            # check_same_thread off only so close() can close it; each thread uses its own.
+            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
         return conn
 
     def add_video(
@@ -270,10 +275,12 @@ class Catalog:
             return c.execute("DELETE FROM videos WHERE id=?", (video_id,)).rowcount > 0
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        """Close every thread's connection (threads that use the catalog later reopen)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
             conn.close()
-            self._local.conn = None
+        self._local = threading.local()
 
 
 def _video(row: sqlite3.Row) -> Video:

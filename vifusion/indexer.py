@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ray
 
+from vifusion._files import StorageError
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.extract.actor import start_extractors
@@ -200,6 +201,8 @@ class Indexer:
                 elif ev["event"] == "done":
                     return ev["frames"], None, False
                 elif ev["event"] == "failed":
+                    if ev.get("storage"):  # the data dir, not the video: the caller decides
+                        raise StorageError(ev["storage"], f"the data dir is {ev['storage']}: {ev['error']}")
                     return done, ev["error"], bool(ev.get("retry"))
         except ray.exceptions.RayActorError as e:  # the extractor died; Ray restarts it
             return done, f"{path.name}: extractor failed: {type(e).__name__}", True

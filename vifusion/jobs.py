@@ -16,12 +16,15 @@ from dataclasses import dataclass
 
 import ray
 
+from vifusion._files import storage_reason
 from vifusion.config import Config
 from vifusion.indexer import file_sha256
 from vifusion.runtime import Runtime
 from vifusion.sources import SourceError, download, new_media_path, url_filename
 
 log = logging.getLogger(__name__)
+_PAUSE_S = 2.0  # how long ingest waits before writing again to a data dir that refused a write
+_STORAGE_TRIES = 30  # runs of one job cut short by a full data dir before it is failed
 
 
 @dataclass
@@ -49,8 +52,9 @@ class JobRunner:
         self._lock = threading.Lock()  # guards taking a job, starting the extractors, the stats
         self._wake = threading.Condition(self._lock)
         self._stop = False
-        for job in self.catalog.jobs_in(("decoding", "indexing")):
-            self.catalog.update_job(job.id, "queued", progress=0.0, frames_indexed=0)
+        self._storage_tries: dict[str, int] = {}
+        # Jobs a crash interrupted run again; on a data dir that refuses writes they wait.
+        self._stalled = [job.id for job in self.catalog.jobs_in(("decoding", "indexing"))]
         self._threads = [
             threading.Thread(target=self._work, args=(i,), name=f"ingest-{i}", daemon=True)
             for i in range(cfg.num_extractors)
@@ -80,9 +84,14 @@ class JobRunner:
     # -- internals ---------------------------------------------------------------------
 
     def _take(self) -> tuple[str, int] | None:
-        """Claim the oldest queued job (moved to ``decoding``), waiting for one."""
+        """Claim the oldest queued job (moved to ``decoding``), waiting for one. Jobs put
+        aside (interrupted, or cut short by a full data dir) go back in the queue first; this
+        raises while the catalog cannot be written."""
         with self._wake:
             while not self._stop:
+                while self._stalled:
+                    self.catalog.update_job(self._stalled[0], "queued", progress=0.0, frames_indexed=0)
+                    self._stalled.pop(0)
                 jobs = self.catalog.jobs_in(("queued",))
                 if jobs:
                     self.catalog.update_job(jobs[0].id, "decoding")
@@ -95,14 +104,21 @@ class JobRunner:
             return self.rt.indexer
 
     def _work(self, i: int) -> None:
-        while (taken := self._take()) is not None:
+        while True:
+            try:
+                taken = self._take()
+            except Exception as e:  # the catalog cannot be written (disk full): wait, then retry
+                log.error("ingest paused: %s", e)
+                time.sleep(_PAUSE_S)
+                continue
+            if taken is None:
+                return
             job_id, video_id = taken
             t0 = time.perf_counter()
             try:
                 self._run(i, job_id, video_id)
-            except Exception as e:  # a bug fails this job, never the service
-                log.exception("job %s failed", job_id)
-                self._fail(job_id, video_id, f"internal error: {type(e).__name__}: {e}")
+            except Exception as e:  # a bug fails this job, a full disk puts it aside; never the service
+                self._failed(job_id, video_id, e)
             with self._lock:
                 self.stats.busy_s += time.perf_counter() - t0
 
@@ -135,6 +151,28 @@ class JobRunner:
                 self.stats.frames_indexed += result.frames
             else:
                 self.stats.jobs_failed += 1
+
+    def _failed(self, job_id: str, video_id: int, e: Exception) -> None:
+        reason = storage_reason(e)
+        if reason is None:
+            log.exception("job %s failed", job_id)
+            return self._record_failure(job_id, video_id, f"internal error: {type(e).__name__}: {e}")
+        # The data dir refused a write: not the video's fault. The job waits for room (a
+        # later run overwrites what this one sent: same vector ids), _STORAGE_TRIES at most.
+        log.error("job %s: the data dir is %s: %s", job_id, reason, e)
+        with self._lock:
+            tries = self._storage_tries[job_id] = self._storage_tries.get(job_id, 0) + 1
+            if tries < _STORAGE_TRIES:
+                self._stalled.append(job_id)
+        if tries >= _STORAGE_TRIES:
+            self._record_failure(job_id, video_id, f"the data dir is {reason}: {e}")
+        time.sleep(_PAUSE_S)
+
+    def _record_failure(self, job_id: str, video_id: int, error: str) -> None:
+        try:
+            self._fail(job_id, video_id, error)
+        except Exception as e:  # not even that can be written: the job runs again at the next start
+            log.error("job %s: cannot record its failure (%s): %s", job_id, error, e)
 
     def _fail(self, job_id: str, video_id: int, error: str) -> None:
         with self._lock:

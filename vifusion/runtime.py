@@ -14,6 +14,7 @@ from typing import IO
 
 import ray
 
+from vifusion._files import storage_writes
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.index import ShardSet
@@ -68,9 +69,11 @@ class Runtime:
                 log_to_driver=False,
                 logging_level=logging.ERROR,
             )
-        self.catalog = Catalog(cfg.data_dir / "catalog.db")
+        self.catalog: Catalog | None = None
         try:
-            self.shards = ShardSet(cfg)
+            with storage_writes(cfg.data_dir, "it cannot be opened"):
+                self.catalog = Catalog(cfg.data_dir / "catalog.db")
+                self.shards = ShardSet(cfg)
         except BaseException:
             self._release()
             raise
@@ -105,7 +108,8 @@ class Runtime:
         self._release()
 
     def _release(self) -> None:
-        self.catalog.close()
+        if self.catalog is not None:
+            self.catalog.close()
         if self._owns_ray:
             ray.shutdown()
         if self._lock is not None:

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from vifusion._files import StorageError, storage_writes
 from vifusion.catalog import Job, Video
 from vifusion.config import Config
 from vifusion.jobs import JobRunner
@@ -36,6 +37,9 @@ from vifusion.sources import (
 from vifusion.types import Segment
 
 MAX_OFFSET = 1000  # deepest result a cursor can reach
+
+
+__all__ = ["Ingested", "NotFound", "SearchPage", "Service", "StorageError"]
 
 
 class NotFound(LookupError):
@@ -83,10 +87,12 @@ class Service:
             raise SourceError("empty_file", "the upload is empty (0 bytes)")
         if (why := sniff(head)) is not None:
             raise SourceError("unsupported_media_type", f"{filename or 'upload'}: {why}", 415)
-        path = new_media_path(self.cfg, filename)
+        with storage_writes(self.cfg.data_dir, "the upload was not stored"):
+            path = new_media_path(self.cfg, filename)
         try:
             chunks = itertools.chain([head], iter(lambda: data.read(1 << 20), b""))
-            sha, size = save_capped(chunks, path, self.cfg.max_upload_bytes, "the upload")
+            with storage_writes(self.cfg.data_dir, "the upload was not stored"):
+                sha, size = save_capped(chunks, path, self.cfg.max_upload_bytes, "the upload")
             return self._queue(f"upload:{filename or path.name}", safe_title(title or filename, path.stem),
                                metadata, sha, size, media=path)
         except BaseException:
@@ -105,7 +111,8 @@ class Service:
         return self._queue(uri, safe_title(title or url_filename(uri), "video"), metadata, None, None)
 
     def _queue(self, source, title, metadata, sha, size, media: Path | None = None) -> Ingested:
-        video_id, job_id = self.catalog.add_video(source, title, metadata, sha256=sha, size_bytes=size, media=media)
+        with storage_writes(self.cfg.data_dir, "the video was not queued"):
+            video_id, job_id = self.catalog.add_video(source, title, metadata, sha256=sha, size_bytes=size, media=media)
         self.jobs.wake()
         return Ingested(video_id, job_id)
 
@@ -165,8 +172,9 @@ class Service:
         """Forget a video: catalog first (searches stop returning it at once), then its
         vectors, its stored media and its thumbnails."""
         video = self.video(video_id)
-        self.catalog.delete_video(video_id)
-        self.shards.delete_video(video_id)
+        with storage_writes(self.cfg.data_dir, "the video was not deleted"):
+            self.catalog.delete_video(video_id)
+            self.shards.delete_video(video_id)
         media = self.cfg.data_dir / "media"
         if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself
             shutil.rmtree(Path(video.media).parent, ignore_errors=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.media import huge_frame, tiny_frames, zero_timescale
 from vifusion import samples
 from vifusion.extract.decode import (
     DecodeError,
@@ -242,22 +243,12 @@ def _audio_only(path: Path) -> None:
         c.mux(s.encode(None))
 
 
-def _huge(path: Path) -> None:
-    """One black 9216x9216 frame: a 250 KB file whose frames would take 127 MB each."""
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=1)
-        s.width = s.height = 9216
-        s.pix_fmt, s.options = "yuv420p", {"preset": "ultrafast"}
-        frame = av.VideoFrame(9216, 9216, "yuv420p")
-        for plane in frame.planes:
-            plane.update(bytes(plane.buffer_size))
-        for packet in [*s.encode(frame), *s.encode(None)]:
-            c.mux(packet)
 
 
 BAD = {
+    "zero-fps.mp4": ("frame rate", lambda p, src: zero_timescale(src, p)),
     "text.mp4": ("not a video", lambda p, src: p.write_text("hello, this is not a video\n")),
-    "huge.mp4": ("frame size 9216x9216 is over the limit", lambda p, src: _huge(p)),
+    "huge.mp4": ("frame size 9216x9216 is over the limit", lambda p, src: huge_frame(p)),
     "empty.mp4": ("empty file", lambda p, src: p.write_bytes(b"")),
     "half.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[: src.stat().st_size // 2])),
     "header.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[:2000])),
@@ -277,6 +268,26 @@ def test_bad_input_raises_decode_error(name: str, kitchen: samples.SampleVideo, 
         with pytest.raises(DecodeError) as err:
             call()
         assert name in str(err.value) and reason in str(err.value), str(err.value)
+
+
+def test_an_extreme_frame_count_is_sampled_within_the_cap(tmp_path: Path) -> None:
+    """50,000 frames at 1000 fps: probed by packet count, sampled within max_frames, never
+    decoded into memory all at once."""
+    path = tmp_path / "many.mp4"
+    tiny_frames(path, 50_000, 1000)
+    info = probe(path)
+    assert info.num_frames == 50_000 and info.duration_s == pytest.approx(50.0)
+    frames, spans = _all(path, sample_fps=1.0, max_frames=3600)
+    assert len(frames) == len(spans) == 50 and spans[-1][2] == pytest.approx(50.0)
+    frames, spans = _all(path, sample_fps=1.0, max_frames=10)
+    assert len(frames) == 10 and spans[0][1] == 0 and spans[-1][2] == pytest.approx(50.0)
+
+
+def test_the_container_is_read_from_the_bytes_not_the_name(tmp_path: Path) -> None:
+    path = tmp_path / "really-matroska.mp4"
+    tiny_frames(path, 40, 10, container="matroska")
+    assert probe(path).num_frames == 40
+    assert len(_all(path, sample_fps=1.0, max_frames=3600)[0]) == 4
 
 
 def test_open_sampled_probes_once_and_decodes_lazily(kitchen: samples.SampleVideo) -> None:

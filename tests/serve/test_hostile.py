@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 import httpx
 from PIL import Image
 
+from tests.media import huge_frame, tiny_frames, zero_timescale
+from tests.serve.conftest import wait_ready
 from tests.serve.test_app import error
 
 
@@ -71,3 +73,31 @@ def test_a_slow_upload_holds_up_nobody_and_leaves_nothing_behind(live):
     time.sleep(1)
     after = live.client.get("/v1/videos", params={"limit": 500}).json()["videos"]
     assert [v["video_id"] for v in after] == [v["video_id"] for v in before]
+
+
+def test_hostile_media_fail_their_own_jobs_with_reasons_and_odd_but_real_video_is_indexed(live, tmp_path):
+    """Uploads that pass the quick sniff but are broken inside fail their own jobs, each
+    with its reason; a real video with an extreme frame count in an unexpected container
+    is indexed within the frame cap. The rest of the index is untouched."""
+    zero_timescale(live.videos["kitchen.mp4"].path, tmp_path / "zero-fps.mp4")
+    huge_frame(tmp_path / "huge.mp4")
+    tiny_frames(tmp_path / "many.mp4", 20_000, 1000, container="matroska")  # 20 s, an mkv named .mp4
+    reasons = {"zero-fps.mp4": "frame rate", "huge.mp4": "over the limit", "many.mp4": None}
+    jobs = {}
+    for name in reasons:
+        r = live.client.post("/v1/videos", files={"file": (name, (tmp_path / name).read_bytes(), "video/mp4")})
+        assert r.status_code == 202, r.text
+        jobs[name] = r.json()
+    for name, reason in reasons.items():
+        job = wait_ready(live.client, jobs[name]["job_id"])
+        if reason is None:
+            assert job["status"] == "ready" and job["frames_indexed"] >= 1, job
+        else:
+            assert job["status"] == "failed" and name in job["error"] and reason in job["error"], job
+    many = live.client.get(f"/v1/videos/{jobs['many.mp4']['video_id']}").json()
+    assert many["fps"] == 1000 and many["duration_s"] == 20
+    for ingested in jobs.values():
+        assert live.client.delete(f"/v1/videos/{ingested['video_id']}").status_code == 204
+    assert live.anon.get("/healthz").json()["vectors"] == live.vectors
+    r = live.client.post("/v1/search", json={"text": "a cat", "top_k": 1})
+    assert r.json()["results"][0]["video_id"] == live.ids["kitchen.mp4"]

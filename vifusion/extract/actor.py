@@ -18,6 +18,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from vifusion._files import storage_reason
 from vifusion.config import Config
 from vifusion.placement import extractor_options
 from vifusion.types import FusedBatch
@@ -74,9 +75,9 @@ class Extractor:
             yield {"event": "failed", "error": str(e)}
         except (AggregatorLost, ray.exceptions.RayActorError) as e:  # not the video's fault: worth a retry
             yield {"event": "failed", "error": f"{name}: {_reason(e)}", "retry": True}
-        except Exception as e:  # a bug or a dead shard fails this video, not the actor
+        except Exception as e:  # a bug, a dead shard or a full disk fails this video, not the actor
             self._abandon(video_id)
-            yield {"event": "failed", "error": f"{name}: {_reason(e)}"}
+            yield {"event": "failed", "error": f"{name}: {_reason(e)}", "storage": storage_reason(e)}
 
     def _abandon(self, video_id: int) -> None:
         """Drop a failed video's unsent frames and settle its sends; the driver then

@@ -34,6 +34,9 @@ MAX_FRAME_PIXELS = 8192 * 8192  # 8K video fits; a header declaring more is refu
 # Share of frames decord may replace by their predecessor (corrupt, "recovered") before it
 # raises instead: a few glitches are fine for search, half a video of duplicates is not.
 _FAULT_TOL = 0.05
+# Below one frame per 100 s the rate comes from a broken header (an mp4 time scale of 0 reads
+# as 1/4096 fps: 8 frames spread over 9 hours), not from a camera.
+_MIN_FPS = 0.01
 _STILL_IMAGE_FORMATS = ("image2", "image2pipe")  # and every "*_pipe" (png_pipe, jpeg_pipe, ...)
 
 
@@ -101,8 +104,8 @@ def _scan(path: Path) -> tuple[VideoInfo, bool]:
         stream = streams[0]
         rate = stream.average_rate or stream.guessed_rate or stream.base_rate
         fps = float(rate) if rate else 0.0
-        if not math.isfinite(fps) or fps <= 0:
-            raise _fail(path, f"not a video (frame rate {fps})")
+        if not math.isfinite(fps) or fps < _MIN_FPS:
+            raise _fail(path, f"not a video (frame rate {fps:.3g}/s; a broken header?)")
         width, height = stream.codec_context.width, stream.codec_context.height
         if width <= 0 or height <= 0:
             raise _fail(path, f"not a video (frame size {width}x{height})")
