@@ -163,7 +163,8 @@ class Replayer:
                 link = s["links"].get(0, {})
                 timeline.append({"t": time.time() - t0, "rows": s.get("rows_out", 0),
                                  "wire": s.get("wire_bytes", 0), "level": link.get("level", 0),
-                                 "batch_bytes": link.get("batch_bytes", 0), "window": link.get("window", 0)})
+                                 "batch_bytes": link.get("batch_bytes", 0), "window": link.get("window", 0),
+                                 **{k: link.get(k, 0) for k in ("min_rtt_s", "service_s", "per_message_s", "capacity")}})
                 stop.wait(poll_s)
 
         watcher = threading.Thread(target=watch, daemon=True)
@@ -290,7 +291,10 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
         row = {"features_per_s": rows / duration, "latency_p50_ms": 1000 * st["latency_p50_s"],
                "latency_p99_ms": 1000 * st["latency_p99_s"], "codec_rows": st["codec_rows"],
                "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
-               "window_p50": float(np.median([p["window"] for p in tl] or [0]))}
+               "window_p50": float(np.median([p["window"] for p in tl] or [0])),
+               # what the window is sized from (policy.py): medians over the run
+               "link_p50": {k: float(np.median([p.get(k, 0) for p in tl] or [0]))
+                            for k in ("min_rtt_s", "service_s", "per_message_s", "capacity")}}
     else:
         lat = np.array(out["latency"]) if out["latency"] else np.zeros(1)
         rows = sum(n for t, n in out["acks"] if t <= duration)
@@ -455,6 +459,7 @@ def main() -> int:
                       f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
                       f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
                       f"codecs {r['codec_rows']}" + (f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
+                                                 f"  {_link_line(r['link_p50'])}"
                                                  if "batch_kib_p50" in r else ""), flush=True)
             entry = {"policies": rows}
             if "squeeze" in link:
@@ -468,6 +473,11 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _link_line(p50: dict) -> str:
+    return (f"(min RTT {1000 * p50['min_rtt_s']:.1f} ms, service {1000 * p50['service_s']:.1f} ms, "
+            f"per message {1000 * p50['per_message_s']:.1f} ms, capacity {8 * p50['capacity'] / 1e6:.0f} Mbit/s)")
 
 
 def ratios(links: dict) -> dict:

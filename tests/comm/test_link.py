@@ -77,3 +77,29 @@ def test_idle_link_asks_for_a_probe_and_lost_messages_are_forgotten():
     mon.on_lost(token)
     assert mon.stats().in_flight_bytes == 0
     assert mon.due_probe()
+
+
+def test_min_rtt_comes_from_messages_sent_alone_and_goes_stale_under_steady_load():
+    """Messages sent back to back wait behind each other: their round trips say nothing of
+    the path. Only a message with nothing ahead of it sets min RTT; under steady load the
+    monitor asks for a drain once its last such sample is older than drain_every_s."""
+    clock = Clock()
+    mon = LinkMonitor(drain_every_s=4.0, clock=clock)
+    assert mon.stats().rtt_stale  # nothing measured yet
+    run(mon, clock, rate=12.5e6, rtt=0.010, nbytes=125_000, n=1)  # alone: 10 ms + 10 ms on the wire
+    assert mon.stats().min_rtt == pytest.approx(0.020) and not mon.stats().rtt_stale
+    # then 5 s of ten in flight, a new one sent at each ack: each waits ~100 ms behind the others
+    flight = [mon.on_send(125_000, backlog=True) for _ in range(10)]
+    clock.t += 0.010  # the first is alone on the wire: acked after 20 ms, the others 10 ms apart
+    for _ in range(500):
+        clock.t += 0.010
+        mon.on_ack(flight.pop(0))
+        flight.append(mon.on_send(125_000, backlog=True))
+    for token in flight:
+        clock.t += 0.010
+        mon.on_ack(token)
+    s = mon.stats()
+    assert s.min_rtt == pytest.approx(0.020)  # the queued round trips did not count
+    assert s.rtt_stale
+    run(mon, clock, rate=12.5e6, rtt=0.010, nbytes=125_000, n=1)  # the drain: one alone again
+    assert not mon.stats().rtt_stale

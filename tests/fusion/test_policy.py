@@ -2,10 +2,10 @@ from vifusion.comm import LinkStats
 from vifusion.fusion import FlushPolicy
 
 
-def link(rate: float, min_rtt: float, per_message_s: float) -> LinkStats:
+def link(rate: float, min_rtt: float, per_message_s: float, rtt_stale: bool = False) -> LinkStats:
     return LinkStats(delivery_rate=rate, capacity=rate, path_rate=rate, logical_rate=rate, min_rtt=min_rtt,
                      queueing_delay=0.0, backlog_age=0.0, in_flight_bytes=0, in_flight=0, acked_bytes=0,
-                     acked_messages=10, service_s=0.0, per_message_s=per_message_s)
+                     acked_messages=10, service_s=0.0, per_message_s=per_message_s, rtt_stale=rtt_stale)
 
 
 MB = 1_000_000
@@ -19,11 +19,11 @@ def test_batch_makes_the_fixed_cost_a_tenth_of_the_transfer():
     assert abs(0.002 / (plan.max_bytes / (12.5 * MB)) - 0.1) < 1e-9
 
 
-def test_window_covers_twice_the_bandwidth_delay_product_plus_one():
+def test_window_covers_one_and_a_half_bandwidth_delay_products_plus_one():
     policy = FlushPolicy(latency_target_s=1.0)
     plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
-    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB = 5 batches of 250 kB; x2 +1 so the link never idles
-    assert plan.window == 11
+    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB = 5 batches of 250 kB; x1.5 +1 so the link never idles
+    assert plan.window == 9
 
 
 def test_latency_target_bounds_the_batch_and_the_age():
@@ -48,6 +48,14 @@ def test_compressed_links_gather_more_rows_for_the_same_wire_bytes():
     assert int8.max_bytes == 4 * exact.max_bytes
 
 
-def test_unmeasured_link_gets_a_modest_start():
+def test_unmeasured_link_gets_a_modest_start_alone_on_the_link():
     plan = FlushPolicy().plan(None)
-    assert plan.max_bytes == 256 << 10 and plan.window == 4
+    assert plan.max_bytes == 64 << 10 and plan.window == 1  # a small message alone: the path's own round trip
+
+
+def test_a_stale_min_rtt_drains_the_window_to_one_message():
+    policy = FlushPolicy(latency_target_s=1.0)
+    fresh = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
+    stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002, rtt_stale=True))
+    assert fresh.window == 9 and stale.window == 1
+    assert stale.max_bytes == fresh.max_bytes  # only the window changes

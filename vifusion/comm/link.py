@@ -8,7 +8,8 @@ it spent serving the message, so the network part of a round trip is
 - **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
   ack, over that interval), kept as a windowed max; samples taken while the sender had
   nothing queued (app-limited) only ever raise it, since they show demand, not capacity;
-- **min RTT**: the smallest network round trip over a long window (the path without queues);
+- **min RTT**: the smallest network round trip over a window, from messages sent with
+  nothing ahead of them (the path without this sender's queue; see below);
 - **queueing delay**: a network round trip minus min RTT, minus the time the bytes ahead of
   it and its own bytes need at the link's recent capacity (a 1 MiB message is not "queued"
   for its own bytes); it grows when the link carries less than it did, or queues build;
@@ -23,6 +24,14 @@ it spent serving the message, so the network part of a round trip is
 
 When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
 (``due_probe``) so that min RTT stays current on an idle link.
+
+Under steady load min RTT has the opposite problem: every message waits behind the ones
+sent before it, so no sample shows the path without a queue, and a window sized from such a
+"min" keeps the queue it measured (it only grows). So min RTT counts only once a message
+has been sent with nothing of this sender's ahead of it (a *quiet* sample); when the last
+one is older than ``drain_every_s``, ``rtt_stale`` tells the sender to drain to one message
+in flight for one round trip (BBR's PROBE_RTT), which costs about a round trip of a partly
+idle link every few seconds.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class LinkStats:
     acked_messages: int
     service_s: float  # smoothed time the destination spends on a message
     per_message_s: float  # fixed cost of one message (send call + the destination's fixed part), recent min
+    rtt_stale: bool = False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
 
 
 @dataclass
@@ -84,14 +94,16 @@ class LinkMonitor:
         self,
         rate_window_s: float = 1.0,
         capacity_window_s: float = 60.0,
-        rtt_window_s: float = 30.0,
+        rtt_window_s: float = 10.0,
         probe_idle_s: float = 1.0,
+        drain_every_s: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rate_window_s = rate_window_s
         self.capacity_window_s = capacity_window_s
         self.rtt_window_s = rtt_window_s
         self.probe_idle_s = probe_idle_s
+        self.drain_every_s = drain_every_s
         self._clock = clock
         self._sent: dict[int, _Sent] = {}
         self._next = 0
@@ -100,7 +112,8 @@ class LinkMonitor:
         self._t_delivered = clock()
         self._rates: deque[tuple[float, float]] = deque()  # (t, bytes/s)
         self._logical_rates: deque[tuple[float, float]] = deque()
-        self._rtts: deque[tuple[float, float]] = deque()  # (t, network rtt)
+        self._rtts: deque[tuple[float, float]] = deque()  # (t, network rtt) of quiet samples
+        self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
         self._fixed: deque[float] = deque(maxlen=32)
         self._qdelay = 0.0
@@ -148,7 +161,9 @@ class LinkMonitor:
                 self._rates.append((now, rate))
             self._logical_rates.append((now, (self._logical - s.logical_delivered) / interval))
         rtt = max(now - s.t_send - service_s, 1e-6)
-        self._rtts.append((now, rtt))
+        if not s.ahead:  # nothing of ours ahead of it: the path's own round trip
+            self._rtts.append((now, rtt))
+            self._quiet_t = now
         self._expire(now)
         excess = rtt - self.min_rtt
         if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:
@@ -205,6 +220,7 @@ class LinkMonitor:
             acked_messages=self._acked_messages,
             service_s=self._service,
             per_message_s=self._per_message,
+            rtt_stale=self._quiet_t is None or self._clock() - self._quiet_t > self.drain_every_s,
         )
 
     def _expire(self, now: float) -> None:

@@ -10,8 +10,9 @@ on decoding and embedding (communication overlaps computation).
 
 A video is finished (``finish``) once every row of it is acknowledged by its shard, that
 is, in the shard's write-ahead log. ``submit`` blocks while a destination's buffer holds
-a full batch: extractors slow down to what the link carries instead of filling memory, and
-what waits is at most one batch plus a window in flight (the latency under load).
+a full batch, before and after adding its rows: extractors slow down to what the link
+carries instead of filling memory, and rows handed over wait behind at most one batch plus
+a window in flight (the latency under load).
 
 PQ and sparse codecs need tables trained from real rows: given none, the aggregator loads
 the newest ones under ``data_dir/codec`` or trains them, in the background, once
@@ -90,7 +91,7 @@ class Aggregator:
                urgent: bool = False) -> str:
         """Hand over rows bound for shard ``shard_no``, each video's in stream order
         (``extracted``: wall-clock time they were embedded). Blocks while that shard's buffer
-        holds a full batch. ``urgent`` (the query path): send without waiting for a
+        holds a full batch, and returns once it holds less than one again. ``urgent`` (the query path): send without waiting for a
         batch to fill. Returns this aggregator's instance id: Ray restarts a dead aggregator
         empty, so a caller that sees the id change knows rows it handed over are lost."""
         batch.check()
@@ -110,6 +111,10 @@ class Aggregator:
                 self._route(self._close_runs(videos), now, extracted)
                 self._urgent.add(shard_no)
             self._cond.notify_all()
+            # Return once (nearly) all of it has left for the link: the caller's next rows are
+            # made while these travel, not while they wait here (their wait is latency).
+            while not self._stopped and buf.nbytes >= self._plan(shard_no).max_bytes:
+                self._cond.wait(0.1)
         return self.instance
 
     def finish(self, video_id: int) -> tuple[int, str]:
@@ -302,7 +307,8 @@ class Aggregator:
         s = self._transport.stats(dest)
         level, codec = self._transport.codec(dest)
         self._links[dest] = {
-            "delivery_rate": s.delivery_rate, "path_rate": s.path_rate, "min_rtt_s": s.min_rtt,
+            "delivery_rate": s.delivery_rate, "capacity": s.capacity, "path_rate": s.path_rate, "min_rtt_s": s.min_rtt,
+            "service_s": s.service_s, "per_message_s": s.per_message_s,
             "queueing_delay_s": s.queueing_delay, "backlog_age_s": s.backlog_age, "in_flight": s.in_flight,
             "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
             "history": self._transport.history(dest),

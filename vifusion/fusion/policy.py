@@ -6,11 +6,16 @@ it, and how many transfers may be in flight, per destination, from the link's st
   delivery rate; but no more than a quarter of the latency target's worth of the link, and
   within [``min_bytes``, ``max_bytes``].
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
-- **window**: twice the bandwidth-delay product (capacity x (min RTT + the receiver's
-  service time per message + the fixed per-message cost)) in messages of B, plus one: sized
-  from the capacity, not from what the window itself let through, so it cannot talk itself
-  down (BBR's gain of 2), and bounded, so queues do not grow without bound; within
+- **window**: 1.5 bandwidth-delay products (capacity x (min RTT + the receiver's service
+  time per message + the fixed per-message cost)) in messages of B, plus one: sized from
+  the capacity, not from what the window itself let through, so it cannot talk itself down
+  (BBR uses a gain of 2; acknowledgements here come one per message, so less slack keeps
+  the link busy and the queue, which is latency, shorter), and bounded; within
   [``min_window``, ``max_window``].
+
+While the link's min RTT is stale (``LinkStats.rtt_stale``: no message has gone out alone
+for a while) the window is one message: the queue drains and the next message measures
+the path itself. The first message on a link goes out that way too.
 
 B is counted in the bytes that cross the link: when the link carries compressed data, a
 batch gathers more rows for the same B (``wire_ratio``).
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 
 from vifusion.comm.link import LinkStats
 
-_GAIN = 2.0
+_GAIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,13 @@ class FlushPolicy:
         """The plan for a link; ``wire_ratio`` = wire bytes / uncompressed bytes now."""
         age = self.latency_target_s / 4
         rate = link.delivery_rate if link else 0.0
-        if not rate:  # nothing measured yet: a modest batch, a small window
-            return FlushPlan(max(self.min_bytes, 256 << 10), age, max(self.min_window, 4))
+        if not rate:  # nothing measured yet: a modest batch, alone on the link
+            return FlushPlan(self.min_bytes, age, 1)
         wire = link.per_message_s * rate / self.overhead_share
         wire = min(wire, rate * self.latency_target_s / 4)
         wire = min(max(wire, self.min_bytes), self.max_bytes)
         bdp = max(link.capacity, rate) * (link.min_rtt + link.service_s + link.per_message_s)
         window = min(max(math.ceil(_GAIN * bdp / wire) + 1, self.min_window), self.max_window)
+        if link.rtt_stale:
+            window = 1
         return FlushPlan(int(wire / wire_ratio), age, window)
