@@ -94,7 +94,7 @@ class LinkMonitor:
         self,
         rate_window_s: float = 1.0,
         capacity_window_s: float = 60.0,
-        rtt_window_s: float = 10.0,
+        rtt_window_s: float = 30.0,
         probe_idle_s: float = 1.0,
         drain_every_s: float = 4.0,
         clock: Callable[[], float] = time.monotonic,

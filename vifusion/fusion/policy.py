@@ -11,7 +11,8 @@ it, and how many transfers may be in flight, per destination, from the link's st
   the capacity, not from what the window itself let through, so it cannot talk itself down
   (BBR uses a gain of 2; acknowledgements here come one per message, so less slack keeps
   the link busy and the queue, which is latency, shorter), and bounded; within
-  [``min_window``, ``max_window``].
+  [``min_window``, ``max_window``]. The least, 3, keeps a CPU-bound pipeline busy: one
+  message being sent, one on the wire, one at the receiver.
 
 While the link's min RTT is stale (``LinkStats.rtt_stale``: no message has gone out alone
 for a while) the window is one message: the queue drains and the next message measures
@@ -46,7 +47,7 @@ class FlushPolicy:
         overhead_share: float = 0.1,
         min_bytes: int = 64 << 10,
         max_bytes: int = 8 << 20,
-        min_window: int = 2,
+        min_window: int = 3,
         max_window: int = 64,
     ) -> None:
         self.latency_target_s = latency_target_s
