@@ -81,6 +81,22 @@ def test_holds_while_congested_then_steps_back_one_level_at_a_time():
     assert all(b - a >= 0.75 for a, b in itertools.pairwise(times))
 
 
+def test_a_link_delivering_its_capacity_is_not_squeezed_whatever_an_old_path_sample_says():
+    """Path samples come from messages sent alone, which a busy sender seldom sends: after
+    the link recovers, the last one may be from the squeeze. Delivering the line rate in
+    int8 says otherwise, and the policy steps back."""
+    clock = Clock()
+    policy = CodecPolicy(LADDER, calm_s=0.75, clock=clock)
+    feed(policy, clock, link(1.25 * MB, qdelay=0.2), 3)
+    assert policy.level > 0
+    stale_path = replace(link(12.5 * MB), path_rate=1.25 * MB)
+    assert feed(policy, clock, stale_path, 40, dt=0.25) == 0
+    still_squeezed = replace(link(1.25 * MB), path_rate=1.25 * MB)
+    feed(policy, clock, link(1.25 * MB, qdelay=0.2), 3)
+    top = policy.level
+    assert feed(policy, clock, still_squeezed, 40, dt=0.25) == top
+
+
 def test_no_compression_when_encoding_costs_more_than_it_saves():
     clock = Clock()
     policy = CodecPolicy(LADDER, clock=clock)

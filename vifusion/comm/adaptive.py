@@ -12,7 +12,8 @@ straight to the least lossy codec whose bytes fit: the rows per second the link 
 uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of the
 path rate now, and only where encoding a row costs less time than it saves on the wire.
 After ``calm_s`` without congestion, and without the path rate (measured even while the
-compressed data fits) below ``drop`` of the capacity, it steps back one level, and again
+compressed data fits) and the delivery rate both below ``drop`` of the capacity, it steps
+back one level, and again
 after each further ``calm_s``; if the link is still squeezed, congestion returns and the
 policy escalates again.
 """
@@ -77,8 +78,12 @@ class CodecPolicy:
 
     def squeezed(self, link: LinkStats) -> bool:
         """The path measured now is well under the link's capacity: no time to step back, even
-        while the compressed data fits."""
-        return bool(link.path_rate and link.capacity and link.path_rate < self.drop * link.capacity)
+        while the compressed data fits. A link that delivers over ``drop`` of its capacity is
+        not squeezed whatever an older path sample says (they come only from messages sent
+        alone, which a busy sender seldom sends)."""
+        if not (link.path_rate and link.capacity):
+            return False
+        return link.path_rate < self.drop * link.capacity and link.delivery_rate < self.drop * link.capacity
 
     def update(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
         """Take one sample (call it once per acknowledgement); returns the level to use."""
