@@ -59,3 +59,11 @@ def test_a_stale_min_rtt_drains_the_window_to_one_message():
     stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002, rtt_stale=True))
     assert fresh.window == 9 and stale.window == 1
     assert stale.max_bytes == fresh.max_bytes  # only the window changes
+
+
+def test_a_batch_just_past_the_inline_limit_is_cut_to_ride_inline():
+    policy = FlushPolicy(latency_target_s=1.0, inline_bytes=96 << 10)
+    just_past = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.0009))  # 112.5 kB
+    assert just_past.max_bytes == (96 << 10) - (4 << 10)
+    well_past = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.002))  # 250 kB: worth the store
+    assert well_past.max_bytes == 250_000

@@ -4,7 +4,9 @@ it, and how many transfers may be in flight, per destination, from the link's st
 - **B (bytes)**: enough that the fixed cost of a message (the send call and the receiver's
   per-message work, measured) is under ``overhead_share`` of its transfer time at the
   delivery rate; but no more than a quarter of the latency target's worth of the link, and
-  within [``min_bytes``, ``max_bytes``].
+  within [``min_bytes``, ``max_bytes``]. A B just past the size a message can ride inline
+  in the actor call (``inline_bytes``, up to twice it) is cut to fit: the object store's
+  extra round trips cost more than a few more KiB per message save.
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
 - **window**: 1.5 bandwidth-delay products (capacity x (min RTT + the receiver's service
   time per message + the fixed per-message cost)) in messages of B, plus one: sized from
@@ -28,8 +30,10 @@ import math
 from dataclasses import dataclass
 
 from vifusion.comm.link import LinkStats
+from vifusion.comm.transport import INLINE_BYTES
 
 _GAIN = 1.5
+_HEADROOM = 4 << 10  # a batch's ids and times ride with its features
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class FlushPolicy:
         max_bytes: int = 8 << 20,
         min_window: int = 3,
         max_window: int = 64,
+        inline_bytes: int = INLINE_BYTES,
     ) -> None:
         self.latency_target_s = latency_target_s
         self.overhead_share = overhead_share
@@ -56,6 +61,7 @@ class FlushPolicy:
         self.max_bytes = max_bytes
         self.min_window = min_window
         self.max_window = max_window
+        self.inline_bytes = inline_bytes
 
     def plan(self, link: LinkStats | None, wire_ratio: float = 1.0) -> FlushPlan:
         """The plan for a link; ``wire_ratio`` = wire bytes / uncompressed bytes now."""
@@ -66,6 +72,8 @@ class FlushPolicy:
         wire = link.per_message_s * rate / self.overhead_share
         wire = min(wire, rate * self.latency_target_s / 4)
         wire = min(max(wire, self.min_bytes), self.max_bytes)
+        if self.inline_bytes < wire < 2 * self.inline_bytes:
+            wire = self.inline_bytes - _HEADROOM
         bdp = max(link.capacity, rate) * (link.min_rtt + link.service_s + link.per_message_s)
         window = min(max(math.ceil(_GAIN * bdp / wire) + 1, self.min_window), self.max_window)
         if link.rtt_stale:
