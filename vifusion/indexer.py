@@ -21,7 +21,7 @@ from pathlib import Path
 
 import ray
 
-from vifusion._files import StorageError
+from vifusion._files import StorageError, storage_reason
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.extract.actor import start_extractors
@@ -191,12 +191,13 @@ class Indexer:
             for ref in events:
                 ev = ray.get(ref)
                 if ev["event"] == "probed":
-                    self.catalog.set_video_info(video_id, ev["duration_s"], ev["fps"], ev["width"], ev["height"])
+                    self._note(self.catalog.set_video_info, video_id, ev["duration_s"], ev["fps"], ev["width"],
+                               ev["height"])
                     on_progress(Progress(str(path), 0, ev["frames_total"]))
                 elif ev["event"] == "progress":
                     done = ev["frames_done"]
                     progress = done / max(ev["frames_total"], 1)
-                    self.catalog.update_job(job_id, "indexing", progress=progress, frames_indexed=done)
+                    self._note(self.catalog.update_job, job_id, "indexing", progress=progress, frames_indexed=done)
                     on_progress(Progress(str(path), done, ev["frames_total"]))
                 elif ev["event"] == "done":
                     return ev["frames"], None, False
@@ -209,6 +210,18 @@ class Indexer:
         except ray.exceptions.RayError as e:
             return done, f"{path.name}: extractor failed: {type(e).__name__}", False
         return done, f"{path.name}: the extractor ended without a result", True
+
+    @staticmethod
+    def _note(write: Callable[..., object], *args: object, **kwargs: object) -> None:
+        """A progress write to the catalog. A full data dir does not stop the video midway
+        (the extractor would go on sending rows of it that nobody waits for): the stream is
+        read to its end, and the job's last write says whether it stuck."""
+        try:
+            write(*args, **kwargs)
+        except Exception as e:
+            if storage_reason(e) is None:
+                raise
+            log.warning("progress not recorded: %s", e)
 
     def close(self) -> None:
         for actor in [*self.extractors, *self.aggregators.values()]:

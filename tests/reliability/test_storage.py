@@ -86,7 +86,8 @@ def test_a_full_data_dir_refuses_writes_clearly_loses_nothing_and_resumes_when_f
         assert svc.catalog.get_job(street_job).status != "ready"
 
         filler.unlink()
-        assert wait_status(svc.catalog, street_job) == "ready"  # resumed without a restart, each frame once
+        status = wait_status(svc.catalog, street_job)  # resumed without a restart, each frame once
+        assert status == "ready", svc.catalog.get_job(street_job).error
         assert svc.health()["vectors"] == 24
         launch = svc.ingest_uri(videos["launch.mp4"].path.as_uri())
         assert wait_status(svc.catalog, launch.job_id) == "ready"

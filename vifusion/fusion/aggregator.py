@@ -36,6 +36,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from vifusion._files import StorageError, storage_reason
 from vifusion.comm.codec import Ladder, SharedTables, recall_at_k
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
@@ -66,7 +67,7 @@ class Aggregator:
         self._urgent: set[int] = set()
         self._dest: dict[int, int] = {}  # video -> shard
         self._pending: Counter[int] = Counter()  # video -> rows handed to a buffer, not yet acknowledged
-        self._failed: dict[int, str] = {}
+        self._failed: dict[int, Exception] = {}  # video -> what finish() raises
         self._sent: Counter[int] = Counter()  # video -> rows acknowledged
         self._counts: Counter[str] = Counter()
         self._codec_rows: Counter[str] = Counter()
@@ -133,7 +134,7 @@ class Aggregator:
             self._pending.pop(video_id, None)
             error = self._failed.pop(video_id, None)
         if error is not None:
-            raise RuntimeError(error)
+            raise error
         return sent, self.instance
 
     def abandon(self, video_id: int) -> None:
@@ -233,7 +234,7 @@ class Aggregator:
                 with self._cond:
                     for v, n in self._pending.items():
                         if n:
-                            self._failed.setdefault(v, f"aggregator failed: {type(e).__name__}: {e}")
+                            self._failed.setdefault(v, RuntimeError(f"aggregator failed: {type(e).__name__}: {e}"))
                     self._cond.notify_all()
 
     def _pump_once(self) -> None:
@@ -290,7 +291,7 @@ class Aggregator:
                 for v, n in zip(videos.tolist(), counts.tolist(), strict=True):
                     self._pending[v] -= n
                     if d.error is not None:
-                        self._failed.setdefault(v, f"sending to shard {d.dest} failed: {type(d.error).__name__}: {d.error}")
+                        self._failed.setdefault(v, _send_failed(d))
                     else:
                         self._sent[v] += n
                 if d.error is None:
@@ -313,6 +314,14 @@ class Aggregator:
             "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
             "history": self._transport.history(dest),
         }
+
+
+def _send_failed(d: Delivery) -> Exception:
+    """What ``finish`` raises for rows a shard did not take: a StorageError where the shard's
+    disk refused them (the driver then waits for room instead of failing the video)."""
+    message = f"sending to shard {d.dest} failed: {type(d.error).__name__}: {d.error}"
+    reason = storage_reason(d.error)
+    return StorageError(reason, message) if reason else RuntimeError(message)
 
 
 class _Ring:
