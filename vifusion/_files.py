@@ -23,6 +23,9 @@ class StorageError(OSError):
         super().__init__(message)
         self.reason = reason
 
+    def __reduce__(self):  # it crosses Ray actors: rebuild it from both arguments
+        return type(self), (self.reason, str(self))
+
 
 def fsync_dir(directory: Path) -> None:
     """Make a rename or unlink in ``directory`` durable."""

@@ -117,6 +117,7 @@ class JobRunner:
             t0 = time.perf_counter()
             try:
                 self._run(i, job_id, video_id)
+                self._storage_tries.pop(job_id, None)
             except Exception as e:  # a bug fails this job, a full disk puts it aside; never the service
                 self._failed(job_id, video_id, e)
             with self._lock:
