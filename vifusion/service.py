@@ -174,6 +174,9 @@ class Service:
         video = self.video(video_id)
         with storage_writes(self.cfg.data_dir, "the video was not deleted"):
             self.catalog.delete_video(video_id)
+        # Searches no longer return it; vectors a full shard could not drop are orphans that
+        # `vifusion check --repair` removes.
+        with storage_writes(self.cfg.data_dir, "the video is deleted, but its vectors stay until `vifusion check --repair`"):
             self.shards.delete_video(video_id)
         media = self.cfg.data_dir / "media"
         if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself

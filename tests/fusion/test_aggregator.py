@@ -1,12 +1,15 @@
 """The node aggregator as a real Ray actor in front of real shard replicas."""
 
+import errno
 import threading
+import time
 
 import numpy as np
 import pytest
 import ray
 
 from tests.fusion._frames import frames, join, rows
+from vifusion._files import StorageError
 from vifusion.config import Config
 from vifusion.fusion import Aggregator
 from vifusion.index.replica import ShardReplica
@@ -92,3 +95,38 @@ def test_with_fusion_off_every_frame_is_its_own_message(tmp_path, shards):
     assert ray.get(agg.finish.remote(50))[0] == 6
     stats = ray.get(agg.stats.remote())
     assert stats["batches"] == stats["rows_out"] == 6
+
+
+class _RefusesOneWrite(ShardReplica):
+    """A real shard whose disk refuses the first write of frame 1 while the first write of
+    frame 0 is slow (a failure that arrives with another send of the video in flight); the
+    write of frame 2 is slower still."""
+
+    seen: set
+
+    def receive(self, wire):
+        self.seen = getattr(self, "seen", set())
+        for frame in {int(i) & ((1 << 24) - 1) for i in wire.ids}:
+            first = frame not in self.seen
+            self.seen.add(frame)
+            if frame == 0 and first:
+                time.sleep(1.0)
+            if frame == 1 and first:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            if frame == 2:
+                time.sleep(2.0)
+        return super().receive(wire)
+
+
+def test_a_late_ack_after_a_failed_send_does_not_count_for_the_next_run(ray_session, tmp_path):
+    shard = ray.remote(_RefusesOneWrite).options(max_concurrency=4).remote(0, tmp_path / "s0", Config(), [])
+    agg = aggregator(tmp_path, [shard], fusion=False)  # one message per frame: both in flight at once
+    ray.get(agg.submit.remote(0, frames(60, 2)))
+    with pytest.raises(StorageError):  # the driver waits for room instead of failing the video
+        ray.get(agg.finish.remote(60))
+    ray.get(agg.abandon.remote(60), timeout=30)  # waits for frame 0's slow acknowledgement
+    ray.get(agg.submit.remote(0, frames(60, 3)))  # the video's next run
+    assert ray.get(agg.finish.remote(60), timeout=30)[0] == 3
+    # finish returned once every row was acknowledged, the slow frame 2 too
+    assert len(ray.get(shard.frames.remote("visual", 60, 0, 100))[0]) == 3
+    ray.kill(shard)

@@ -130,10 +130,13 @@ class Aggregator:
             while self._pending[video_id] and video_id not in self._failed:
                 self._cond.wait(0.5)
             sent = self._sent.pop(video_id, 0)
-            self._dest.pop(video_id, None)
-            self._pending.pop(video_id, None)
             error = self._failed.pop(video_id, None)
+            if error is None:
+                self._dest.pop(video_id, None)
+                self._pending.pop(video_id, None)
         if error is not None:
+            # Its rows still waiting or in flight stay counted: abandon() waits for them, so
+            # a late acknowledgement cannot count against the video's next run.
             raise error
         return sent, self.instance
 
