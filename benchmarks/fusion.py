@@ -71,6 +71,7 @@ from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 D = VISUAL_DIM + SEMANTIC_DIM
 CHUNK = 64  # rows produced at a time
+_SIZED_FROM = ("min_rtt_s", "service_s", "per_message_s", "capacity")  # what (4)'s window comes from
 K = 10
 FRAMES_PER_SOURCE = 128  # real videos in the cache: 32 s at 4 frames/s
 
@@ -164,7 +165,7 @@ class Replayer:
                 timeline.append({"t": time.time() - t0, "rows": s.get("rows_out", 0),
                                  "wire": s.get("wire_bytes", 0), "level": link.get("level", 0),
                                  "batch_bytes": link.get("batch_bytes", 0), "window": link.get("window", 0),
-                                 **{k: link.get(k, 0) for k in ("min_rtt_s", "service_s", "per_message_s", "capacity")}})
+                                 **{k: link.get(k, 0) for k in _SIZED_FROM}})
                 stop.wait(poll_s)
 
         watcher = threading.Thread(target=watch, daemon=True)
@@ -294,7 +295,7 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
                "window_p50": float(np.median([p["window"] for p in tl] or [0])),
                # what the window is sized from (policy.py): medians over the run
                "link_p50": {k: float(np.median([p.get(k, 0) for p in tl] or [0]))
-                            for k in ("min_rtt_s", "service_s", "per_message_s", "capacity")}}
+                            for k in _SIZED_FROM}}
     else:
         lat = np.array(out["latency"]) if out["latency"] else np.zeros(1)
         rows = sum(n for t, n in out["acks"] if t <= duration)

@@ -101,8 +101,7 @@ class Aggregator:
         videos = set(np.unique(video_of(batch.ids)).tolist())
         with self._cond:
             buf = self._buffers.setdefault(shard_no, FusionBuffer())
-            while not self._stopped and buf.nbytes >= self._plan(shard_no).max_bytes:
-                self._cond.wait(0.1)
+            self._wait_below_a_batch(shard_no, buf)
             for v in videos:
                 self._dest[v] = shard_no
             self._keep_for_training(batch)
@@ -114,8 +113,7 @@ class Aggregator:
             self._cond.notify_all()
             # Return once (nearly) all of it has left for the link: the caller's next rows are
             # made while these travel, not while they wait here (their wait is latency).
-            while not self._stopped and buf.nbytes >= self._plan(shard_no).max_bytes:
-                self._cond.wait(0.1)
+            self._wait_below_a_batch(shard_no, buf)
         return self.instance
 
     def finish(self, video_id: int) -> tuple[int, str]:
@@ -176,6 +174,11 @@ class Aggregator:
             self._cond.notify_all()
 
     # -- under the lock ----------------------------------------------------------------
+
+    def _wait_below_a_batch(self, shard_no: int, buf: FusionBuffer) -> None:
+        """Hold the calling extractor (``self._cond`` held) while ``buf`` holds a full batch."""
+        while not self._stopped and buf.nbytes >= self._plan(shard_no).max_bytes:
+            self._cond.wait(0.1)
 
     def _plan(self, dest: int) -> FlushPlan:
         return self._plans.get(dest) or self._plan_for(None)
