@@ -79,6 +79,7 @@ def main() -> int:
     from _common import machine
 
     from deploy.netbed import NetBed, available
+    from vifusion.runtime import RAY_TUNED
     from vifusion.samples import write_video
 
     if (reason := available()) is not None:
@@ -91,7 +92,7 @@ def main() -> int:
                               scene_s=scene_s).path for i in range(count)]
         res = {}
         with NetBed(hosts=3, rate="100mbit", delay_ms=5) as bed:
-            address = bed.start_ray(num_cpus=2, resources=[{}, {"shard": 1}, {"extract": 1}])
+            address = bed.start_ray(num_cpus=2, resources=[{}, {"shard": 1}, {"extract": 1}], env=RAY_TUNED)
             for mode in MODES:
                 spec = {"address": address, "videos": [str(v) for v in videos], "work": str(work),
                         "mode": mode, "sample_fps": fps}

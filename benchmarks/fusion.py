@@ -67,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vifusion.fusion.buffer import FRAME_BYTES
+from vifusion.runtime import RAY_TUNED
 from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 D = VISUAL_DIM + SEMANTIC_DIM
@@ -390,7 +391,7 @@ def run_link(name: str, link: dict, policies: list[str], duration: float, files:
     from deploy.netbed import NetBed
 
     with NetBed(hosts=2, rate=link["rate"], delay_ms=link["delay_ms"]) as bed:
-        address = bed.start_ray(num_cpus=2)
+        address = bed.start_ray(num_cpus=2, env=RAY_TUNED)  # as ViFusion runs Ray
         spec = {**files, "address": address, "policies": policies, "duration": duration, "rate": link["rate"],
                 "dev": bed.link_device, "squeeze": link.get("squeeze")}
         if "squeeze" in link:

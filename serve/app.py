@@ -54,6 +54,7 @@ from serve.schema import (
     VideoOut,
 )
 from vifusion.config import Config
+from vifusion.runtime import tune_ray
 
 STATIC = Path(__file__).parent / "static"
 # Ray Serve's throughput settings (Config.serve_tuned), measured by benchmarks/serve_load.py on
@@ -514,9 +515,10 @@ def run(cfg: Config, host: str, port: int) -> int:
 
     import ray
 
+    if cfg.ray_address is None:
+        tune_ray()  # read by the Ray started just below and inherited by its workers
     if cfg.serve_tuned and cfg.ray_address is None:
-        # Read by the Ray started just below and inherited by its workers (see SERVE_TUNED).
-        for name, value in SERVE_TUNED.items():
+        for name, value in SERVE_TUNED.items():  # the same way (see SERVE_TUNED)
             os.environ.setdefault(name, value)
     ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)

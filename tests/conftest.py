@@ -16,9 +16,11 @@ def ray_session():
     if not ray.is_initialized():
         # Serve as `vifusion serve` runs it (cfg.serve_tuned): the serve tests go through HAProxy.
         from serve.app import SERVE_TUNED
+        from vifusion.runtime import tune_ray
 
         for name, value in SERVE_TUNED.items():
             os.environ.setdefault(name, value)
+        tune_ray()  # as every ViFusion Ray runs
         # Logical CPUs, not cores: room for an extractor, the serve replica and test actors.
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray

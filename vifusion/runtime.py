@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import io
 import logging
+import os
 import time
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +19,22 @@ from vifusion._files import storage_writes
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.index import ShardSet
+
+
+# Settings of every Ray that runs ViFusion, as environment variables of its processes: a
+# Ray started here inherits them, `ray up` clusters export them (deploy/cluster*.yaml).
+# Arguments up to 1 MiB ride inline in the actor call instead of going through the object
+# store. Extractors hand the node aggregator 16 frames or more (over 100 KiB, Ray's default
+# limit) at a time; through the object store each hand-over costs the two workers and the
+# raylet more than twice the CPU (benchmarks/handoff.py). The transport still puts messages
+# to other nodes past its own INLINE_BYTES in the object store (comm/transport.py).
+RAY_TUNED = {"RAY_max_direct_call_object_size": str(1 << 20)}
+
+
+def tune_ray() -> None:
+    """Set ``RAY_TUNED`` for a Ray this process is about to start (values set already win)."""
+    for name, value in RAY_TUNED.items():
+        os.environ.setdefault(name, value)
 
 
 class DataDirBusy(RuntimeError):
@@ -63,6 +80,8 @@ class Runtime:
                 cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
+            if cfg.ray_address is None:
+                tune_ray()
             ray.init(
                 address=cfg.ray_address,
                 include_dashboard=False,

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from deploy.netbed import DASHBOARD_PORT, NetBed, available
+from vifusion.runtime import RAY_TUNED
 from vifusion.samples import write_demo_set
 
 pytestmark = pytest.mark.netbed
@@ -84,7 +85,7 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
     # for the single-node tests (serve/app.py SERVE_TUNED).
     serve_env = {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1"}
     address = bed.start_ray(num_cpus=2, resources=[{}, {"shard": 1}, {"extract": 1}], dashboard=True,
-                            object_store_memory=192 << 20, env=serve_env)
+                            object_store_memory=192 << 20, env={**serve_env, **RAY_TUNED})
     head, shards, extract = (h.ip for h in bed.hosts)
     videos = {v.name: v for v in write_demo_set(tmp_path / "videos")}
     data = tmp_path / "data"

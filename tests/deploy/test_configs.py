@@ -22,6 +22,7 @@ from click import ClickException
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 from deploy import serve_config as sc
+from vifusion.runtime import RAY_TUNED
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -166,6 +167,7 @@ def test_head_start_token_auth_private_dashboard_autoscaler(name, tmp_path):
     start = ray_start(raw(name)["head_start_ray_commands"], tmp_path)
     assert "--head" in start.args
     assert start.env["RAY_AUTH_MODE"] == "token"
+    assert RAY_TUNED.items() <= start.env.items()  # as a local ViFusion Ray runs
     assert not set(TUNED) & set(start.env)  # Serve's default ingress on clusters
     # The node's first (private) address, never all interfaces.
     assert start.flag("dashboard-host") == PRIVATE_IP
@@ -177,6 +179,7 @@ def test_worker_start_token_auth_joins_head(name, tmp_path):
     start = ray_start(raw(name)["worker_start_ray_commands"], tmp_path)
     assert start.flag("address") == f"{HEAD_IP}:6379"
     assert start.env["RAY_AUTH_MODE"] == "token"
+    assert RAY_TUNED.items() <= start.env.items()  # as a local ViFusion Ray runs
     assert not set(TUNED) & set(start.env)  # Serve's default ingress on clusters
 
 

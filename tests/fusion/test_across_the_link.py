@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from deploy.netbed import NetBed, available
+from vifusion.runtime import RAY_TUNED
 
 pytestmark = pytest.mark.netbed
 
@@ -56,7 +57,7 @@ def test_every_feature_crosses_the_shaped_link_exactly_once(tmp_path):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     with NetBed(hosts=2, rate="20mbit", delay_ms=5) as bed:
-        address = bed.start_ray(num_cpus=1)
+        address = bed.start_ray(num_cpus=1, env=RAY_TUNED)
         rx = bed.rx_bytes(1)
         proc = bed.exec(0, [sys.executable, str(driver), address, str(ROOT)],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

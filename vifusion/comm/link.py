@@ -54,6 +54,41 @@ def _high(samples: list[float]) -> float:
     return samples[min(len(samples) - 1, int(0.8 * len(samples)))] if len(samples) >= 5 else samples[-1]
 
 
+class _Samples:
+    """Timestamped rate samples over a window, with their ``_high`` kept until they change:
+    the sender reads a link's statistics several times per message, and at 1 Gbit a
+    minute's window holds thousands of samples (sorting them each time cost a tenth of a
+    core)."""
+
+    def __init__(self) -> None:
+        self._q: deque[tuple[float, float]] = deque()  # (t, bytes/s), oldest first
+        self._high: float | None = None
+
+    def append(self, t: float, rate: float) -> None:
+        self._q.append((t, rate))
+        self._high = None
+
+    def expire(self, now: float, window: float) -> None:
+        # Keep the newest sample even when old: a quiet link still has its last measure.
+        while len(self._q) > 1 and now - self._q[0][0] > window:
+            self._q.popleft()
+            self._high = None
+
+    def high(self) -> float:
+        if self._high is None:
+            self._high = _high([r for _, r in self._q])
+        return self._high
+
+    def recent_high(self, now: float, window: float) -> float:
+        """``_high`` of the samples of the last ``window`` seconds (read from the newest end)."""
+        recent = []
+        for t, r in reversed(self._q):
+            if now - t > window:
+                break
+            recent.append(r)
+        return _high(recent)
+
+
 @dataclass(frozen=True)
 class LinkStats:
     """One snapshot of a link; rates in bytes/s, times in seconds."""
@@ -110,8 +145,8 @@ class LinkMonitor:
         self._delivered = 0
         self._logical = 0
         self._t_delivered = clock()
-        self._rates: deque[tuple[float, float]] = deque()  # (t, bytes/s)
-        self._logical_rates: deque[tuple[float, float]] = deque()
+        self._rates = _Samples()
+        self._logical_rates = _Samples()
         self._rtts: deque[tuple[float, float]] = deque()  # (t, network rtt) of quiet samples
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
@@ -158,8 +193,8 @@ class LinkMonitor:
         if interval > 0:
             rate = (self._delivered - s.delivered) / interval
             if not s.app_limited or rate > self.delivery_rate:
-                self._rates.append((now, rate))
-            self._logical_rates.append((now, (self._logical - s.logical_delivered) / interval))
+                self._rates.append(now, rate)
+            self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
         rtt = max(now - s.t_send - service_s, 1e-6)
         if not s.ahead:  # nothing of ours ahead of it: the path's own round trip
             self._rtts.append((now, rtt))
@@ -193,12 +228,11 @@ class LinkMonitor:
 
     @property
     def delivery_rate(self) -> float:
-        now = self._clock()
-        return _high([r for t, r in self._rates if now - t <= self.rate_window_s])
+        return self._rates.recent_high(self._clock(), self.rate_window_s)
 
     @property
     def capacity(self) -> float:
-        return _high([r for _, r in self._rates])
+        return self._rates.high()
 
     @property
     def min_rtt(self) -> float:
@@ -210,7 +244,7 @@ class LinkMonitor:
             delivery_rate=self.delivery_rate,
             capacity=self.capacity,
             path_rate=sorted(self._path)[len(self._path) // 2] if self._path else 0.0,
-            logical_rate=_high([r for _, r in self._logical_rates]),
+            logical_rate=self._logical_rates.high(),
             min_rtt=self.min_rtt,
             queueing_delay=self._qdelay,
             backlog_age=self._backlog_age,
@@ -224,8 +258,7 @@ class LinkMonitor:
         )
 
     def _expire(self, now: float) -> None:
-        for window, samples in ((self.capacity_window_s, self._rates), (self.capacity_window_s, self._logical_rates),
-                                (self.rtt_window_s, self._rtts)):
-            # Keep the newest sample even when old: a quiet link still has its last measure.
-            while len(samples) > 1 and now - samples[0][0] > window:
-                samples.popleft()
+        self._rates.expire(now, self.capacity_window_s)
+        self._logical_rates.expire(now, self.capacity_window_s)
+        while len(self._rtts) > 1 and now - self._rtts[0][0] > self.rtt_window_s:
+            self._rtts.popleft()

@@ -1,0 +1,145 @@
+"""An extractor's hand-over to its node aggregator: frames passed to another actor on the
+same node, through the object store (Ray's default for arguments over 100 KiB) against
+inline in the call (``vifusion.runtime.RAY_TUNED``, up to 1 MiB).
+
+Each variant runs in a Ray of its own (the limit is set when Ray starts), on the same work:
+an actor hands another one ``FusedBatch``es of 16, 64 and 256 frames (real row size, 6.6 KB
+a frame), one hand-over in flight as the extractor does (it waits for the last one before
+sending the next). Printed per size: hand-overs/s, frames/s, and CPU per 1000 frames of the
+sender, the receiver and the raylet (the object store), from /proc.
+
+Run:  .venv/bin/python benchmarks/handoff.py [--quick]
+It ends with one line of JSON holding every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SIZES = (16, 64, 256)
+
+
+def measure(calls: int) -> dict:
+    """One variant, in this process's own Ray (started from the environment it was given)."""
+    import numpy as np
+    import ray
+
+    from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    @ray.remote(num_cpus=0)
+    class Receiver:
+        def __init__(self) -> None:
+            self.rows = 0
+
+        def submit(self, batch: FusedBatch) -> int:
+            self.rows += len(batch)
+            return self.rows
+
+        def cpu(self) -> float:
+            t = os.times()
+            return t.user + t.system
+
+    @ray.remote(num_cpus=0)
+    class Sender:
+        def run(self, receiver, rows: int, n: int) -> tuple[float, float]:
+            rng = np.random.default_rng(0)
+            batches = [FusedBatch(np.arange(rows, dtype=np.int64), np.zeros((rows, 2), np.float32),
+                                  rng.random((rows, VISUAL_DIM + SEMANTIC_DIM), np.float32)) for _ in range(4)]
+            t0, c0 = time.perf_counter(), os.times()
+            handing = None
+            for i in range(n):
+                if handing is not None:
+                    ray.get(handing)
+                handing = receiver.submit.remote(batches[i % 4])
+            ray.get(handing)
+            c1 = os.times()
+            return time.perf_counter() - t0, (c1.user + c1.system) - (c0.user + c0.system)
+
+    receiver, sender = Receiver.remote(), Sender.remote()
+    ray.get(sender.run.remote(receiver, 16, 50))  # warm-up
+    out = {}
+    for rows in SIZES:
+        n = max(calls * 64 // rows, 50)
+        r0, l0 = ray.get(receiver.cpu.remote()), _raylet_cpu()
+        wall, sender_cpu = ray.get(sender.run.remote(receiver, rows, n))
+        r1, l1 = ray.get(receiver.cpu.remote()), _raylet_cpu()
+        per_k = 1000 / (n * rows)
+        out[rows] = {"handovers_per_s": n / wall, "frames_per_s": n * rows / wall,
+                     "cpu_ms_per_1000_frames": {"sender": 1e3 * sender_cpu * per_k, "receiver": 1e3 * (r1 - r0) * per_k,
+                                                "raylet": 1e3 * (l1 - l0) * per_k}}
+        out[rows]["cpu_ms_per_1000_frames"]["total"] = sum(out[rows]["cpu_ms_per_1000_frames"].values())
+    ray.shutdown()
+    return out
+
+
+def _raylet_cpu() -> float:
+    """CPU seconds of this machine's raylets (this benchmark's Ray is the only one it starts)."""
+    total = 0.0
+    for pid in subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True, text=True).stdout.split():
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer hand-overs (under a minute)")
+    ap.add_argument("--measure", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print("RESULT " + json.dumps(measure(args.measure)), flush=True)
+        return 0
+
+    from _common import machine
+
+    from vifusion.runtime import RAY_TUNED
+
+    if subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True).returncode == 0:
+        print("another Ray runs on this machine: its raylet would count here; stop it first", file=sys.stderr)
+        return 2
+    calls = 300 if args.quick else 2000
+    base = {k: v for k, v in os.environ.items() if k not in RAY_TUNED and k != "RAY_ADDRESS"}
+    variants = {"object store": base, "inline (RAY_TUNED)": {**base, **RAY_TUNED}}
+    report: dict = {"benchmark": "handoff", "quick": args.quick, "machine": machine(),
+                    "date": time.strftime("%Y-%m-%d"), "variants": {}}
+    for name, env in variants.items():
+        proc = subprocess.run([sys.executable, __file__, "--measure", str(calls)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            raise RuntimeError(f"{name}: the run failed:\n{proc.stderr[-3000:]}")
+        report["variants"][name] = json.loads(line[7:])
+    store, inline = report["variants"].values()
+    print(f"{'frames':>6}  {'variant':<20} {'hand-overs/s':>12} {'frames/s':>10}  CPU ms per 1000 frames "
+          f"(sender + receiver + raylet)")
+    for rows in SIZES:
+        for name, res in report["variants"].items():
+            r = res[str(rows)]
+            c = r["cpu_ms_per_1000_frames"]
+            print(f"{rows:>6}  {name:<20} {r['handovers_per_s']:>12.0f} {r['frames_per_s']:>10.0f}  "
+                  f"{c['total']:6.1f} = {c['sender']:.1f} + {c['receiver']:.1f} + {c['raylet']:.1f}")
+    report["ratios"] = {
+        f"{rows}_frames": {"cpu_store_over_inline": round(store[str(rows)]["cpu_ms_per_1000_frames"]["total"]
+                                                          / inline[str(rows)]["cpu_ms_per_1000_frames"]["total"], 3),
+                           "frames_per_s_inline_over_store": round(inline[str(rows)]["frames_per_s"]
+                                                                   / store[str(rows)]["frames_per_s"], 3)}
+        for rows in SIZES}
+    print("ratios:", report["ratios"])
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
