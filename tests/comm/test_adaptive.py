@@ -113,3 +113,13 @@ def test_disabled_policy_stays_exact():
     clock = Clock()
     policy = CodecPolicy(LADDER, enabled=False, clock=clock)
     assert feed(policy, clock, replace(link(1.25 * MB), queueing_delay=1.0), 50) == 0
+
+
+def test_a_busy_destination_is_not_congestion():
+    # a shard that spends most of each round trip serving: the delivery rate falls and data
+    # waits, but fewer bytes would not be served sooner
+    clock = Clock()
+    policy = CodecPolicy(LADDER, clock=clock)
+    stalled = replace(link(3 * MB, qdelay=0.2, backlog=0.8), receiver_share=0.9)
+    assert feed(policy, clock, stalled, 20) == 0
+    assert feed(policy, clock, replace(stalled, receiver_share=0.1), 3) > 0  # the link itself: congestion

@@ -103,3 +103,33 @@ def test_min_rtt_comes_from_messages_sent_alone_and_goes_stale_under_steady_load
     assert s.rtt_stale
     run(mon, clock, rate=12.5e6, rtt=0.010, nbytes=125_000, n=1)  # the drain: one alone again
     assert not mon.stats().rtt_stale
+
+
+def test_waiting_at_a_busy_destination_is_not_queueing_in_the_network():
+    """Three in flight to a shard that stalls (an index growing): the round trips grow by
+    the shard's service of the messages ahead, which its busy total reports, not the link."""
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    busy = 0.0
+    for _ in range(5):  # alone on the link: 11 ms each, the shard idle
+        token = mon.on_send(1_000_000, backlog=True)
+        clock.t += 0.011
+        mon.on_ack(token, busy_s=busy)
+    flight = [mon.on_send(1_000_000, backlog=True) for _ in range(3)]
+    for service in (0.3, 0.3, 0.3, 0.3, 0.3, 0.3):  # each waits ~0.3 s behind the one before
+        clock.t += service
+        busy += service
+        mon.on_ack(flight.pop(0), service_s=service, busy_s=busy)
+        flight.append(mon.on_send(1_000_000, backlog=True))
+    s = mon.stats()
+    assert s.queueing_delay < 0.01
+    assert s.receiver_share > 0.8  # smoothed, from 0
+    # the same round trips with no busy total: the wait counts as the network's
+    blind = LinkMonitor(clock=clock)
+    run(blind, clock, rate=100e6, rtt=0.001, nbytes=1_000_000, n=5)
+    flight = [blind.on_send(1_000_000, backlog=True) for _ in range(3)]
+    for _ in range(6):
+        clock.t += 0.3
+        blind.on_ack(flight.pop(0), service_s=0.3)
+        flight.append(blind.on_send(1_000_000, backlog=True))
+    assert blind.stats().queueing_delay > 0.2

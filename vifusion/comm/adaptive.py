@@ -7,7 +7,9 @@ seen in ``samples`` acknowledgements in a row of: the queueing delay (see ``link
 it carried over the last minute); or the oldest waiting item older than ``backlog_s`` while
 the delivery rate is below ``sag`` of the capacity. An old backlog alone is not congestion:
 on a clear link that the sender saturates, data always waits, and the link still carries
-all it can in exact fp32. Then the policy goes
+all it can in exact fp32. Nor is a busy destination: while it spent over ``receiver_bound``
+of recent round trips serving (a shard stalled on an index that grows), the link is not what
+holds the data, and fewer bytes would not move it faster. Then the policy goes
 straight to the least lossy codec whose bytes fit: the rows per second the link carried
 uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of the
 path rate now, and only where encoding a row costs less time than it saves on the wire.
@@ -50,6 +52,7 @@ class CodecPolicy:
         calm_s: float = 0.75,
         drop: float = 0.5,
         headroom: float = 0.9,
+        receiver_bound: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rungs = list(rungs)
@@ -61,6 +64,7 @@ class CodecPolicy:
         self.calm_s = calm_s
         self.drop = drop
         self.headroom = headroom
+        self.receiver_bound = receiver_bound
         self._clock = clock
         self.level = 0
         self._streak = 0
@@ -71,7 +75,10 @@ class CodecPolicy:
 
     def congested(self, link: LinkStats) -> bool:
         """Congestion that calls for compression: the link carries far less than it did while
-        data waits, or somewhat less while data has waited long, or the queueing delay is high."""
+        data waits, or somewhat less while data has waited long, or the queueing delay is high;
+        and the destination is not what holds the data back."""
+        if link.receiver_share > self.receiver_bound:
+            return False
         slowed = link.backlog_age > 0 and link.delivery_rate < self.drop * link.capacity
         sagging = link.backlog_age > self.backlog_s and link.delivery_rate < self.sag * link.capacity
         return slowed or sagging or link.queueing_delay > self.delay_s

@@ -2,8 +2,11 @@
 transfers themselves.
 
 Every message is stamped when it is sent; the destination's acknowledgement carries how long
-it spent serving the message, so the network part of a round trip is
-``ack - send - service`` with no clock shared between nodes. From those stamps:
+it spent serving the message, and how long it has spent serving messages in all (a running
+total), so the network part of a round trip is ``ack - send - the destination's busy time
+in between`` with no clock shared between nodes. A message that waited at a busy destination
+behind the ones before it has not waited in the network: compressing cannot help a
+destination that is the bottleneck (``receiver_share``). From those stamps:
 
 - **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
   ack, over that interval), kept as a windowed max; samples taken while the sender had
@@ -20,7 +23,9 @@ it spent serving the message, so the network part of a round trip is
 - **logical rate**: the same deliveries counted in uncompressed bytes, windowed max over the
   capacity window: the throughput the sender's data needs to keep what it had;
 - **backlog age**: how long the oldest item waiting at the sender has waited (the sender
-  reports it, since only it knows its queue).
+  reports it, since only it knows its queue);
+- **receiver share**: the part of recent round trips the destination spent busy (smoothed);
+  near 1 the destination, not the link, holds the data back.
 
 When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
 (``due_probe``) so that min RTT stays current on an idle link.
@@ -107,6 +112,7 @@ class LinkStats:
     service_s: float  # smoothed time the destination spends on a message
     per_message_s: float  # fixed cost of one message (send call + the destination's fixed part), recent min
     rtt_stale: bool = False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
+    receiver_share: float = 0.0  # smoothed share of a round trip the destination was busy
 
 
 @dataclass
@@ -120,6 +126,7 @@ class _Sent:
     t_delivered: float  # time of that last acknowledgement
     app_limited: bool
     submit_s: float
+    busy: float | None  # the destination's busy total as last reported when this was sent
 
 
 class LinkMonitor:
@@ -152,6 +159,8 @@ class LinkMonitor:
         self._path: deque[float] = deque(maxlen=5)
         self._fixed: deque[float] = deque(maxlen=32)
         self._qdelay = 0.0
+        self._receiver_share = 0.0
+        self._busy: float | None = None  # the destination's busy total, last reported
         self._per_message = 0.0
         self._service = 0.0
         self._acked_messages = 0
@@ -171,18 +180,28 @@ class LinkMonitor:
         self._next += 1
         self._sent[token] = _Sent(
             nbytes, nbytes if logical is None else logical, now, self._in_flight_bytes,
-            self._delivered, self._logical, self._t_delivered, not backlog, submit_s,
+            self._delivered, self._logical, self._t_delivered, not backlog, submit_s, self._busy,
         )
         self._in_flight_bytes += nbytes
         self._last_activity = now
         return token
 
-    def on_ack(self, token: int, service_s: float = 0.0, fixed_s: float = 0.0) -> None:
+    def on_ack(self, token: int, service_s: float = 0.0, fixed_s: float = 0.0, busy_s: float | None = None) -> None:
         """Record the destination's acknowledgement of a message (``service_s``: how long it
-        spent on it, ``fixed_s``: the part of that any message costs, e.g. a log sync; both
-        reported by the destination)."""
+        spent on it, ``fixed_s``: the part of that any message costs, e.g. a log sync,
+        ``busy_s``: its running total of time spent serving; all reported by the destination)."""
         s = self._sent.pop(token)
         now = self._clock()
+        # The destination's busy time since this was sent: its own service and the service of
+        # the messages it waited behind there (from the total known at send: an upper bound,
+        # so a busy destination is never taken for a congested link).
+        receiver_s = service_s
+        if busy_s is not None:
+            if s.busy is not None:
+                receiver_s = max(busy_s - s.busy, service_s)
+            self._busy = busy_s if self._busy is None else max(self._busy, busy_s)
+        elapsed = max(now - s.t_send, 1e-6)
+        receiver_s = min(receiver_s, elapsed)
         self._in_flight_bytes -= s.nbytes
         self._delivered += s.nbytes
         self._logical += s.logical
@@ -195,7 +214,7 @@ class LinkMonitor:
             if not s.app_limited or rate > self.delivery_rate:
                 self._rates.append(now, rate)
             self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
-        rtt = max(now - s.t_send - service_s, 1e-6)
+        rtt = max(elapsed - receiver_s, 1e-6)
         if not s.ahead:  # nothing of ours ahead of it: the path's own round trip
             self._rtts.append((now, rtt))
             self._quiet_t = now
@@ -208,6 +227,8 @@ class LinkMonitor:
         first = self._acked_messages == 1
         self._service = service_s if first else 0.8 * self._service + 0.2 * service_s
         self._qdelay = sample if first else 0.7 * self._qdelay + 0.3 * sample
+        share = receiver_s / elapsed
+        self._receiver_share = share if first else 0.7 * self._receiver_share + 0.3 * share
         if s.logical:  # probes carry no data and cost the destination nothing
             self._fixed.append(s.submit_s + fixed_s)
             # the fixed part is what the cheapest recent message cost: larger ones add per-byte work
@@ -255,6 +276,7 @@ class LinkMonitor:
             service_s=self._service,
             per_message_s=self._per_message,
             rtt_stale=self._quiet_t is None or self._clock() - self._quiet_t > self.drain_every_s,
+            receiver_share=self._receiver_share,
         )
 
     def _expire(self, now: float) -> None:

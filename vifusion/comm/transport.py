@@ -3,8 +3,8 @@
 A batch leaves encoded with its link's current codec (``adaptive.py`` picks it from the
 link's statistics, ``link.py``), and counts as delivered only once the destination
 acknowledged it: ``receive`` returned, which means it is in the shard's write-ahead log.
-The acknowledgement carries the destination's service time, so the monitor measures the
-network part of each round trip.
+The acknowledgement carries the destination's service time and its running total of busy
+time, so the monitor measures the network part of each round trip.
 
 The transfer path is chosen by size (Poseidon): a message up to ``INLINE_BYTES`` rides inline
 in the actor call (one round trip); a larger one is put in the object store first, which
@@ -143,12 +143,12 @@ class Transport:
             link = self._links[dest]
             token, tag, rows, nbytes, codec = link.in_flight.pop(ref)
             try:
-                _, service_s, fixed_s = ray.get(ref)
+                _, service_s, fixed_s, busy_s = ray.get(ref)
             except ray.exceptions.RayError as e:
                 link.monitor.on_lost(token)
                 out.append(Delivery(dest, tag, rows, nbytes, codec, e))
                 continue
-            link.monitor.on_ack(token, service_s, fixed_s)
+            link.monitor.on_ack(token, service_s, fixed_s, busy_s)
             link.policy.update(link.monitor.stats(), self._encode_s)
             if codec != "probe":
                 out.append(Delivery(dest, tag, rows, nbytes, codec))

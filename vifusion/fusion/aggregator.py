@@ -317,6 +317,7 @@ class Aggregator:
             "delivery_rate": s.delivery_rate, "capacity": s.capacity, "path_rate": s.path_rate, "min_rtt_s": s.min_rtt,
             "service_s": s.service_s, "per_message_s": s.per_message_s,
             "queueing_delay_s": s.queueing_delay, "backlog_age_s": s.backlog_age, "in_flight": s.in_flight,
+            "receiver_share": s.receiver_share,
             "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
             "history": self._transport.history(dest),
         }

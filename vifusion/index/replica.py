@@ -37,19 +37,25 @@ class ShardReplica:
         self._names = list(followers or [])
         self._followers: list[ActorHandle] | None = None
         self._ladders: dict[str, Ladder] = {"": Ladder()}
+        self._busy_s = 0.0  # seconds spent in receive, in all: senders tell a busy shard from a slow link
 
     # writes: the primary
-    def receive(self, wire: WireBatch) -> tuple[int, float, float]:
+    def receive(self, wire: WireBatch) -> tuple[int, float, float, float]:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
-        Returns the vectors held, the seconds spent here and the part of them any write
-        costs whatever its size (the log's fdatasync), for the sender's link monitor."""
+        Returns the vectors held, and for the sender's link monitor: the seconds spent here,
+        the part of them any write costs whatever its size (the log's fdatasync), and the
+        seconds spent in receive so far in all."""
         t0 = time.perf_counter()
-        n = self.add(wire.decode(self._ladder(wire)))
-        return n, time.perf_counter() - t0, self.shard.last_sync_s
+        try:
+            n = self.add(wire.decode(self._ladder(wire)))
+        finally:
+            service_s = time.perf_counter() - t0
+            self._busy_s += service_s
+        return n, service_s, self.shard.last_sync_s, self._busy_s
 
-    def ping(self) -> tuple[int, float, float]:
+    def ping(self) -> tuple[int, float, float, float]:
         """The sender's probe on an idle link."""
-        return 0, 0.0, 0.0
+        return 0, 0.0, 0.0, self._busy_s
 
     def add(self, batch: FusedBatch) -> int:
         before = self.shard.seq
