@@ -133,3 +133,23 @@ def test_waiting_at_a_busy_destination_is_not_queueing_in_the_network():
         blind.on_ack(flight.pop(0), service_s=0.3)
         flight.append(blind.on_send(1_000_000, backlog=True))
     assert blind.stats().queueing_delay > 0.2
+
+
+def test_a_stalled_destination_does_not_lower_the_rate():
+    """Rate samples of messages that waited on a busy shard show the shard, not the link;
+    and with no sample in the rate window (a stall longer than it) the last one stands."""
+    clock = Clock()
+    mon = LinkMonitor(rate_window_s=1.0, clock=clock)
+    busy = 0.0
+    for _ in range(10):
+        token = mon.on_send(1_000_000, backlog=True)
+        clock.t += 0.011
+        mon.on_ack(token, busy_s=busy)
+    before = mon.stats().delivery_rate
+    assert before == pytest.approx(1_000_000 / 0.011)
+    token = mon.on_send(1_000_000, backlog=True)
+    clock.t += 1.5  # the shard spends 1.5 s on it (its index grows)
+    busy += 1.49
+    assert mon.stats().delivery_rate == pytest.approx(before)  # no sample for a second: the last stands
+    mon.on_ack(token, service_s=1.49, busy_s=busy)
+    assert mon.stats().delivery_rate == pytest.approx(before)

@@ -10,7 +10,9 @@ destination that is the bottleneck (``receiver_share``). From those stamps:
 
 - **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
   ack, over that interval), kept as a windowed max; samples taken while the sender had
-  nothing queued (app-limited) only ever raise it, since they show demand, not capacity;
+  nothing queued (app-limited), or of messages that spent most of their round trip waiting
+  at a busy destination (receiver-limited), only ever raise it, since they show demand or
+  the destination, not the link; with no sample in the window, the newest one stands;
 - **min RTT**: the smallest network round trip over a window, from messages sent with
   nothing ahead of them (the path without this sender's queue; see below);
 - **queueing delay**: a network round trip minus min RTT, minus the time the bytes ahead of
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 
 
 _PATH_MIN_BYTES = 16 << 10  # smaller messages time the call's overhead, not the path
+_RECEIVER_LIMITED = 0.5  # a message that spent more of its round trip at a busy destination
 
 
 def _high(samples: list[float]) -> float:
@@ -85,13 +88,14 @@ class _Samples:
         return self._high
 
     def recent_high(self, now: float, window: float) -> float:
-        """``_high`` of the samples of the last ``window`` seconds (read from the newest end)."""
+        """``_high`` of the samples of the last ``window`` seconds (read from the newest end);
+        none that recent: the newest (a link that was stalled has not lost its rate)."""
         recent = []
         for t, r in reversed(self._q):
             if now - t > window:
                 break
             recent.append(r)
-        return _high(recent)
+        return _high(recent) if recent else (self._q[-1][1] if self._q else 0.0)
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,8 @@ class LinkMonitor:
         interval = now - s.t_delivered
         if interval > 0:
             rate = (self._delivered - s.delivered) / interval
-            if not s.app_limited or rate > self.delivery_rate:
+            limited = s.app_limited or receiver_s > _RECEIVER_LIMITED * elapsed
+            if not limited or rate > self.delivery_rate:
                 self._rates.append(now, rate)
             self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
         rtt = max(elapsed - receiver_s, 1e-6)
