@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from vifusion.comm import LinkStats
 from vifusion.fusion import FlushPolicy
 
@@ -17,6 +19,16 @@ def test_batch_makes_the_fixed_cost_a_tenth_of_the_transfer():
     assert plan.max_bytes == 250_000  # 2 ms x 12.5 MB/s / 0.1
     # the fixed cost is then 10% of the time the batch takes on the wire
     assert abs(0.002 / (plan.max_bytes / (12.5 * MB)) - 0.1) < 1e-9
+
+
+def test_batch_is_sized_from_the_capacity_not_from_what_small_batches_carried():
+    # small batches carried 6 MB/s of a link that carried 12.5: B sized from 6 MB/s would
+    # carry less again, down to the minimum; the latency bound still follows the rate now
+    policy = FlushPolicy(latency_target_s=1.0)
+    slowed = replace(link(rate=6 * MB, min_rtt=0.01, per_message_s=0.002), capacity=12.5 * MB)
+    assert policy.plan(slowed).max_bytes == 250_000
+    squeezed = replace(slowed, delivery_rate=0.3 * MB)
+    assert policy.plan(squeezed).max_bytes == int(0.3 * MB / 4)
 
 
 def test_window_covers_one_and_a_half_bandwidth_delay_products_plus_one():

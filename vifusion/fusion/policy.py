@@ -3,7 +3,9 @@ it, and how many transfers may be in flight, per destination, from the link's st
 
 - **B (bytes)**: enough that the fixed cost of a message (the send call and the receiver's
   per-message work, measured) is under ``overhead_share`` of its transfer time at the
-  delivery rate; but no more than a quarter of the latency target's worth of the link, and
+  link's capacity (not the delivery rate of the last second: smaller batches carry less,
+  and B sized from what they carried shrank run after run, to half the rate at 1 Gbit);
+  but no more than a quarter of the latency target's worth of what the link delivers now, and
   within [``min_bytes``, ``max_bytes``]. A B just past the size a message can ride inline
   in the actor call (``inline_bytes``, up to twice it) is cut to fit: the object store's
   extra round trips cost more than a few more KiB per message save.
@@ -69,7 +71,7 @@ class FlushPolicy:
         rate = link.delivery_rate if link else 0.0
         if not rate:  # nothing measured yet: a modest batch, alone on the link
             return FlushPlan(self.min_bytes, age, 1)
-        wire = link.per_message_s * rate / self.overhead_share
+        wire = link.per_message_s * max(link.capacity, rate) / self.overhead_share
         wire = min(wire, rate * self.latency_target_s / 4)
         wire = min(max(wire, self.min_bytes), self.max_bytes)
         if self.inline_bytes < wire < 2 * self.inline_bytes:
