@@ -123,3 +123,12 @@ def test_a_busy_destination_is_not_congestion():
     stalled = replace(link(3 * MB, qdelay=0.2, backlog=0.8), receiver_share=0.9)
     assert feed(policy, clock, stalled, 20) == 0
     assert feed(policy, clock, replace(stalled, receiver_share=0.1), 3) > 0  # the link itself: congestion
+
+
+def test_a_squeeze_is_met_at_once_while_the_path_rate_is_from_before_it():
+    # congested at 1.25 MB/s, but the last messages sent alone (the path rate) crossed the
+    # link before the squeeze: the delivery rate of the congested link is what it carries now
+    clock = Clock()
+    policy = CodecPolicy(LADDER, clock=clock)
+    squeezed = replace(link(1.25 * MB, qdelay=0.3), path_rate=12.5 * MB)
+    assert LADDER[feed(policy, clock, squeezed, 3)].name == "pq"

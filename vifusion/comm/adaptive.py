@@ -11,8 +11,9 @@ all it can in exact fp32. Nor is a busy destination: while it spent over ``recei
 of recent round trips serving (a shard stalled on an index that grows), the link is not what
 holds the data, and fewer bytes would not move it faster. Then the policy goes
 straight to the least lossy codec whose bytes fit: the rows per second the link carried
-uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of the
-path rate now, and only where encoding a row costs less time than it saves on the wire.
+uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of what
+the link carries now (the path rate, at most the delivery rate), and only where encoding a
+row costs less time than it saves on the wire.
 After ``calm_s`` without congestion, and without the path rate (measured even while the
 compressed data fits) and the delivery rate both below ``drop`` of the capacity, it steps
 back one level, and again
@@ -116,7 +117,7 @@ class CodecPolicy:
     def fit(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
         """The least lossy level whose bytes fit the link now and whose encoding pays for
         itself; the most compressed one if none fits."""
-        rate = link.path_rate or link.delivery_rate
+        rate = _rate_now(link)
         exact = self.rungs[0].bytes_per_row
         for level, rung in enumerate(self.rungs):
             if level and rate and level < len(encode_s_per_row):
@@ -128,7 +129,7 @@ class CodecPolicy:
         return len(self.rungs) - 1
 
     def _fits(self, level: int, link: LinkStats) -> bool:
-        rate = link.path_rate or link.delivery_rate
+        rate = _rate_now(link)
         if not rate or not link.logical_rate:
             return level == 0
         rows_per_s = link.logical_rate / self.rungs[0].bytes_per_row
@@ -139,3 +140,14 @@ class CodecPolicy:
         self._last_change = now
         self._streak = 0
         self.history.append((now, level))
+
+
+def _rate_now(link: LinkStats) -> float:
+    """What the link carries now, for choosing a codec while it is congested: the path rate
+    (valid while compressed data fits and the sender is app-limited), but no more than the
+    delivery rate. Path samples come only from messages sent alone, a few seconds apart
+    under load, so in the first seconds of a squeeze the path rate is the one from before
+    it, while a congested link's delivery rate is the squeezed path (data waits: the
+    sender is not what limits it)."""
+    rates = [r for r in (link.path_rate, link.delivery_rate) if r]
+    return min(rates, default=0.0)
