@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench bench-serve bench-search bench-fusion bench-cluster clean
+.PHONY: venv demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ bench-serve: $(STAMP)
 
 bench-search: $(STAMP)
 	$(BIN)/python benchmarks/search.py
+
+bench-handoff: $(STAMP)
+	$(BIN)/python benchmarks/handoff.py
 
 bench-fusion: $(STAMP)  # needs root (network namespaces)
 	$(BIN)/python benchmarks/fusion.py
