@@ -17,6 +17,7 @@ import ray
 
 from vifusion._files import storage_writes
 from vifusion.catalog import Catalog
+from vifusion.comm.transport import RAY_INLINE_LIMIT
 from vifusion.config import Config
 from vifusion.index import ShardSet
 
@@ -26,9 +27,9 @@ from vifusion.index import ShardSet
 # Arguments up to 1 MiB ride inline in the actor call instead of going through the object
 # store. Extractors hand the node aggregator 16 frames or more (over 100 KiB, Ray's default
 # limit) at a time; through the object store each hand-over costs the two workers and the
-# raylet more than twice the CPU (benchmarks/handoff.py). The transport still puts messages
-# to other nodes past its own INLINE_BYTES in the object store (comm/transport.py).
-RAY_TUNED = {"RAY_max_direct_call_object_size": str(1 << 20)}
+# raylet more than twice the CPU (benchmarks/handoff.py); fused batches to shards on other
+# nodes ride inline up to the same size (comm/transport.py).
+RAY_TUNED = {"RAY_max_direct_call_object_size": str(RAY_INLINE_LIMIT)}
 
 
 def tune_ray() -> None:

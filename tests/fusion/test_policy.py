@@ -48,7 +48,7 @@ def test_latency_target_bounds_the_batch_and_the_age():
 def test_bounds_hold_at_both_ends():
     policy = FlushPolicy(latency_target_s=10.0, min_bytes=64 << 10, max_bytes=4 << 20, max_window=16)
     tiny = policy.plan(link(rate=10 * MB, min_rtt=0.001, per_message_s=1e-6))
-    assert tiny.max_bytes == 64 << 10 and tiny.window == 3  # one being sent, one on the wire, one served
+    assert tiny.max_bytes == 64 << 10 and tiny.window == 4  # sent, on the wire, served, acknowledged
     huge = policy.plan(link(rate=1000 * MB, min_rtt=1.0, per_message_s=0.1))
     assert huge.max_bytes == 4 << 20 and huge.window == 16
 

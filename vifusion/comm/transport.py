@@ -8,7 +8,12 @@ time, so the monitor measures the network part of each round trip.
 
 The transfer path is chosen by size (Poseidon): a message up to ``INLINE_BYTES`` rides inline
 in the actor call (one round trip); a larger one is put in the object store first, which
-costs a few round trips more but keeps large payloads off the control path. Sends never
+costs a few round trips more but keeps large payloads off the control path. Ray passes
+arguments inline up to ``RAY_INLINE_LIMIT`` in every Ray that ViFusion starts
+(``vifusion.runtime.RAY_TUNED``; Ray's own default is 100 KiB, and a larger argument goes
+through the object store whatever the transport does). At 1 Gbit, 1 MiB messages inline
+carried about what 3-4 MiB messages through the object store carried, at a quarter of the
+latency (``benchmarks/fusion.py``). Sends never
 wait here: the caller keeps each link's in-flight count under its window (``in_flight``)
 and collects acknowledgements with ``poll``.
 
@@ -33,7 +38,8 @@ from vifusion.comm.codec import Encoded, Ladder, SharedTables
 from vifusion.comm.link import LinkMonitor, LinkStats
 from vifusion.types import FusedBatch
 
-INLINE_BYTES = 96 << 10  # Ray passes arguments up to 100 KiB inline in the call
+RAY_INLINE_LIMIT = 1 << 20  # max_direct_call_object_size of a ViFusion Ray
+INLINE_BYTES = RAY_INLINE_LIMIT - (8 << 10)  # the message, with room for the call's own bytes
 
 
 @dataclass

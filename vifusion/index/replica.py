@@ -23,7 +23,7 @@ from vifusion.index.shard import Shard
 from vifusion.index.wal import Delete, Op
 from vifusion.types import FusedBatch
 
-_INLINE_BYTES = 64 << 10  # Ray passes arguments up to 100 KiB inline in the call
+_INLINE_BYTES = 64 << 10  # past this, one put for every follower beats a copy in each call
 
 
 class ShardReplica:
