@@ -27,8 +27,8 @@ from vifusion.index import ShardSet
 # Arguments up to 1 MiB ride inline in the actor call instead of going through the object
 # store. Extractors hand the node aggregator 16 frames or more (over 100 KiB, Ray's default
 # limit) at a time; through the object store each hand-over costs the two workers and the
-# raylet more than twice the CPU (benchmarks/handoff.py); fused batches to shards on other
-# nodes ride inline up to the same size (comm/transport.py).
+# raylet more than twice the CPU (benchmarks/handoff.py). Fused batches to shards keep their
+# own, smaller limit (comm/transport.py).
 RAY_TUNED = {"RAY_max_direct_call_object_size": str(RAY_INLINE_LIMIT)}
 
 

@@ -8,12 +8,11 @@ time, so the monitor measures the network part of each round trip.
 
 The transfer path is chosen by size (Poseidon): a message up to ``INLINE_BYTES`` rides inline
 in the actor call (one round trip); a larger one is put in the object store first, which
-costs a few round trips more but keeps large payloads off the control path. Ray passes
-arguments inline up to ``RAY_INLINE_LIMIT`` in every Ray that ViFusion starts
-(``vifusion.runtime.RAY_TUNED``; Ray's own default is 100 KiB, and a larger argument goes
-through the object store whatever the transport does). At 1 Gbit, 1 MiB messages inline
-carried about what 3-4 MiB messages through the object store carried, at a quarter of the
-latency (``benchmarks/fusion.py``). Sends never
+costs a few round trips more but keeps large payloads off the control path. Ray would pass
+messages up to ``RAY_INLINE_LIMIT`` inline in a ViFusion Ray (``vifusion.runtime.RAY_TUNED``,
+for hand-overs on a node), but across a 1 Gbit link 1 MiB messages inline carried less, and
+less steadily, than 3-4 MiB through the object store (``benchmarks/fusion.py``: 6.7-10.3k
+features/s against 9.4-12.5k, at a p50 of 25-32 ms against 70-150 ms). Sends never
 wait here: the caller keeps each link's in-flight count under its window (``in_flight``)
 and collects acknowledgements with ``poll``.
 
@@ -39,7 +38,7 @@ from vifusion.comm.link import LinkMonitor, LinkStats
 from vifusion.types import FusedBatch
 
 RAY_INLINE_LIMIT = 1 << 20  # max_direct_call_object_size of a ViFusion Ray
-INLINE_BYTES = RAY_INLINE_LIMIT - (8 << 10)  # the message, with room for the call's own bytes
+INLINE_BYTES = 96 << 10  # as under Ray's default limit (100 KiB), with room for the call's bytes
 
 
 @dataclass

@@ -17,7 +17,7 @@ it, and how many transfers may be in flight, per destination, from the link's st
   the link busy and the queue, which is latency, shorter), and bounded; within
   [``min_window``, ``max_window``]. The least, 4, keeps a CPU-bound pipeline busy: one
   message being sent, one on the wire, one at the receiver, one acknowledgement on its way
-  back (at 1 Gbit, 3 carried 5-10% less).
+  back.
 
 While the link's min RTT is stale (``LinkStats.rtt_stale``: no message has gone out alone
 for a while) the window is one message: the queue drains and the next message measures
