@@ -515,11 +515,11 @@ def run(cfg: Config, host: str, port: int) -> int:
 
     import ray
 
-    if cfg.ray_address is None:
-        tune_ray()  # read by the Ray started just below and inherited by its workers
-    if cfg.serve_tuned and cfg.ray_address is None:
-        for name, value in SERVE_TUNED.items():  # the same way (see SERVE_TUNED)
-            os.environ.setdefault(name, value)
+    if cfg.ray_address is None:  # read by the Ray started just below and inherited by its workers
+        tune_ray()
+        if cfg.serve_tuned:
+            for name, value in SERVE_TUNED.items():
+                os.environ.setdefault(name, value)
     ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
 

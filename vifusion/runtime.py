@@ -17,7 +17,6 @@ import ray
 
 from vifusion._files import storage_writes
 from vifusion.catalog import Catalog
-from vifusion.comm.transport import RAY_INLINE_LIMIT
 from vifusion.config import Config
 from vifusion.index import ShardSet
 
@@ -29,7 +28,7 @@ from vifusion.index import ShardSet
 # limit) at a time; through the object store each hand-over costs the two workers and the
 # raylet more than twice the CPU (benchmarks/handoff.py). Fused batches to shards keep their
 # own, smaller limit (comm/transport.py).
-RAY_TUNED = {"RAY_max_direct_call_object_size": str(RAY_INLINE_LIMIT)}
+RAY_TUNED = {"RAY_max_direct_call_object_size": str(1 << 20)}
 
 
 def tune_ray() -> None:

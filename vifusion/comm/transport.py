@@ -9,8 +9,8 @@ time, so the monitor measures the network part of each round trip.
 The transfer path is chosen by size (Poseidon): a message up to ``INLINE_BYTES`` rides inline
 in the actor call (one round trip); a larger one is put in the object store first, which
 costs a few round trips more but keeps large payloads off the control path. Ray would pass
-messages up to ``RAY_INLINE_LIMIT`` inline in a ViFusion Ray (``vifusion.runtime.RAY_TUNED``,
-for hand-overs on a node), but across a 1 Gbit link 1 MiB messages inline carried less, and
+messages up to 1 MiB inline in a ViFusion Ray (``vifusion.runtime.RAY_TUNED``, for
+hand-overs on a node), but across a 1 Gbit link 1 MiB messages inline carried less, and
 less steadily, than 3-4 MiB through the object store (``benchmarks/fusion.py``: 6.7-10.3k
 features/s against 9.4-12.5k, at a p50 of 25-32 ms against 70-150 ms). Sends never
 wait here: the caller keeps each link's in-flight count under its window (``in_flight``)
@@ -37,7 +37,6 @@ from vifusion.comm.codec import Encoded, Ladder, SharedTables
 from vifusion.comm.link import LinkMonitor, LinkStats
 from vifusion.types import FusedBatch
 
-RAY_INLINE_LIMIT = 1 << 20  # max_direct_call_object_size of a ViFusion Ray
 INLINE_BYTES = 96 << 10  # as under Ray's default limit (100 KiB), with room for the call's bytes
 
 
