@@ -63,13 +63,13 @@ def _high(samples: list[float]) -> float:
 
 
 class _Samples:
-    """Timestamped rate samples over a window, with their ``_high`` kept until they change:
-    the sender reads a link's statistics several times per message, and at 1 Gbit a
-    minute's window holds thousands of samples (sorting them each time cost a tenth of a
-    core)."""
+    """Timestamped samples over a window (rates, round trips), with their ``_high`` kept
+    until they change: the sender reads a link's statistics several times per message, and
+    at 1 Gbit a minute's window holds thousands of rate samples (sorting them each time cost
+    a tenth of a core)."""
 
     def __init__(self) -> None:
-        self._q: deque[tuple[float, float]] = deque()  # (t, bytes/s), oldest first
+        self._q: deque[tuple[float, float]] = deque()  # (t, value), oldest first
         self._high: float | None = None
 
     def append(self, t: float, rate: float) -> None:
@@ -82,9 +82,12 @@ class _Samples:
             self._q.popleft()
             self._high = None
 
+    def values(self) -> list[float]:
+        return [v for _, v in self._q]
+
     def high(self) -> float:
         if self._high is None:
-            self._high = _high([r for _, r in self._q])
+            self._high = _high(self.values())
         return self._high
 
     def recent_high(self, now: float, window: float) -> float:
@@ -158,7 +161,7 @@ class LinkMonitor:
         self._t_delivered = clock()
         self._rates = _Samples()
         self._logical_rates = _Samples()
-        self._rtts: deque[tuple[float, float]] = deque()  # (t, network rtt) of quiet samples
+        self._rtts = _Samples()  # network round trips of quiet samples
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
         self._fixed: deque[float] = deque(maxlen=32)
@@ -221,7 +224,7 @@ class LinkMonitor:
             self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
         rtt = max(elapsed - receiver_s, 1e-6)
         if not s.ahead:  # nothing of ours ahead of it: the path's own round trip
-            self._rtts.append((now, rtt))
+            self._rtts.append(now, rtt)
             self._quiet_t = now
         self._expire(now)
         excess = rtt - self.min_rtt
@@ -262,7 +265,7 @@ class LinkMonitor:
 
     @property
     def min_rtt(self) -> float:
-        return min((r for _, r in self._rtts), default=0.0)
+        return min(self._rtts.values(), default=0.0)
 
     def stats(self) -> LinkStats:
         self._expire(self._clock())
@@ -287,5 +290,4 @@ class LinkMonitor:
     def _expire(self, now: float) -> None:
         self._rates.expire(now, self.capacity_window_s)
         self._logical_rates.expire(now, self.capacity_window_s)
-        while len(self._rtts) > 1 and now - self._rtts[0][0] > self.rtt_window_s:
-            self._rtts.popleft()
+        self._rtts.expire(now, self.rtt_window_s)
