@@ -105,6 +105,26 @@ def test_min_rtt_comes_from_messages_sent_alone_and_goes_stale_under_steady_load
     assert not mon.stats().rtt_stale
 
 
+def test_only_small_messages_sent_alone_time_the_path_and_the_fixed_cost():
+    """A large message's call and log sync take longer for its bytes, and its round trip
+    includes its own time on the wire: counted as "fixed", a larger batch would measure a
+    larger cost and size a larger batch again. Only small messages sent alone count."""
+    clock = Clock()
+    mon = LinkMonitor(small_bytes=64_000, drain_every_s=4.0, clock=clock)
+    token = mon.on_send(60_000, backlog=False, submit_s=0.0002)
+    clock.t += 0.010 + 60_000 / 125e6  # 10 ms + its bytes at 1 Gbit
+    mon.on_ack(token, service_s=0.001, fixed_s=0.0003)
+    assert mon.stats().per_message_s == pytest.approx(0.0005)
+    assert mon.stats().min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.001)
+    for _ in range(50):  # 5 s of 1 MB messages, each alone: 2 ms to send, 1.5 ms to sync
+        token = mon.on_send(1_000_000, backlog=False, submit_s=0.002)
+        clock.t += 0.1
+        mon.on_ack(token, service_s=0.004, fixed_s=0.0015)
+    s = mon.stats()
+    assert s.per_message_s == pytest.approx(0.0005) and s.min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.001)
+    assert s.rtt_stale  # time to drain with a small message
+
+
 def test_waiting_at_a_busy_destination_is_not_queueing_in_the_network():
     """Three in flight to a shard that stalls (an index growing): the round trips grow by
     the shard's service of the messages ahead, which its busy total reports, not the link."""

@@ -1,5 +1,8 @@
 """The transport against real shard replicas (Ray actors writing real logs)."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import ray
@@ -50,15 +53,34 @@ def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, t
 
 def test_link_statistics_come_from_acknowledgements(ray_session, tmp_path):
     replica = shard(tmp_path)
-    t = Transport()
+    t = Transport(small_bytes=64 << 10)
+    t.send(0, replica, make_batch(3, 4, seed=9), backlog=False)  # 26 kB alone: the path and the fixed cost
+    drain(t)
+    assert t.stats(0).min_rtt > 0 and t.stats(0).per_message_s > 0
     for i in range(6):
         t.send(0, replica, make_batch(3, 20, seed=i, first_frame=20 * i), backlog=True)
     drain(t)
     s = t.stats(0)
-    assert s.acked_messages == 6 and s.in_flight == 0
-    assert s.acked_bytes == sum(make_batch(3, 20, seed=i).nbytes for i in range(6))
-    assert s.delivery_rate > 0 and s.min_rtt > 0 and s.per_message_s > 0
+    assert s.acked_messages == 7 and s.in_flight == 0
+    assert s.acked_bytes == make_batch(3, 4, seed=9).nbytes + sum(make_batch(3, 20, seed=i).nbytes for i in range(6))
+    assert s.delivery_rate > 0
     assert t.codec(0) == (0, "fp32")
+    ray.kill(replica)
+
+
+def test_acknowledgements_are_collected_while_another_thread_sends(ray_session, tmp_path):
+    """The aggregator's pump sends while its other thread waits in ``poll``: a poll that
+    began with nothing in flight returns the acknowledgement of a message sent meanwhile."""
+    replica = shard(tmp_path)
+    t = Transport()
+    polled: list = []
+    poller = threading.Thread(target=lambda: polled.extend(t.poll(60.0)))
+    poller.start()
+    time.sleep(0.2)  # let it begin waiting with nothing in flight
+    t.send(0, replica, make_batch(4, 3), backlog=False, tag="sent while polling")
+    poller.join()
+    assert [(d.tag, d.error) for d in polled] == [("sent while polling", None)]
+    assert ray.get(replica.video_ids.remote()) == [4]
     ray.kill(replica)
 
 

@@ -65,12 +65,13 @@ def test_unmeasured_link_gets_a_modest_start_alone_on_the_link():
     assert plan.max_bytes == 64 << 10 and plan.window == 1  # a small message alone: the path's own round trip
 
 
-def test_a_stale_min_rtt_drains_the_window_to_one_message():
+def test_a_stale_min_rtt_drains_to_one_small_message():
     policy = FlushPolicy(latency_target_s=1.0)
     fresh = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
     stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002, rtt_stale=True))
     assert fresh.window == 9 and stale.window == 1
-    assert stale.max_bytes == fresh.max_bytes  # only the window changes
+    # small, so that its round trip is the path's and its cost the per-message floor
+    assert fresh.max_bytes == 250_000 and stale.max_bytes == policy.min_bytes
 
 
 def test_a_batch_just_past_the_inline_limit_is_cut_to_ride_inline():

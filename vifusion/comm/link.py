@@ -13,8 +13,9 @@ destination that is the bottleneck (``receiver_share``). From those stamps:
   nothing queued (app-limited), or of messages that spent most of their round trip waiting
   at a busy destination (receiver-limited), only ever raise it, since they show demand or
   the destination, not the link; with no sample in the window, the newest one stands;
-- **min RTT**: the smallest network round trip over a window, from messages sent with
-  nothing ahead of them (the path without this sender's queue; see below);
+- **min RTT**: the smallest network round trip over a window, from *quiet* messages: small
+  ones sent with nothing ahead of them (the path without this sender's queue, or a large
+  message's own time on the wire; see below);
 - **queueing delay**: a network round trip minus min RTT, minus the time the bytes ahead of
   it and its own bytes need at the link's recent capacity (a 1 MiB message is not "queued"
   for its own bytes); it grows when the link carries less than it did, or queues build;
@@ -27,18 +28,23 @@ destination that is the bottleneck (``receiver_share``). From those stamps:
 - **backlog age**: how long the oldest item waiting at the sender has waited (the sender
   reports it, since only it knows its queue);
 - **receiver share**: the part of recent round trips the destination spent busy (smoothed);
-  near 1 the destination, not the link, holds the data back.
+  near 1 the destination, not the link, holds the data back;
+- **per-message cost**: the send call plus the destination's fixed part (its log sync) of
+  quiet messages, the least over the round-trip window. Both parts grow with a message's
+  bytes, so only a small message shows the part no batch size amortises: counted from
+  every message, a larger batch measured a larger "fixed" cost, which sized a larger
+  batch, up to the largest allowed (at 1 Gbit 3-4 MiB through the object store where
+  0.3 MiB inline carried as much, at a tenth of the latency).
 
 When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
 (``due_probe``) so that min RTT stays current on an idle link.
 
 Under steady load min RTT has the opposite problem: every message waits behind the ones
 sent before it, so no sample shows the path without a queue, and a window sized from such a
-"min" keeps the queue it measured (it only grows). So min RTT counts only once a message
-has been sent with nothing of this sender's ahead of it (a *quiet* sample); when the last
-one is older than ``drain_every_s``, ``rtt_stale`` tells the sender to drain to one message
-in flight for one round trip (BBR's PROBE_RTT), which costs about a round trip of a partly
-idle link every few seconds.
+"min" keeps the queue it measured (it only grows). So min RTT counts only quiet samples;
+when the last one is older than ``drain_every_s``, ``rtt_stale`` tells the sender to drain
+to one small message (``small_bytes``) in flight for one round trip (BBR's PROBE_RTT),
+which costs about a round trip of a partly idle link every few seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +66,27 @@ def _high(samples: list[float]) -> float:
         return 0.0
     samples = sorted(samples)
     return samples[min(len(samples) - 1, int(0.8 * len(samples)))] if len(samples) >= 5 else samples[-1]
+
+
+class _WindowMin:
+    """The least value over a sliding time window, in O(1) per sample (a monotonic deque):
+    a window holds thousands of messages at 1 Gbit, and the sender reads it several times per
+    message."""
+
+    def __init__(self) -> None:
+        self._q: deque[tuple[float, float]] = deque()  # (t, value), values increasing
+
+    def append(self, t: float, value: float) -> None:
+        while self._q and self._q[-1][1] >= value:
+            self._q.pop()
+        self._q.append((t, value))
+
+    def expire(self, now: float, window: float) -> None:
+        while len(self._q) > 1 and now - self._q[0][0] > window:  # the newest stands, however old
+            self._q.popleft()
+
+    def value(self) -> float:
+        return self._q[0][1] if self._q else 0.0
 
 
 class _Samples:
@@ -117,7 +144,7 @@ class LinkStats:
     acked_bytes: int
     acked_messages: int
     service_s: float  # smoothed time the destination spends on a message
-    per_message_s: float  # fixed cost of one message (send call + the destination's fixed part), recent min
+    per_message_s: float  # fixed cost of one message (send call + the destination's fixed part), windowed min
     rtt_stale: bool = False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
     receiver_share: float = 0.0  # smoothed share of a round trip the destination was busy
 
@@ -146,13 +173,16 @@ class LinkMonitor:
         rtt_window_s: float = 30.0,
         probe_idle_s: float = 1.0,
         drain_every_s: float = 4.0,
+        small_bytes: int = 64 << 10,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``small_bytes``: the size of the sender's smallest batch, which it drains with."""
         self.rate_window_s = rate_window_s
         self.capacity_window_s = capacity_window_s
         self.rtt_window_s = rtt_window_s
         self.probe_idle_s = probe_idle_s
         self.drain_every_s = drain_every_s
+        self.small_bytes = small_bytes
         self._clock = clock
         self._sent: dict[int, _Sent] = {}
         self._next = 0
@@ -164,11 +194,10 @@ class LinkMonitor:
         self._rtts = _Samples()  # network round trips of quiet samples
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
-        self._fixed: deque[float] = deque(maxlen=32)
+        self._costs = _WindowMin()  # send call + the destination's fixed part, per message
         self._qdelay = 0.0
         self._receiver_share = 0.0
         self._busy: float | None = None  # the destination's busy total, last reported
-        self._per_message = 0.0
         self._service = 0.0
         self._acked_messages = 0
         self._in_flight_bytes = 0
@@ -223,9 +252,12 @@ class LinkMonitor:
                 self._rates.append(now, rate)
             self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
         rtt = max(elapsed - receiver_s, 1e-6)
-        if not s.ahead:  # nothing of ours ahead of it: the path's own round trip
+        quiet = not s.ahead and s.nbytes <= 2 * self.small_bytes  # the path's own round trip
+        if quiet:
             self._rtts.append(now, rtt)
             self._quiet_t = now
+            if s.logical:  # probes carry no data and cost the destination nothing
+                self._costs.append(now, s.submit_s + fixed_s)
         self._expire(now)
         excess = rtt - self.min_rtt
         if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:
@@ -237,10 +269,6 @@ class LinkMonitor:
         self._qdelay = sample if first else 0.7 * self._qdelay + 0.3 * sample
         share = receiver_s / elapsed
         self._receiver_share = share if first else 0.7 * self._receiver_share + 0.3 * share
-        if s.logical:  # probes carry no data and cost the destination nothing
-            self._fixed.append(s.submit_s + fixed_s)
-            # the fixed part is what the cheapest recent message cost: larger ones add per-byte work
-            self._per_message = min(self._fixed)
 
     def on_lost(self, token: int) -> None:
         """A message that failed (its destination died): forget it."""
@@ -282,7 +310,7 @@ class LinkMonitor:
             acked_bytes=self._delivered,
             acked_messages=self._acked_messages,
             service_s=self._service,
-            per_message_s=self._per_message,
+            per_message_s=self._costs.value(),
             rtt_stale=self._quiet_t is None or self._clock() - self._quiet_t > self.drain_every_s,
             receiver_share=self._receiver_share,
         )
@@ -291,3 +319,4 @@ class LinkMonitor:
         self._rates.expire(now, self.capacity_window_s)
         self._logical_rates.expire(now, self.capacity_window_s)
         self._rtts.expire(now, self.rtt_window_s)
+        self._costs.expire(now, self.rtt_window_s)

@@ -5,8 +5,10 @@ hands its frames here, so the node sends one fused stream per destination shard 
 one per extractor. On the way, consecutive near-duplicate frames of a video become one
 vector (``dedup.py``). A pump thread sends each destination's buffer when the fusion policy
 (``policy.py``) says it is due and the link's window has room; the transport (``comm/``)
-encodes with the codec its link calls for and collects acknowledgements, while extractors go
-on decoding and embedding (communication overlaps computation).
+encodes with the codec its link calls for. Another thread collects acknowledgements, so the
+pump is free the moment rows come in (while it waited for an acknowledgement, a window of
+four carried one message at a time), and extractors go on decoding and embedding
+(communication overlaps computation).
 
 A video is finished (``finish``) once every row of it is acknowledged by its shard, that
 is, in the shard's write-ahead log. ``submit`` blocks while a destination's buffer holds
@@ -28,6 +30,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +63,6 @@ class Aggregator:
         self.shards = shards
         self._cond = threading.Condition()
         self._dedup = TemporalDedup(cfg.dedup_cosine if cfg.fusion else 2.0)
-        self._flush = FlushPolicy(cfg.fusion_latency_target_s, min_bytes=cfg.fusion_min_bytes,
-                                  max_bytes=cfg.fusion_max_bytes)
         self._buffers: dict[int, FusionBuffer] = {}
         self._plans: dict[int, FlushPlan] = {}
         self._urgent: set[int] = set()
@@ -81,10 +82,14 @@ class Aggregator:
         self._quality = quality or {}
         self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
         self._new_tables: SharedTables | None = None
-        self._transport = Transport(tables, adaptive=adaptive, allowed=self._allowed())
+        self._transport = Transport(tables, adaptive=adaptive, allowed=self._allowed(),
+                                    small_bytes=cfg.fusion_min_bytes)
+        self._flush = FlushPolicy(cfg.fusion_latency_target_s, min_bytes=cfg.fusion_min_bytes,
+                                  max_bytes=cfg.fusion_max_bytes, inline_bytes=self._transport.inline_bytes)
         self._stopped = False
         self.instance = uuid.uuid4().hex  # a restarted aggregator has forgotten what it held
-        threading.Thread(target=self._pump, name="aggregator-pump", daemon=True).start()
+        threading.Thread(target=self._loop, args=(self._pump_once,), name="aggregator-pump", daemon=True).start()
+        threading.Thread(target=self._loop, args=(self._collect_once,), name="aggregator-acks", daemon=True).start()
 
     # -- extractors ------------------------------------------------------------------
 
@@ -231,12 +236,12 @@ class Aggregator:
 
     # -- the pump ------------------------------------------------------------------------
 
-    def _pump(self) -> None:
+    def _loop(self, step: Callable[[], None]) -> None:
         while not self._stopped:
             try:
-                self._pump_once()
+                step()
             except Exception as e:  # a bug must not hang every waiting extractor: fail what waits
-                log.exception("aggregator pump")
+                log.exception("aggregator %s", step.__name__)
                 with self._cond:
                     for v, n in self._pending.items():
                         if n:
@@ -271,6 +276,8 @@ class Aggregator:
             if (runs := self._dedup.oldest()) is not None:
                 wait = min(wait, max(runs + age - now, 0.001))
             self._cond.notify_all()
+            if not sends:  # until rows come in, acknowledgements make room, or the oldest is due
+                self._cond.wait(wait)
         for dest, taken, backlog in sends:
             try:
                 transport.send(dest, self.shards[dest], taken.batch, backlog=backlog, tag=taken)
@@ -279,12 +286,9 @@ class Aggregator:
         for dest in list(self._buffers):
             if transport.due_probe(dest):
                 transport.probe(dest, self.shards[dest])
-        if any(transport.in_flight(d) for d in self._buffers):
-            self._settle(transport.poll(wait))
-        else:
-            with self._cond:
-                if not any(len(b) for b in self._buffers.values()):
-                    self._cond.wait(wait)
+
+    def _collect_once(self) -> None:
+        self._settle(self._transport.poll(_IDLE_WAIT_S))
 
     def _settle(self, deliveries: list[Delivery]) -> None:
         if not deliveries:

@@ -2,13 +2,14 @@
 it, and how many transfers may be in flight, per destination, from the link's statistics.
 
 - **B (bytes)**: enough that the fixed cost of a message (the send call and the receiver's
-  per-message work, measured) is under ``overhead_share`` of its transfer time at the
-  link's capacity (not the delivery rate of the last second: smaller batches carry less,
-  and B sized from what they carried shrank run after run, to half the rate at 1 Gbit);
-  but no more than a quarter of the latency target's worth of what the link delivers now, and
-  within [``min_bytes``, ``max_bytes``]. A B just past the size a message can ride inline
-  in the actor call (``inline_bytes``, up to twice it) is cut to fit: the object store's
-  extra round trips cost more than a few more KiB per message save.
+  per-message work, measured from small messages, ``link.py``) is under ``overhead_share``
+  of its transfer time at the link's capacity (not the delivery rate of the last second:
+  smaller batches carry less, and a B sized from what they carried can shrink itself to the
+  least); but no more than a quarter of the latency target's worth of what the link
+  delivers now, and within [``min_bytes``, ``max_bytes``]. A B just past
+  the size a message can ride inline in the actor call (``inline_bytes``, up to twice it)
+  is cut to fit: the object store's extra round trips cost more than a few more KiB per
+  message save.
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
 - **window**: 1.5 bandwidth-delay products (capacity x (min RTT + the receiver's service
   time per message + the fixed per-message cost)) in messages of B, plus one: sized from
@@ -20,8 +21,9 @@ it, and how many transfers may be in flight, per destination, from the link's st
   back.
 
 While the link's min RTT is stale (``LinkStats.rtt_stale``: no message has gone out alone
-for a while) the window is one message: the queue drains and the next message measures
-the path itself. The first message on a link goes out that way too.
+for a while) the plan is one small message (``min_bytes``) in flight: the queue drains and
+the next message measures the path itself, and the per-message cost (``link.py``). The
+first message on a link goes out that way too.
 
 B is counted in the bytes that cross the link: when the link carries compressed data, a
 batch gathers more rows for the same B (``wire_ratio``).
@@ -33,7 +35,6 @@ import math
 from dataclasses import dataclass
 
 from vifusion.comm.link import LinkStats
-from vifusion.comm.transport import INLINE_BYTES
 
 _GAIN = 1.5
 _HEADROOM = 4 << 10  # a batch's ids and times ride with its features
@@ -56,7 +57,7 @@ class FlushPolicy:
         max_bytes: int = 8 << 20,
         min_window: int = 4,
         max_window: int = 64,
-        inline_bytes: int = INLINE_BYTES,
+        inline_bytes: int = 96 << 10,  # Ray's default limit, less what a call adds
     ) -> None:
         self.latency_target_s = latency_target_s
         self.overhead_share = overhead_share
@@ -79,6 +80,6 @@ class FlushPolicy:
             wire = self.inline_bytes - _HEADROOM
         bdp = max(link.capacity, rate) * (link.min_rtt + link.service_s + link.per_message_s)
         window = min(max(math.ceil(_GAIN * bdp / wire) + 1, self.min_window), self.max_window)
-        if link.rtt_stale:
-            window = 1
+        if link.rtt_stale:  # drain: one small message alone times the path and the fixed cost
+            wire, window = self.min_bytes, 1
         return FlushPlan(int(wire / wire_ratio), age, window)
