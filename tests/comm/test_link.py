@@ -105,10 +105,11 @@ def test_min_rtt_comes_from_messages_sent_alone_and_goes_stale_under_steady_load
     assert not mon.stats().rtt_stale
 
 
-def test_only_small_messages_sent_alone_time_the_path_and_the_fixed_cost():
+def test_only_small_messages_time_the_fixed_cost_and_the_path():
     """A large message's call and log sync take longer for its bytes, and its round trip
     includes its own time on the wire: counted as "fixed", a larger batch would measure a
-    larger cost and size a larger batch again. Only small messages sent alone count."""
+    larger cost and size a larger batch again. Only small messages count (sent alone, for
+    the path)."""
     clock = Clock()
     mon = LinkMonitor(small_bytes=64_000, drain_every_s=4.0, clock=clock)
     token = mon.on_send(60_000, backlog=False, submit_s=0.0002)

@@ -30,7 +30,7 @@ destination that is the bottleneck (``receiver_share``). From those stamps:
 - **receiver share**: the part of recent round trips the destination spent busy (smoothed);
   near 1 the destination, not the link, holds the data back;
 - **per-message cost**: the send call plus the destination's fixed part (its log sync) of
-  quiet messages, the least over the round-trip window. Both parts grow with a message's
+  small messages, the least over the round-trip window. Both parts grow with a message's
   bytes, so only a small message shows the part no batch size amortises: counted from
   every message, a larger batch measured a larger "fixed" cost, which sized a larger
   batch, up to the largest allowed (at 1 Gbit 3-4 MiB through the object store where
@@ -252,12 +252,12 @@ class LinkMonitor:
                 self._rates.append(now, rate)
             self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
         rtt = max(elapsed - receiver_s, 1e-6)
-        quiet = not s.ahead and s.nbytes <= 2 * self.small_bytes  # the path's own round trip
-        if quiet:
+        small = s.nbytes <= 2 * self.small_bytes
+        if small and not s.ahead:  # quiet: the path's own round trip
             self._rtts.append(now, rtt)
             self._quiet_t = now
-            if s.logical:  # probes carry no data and cost the destination nothing
-                self._costs.append(now, s.submit_s + fixed_s)
+        if small and s.logical:  # probes carry no data and cost the destination nothing
+            self._costs.append(now, s.submit_s + fixed_s)
         self._expire(now)
         excess = rtt - self.min_rtt
         if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:
