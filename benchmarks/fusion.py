@@ -24,7 +24,9 @@ Policies:
 3. a fixed 25 MB bucket, 2 in flight (PyTorch DDP's default bucket);
 4. ViFusion: the node aggregator (``vifusion.fusion``), flush policy from the link's
    statistics, adaptive codec (``vifusion.comm``); temporal dedup off, so every policy moves
-   the same rows.
+   the same rows. At 1 Gbit also ``4@256K`` and ``4@512K``: the same with the batch pinned
+   to that size, the latency the policy could buy with throughput (it sizes B so that the
+   measured per-message cost is a tenth of a batch's time on the link).
 
 Figures per (link, policy): features/s acknowledged, share of the line rate (fp32 bytes),
 bytes on the wire (the sender's interface counter), latency from production to
@@ -82,6 +84,7 @@ POLICIES = {
     "2": {"rows": 10, "age": 0.010, "window": 8},
     "3": {"rows": (25 << 20) // FRAME_BYTES, "age": 1e9, "window": 2},
 }
+PINNED = {"4@256K": 256 << 10, "4@512K": 512 << 10}  # (4) with its batch size pinned
 
 
 # -- the replayed rows (the same function on the sender and for the ground truth) ---------
@@ -207,15 +210,16 @@ def drive(spec: dict) -> None:
     results = {}
     for policy in spec["policies"]:
         work = Path(tempfile.mkdtemp(prefix=f"vf-fusion-{policy}-"))
+        pin = {"fusion_min_bytes": PINNED[policy], "fusion_max_bytes": PINNED[policy]} if policy in PINNED else {}
         cfg = Config(data_dir=work, faiss_threads=1, index_exact_max=10**9, snapshot_log_bytes=1 << 40,
-                     dedup_cosine=1.01)
+                     dedup_cosine=1.01, **pin)
         shard = ray.remote(ShardReplica).options(resources={"host1": 1}).remote(0, work / "shard", cfg, [])
         ray.get(shard.stats.remote())
         replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row)
         tx0 = _counter(dev, "tx_bytes")
         squeeze = spec.get("squeeze")
         timer = threading.Thread(target=_squeeze, args=(spec, squeeze), daemon=True) if squeeze else None
-        if policy == "4":
+        if policy.startswith("4"):
             agg = ray.remote(Aggregator).options(resources={"host0": 1}, num_cpus=0,
                                                  max_concurrency=16).remote(cfg, [shard], tables, spec["quality"])
             if timer:
@@ -233,7 +237,7 @@ def drive(spec: dict) -> None:
         results[policy] = out
         ray.kill(shard)
         ray.kill(replayer)
-        if policy == "4":
+        if policy.startswith("4"):
             ray.kill(agg)
         shutil.rmtree(work, ignore_errors=True)
     print("RESULT " + json.dumps(results), flush=True)
@@ -286,7 +290,7 @@ def _source(ids: np.ndarray, sources: int) -> list[int]:
 
 def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
     line_rows = link["bps"] / 8 / FRAME_BYTES
-    if policy == "4":
+    if policy.startswith("4"):
         st = out["stats"]
         tl = out["timeline"]
         rows = _rows_by(tl, duration)
@@ -435,7 +439,7 @@ def main() -> int:
         duration = 10.0
         sq = {"at": 8.0, "for": 20.0, "rate": "10mbit"}
         every = ["1", "1w", "2", "3", "4"]
-        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0, "policies": every},
+        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0, "policies": every + list(PINNED)},
                  "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
                  "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
                  "squeeze": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "squeeze": sq,
@@ -498,6 +502,11 @@ def ratios(links: dict) -> dict:
             if "3" in during:
                 r["squeeze_fps_4_over_3"] = _ratio(during["4"], during["3"])
             r["back_to_fp32_s"] = entry["squeeze"]["back_to_fp32_s"]
+        for pinned in PINNED:
+            if pinned in p:
+                r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])
+                if "2" in p:
+                    r[f"p50_{pinned}_over_2"] = _ratio(p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"])
         out[name] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
     return out
 
