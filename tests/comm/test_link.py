@@ -112,9 +112,10 @@ def test_only_small_messages_time_the_fixed_cost_and_the_path():
     the path)."""
     clock = Clock()
     mon = LinkMonitor(small_bytes=64_000, drain_every_s=4.0, clock=clock)
-    token = mon.on_send(60_000, backlog=False, submit_s=0.0002)
-    clock.t += 0.010 + 60_000 / 125e6  # 10 ms + its bytes at 1 Gbit
-    mon.on_ack(token, service_s=0.001, fixed_s=0.0003)
+    for submit_s in (0.001, 0.0002):  # the first call to an actor costs more, and does not count
+        token = mon.on_send(60_000, backlog=False, submit_s=submit_s)
+        clock.t += 0.010 + 60_000 / 125e6  # 10 ms + its bytes at 1 Gbit
+        mon.on_ack(token, service_s=0.001, fixed_s=0.0003)
     assert mon.stats().per_message_s == pytest.approx(0.0005)
     assert mon.stats().min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.001)
     for _ in range(50):  # 5 s of 1 MB messages, each alone: 2 ms to send, 1.5 ms to sync

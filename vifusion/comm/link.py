@@ -256,7 +256,9 @@ class LinkMonitor:
         if small and not s.ahead:  # quiet: the path's own round trip
             self._rtts.append(now, rtt)
             self._quiet_t = now
-        if small and s.logical:  # probes carry no data and cost the destination nothing
+        # Probes carry no data and cost the destination nothing; the first message pays for
+        # Ray's first call to the actor (0.8-1.4 ms against 0.5-0.9 for a drain after it).
+        if small and s.logical and self._acked_messages > 1:
             self._costs.append(now, s.submit_s + fixed_s)
         self._expire(now)
         excess = rtt - self.min_rtt
