@@ -6,10 +6,9 @@ it, and how many transfers may be in flight, per destination, from the link's st
   of its transfer time at the link's capacity (not the delivery rate of the last second:
   smaller batches carry less, and a B sized from what they carried can shrink itself to the
   least); but no more than a quarter of the latency target's worth of what the link
-  delivers now, and within [``min_bytes``, ``max_bytes``]. A B just past
-  the size a message can ride inline in the actor call (``inline_bytes``, up to twice it)
-  is cut to fit: the object store's extra round trips cost more than a few more KiB per
-  message save.
+  delivers now, and within [``min_bytes``, ``max_bytes``]. A B just past the size a message
+  can ride inline in the actor call (``inline_bytes``, up to twice it) is cut to fit: the
+  object store's extra round trips cost more than a few more KiB per message save.
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
 - **window**: 1.5 bandwidth-delay products (capacity x (min RTT + the receiver's service
   time per message + the fixed per-message cost)) in messages of B, plus one: sized from
