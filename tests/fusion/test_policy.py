@@ -34,8 +34,18 @@ def test_batch_is_sized_from_the_capacity_not_from_what_small_batches_carried():
 def test_window_covers_one_and_a_half_bandwidth_delay_products_plus_one():
     policy = FlushPolicy(latency_target_s=1.0)
     plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
-    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB = 5 batches of 250 kB; x1.5 +1 so the link never idles
-    assert plan.window == 9
+    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB, and a 250 kB batch's 186 kB more on the wire than the
+    # 64 KiB that timed min RTT: 5.7 batches; x1.5 +1 so the link never idles
+    assert plan.window == 10
+
+
+def test_the_window_counts_a_batch_s_own_time_on_the_wire():
+    # min RTT is timed with small messages; a 1.25 MB batch spends 10 ms on a 1 Gbit wire
+    # besides: a round trip of 13 ms, 1.6 MB, so 1.5 x 1.6 MB in flight is 2 batches, plus one
+    policy = FlushPolicy(latency_target_s=1.0, min_bytes=0, min_window=1)
+    plan = policy.plan(replace(link(rate=125 * MB, min_rtt=0.002, per_message_s=0.001), capacity=125 * MB))
+    assert plan.max_bytes == 1_250_000
+    assert plan.window == 3  # without its own bytes: 1.5 x 0.375 MB / 1.25 MB + 1 = 2
 
 
 def test_latency_target_bounds_the_batch_and_the_age():
@@ -69,7 +79,7 @@ def test_a_stale_min_rtt_drains_to_one_small_message():
     policy = FlushPolicy(latency_target_s=1.0)
     fresh = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
     stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002, rtt_stale=True))
-    assert fresh.window == 9 and stale.window == 1
+    assert fresh.window == 10 and stale.window == 1
     # small, so that its round trip is the path's and its cost the per-message floor
     assert fresh.max_bytes == 250_000 and stale.max_bytes == policy.min_bytes
 

@@ -11,7 +11,8 @@ it, and how many transfers may be in flight, per destination, from the link's st
   object store's extra round trips cost more than a few more KiB per message save.
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
 - **window**: 1.5 bandwidth-delay products (capacity x (min RTT + the receiver's service
-  time per message + the fixed per-message cost)) in messages of B, plus one: sized from
+  time per message + the fixed per-message cost), plus the bytes by which a batch outlasts
+  the small message that timed min RTT on the wire) in messages of B, plus one: sized from
   the capacity, not from what the window itself let through, so it cannot talk itself down
   (BBR uses a gain of 2; acknowledgements here come one per message, so less slack keeps
   the link busy and the queue, which is latency, shorter), and bounded; within
@@ -77,7 +78,8 @@ class FlushPolicy:
         wire = min(max(wire, self.min_bytes), self.max_bytes)
         if self.inline_bytes < wire < 2 * self.inline_bytes:
             wire = self.inline_bytes - _HEADROOM
-        bdp = max(link.capacity, rate) * (link.min_rtt + link.service_s + link.per_message_s)
+        bdp = (max(link.capacity, rate) * (link.min_rtt + link.service_s + link.per_message_s)
+               + max(wire - self.min_bytes, 0))
         window = min(max(math.ceil(_GAIN * bdp / wire) + 1, self.min_window), self.max_window)
         if link.rtt_stale:  # drain: one small message alone times the path and the fixed cost
             wire, window = self.min_bytes, 1
