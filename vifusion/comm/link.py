@@ -90,7 +90,7 @@ class _WindowMin:
 
 
 class _Samples:
-    """Timestamped samples over a window (rates, round trips), with their ``_high`` kept
+    """Timestamped rate samples over a window, with their ``_high`` kept
     until they change: the sender reads a link's statistics several times per message, and
     at 1 Gbit a minute's window holds thousands of rate samples (sorting them each time cost
     a tenth of a core)."""
@@ -191,7 +191,7 @@ class LinkMonitor:
         self._t_delivered = clock()
         self._rates = _Samples()
         self._logical_rates = _Samples()
-        self._rtts = _Samples()  # network round trips of quiet samples
+        self._rtts = _WindowMin()  # network round trips of quiet samples (only their least is read)
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
         self._costs = _WindowMin()  # send call + the destination's fixed part, per message
@@ -295,7 +295,7 @@ class LinkMonitor:
 
     @property
     def min_rtt(self) -> float:
-        return min(self._rtts.values(), default=0.0)
+        return self._rtts.value()
 
     def stats(self) -> LinkStats:
         self._expire(self._clock())
