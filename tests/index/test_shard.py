@@ -246,10 +246,25 @@ def test_snapshot_with_wrong_dims_is_rejected(tmp_path: Path) -> None:
     with np.load(tmp_path / SNAPSHOT) as z:
         parts = dict(z)
     parts["visual"] = faiss.serialize_index(faiss.IndexIDMap2(faiss.IndexFlatIP(8)))
+    parts["visual_blobs"] = np.array([len(parts["visual"])])
     with open(tmp_path / SNAPSHOT, "wb") as f:
         np.savez(f, **parts)
     with pytest.raises(ValueError, match="dim 8"):
         Shard(0, tmp_path, CFG)
+
+
+def test_snapshot_of_the_previous_format_loads(tmp_path: Path) -> None:
+    """Format 2 held each space as one FAISS blob; a shard written by it still starts."""
+    s = Shard(0, tmp_path, CFG)
+    s.add(make_batch(1, 30))
+    s.snapshot()
+    with np.load(tmp_path / SNAPSHOT) as z:
+        parts = {k: v for k, v in z.items() if not k.endswith("_blobs")}
+    parts["format"] = np.int64(2)
+    with open(tmp_path / SNAPSHOT, "wb") as f:
+        np.savez(f, **parts)
+    back = Shard(0, tmp_path, CFG)
+    assert back.video_ids() == [1] and back.ntotal == s.ntotal
 
 
 def test_garbage_snapshot_is_rejected_clearly(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ SNAPSHOT = "snapshot.npz"
 WAL_DIR = "wal"
 _TMP_PREFIX = ".snapshot-"
 _TMP_SUFFIX = ".tmp"
-_FORMAT = 2
+_FORMAT = 3
 # Batch ids remembered for idempotent re-sends (kept in snapshots too): senders keep only a
 # few batches in flight, and a re-applied batch is an upsert of the same ids anyway.
 _SEEN_BATCHES = 1 << 14
@@ -141,7 +141,9 @@ class Shard:
                     "ids": ids, "times": times, "batches": np.array(list(self._seen), dtype=np.str_),
                 }
                 for space, sp in self._spaces.items():
-                    parts[space] = sp.serialize()
+                    blobs = sp.serialize()
+                    parts[space] = np.concatenate(blobs)
+                    parts[f"{space}_blobs"] = np.array([len(b) for b in blobs], np.int64)
                     parts[f"{space}_factory"] = np.str_(sp.factory)
                     parts[f"{space}_trained"] = np.int64(sp.trained_n)
                 self._wal.rotate()
@@ -404,15 +406,21 @@ class Shard:
             if missing:
                 raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
             fmt = int(z["format"])
-            if fmt not in (1, _FORMAT):
+            if fmt not in (1, 2, _FORMAT):
                 raise ValueError(f"{path}: snapshot format {fmt}, expected {_FORMAT}")
             spaces = {}
             for space, d in DIMS.items():
                 # Format 1 (before the log) held flat indexes only.
                 factory = str(z[f"{space}_factory"]) if fmt >= 2 else "IDMap2,Flat"
                 trained = int(z[f"{space}_trained"]) if fmt >= 2 else 0
+                blob = z[space]
+                # Format 3 holds a flat space as one blob per chunk, end to end.
+                sizes = z[f"{space}_blobs"].tolist() if f"{space}_blobs" in z.files else [len(blob)]
+                if sum(sizes) != len(blob):
+                    raise ValueError(f"{path}: {space} index blobs do not add up")
+                blobs = np.split(blob, np.cumsum(sizes)[:-1])
                 try:
-                    spaces[space] = SpaceIndex.deserialize(z[space], d, self._policy, factory, trained)
+                    spaces[space] = SpaceIndex.deserialize(blobs, d, self._policy, factory, trained)
                 except RuntimeError as e:  # FAISS reports a bad index blob as RuntimeError
                     raise ValueError(f"{path}: unreadable {space} index: {e}") from e
                 except ValueError as e:

@@ -1,9 +1,9 @@
 """One vector space of one shard, with its FAISS index type chosen by size.
 
-Small: ``IDMap2,Flat`` (exact inner product). Past ``exact_max`` vectors:
-``IVF{nlist},{codec}`` trained from the shard's own vectors (nlist ~ 2 sqrt(n), a power of
-two; codec ``SQfp16``, 2 bytes a dimension, or ``SQ8``, 1 byte), with a hash direct map so
-vectors can be removed and read back by id. Both types remove ids, so no tombstones are
+Small: ``IDMap2,Flat`` (exact inner product), in chunks of bounded size (``_flat.py``).
+Past ``exact_max`` vectors: ``IVF{nlist},{codec}`` trained from the shard's own vectors
+(nlist ~ 2 sqrt(n), a power of two; codec ``SQfp16``, 2 bytes a dimension, or ``SQ8``, 1
+byte), with a hash direct map so vectors can be removed and read back by id. Both types remove ids, so no tombstones are
 needed. Vectors are L2-normalised: inner product is cosine similarity.
 
 Limits: an IVF space stores its vectors in the codec (``reconstruct`` returns them decoded,
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import faiss
 import numpy as np
+
+from vifusion.index._flat import ChunkedFlat
 
 FLAT = "IDMap2,Flat"
 _REGROW = 2  # an IVF space is re-trained no sooner than at this many times its training size
@@ -52,12 +54,12 @@ class IndexPolicy:
 class SpaceIndex:
     """The vectors of one space, searchable, removable and readable by id."""
 
-    def __init__(self, d: int, policy: IndexPolicy, factory: str = FLAT, index: faiss.Index | None = None,
+    def __init__(self, d: int, policy: IndexPolicy, factory: str = FLAT, index: faiss.Index | ChunkedFlat | None = None,
                  trained_n: int = 0) -> None:
         self.d = d
         self.policy = policy
         self.factory = factory
-        self.index = index if index is not None else faiss.IndexIDMap2(faiss.IndexFlatIP(d))
+        self.index = index if index is not None else ChunkedFlat(d)
         self.trained_n = trained_n
 
     @classmethod
@@ -139,12 +141,20 @@ class SpaceIndex:
         params = faiss.SearchParametersIVF(nprobe=4 * self.policy.nprobe, sel=faiss.IDSelectorBatch(subset))
         return self.index.search(queries, k, params=params)
 
-    def serialize(self) -> np.ndarray:
-        return faiss.serialize_index(self.index)
+    def serialize(self) -> list[np.ndarray]:
+        """The index as FAISS blobs: one per chunk of a flat space, one for an IVF space."""
+        if self.is_flat:
+            return self.index.serialize()
+        return [faiss.serialize_index(self.index)]
 
     @classmethod
-    def deserialize(cls, blob: np.ndarray, d: int, policy: IndexPolicy, factory: str, trained_n: int) -> SpaceIndex:
-        index = faiss.deserialize_index(blob)
+    def deserialize(cls, blobs: list[np.ndarray], d: int, policy: IndexPolicy, factory: str,
+                    trained_n: int) -> SpaceIndex:
+        if factory == FLAT:
+            return cls(d, policy, factory, ChunkedFlat.deserialize(blobs, d), trained_n)
+        if len(blobs) != 1:
+            raise ValueError(f"an IVF index is one blob, got {len(blobs)}")
+        index = faiss.deserialize_index(blobs[0])
         if index.d != d:
             raise ValueError(f"index has dim {index.d}, expected {d}")
         return cls(d, policy, factory, index, trained_n)
@@ -152,7 +162,7 @@ class SpaceIndex:
     def all_ids(self) -> np.ndarray:
         """Every stored id (order unspecified)."""
         if self.is_flat:
-            return faiss.vector_to_array(self.index.id_map).copy()
+            return self.index.ids()
         invlists = faiss.extract_index_ivf(self.index).invlists
         parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
                  for i in range(invlists.nlist) if invlists.list_size(i)]
