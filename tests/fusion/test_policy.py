@@ -31,21 +31,33 @@ def test_batch_is_sized_from_the_capacity_not_from_what_small_batches_carried():
     assert policy.plan(squeezed).max_bytes == int(0.3 * MB / 4)
 
 
-def test_window_covers_one_and_a_half_bandwidth_delay_products_plus_one():
+def test_window_covers_the_bandwidth_delay_product_and_no_more():
     policy = FlushPolicy(latency_target_s=1.0)
     plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
-    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB, and a 250 kB batch's 186 kB more on the wire than the
-    # 64 KiB that timed min RTT: 5.7 batches; x1.5 +1 so the link never idles
-    assert plan.window == 10
+    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB, and a 250 kB batch's 184 kB more on the wire than the
+    # 64 KiB that timed min RTT: 5.7 batches. Five would leave the link idle part of each
+    # round trip; the seventh probes: a window that only held the measured BDP could never
+    # measure more. More would only wait in a queue.
+    assert plan.max_bytes == 250_000 and plan.window == 7
 
 
 def test_the_window_counts_a_batch_s_own_time_on_the_wire():
     # min RTT is timed with small messages; a 1.25 MB batch spends 10 ms on a 1 Gbit wire
-    # besides: a round trip of 13 ms, 1.6 MB, so 1.5 x 1.6 MB in flight is 2 batches, plus one
+    # besides: a round trip of 13 ms, 1.6 MB in flight, so 2 batches, and the probe
     policy = FlushPolicy(latency_target_s=1.0, min_bytes=0, min_window=1)
     plan = policy.plan(replace(link(rate=125 * MB, min_rtt=0.002, per_message_s=0.001), capacity=125 * MB))
     assert plan.max_bytes == 1_250_000
-    assert plan.window == 3  # without its own bytes: 1.5 x 0.375 MB / 1.25 MB + 1 = 2
+    assert plan.window == 3  # without its own bytes: 0.375 MB / 1.25 MB, 1, and the probe
+
+
+def test_a_destination_slower_than_the_link_sets_the_window():
+    # a 1.25 MB batch takes 10 ms on a 1 Gbit wire and 20 ms to serve: the pipe moves 62.5
+    # MB/s, so a 33 ms round trip holds 2.06 MB, 2 batches, and the probe (at the link's
+    # 125 MB/s the window would be 5, and three of them would queue at the destination)
+    policy = FlushPolicy(latency_target_s=1.0, min_bytes=0, min_window=1)
+    slow = replace(link(rate=125 * MB, min_rtt=0.002, per_message_s=0.001), service_s=0.020)
+    plan = policy.plan(slow)
+    assert plan.max_bytes == 1_250_000 and plan.window == 3
 
 
 def test_latency_target_bounds_the_batch_and_the_age():
@@ -58,7 +70,7 @@ def test_latency_target_bounds_the_batch_and_the_age():
 def test_bounds_hold_at_both_ends():
     policy = FlushPolicy(latency_target_s=10.0, min_bytes=64 << 10, max_bytes=4 << 20, max_window=16)
     tiny = policy.plan(link(rate=10 * MB, min_rtt=0.001, per_message_s=1e-6))
-    assert tiny.max_bytes == 64 << 10 and tiny.window == 4  # sent, on the wire, served, acknowledged
+    assert tiny.max_bytes == 64 << 10 and tiny.window == 2  # one at the receiver while the next travels
     huge = policy.plan(link(rate=1000 * MB, min_rtt=1.0, per_message_s=0.1))
     assert huge.max_bytes == 4 << 20 and huge.window == 16
 
@@ -79,7 +91,7 @@ def test_a_stale_min_rtt_drains_to_one_small_message():
     policy = FlushPolicy(latency_target_s=1.0)
     fresh = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
     stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002, rtt_stale=True))
-    assert fresh.window == 10 and stale.window == 1
+    assert fresh.window == 7 and stale.window == 1
     # small, so that its round trip is the path's and its cost the per-message floor
     assert fresh.max_bytes == 250_000 and stale.max_bytes == policy.min_bytes
 
