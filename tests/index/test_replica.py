@@ -1,4 +1,5 @@
-"""Shard replicas under faults: real Ray actors killed while writes and searches run."""
+"""Shard replicas: under faults (real Ray actors killed while writes and searches run), and
+what they tell senders."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vifusion.comm.codec import Ladder
+from vifusion.comm.transport import WireBatch
 from vifusion.config import Config
+from vifusion.index.replica import ShardReplica
 from vifusion.index.router import ShardSet
+from vifusion.types import VISUAL_DIM
 
 from ._helpers import make_batch, unit
 
@@ -126,3 +131,19 @@ def test_a_shard_with_no_live_replica_makes_searches_partial_not_failed(ray_sess
         assert only.missing == (0,) and only[0] == []
     finally:
         shards.close()
+
+
+def test_searches_count_in_the_busy_time_senders_subtract(tmp_path: Path) -> None:
+    """A shard serves one call at a time: a write's round trip that waited behind a search
+    waited at the shard, not on the link, and the busy total that acknowledgements carry
+    (``LinkMonitor``) must say so, or a shard busy with searches looks like congestion."""
+    replica = ShardReplica(0, tmp_path, Config(data_dir=tmp_path, faiss_threads=1), followers=[])
+    replica.add(make_batch(1, 200))
+    before = replica.ping()[3]
+    replica.search("visual", unit(np.random.default_rng(0), 64, VISUAL_DIM), 10)
+    after_search = replica.ping()[3]
+    assert after_search > before
+    batch = make_batch(2, 10)
+    wire = WireBatch(batch.ids, batch.times, Ladder().codecs[0].encode(batch.features), batch.batch_id)
+    _, service_s, _, busy_s = replica.receive(wire)
+    assert busy_s == pytest.approx(after_search + service_s)

@@ -2,11 +2,12 @@
 transfers themselves.
 
 Every message is stamped when it is sent; the destination's acknowledgement carries how long
-it spent serving the message, and how long it has spent serving messages in all (a running
-total), so the network part of a round trip is ``ack - send - the destination's busy time
-in between`` with no clock shared between nodes. A message that waited at a busy destination
-behind the ones before it has not waited in the network: compressing cannot help a
-destination that is the bottleneck (``receiver_share``). From those stamps:
+it spent serving the message, and how long it has spent serving calls of any kind in all (a
+running total), so the network part of a round trip is ``ack - send - the destination's
+busy time in between`` with no clock shared between nodes. A message that waited at a busy
+destination behind the ones before it, or behind a search, has not waited in the network:
+compressing cannot help a destination that is the bottleneck (``receiver_share``). From
+those stamps:
 
 - **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
   ack, over that interval), kept as a windowed max; samples taken while the sender had

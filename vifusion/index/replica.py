@@ -10,6 +10,8 @@ that catch-up) and apply what the primary forwards, in seq order.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +39,19 @@ class ShardReplica:
         self._names = list(followers or [])
         self._followers: list[ActorHandle] | None = None
         self._ladders: dict[str, Ladder] = {"": Ladder()}
-        self._busy_s = 0.0  # seconds spent in receive, in all: senders tell a busy shard from a slow link
+        # Seconds spent serving calls of any kind, in all (one call at a time): a sender tells a
+        # shard busy with its writes, or with searches, from a slow link.
+        self._busy_s = 0.0
 
     # writes: the primary
     def receive(self, wire: WireBatch) -> tuple[int, float, float, float]:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
         Returns the vectors held, and for the sender's link monitor: the seconds spent here,
         the part of them any write costs whatever its size (the log's fdatasync), and the
-        seconds spent in receive so far in all."""
+        seconds spent serving calls so far in all."""
         t0 = time.perf_counter()
         try:
-            n = self.add(wire.decode(self._ladder(wire)))
+            n = self._add(wire.decode(self._ladder(wire)))
         finally:
             service_s = time.perf_counter() - t0
             self._busy_s += service_s
@@ -58,32 +62,34 @@ class ShardReplica:
         return 0, 0.0, 0.0, self._busy_s
 
     def add(self, batch: FusedBatch) -> int:
-        before = self.shard.seq
-        n = self.shard.add(batch)
-        if self.shard.seq != before:
-            self._forward(self.shard.seq, batch, batch.nbytes)
-        return n
+        with self._serving():
+            return self._add(batch)
 
     def delete_video(self, video_id: int) -> int:
-        before = self.shard.seq
-        n = self.shard.delete_video(video_id)
-        if self.shard.seq != before:
-            self._forward(self.shard.seq, Delete(video_id), 0)
-        return n
+        with self._serving():
+            before = self.shard.seq
+            n = self.shard.delete_video(video_id)
+            if self.shard.seq != before:
+                self._forward(self.shard.seq, Delete(video_id), 0)
+            return n
 
     def snapshot(self) -> None:
-        self.shard.snapshot()
+        with self._serving():
+            self.shard.snapshot()
 
     # writes: the others
     def apply(self, seq: int, op: Op) -> None:
-        self.shard.apply(seq, op)
+        with self._serving():
+            self.shard.apply(seq, op)
 
     # reads: any replica
     def search(self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None):
-        return self.shard.search(space, queries, k, videos)
+        with self._serving():
+            return self.shard.search(space, queries, k, videos)
 
     def frames(self, space: str, video_id: int, start_s: float, end_s: float):
-        return self.shard.frames(space, video_id, start_s, end_s)
+        with self._serving():
+            return self.shard.frames(space, video_id, start_s, end_s)
 
     def stats(self) -> dict:
         return {**self.shard.stats(), "primary": self.primary}
@@ -92,7 +98,23 @@ class ShardReplica:
         return self.shard.video_ids()
 
     def wait_idle(self) -> None:
-        self.shard.wait_idle()
+        with self._serving():
+            self.shard.wait_idle()
+
+    @contextmanager
+    def _serving(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._busy_s += time.perf_counter() - t0
+
+    def _add(self, batch: FusedBatch) -> int:
+        before = self.shard.seq
+        n = self.shard.add(batch)
+        if self.shard.seq != before:
+            self._forward(self.shard.seq, batch, batch.nbytes)
+        return n
 
     def _ladder(self, wire: WireBatch) -> Ladder:
         version = wire.payload.version
