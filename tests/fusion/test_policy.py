@@ -33,31 +33,39 @@ def test_batch_is_sized_from_the_capacity_not_from_what_small_batches_carried():
 
 def test_window_covers_the_bandwidth_delay_product_and_no_more():
     policy = FlushPolicy(latency_target_s=1.0)
-    plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
-    # BDP = 12.5 MB/s x 0.1 s = 1.25 MB, and a 250 kB batch's 184 kB more on the wire than the
-    # 64 KiB that timed min RTT: 5.7 batches. Five would leave the link idle part of each
-    # round trip; the seventh probes: a window that only held the measured BDP could never
-    # measure more. More would only wait in a queue.
-    assert plan.max_bytes == 250_000 and plan.window == 7
+    plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.095, per_message_s=0.002))
+    # BDP = 12.5 MB/s x 97 ms = 1.21 MB, and a 250 kB batch's 184 kB more on the wire than the
+    # 64 KiB that timed min RTT: 5.6 batches, 5.85 with the small message of slack. Five
+    # would leave the link idle part of each round trip; a seventh would only wait in a queue.
+    assert plan.max_bytes == 250_000 and plan.window == 6
+
+
+def test_the_window_holds_one_small_message_more_than_the_bandwidth_delay_product():
+    # a window of exactly the measured BDP would leave the link idle at each round trip's
+    # jitter, and could never measure more than it measured
+    policy = FlushPolicy(latency_target_s=10.0)  # B stays min_bytes: 64 KiB
+    plan = policy.plan(link(rate=12.5 * MB, min_rtt=0.0134, per_message_s=0.0001))  # 100 Mbit / 5 ms
+    # BDP = 12.5 MB/s x 13.5 ms = 169 kB = 2.6 messages of 64 KiB; with one more, 3.6
+    assert plan.max_bytes == 64 << 10 and plan.window == 4
 
 
 def test_the_window_counts_a_batch_s_own_time_on_the_wire():
     # min RTT is timed with small messages; a 1.25 MB batch spends 10 ms on a 1 Gbit wire
-    # besides: a round trip of 13 ms, 1.6 MB in flight, so 2 batches, and the probe
+    # besides: a round trip of 13 ms, 1.6 MB in flight, so 2 batches
     policy = FlushPolicy(latency_target_s=1.0, min_bytes=0, min_window=1)
     plan = policy.plan(replace(link(rate=125 * MB, min_rtt=0.002, per_message_s=0.001), capacity=125 * MB))
     assert plan.max_bytes == 1_250_000
-    assert plan.window == 3  # without its own bytes: 0.375 MB / 1.25 MB, 1, and the probe
+    assert plan.window == 2  # without its own bytes: 0.375 MB / 1.25 MB, 1
 
 
 def test_a_destination_slower_than_the_link_sets_the_window():
     # a 1.25 MB batch takes 10 ms on a 1 Gbit wire and 20 ms to serve: the pipe moves 62.5
-    # MB/s, so a 33 ms round trip holds 2.06 MB, 2 batches, and the probe (at the link's
-    # 125 MB/s the window would be 5, and three of them would queue at the destination)
+    # MB/s, so a 33 ms round trip holds 2.06 MB, 2 batches (at the link's 125 MB/s the
+    # window would be 4, and two of them would queue at the destination)
     policy = FlushPolicy(latency_target_s=1.0, min_bytes=0, min_window=1)
     slow = replace(link(rate=125 * MB, min_rtt=0.002, per_message_s=0.001), service_s=0.020)
     plan = policy.plan(slow)
-    assert plan.max_bytes == 1_250_000 and plan.window == 3
+    assert plan.max_bytes == 1_250_000 and plan.window == 2
 
 
 def test_latency_target_bounds_the_batch_and_the_age():
@@ -89,9 +97,9 @@ def test_unmeasured_link_gets_a_modest_start_alone_on_the_link():
 
 def test_a_stale_min_rtt_drains_to_one_small_message():
     policy = FlushPolicy(latency_target_s=1.0)
-    fresh = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002))
-    stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.098, per_message_s=0.002, rtt_stale=True))
-    assert fresh.window == 7 and stale.window == 1
+    fresh = policy.plan(link(rate=12.5 * MB, min_rtt=0.095, per_message_s=0.002))
+    stale = policy.plan(link(rate=12.5 * MB, min_rtt=0.095, per_message_s=0.002, rtt_stale=True))
+    assert fresh.window == 6 and stale.window == 1
     # small, so that its round trip is the path's and its cost the per-message floor
     assert fresh.max_bytes == 250_000 and stale.max_bytes == policy.min_bytes
 

@@ -10,19 +10,23 @@ it, and how many transfers may be in flight, per destination, from the link's st
   can ride inline in the actor call (``inline_bytes``, up to twice it) is cut to fit: the
   object store's extra round trips cost more than a few more KiB per message save.
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
-- **window**: one bandwidth-delay product in messages of B, rounded up, plus one: the
-  rate of the pipe's slowest stage (the link's capacity, or the receiver's B / service
-  time where that is less) x a batch's round trip (min RTT + the receiver's service time
-  + the fixed per-message cost + the time by which a batch outlasts, on the wire, the
-  small message that timed min RTT); within [``min_window``, ``max_window``]. The one
-  more is the probe: a window that holds only what the link was measured to carry can
-  never measure more (at 100 Mbit a window of two measured 63 Mbit/s and kept it), and it
-  is sized from the capacity, not from what the window itself let through, so it cannot
-  talk itself down. Every message past that only waits in a queue (Little's law: latency
-  = bytes in flight / rate): at 1 Gbit, pinned 512 KiB batches carried as much with two or
-  three in flight as with four, at 13.5 and 17 ms against 18.6 ms; a gain of 1.5 had kept
-  four or five 1 MiB batches in flight (p50 45 ms). Two, the least, keeps one message at
-  the receiver while the next travels.
+- **window**: one bandwidth-delay product and one small message (``min_bytes``), in
+  messages of B, rounded up: the rate of the pipe's slowest stage (the link's capacity, or
+  the receiver's B / service time where that is less) x a batch's round trip (min RTT +
+  the receiver's service time + the fixed per-message cost + the time by which a batch
+  outlasts, on the wire, the small message that timed min RTT); within [``min_window``,
+  ``max_window``]. Every message past that only waits in a queue (Little's law: latency =
+  bytes in flight / rate): at 1 Gbit, pinned 512 KiB batches carried as much with two in
+  flight as with three or four, at 13.5 ms against 17 and 18.6; a gain of 1.5 plus one
+  message had kept four or five 1 MiB batches in flight (p50 45 ms). The small message
+  more is the probe and the slack: a window that holds only what the link was measured to
+  carry can never measure more (at 100 Mbit a window of two 64 KiB messages measured 63
+  Mbit/s and kept it), and one round trip's jitter leaves it idle (a BDP of 2.8 such
+  messages in a window of three carried 86% of the line, against 94% with four). Where B
+  is large that slack is a fraction of a message, not the whole one (two 1 MiB batches
+  more at 1 Gbit were 20 ms of p50). The window is sized from the capacity, not from what
+  the window itself let through, so it cannot talk itself down. Two, the least, keeps one
+  message at the receiver while the next travels.
 
 While the link's min RTT is stale (``LinkStats.rtt_stale``: no message has gone out alone
 for a while) the plan is one small message (``min_bytes``) in flight: the queue drains and
@@ -87,7 +91,8 @@ class FlushPolicy:
         round_trip = (link.min_rtt + link.service_s + link.per_message_s
                       + max(wire - self.min_bytes, 0) / capacity)
         pipe = min(capacity, wire / link.service_s) if link.service_s else capacity
-        window = min(max(math.ceil(pipe * round_trip / wire) + 1, self.min_window), self.max_window)
+        window = math.ceil((pipe * round_trip + self.min_bytes) / wire)
+        window = min(max(window, self.min_window), self.max_window)
         if link.rtt_stale:  # drain: one small message alone times the path and the fixed cost
             wire, window = self.min_bytes, 1
         return FlushPlan(int(wire / wire_ratio), age, window)
