@@ -133,7 +133,8 @@ class Replayer:
             nonlocal buf_ids, buf_x, buf_t
             ids, x, t = np.concatenate(buf_ids), np.concatenate(buf_x), np.concatenate(buf_t)
             batch = FusedBatch(ids[:n], np.zeros((n, 2), np.float32), np.ascontiguousarray(x[:n]))
-            buf_ids, buf_x, buf_t = [ids[n:]], [x[n:]], [t[n:]]
+            # An empty rest would leave buf_t[0] empty for the age test.
+            buf_ids, buf_x, buf_t = ([ids[n:]], [x[n:]], [t[n:]]) if n < len(ids) else ([], [], [])
             settle(False)
             in_flight.append((shard.add.remote(batch), t[:n], n))
 
