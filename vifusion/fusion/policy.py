@@ -80,12 +80,14 @@ class FlushPolicy:
         rate = link.delivery_rate if link else 0.0
         if not rate:  # nothing measured yet: a modest batch, alone on the link
             return FlushPlan(self.min_bytes, age, 1)
-        wire = link.per_message_s * max(link.capacity, rate) / self.overhead_share
+        if link.rtt_stale:  # drain: one small message alone times the path and the fixed cost
+            return FlushPlan(int(self.min_bytes / wire_ratio), age, 1)
+        capacity = max(link.capacity, rate)
+        wire = link.per_message_s * capacity / self.overhead_share
         wire = min(wire, rate * self.latency_target_s / 4)
         wire = min(max(wire, self.min_bytes), self.max_bytes)
         if self.inline_bytes < wire < 2 * self.inline_bytes:
             wire = self.inline_bytes - _HEADROOM
-        capacity = max(link.capacity, rate)
         # A batch's round trip, and the rate of the pipe's slowest stage: the link, or a
         # destination that takes longer to serve a batch than the link takes to carry it.
         round_trip = (link.min_rtt + link.service_s + link.per_message_s
@@ -93,6 +95,4 @@ class FlushPolicy:
         pipe = min(capacity, wire / link.service_s) if link.service_s else capacity
         window = math.ceil((pipe * round_trip + self.min_bytes) / wire)
         window = min(max(window, self.min_window), self.max_window)
-        if link.rtt_stale:  # drain: one small message alone times the path and the fixed cost
-            wire, window = self.min_bytes, 1
         return FlushPlan(int(wire / wire_ratio), age, window)
