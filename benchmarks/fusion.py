@@ -85,6 +85,7 @@ POLICIES = {
     "3": {"rows": (25 << 20) // FRAME_BYTES, "age": 1e9, "window": 2},
 }
 PINNED = {"4@256K": 256 << 10, "4@512K": 512 << 10}  # (4) with its batch size pinned
+OFFERED = {"2@6k": 6000.0, "4@6k": 6000.0}  # open loop: rows replayed at this rate (features/s)
 
 
 # -- the replayed rows (the same function on the sender and for the ground truth) ---------
@@ -110,8 +111,10 @@ class Replayer:
     def __init__(self, pool: np.ndarray, next_row: np.ndarray) -> None:
         self.pool, self.next_row = pool, next_row
 
-    def run_fixed(self, shard, rows: int, age: float, window: int, duration: float) -> dict:
-        """A plain Ray sender: batches of ``rows`` (or ``age`` old), ``window`` in flight."""
+    def run_fixed(self, shard, rows: int, age: float, window: int, duration: float,
+                  rate: float | None = None) -> dict:
+        """A plain Ray sender: batches of ``rows`` (or ``age`` old), ``window`` in flight.
+        ``rate``: rows are produced on that schedule (open loop), else as fast as it sends."""
         import ray
 
         t0 = time.time()
@@ -121,13 +124,24 @@ class Replayer:
         buf_ids, buf_x, buf_t = [], [], []
         made = 0
 
+        def acked() -> None:
+            _, produced, n = in_flight.popleft()
+            now = time.time()
+            acks.append((now - t0, n))
+            latencies.append(now - produced)
+
         def settle(block: bool) -> None:
             while in_flight and (block or len(in_flight) >= window):
-                ref, produced, n = in_flight.popleft()
-                ray.get(ref)
-                now = time.time()
-                acks.append((now - t0, n))
-                latencies.append(now - produced)
+                ray.get(in_flight[0][0])
+                acked()
+
+        def idle_until(t: float) -> None:
+            """Open loop: wait for the next row's time, taking acknowledgements as they come."""
+            while (left := t - time.time()) > 0:
+                if not in_flight:
+                    time.sleep(left)
+                elif ray.wait([in_flight[0][0]], timeout=left)[0]:
+                    acked()
 
         def send(n: int) -> None:
             nonlocal buf_ids, buf_x, buf_t
@@ -138,25 +152,36 @@ class Replayer:
             settle(False)
             in_flight.append((shard.add.remote(batch), t[:n], n))
 
+        held = 0
         while time.time() - t0 < duration:
+            produced = time.time()
+            if rate:
+                produced = t0 + made / rate
+                if held and buf_t[0][0] + age < produced:
+                    idle_until(buf_t[0][0] + age)
+                    send(held)
+                    held = 0
+                idle_until(produced)
             ids, x = make_rows(self.pool, self.next_row, made, CHUNK)
             made += CHUNK
             buf_ids.append(ids)
             buf_x.append(x)
-            buf_t.append(np.full(CHUNK, time.time()))
-            held = sum(len(b) for b in buf_ids)
+            buf_t.append(np.full(CHUNK, produced))
+            held += CHUNK
             while held >= rows:
                 send(rows)
                 held -= rows
             if held and time.time() - buf_t[0][0] >= age:
                 send(held)
-        if sum(len(b) for b in buf_ids):
-            send(sum(len(b) for b in buf_ids))
+                held = 0
+        if held:
+            send(held)
         settle(True)
         return {"made": made, "acks": acks, "latency": np.concatenate(latencies).tolist() if latencies else []}
 
-    def run_vifusion(self, aggregator, duration: float, poll_s: float = 0.25) -> dict:
-        """Through the node aggregator, as extractors hand frames over."""
+    def run_vifusion(self, aggregator, duration: float, rate: float | None = None, poll_s: float = 0.25) -> dict:
+        """Through the node aggregator, as extractors hand frames over (``rate``: as in
+        ``run_fixed``)."""
         import ray
 
         t0 = time.time()
@@ -177,13 +202,17 @@ class Replayer:
         watcher.start()
         made, handing, videos = 0, None, set()
         while time.time() - t0 < duration:
+            produced = time.time()
+            if rate:
+                produced = t0 + made / rate
+                time.sleep(max(produced - time.time(), 0))
             ids, x = make_rows(self.pool, self.next_row, made, CHUNK)
             made += CHUNK
             batch = FusedBatch(ids, np.zeros((CHUNK, 2), np.float32), x)
             videos.update(np.unique(ids >> FRAME_BITS).tolist())
             if handing is not None:
                 ray.get(handing)
-            handing = aggregator.submit.remote(0, batch, time.time())
+            handing = aggregator.submit.remote(0, batch, produced)
         ray.get(handing)
         for v in videos:
             ray.get(aggregator.finish.remote(v))
@@ -225,12 +254,13 @@ def drive(spec: dict) -> None:
                                                  max_concurrency=16).remote(cfg, [shard], tables, spec["quality"])
             if timer:
                 timer.start()
-            out = ray.get(replayer.run_vifusion.remote(agg, spec["duration"]))
+            out = ray.get(replayer.run_vifusion.remote(agg, spec["duration"], OFFERED.get(policy)))
         else:
-            p = POLICIES[policy]
+            p = POLICIES[policy.split("@")[0]]
             if timer:
                 timer.start()
-            out = ray.get(replayer.run_fixed.remote(shard, p["rows"], p["age"], p["window"], spec["duration"]))
+            out = ray.get(replayer.run_fixed.remote(shard, p["rows"], p["age"], p["window"], spec["duration"],
+                                                    OFFERED.get(policy)))
         if timer:
             timer.join()
         out["wire_bytes"] = _counter(dev, "tx_bytes") - tx0
@@ -440,7 +470,7 @@ def main() -> int:
         duration = 10.0
         sq = {"at": 8.0, "for": 20.0, "rate": "10mbit"}
         every = ["1", "1w", "2", "3", "4"]
-        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0, "policies": every + list(PINNED)},
+        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0, "policies": every + list(PINNED) + list(OFFERED)},
                  "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
                  "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
                  "squeeze": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "squeeze": sq,
@@ -491,24 +521,26 @@ def ratios(links: dict) -> dict:
     out = {}
     for name, entry in links.items():
         p = entry["policies"]
-        if "4" not in p:
-            continue
         r = {}
-        for base in ("1", "2", "3"):
-            if base in p:
-                r[f"fps_4_over_{base}"] = _ratio(p["4"]["features_per_s"], p[base]["features_per_s"])
-                r[f"p50_4_over_{base}"] = _ratio(p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"])
-        if "squeeze" in entry:
+        if all(o in p for o in OFFERED):
+            r["p50_4_over_2_at_6k"] = _ratio(p["4@6k"]["latency_p50_ms"], p["2@6k"]["latency_p50_ms"])
+        if "4" in p:
+            for base in ("1", "2", "3"):
+                if base in p:
+                    r[f"fps_4_over_{base}"] = _ratio(p["4"]["features_per_s"], p[base]["features_per_s"])
+                    r[f"p50_4_over_{base}"] = _ratio(p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"])
+            for pinned in PINNED:
+                if pinned in p:
+                    r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])
+                    if "2" in p:
+                        r[f"p50_{pinned}_over_2"] = _ratio(p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"])
+        if "squeeze" in entry and "4" in entry["squeeze"]["features_per_s_during"]:
             during = entry["squeeze"]["features_per_s_during"]
             if "3" in during:
                 r["squeeze_fps_4_over_3"] = _ratio(during["4"], during["3"])
             r["back_to_fp32_s"] = entry["squeeze"]["back_to_fp32_s"]
-        for pinned in PINNED:
-            if pinned in p:
-                r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])
-                if "2" in p:
-                    r[f"p50_{pinned}_over_2"] = _ratio(p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"])
-        out[name] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
+        if r:
+            out[name] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
     return out
 
 
