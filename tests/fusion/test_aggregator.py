@@ -78,14 +78,45 @@ def test_a_refused_video_fails_alone_with_the_reason(tmp_path, shards):
     assert 32 in ray.get(shards[0].video_ids.remote())
 
 
-def test_abandon_drops_what_waits(tmp_path, shards):
-    agg = aggregator(tmp_path, shards, dedup_cosine=1.01, fusion_latency_target_s=60.0)
-    ray.get(agg.submit.remote(1, frames(41, 5)))  # waits for a batch to fill (age limit 15 s)
+class _SlowFor(ShardReplica):
+    """A real shard that takes 2 s over each write holding a frame of video 40."""
+
+    def receive(self, wire):
+        if (video_of(wire.ids) == 40).any():
+            time.sleep(2.0)
+        return super().receive(wire)
+
+
+def _in_flight(agg, dest: int) -> int:
+    return ray.get(agg.stats.remote())["links"].get(dest, {}).get("in_flight", 0)
+
+
+def test_on_an_idle_link_rows_leave_without_waiting_for_a_batch(tmp_path, shards):
+    agg = aggregator(tmp_path, shards, dedup_cosine=1.01, fusion_latency_target_s=60.0)  # age limit 15 s
+    src = frames(45, 3)
+    ray.get(agg.submit.remote(0, src))  # far less than a batch, and nothing in flight
+    deadline = time.monotonic() + 10
+    while ray.get(shards[0].stats.remote())["vectors"]["visual"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # in the shard before finish() and long before their age is up
+    assert np.array_equal(ray.get(shards[0].frames.remote("visual", 45, 0, 100))[1], src.space("visual"))
+
+
+def test_abandon_drops_what_waits(ray_session, tmp_path):
+    shard = ray.remote(_SlowFor).remote(0, tmp_path / "s0", Config(faiss_threads=1), [])
+    agg = aggregator(tmp_path, [shard], dedup_cosine=1.01, fusion_latency_target_s=60.0)
+    ray.get(agg.submit.remote(0, frames(40, 2)))  # leaves at once, 2 s at the shard
+    deadline = time.monotonic() + 10
+    while not _in_flight(agg, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _in_flight(agg, 0) == 1
+    ray.get(agg.submit.remote(0, frames(41, 5)))  # waits: the link is busy, the batch not full
     ray.get(agg.abandon.remote(41))
-    ray.get(agg.submit.remote(1, frames(43, 2)))
+    ray.get(agg.submit.remote(0, frames(43, 2)))
     assert ray.get(agg.finish.remote(43))[0] == 2
-    held = {int(v) for v in video_of(np.array([vector_id(v, 0) for v in ray.get(shards[1].video_ids.remote())]))}
-    assert held == {43}
+    assert ray.get(agg.finish.remote(40))[0] == 2
+    assert sorted(ray.get(shard.video_ids.remote())) == [40, 43]
+    ray.kill(shard)
 
 
 def test_with_fusion_off_every_frame_is_its_own_message(tmp_path, shards):

@@ -32,6 +32,15 @@ def test_due_when_oldest_frame_is_old_enough():
     assert buf.due(plan, now=0.5)  # age counts from the oldest frame, not the newest
 
 
+def test_due_at_once_while_nothing_is_in_flight():
+    buf = FusionBuffer()
+    plan = FlushPlan(max_bytes=1 << 30, max_age_s=60, window=2)
+    assert not buf.due(plan, now=0.0, link_idle=True)  # nothing to send
+    buf.add(frames(1, 1), arrived=0.0, extracted=0.0)
+    assert not buf.due(plan, now=0.0)  # a busy link: it waits for a batch or its age
+    assert buf.due(plan, now=0.0, link_idle=True)  # an idle link: waiting would only leave it idle
+
+
 def test_take_is_bounded_by_bytes_oldest_first():
     buf = FusionBuffer()
     buf.add(frames(1, 5), arrived=0.0, extracted=0.0)

@@ -3,8 +3,9 @@
 The host-level stand-in for in-network aggregation (ViFusion): every extractor on a node
 hands its frames here, so the node sends one fused stream per destination shard instead of
 one per extractor. On the way, consecutive near-duplicate frames of a video become one
-vector (``dedup.py``). A pump thread sends each destination's buffer when the fusion policy
-(``policy.py``) says it is due and the link's window has room; the transport (``comm/``)
+vector (``dedup.py``). A pump thread sends each destination's buffer when it is due (by the
+fusion policy's size and age, ``policy.py``, or at once on an idle link, ``buffer.py``) and
+the link's window has room; the transport (``comm/``)
 encodes with the codec its link calls for. Another thread collects acknowledgements, so the
 pump is free the moment rows come in (while it waited for an acknowledgement, a window of
 four carried one message at a time), and extractors go on decoding and embedding
@@ -264,9 +265,15 @@ class Aggregator:
                 self._plans[dest] = plan
                 oldest = buf.oldest()
                 transport.set_backlog_age(dest, now - oldest if oldest is not None else 0.0)
+                idle = not transport.in_flight(dest)
                 room = plan.window - transport.in_flight(dest)
-                while room > 0 and (buf.due(plan, now) or (dest in self._urgent and len(buf))):
-                    sends.append((dest, buf.take(plan.max_bytes), len(buf) > 0))
+                size = plan.max_bytes
+                if idle and buf.nbytes < size:
+                    # Less than a batch leaves at once, cut in up to a window of parts: the
+                    # shard stores the first while the next travels.
+                    size = max(-(-buf.nbytes // room), self.cfg.fusion_min_bytes)
+                while room > 0 and (buf.due(plan, now, link_idle=idle) or (dest in self._urgent and len(buf))):
+                    sends.append((dest, buf.take(size), len(buf) > 0))
                     room -= 1
                 if not len(buf):
                     self._urgent.discard(dest)
