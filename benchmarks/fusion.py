@@ -202,17 +202,18 @@ class Replayer:
         watcher.start()
         made, handing, videos = 0, None, set()
         while time.time() - t0 < duration:
-            produced = time.time()
-            if rate:
-                produced = t0 + made / rate
-                time.sleep(max(produced - time.time(), 0))
+            due = t0 + made / rate if rate else None
+            if due:
+                time.sleep(max(due - time.time(), 0))
             ids, x = make_rows(self.pool, self.next_row, made, CHUNK)
             made += CHUNK
             batch = FusedBatch(ids, np.zeros((CHUNK, 2), np.float32), x)
             videos.update(np.unique(ids >> FRAME_BITS).tolist())
             if handing is not None:
                 ray.get(handing)
-            handing = aggregator.submit.remote(0, batch, produced)
+            # Closed loop: stamped when handed over, as (2) and (3) make a chunk only once the
+            # last has left; open loop: when due, so falling behind counts as latency.
+            handing = aggregator.submit.remote(0, batch, due or time.time())
         ray.get(handing)
         for v in videos:
             ray.get(aggregator.finish.remote(v))
