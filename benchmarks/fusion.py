@@ -26,7 +26,10 @@ Policies:
    statistics, adaptive codec (``vifusion.comm``); temporal dedup off, so every policy moves
    the same rows. At 1 Gbit also ``4@256K`` and ``4@512K``: the same with the batch pinned
    to that size, the latency the policy could buy with throughput (it sizes B so that the
-   measured per-message cost is a tenth of a batch's time on the link).
+   measured per-message cost is a tenth of a batch's time on the link). Also at 1 Gbit:
+   ``2@6k`` and ``4@6k``, (2) and (4) with rows produced at 6,000 features/s (open loop, a
+   load both carry): the latency each gives the same work, where the closed loop compares
+   latencies at different rates (by Little's law, the one that carries more holds more).
 
 Figures per (link, policy): features/s acknowledged, share of the line rate (fp32 bytes),
 bytes on the wire (the sender's interface counter), latency from production to
