@@ -265,8 +265,8 @@ class Aggregator:
                 self._plans[dest] = plan
                 oldest = buf.oldest()
                 transport.set_backlog_age(dest, now - oldest if oldest is not None else 0.0)
-                idle = not transport.in_flight(dest)
-                room = plan.window - transport.in_flight(dest)
+                in_flight = transport.in_flight(dest)
+                idle, room = not in_flight, plan.window - in_flight
                 size = plan.max_bytes
                 if idle and buf.nbytes < size:
                     # Less than a batch leaves at once, cut in up to a window of parts: the
