@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -271,7 +272,7 @@ class Aggregator:
                 if idle and buf.nbytes < size:
                     # Less than a batch leaves at once, cut in up to a window of parts: the
                     # shard stores the first while the next travels.
-                    size = max(-(-buf.nbytes // room), self.cfg.fusion_min_bytes)
+                    size = max(math.ceil(buf.nbytes / room), self.cfg.fusion_min_bytes)
                 while room > 0 and (buf.due(plan, now, link_idle=idle) or (dest in self._urgent and len(buf))):
                     sends.append((dest, buf.take(size), len(buf) > 0))
                     room -= 1

@@ -49,13 +49,10 @@ class ShardReplica:
         Returns the vectors held, and for the sender's link monitor: the seconds spent here,
         the part of them any write costs whatever its size (the log's fdatasync), and the
         seconds spent serving calls so far in all."""
-        t0 = time.perf_counter()
-        try:
+        before = self._busy_s
+        with self._serving():
             n = self._add(wire.decode(self._ladder(wire)))
-        finally:
-            service_s = time.perf_counter() - t0
-            self._busy_s += service_s
-        return n, service_s, self.shard.last_sync_s, self._busy_s
+        return n, self._busy_s - before, self.shard.last_sync_s, self._busy_s
 
     def ping(self) -> tuple[int, float, float, float]:
         """The sender's probe on an idle link."""
