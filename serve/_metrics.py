@@ -1,5 +1,6 @@
 """Prometheus figures of one replica: requests and latencies as they happen, the rest
-(ingest, transfers, shard sizes) read from the service when scraped.
+(ingest, transfers, each link's statistics, shard sizes) read from the service when
+scraped.
 
 Use ``METRICS`` through this module (``_metrics.METRICS``): Serve pickles the deployment
 class by value, and a name imported into app.py would be copied, not shared.
@@ -43,6 +44,14 @@ class Metrics:
         self.latency_p50 = Gauge("vifusion_fusion_latency_p50_seconds", "extraction -> acknowledged by the shard, "
                                  "median of recent frames (worst node)", registry=r)
         self.latency_p99 = Gauge("vifusion_fusion_latency_p99_seconds", "the same, 99th percentile", registry=r)
+        # One series per link: a node's aggregator and the shard it sends to (vifusion.comm.link).
+        self.links = {
+            key: Gauge(f"vifusion_link_{name}", doc, ["node", "shard"], registry=r)
+            for key, name, doc in _LINK_GAUGES
+        }
+        self.link_codec = Gauge("vifusion_link_codec", "1 for the codec a link sends with now "
+                                "(fp32 exact; fp16, int8, sparse, pq while congested)", ["node", "shard", "codec"],
+                                registry=r)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -76,7 +85,35 @@ class Metrics:
         self.batch_frames.set(frames / batches if batches else 0)
         self.latency_p50.set(max((a["latency_p50_s"] for a in stats["fusion"]), default=0))
         self.latency_p99.set(max((a["latency_p99_s"] for a in stats["fusion"]), default=0))
+        self._render_links(stats["fusion"])
         return generate_latest(self.registry)
 
+    def _render_links(self, fusion: list[dict[str, Any]]) -> None:
+        # A link whose aggregator is gone (its node left) stops being reported.
+        for gauge in (*self.links.values(), self.link_codec):
+            gauge.clear()
+        for a in fusion:
+            for shard, link in a["links"].items():
+                labels = (a["node"], str(shard))
+                for key, gauge in self.links.items():
+                    gauge.labels(*labels).set(link[key])
+                self.link_codec.labels(*labels, link["codec"]).set(1)
+
+
+# (key in Aggregator.stats()["links"][shard], metric name, help)
+_LINK_GAUGES = (
+    ("delivery_rate", "delivery_rate_bytes_per_second", "bytes/s acknowledged, windowed max over a second"),
+    ("capacity", "capacity_bytes_per_second", "bytes/s the link carried when clear (windowed max)"),
+    ("min_rtt_s", "min_rtt_seconds", "network round trip without queues"),
+    ("queueing_delay_s", "queueing_delay_seconds", "round trip beyond min RTT and the bytes' own time on the link"),
+    ("backlog_age_s", "backlog_age_seconds", "how long the oldest frame waiting to be sent has waited"),
+    ("in_flight", "in_flight_messages", "messages sent and not yet acknowledged"),
+    ("receiver_share", "receiver_share", "share of recent round trips the shard spent busy (near 1: the shard, "
+     "not the link, holds data back)"),
+    ("per_message_s", "per_message_seconds", "fixed cost of one message, which the batch size amortises"),
+    ("level", "codec_level", "codec ladder level now: 0 fp32 (exact), 1 fp16, 2 int8, 3 sparse, 4 pq"),
+    ("batch_bytes", "batch_bytes", "fusion batch size B the link's statistics call for"),
+    ("window", "window_messages", "messages allowed in flight (from the bandwidth-delay product)"),
+)
 
 METRICS = Metrics()  # one per replica process

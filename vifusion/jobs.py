@@ -68,10 +68,12 @@ class JobRunner:
             self._wake.notify_all()
 
     def fusion_stats(self) -> list[dict]:
-        """Transfer figures of each node aggregator (``Aggregator.stats``)."""
+        """Transfer figures of each node aggregator (``Aggregator.stats``), with its ``node`` id."""
         if not self.rt.indexer_started:
             return []
-        return ray.get([a.stats.remote() for a in self.rt.indexer.aggregators.values()])
+        aggregators = self.rt.indexer.aggregators
+        stats = ray.get([a.stats.remote() for a in aggregators.values()])
+        return [{**s, "node": node} for node, s in zip(aggregators, stats, strict=True)]
 
     def close(self) -> None:
         """Stop taking jobs (the runtime closes the extractors)."""

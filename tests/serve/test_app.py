@@ -371,6 +371,39 @@ def test_metrics_are_prometheus_text(live):
     assert vectors == live.vectors
 
 
+def _series(text: str, name: str) -> dict[frozenset, float]:
+    """``name``'s samples in Prometheus text, by their labels (``_labels``)."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name) + 1:].rsplit("} ", 1)
+            out[frozenset(tuple(p.split("=", 1)) for p in labels.replace('"', "").split(","))] = float(value)
+    return out
+
+
+def _labels(**labels: str) -> frozenset:
+    return frozenset(labels.items())
+
+
+def test_metrics_show_each_link_from_its_own_measurements(live):
+    text = live.anon.get("/metrics").text
+    held = {dict(k)["shard"] for k, n in _series(text, "vifusion_shard_vectors").items() if n}
+    links = [dict(k) for k in _series(text, "vifusion_link_min_rtt_seconds")]
+    assert {link["shard"] for link in links} >= held  # every shard that holds frames was reached by a measured link
+    for link in links:
+        at = _labels(**link)
+        assert 0 < _series(text, "vifusion_link_min_rtt_seconds")[at] < 1, link
+        assert _series(text, "vifusion_link_capacity_bytes_per_second")[at] > 0
+        assert _series(text, "vifusion_link_batch_bytes")[at] > 0
+        assert _series(text, "vifusion_link_window_messages")[at] >= 1
+        assert _series(text, "vifusion_link_codec_level")[at] == 0
+    # Loopback is never congested: every link sends exact fp32.
+    assert _series(text, "vifusion_link_codec") == {_labels(**link, codec="fp32"): 1.0 for link in links}
+    for name in ("delivery_rate_bytes_per_second", "queueing_delay_seconds", "backlog_age_seconds",
+                 "in_flight_messages", "receiver_share", "per_message_seconds"):
+        assert len(_series(text, f"vifusion_link_{name}")) == len(links), name
+
+
 def test_openapi_documents_the_contract(live):
     spec = live.anon.get("/openapi.json").json()
     paths = spec["paths"]
