@@ -35,7 +35,10 @@ Figures per (link, policy): features/s acknowledged, share of the line rate (fp3
 bytes on the wire (the sender's interface counter), latency from production to
 acknowledged-by-the-shard (p50 / p99), codec levels used (rows per codec), and video-level
 recall@10 of the shard's contents against the same rows in fp32 (queries: held-out real
-frames, both spaces; the set of distinct videos in the top 10 frame hits). The replay cycles
+frames, both spaces; the set of distinct videos in the top 10 frame hits), and where the
+CPU went (both hosts share this machine's cores): the share of them busy, and CPU per
+feature by role (sender, aggregator, shard, Ray's own processes), which tells a CPU bound
+from a link or a latency bound. The replay cycles
 through a few real videos, each cycle a slightly different mix of neighbouring frames, so a
 cycle's rows are near-copies of the last cycle's: a "video" here is the real video a row
 came from, not the cycle (which copy ranks 7th and which 11th is a coin toss under any
@@ -251,6 +254,7 @@ def drive(spec: dict) -> None:
         ray.get(shard.stats.remote())
         replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row)
         tx0 = _counter(dev, "tx_bytes")
+        cpu0 = _cpu()
         squeeze = spec.get("squeeze")
         timer = threading.Thread(target=_squeeze, args=(spec, squeeze), daemon=True) if squeeze else None
         if policy.startswith("4"):
@@ -268,6 +272,7 @@ def drive(spec: dict) -> None:
         if timer:
             timer.join()
         out["wire_bytes"] = _counter(dev, "tx_bytes") - tx0
+        out["cpu"] = _cpu_used(cpu0, _cpu())
         out["recall"] = _recall(shard, pool, next_row, out["made"], spec["queries"])
         results[policy] = out
         ray.kill(shard)
@@ -280,6 +285,46 @@ def drive(spec: dict) -> None:
 
 def _counter(dev: str, name: str) -> int:
     return int(Path(f"/sys/class/net/{dev}/statistics/{name}").read_text())
+
+
+# Where the two cores went during a policy's run (both hosts share them): the machine's busy
+# share, and CPU seconds by role. Network namespaces share /proc, so the driver sees all.
+_ROLES = {"ray::Replayer": "sender", "ray::Aggregator": "aggregator", "ray::ShardReplica": "shard"}
+
+
+def _cpu() -> tuple[float, list[int], dict[int, tuple[str, int]]]:
+    """(time, /proc/stat's cpu ticks, pid -> (role, ticks))."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        role = next((r for prefix, r in _ROLES.items() if cmd.startswith(prefix)), None)
+        if role is None:
+            role = "ray (raylet, gcs, ...)" if "/ray/" in cmd or cmd.startswith("ray::") else "other"
+        fields = stat[stat.rindex(")") + 2:].split()
+        procs[int(d.name)] = (role, int(fields[11]) + int(fields[12]))
+    return time.time(), ticks, procs
+
+
+def _cpu_used(a: tuple, b: tuple) -> dict:
+    """Cores busy over the interval (of all the machine's) and, per role, cores used; the
+    kernel's share (network stack, tbf, log syncs: not charged to a process) is in ``system``."""
+    seconds = b[0] - a[0]
+    d = [y - x for x, y in zip(a[1], b[1], strict=True)]  # user nice system idle iowait irq softirq
+    total = sum(d) or 1
+    cores = len([line for line in Path("/proc/stat").read_text().splitlines() if line[:3] == "cpu" and line[3].isdigit()])
+    roles: dict[str, float] = {}
+    for pid, (role, ticks) in b[2].items():
+        before = a[2].get(pid, (role, 0))[1]
+        roles[role] = roles.get(role, 0.0) + (ticks - before) / 100 / seconds
+    return {"busy_share": 1 - (d[3] + d[4]) / total, "cores": cores,
+            "kernel_share": (d[2] + d[5] + d[6]) / total, "roles_cores": roles}
 
 
 def _squeeze(spec: dict, squeeze: dict) -> None:
@@ -342,6 +387,7 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
         row = {"features_per_s": rows / duration, "latency_p50_ms": 1000 * float(np.percentile(lat, 50)),
                "latency_p99_ms": 1000 * float(np.percentile(lat, 99)), "codec_rows": {"fp32": out["made"]}}
     row["line_share"] = row["features_per_s"] / line_rows
+    row["cpu"] = out["cpu"]
     row["wire_mb"] = out["wire_bytes"] / 1e6
     row["recall_video_at_10"] = out["recall"]
     return row
@@ -502,6 +548,7 @@ def main() -> int:
                       f"codecs {r['codec_rows']}" + (f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
                                                  f"  {_link_line(r['link_p50'])}"
                                                  if "batch_kib_p50" in r else ""), flush=True)
+                print(f"        {_cpu_line(r)}", flush=True)
             entry = {"policies": rows}
             if "squeeze" in link:
                 entry["squeeze"] = squeeze_figures(link, results, link["squeeze"])
@@ -514,6 +561,14 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _cpu_line(r: dict) -> str:
+    cpu = r["cpu"]
+    per = {role: 1e6 * c / r["features_per_s"] for role, c in cpu["roles_cores"].items()} if r["features_per_s"] else {}
+    roles = ", ".join(f"{role} {us:.0f}" for role, us in sorted(per.items(), key=lambda x: -x[1]) if us >= 1)
+    return (f"cpu: {100 * cpu['busy_share']:.0f}% of {cpu['cores']} cores busy ({100 * cpu['kernel_share']:.0f}% in the "
+            f"kernel); per feature, us of CPU: {roles}")
 
 
 def _link_line(p50: dict) -> str:
