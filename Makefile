@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster clean
+.PHONY: venv demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ bench-fusion: $(STAMP)  # needs root (network namespaces)
 
 bench-cluster: $(STAMP)  # needs root (network namespaces)
 	$(BIN)/python benchmarks/cluster.py
+
+bench-calls: $(STAMP)  # what one Ray actor call costs, inline against the object store
+	$(BIN)/python benchmarks/ray_calls.py
 
 clean:
 	rm -rf $(VENV) vifusion-data
