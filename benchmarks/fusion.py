@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -313,17 +314,17 @@ def _cpu() -> tuple[float, list[int], dict[int, tuple[str, int]]]:
 
 
 def _cpu_used(a: tuple, b: tuple) -> dict:
-    """Cores busy over the interval (of all the machine's) and, per role, cores used; the
-    kernel's share (network stack, tbf, log syncs: not charged to a process) is in ``system``."""
+    """The share of the machine's cores busy over the interval, the kernel's part of it
+    (``kernel_share``: system, irq and softirq time: network stack, tbf, log syncs; softirq
+    is charged to no process), and per role the cores its processes used."""
     seconds = b[0] - a[0]
     d = [y - x for x, y in zip(a[1], b[1], strict=True)]  # user nice system idle iowait irq softirq
     total = sum(d) or 1
-    cores = len([line for line in Path("/proc/stat").read_text().splitlines() if line[:3] == "cpu" and line[3].isdigit()])
     roles: dict[str, float] = {}
     for pid, (role, ticks) in b[2].items():
         before = a[2].get(pid, (role, 0))[1]
         roles[role] = roles.get(role, 0.0) + (ticks - before) / 100 / seconds
-    return {"busy_share": 1 - (d[3] + d[4]) / total, "cores": cores,
+    return {"busy_share": 1 - (d[3] + d[4]) / total, "cores": os.cpu_count(),
             "kernel_share": (d[2] + d[5] + d[6]) / total, "roles_cores": roles}
 
 
