@@ -75,6 +75,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from deploy.netbed import DELAY_LINE
 from vifusion.fusion.buffer import FRAME_BYTES
 from vifusion.runtime import RAY_TUNED
 from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch
@@ -301,12 +302,15 @@ def _cpu() -> tuple[float, list[int], dict[int, tuple[str, int]]]:
         if not d.name.isdigit():
             continue
         try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            argv = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
             stat = (d / "stat").read_text()
         except OSError:
             continue
+        cmd = argv[0]
         role = next((r for prefix, r in _ROLES.items() if cmd.startswith(prefix)), None)
-        if role is None:
+        if role is None and any(a.endswith(DELAY_LINE.name) for a in argv[1:2]):
+            role = "delay line"
+        elif role is None:
             role = "ray (raylet, gcs, ...)" if "/ray/" in cmd or cmd.startswith("ray::") else "other"
         fields = stat[stat.rindex(")") + 2:].split()
         procs[int(d.name)] = (role, int(fields[11]) + int(fields[12]))
