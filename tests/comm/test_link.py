@@ -176,3 +176,25 @@ def test_a_stalled_destination_does_not_lower_the_rate():
     assert mon.stats().delivery_rate == pytest.approx(before)  # no sample for a second: the last stands
     mon.on_ack(token, service_s=1.49, busy_s=busy)
     assert mon.stats().delivery_rate == pytest.approx(before)
+
+
+def test_windowed_high_matches_the_percentile_of_what_the_window_holds():
+    # The capacity and logical rate are the 80th percentile of a minute of samples, kept
+    # sorted as samples come and go: it must equal sorting what the window holds.
+    import random
+
+    from vifusion.comm.link import _high, _Samples
+
+    rng = random.Random(7)
+    samples, held = _Samples(), []
+    for i in range(3000):
+        now = i * 0.01
+        rate = float(rng.choice([rng.uniform(1e6, 2e8), 5e7]))  # ties too
+        samples.append(now, rate)
+        held.append((now, rate))
+        samples.expire(now, 5.0)
+        while len(held) > 1 and now - held[0][0] > 5.0:
+            held.pop(0)
+        assert samples.high() == _high([r for _, r in held])
+    samples.expire(1e9, 5.0)  # long quiet: the newest sample stands
+    assert samples.high() == held[-1][1]

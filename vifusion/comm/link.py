@@ -54,6 +54,7 @@ which costs about a round trip of a partly idle link every few seconds.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 from collections.abc import Callable
@@ -67,9 +68,12 @@ _RECEIVER_LIMITED = 0.5  # a message that spent more of its round trip at a busy
 def _high(samples: list[float]) -> float:
     """A windowed "max" that one outlier cannot set: acknowledgements that arrive bunched
     give rate samples above the line rate. The 80th percentile (the max of a few samples)."""
+    return _high_of_sorted(sorted(samples))
+
+
+def _high_of_sorted(samples: list[float]) -> float:
     if not samples:
         return 0.0
-    samples = sorted(samples)
     return samples[min(len(samples) - 1, int(0.8 * len(samples)))] if len(samples) >= 5 else samples[-1]
 
 
@@ -95,32 +99,27 @@ class _WindowMin:
 
 
 class _Samples:
-    """Timestamped rate samples over a window, with their ``_high`` kept
-    until they change: the sender reads a link's statistics several times per message, and
-    at 1 Gbit a minute's window holds thousands of rate samples (sorting them each time cost
-    a tenth of a core)."""
+    """Timestamped rate samples over a window, also kept sorted, so their ``_high`` is a
+    lookup: the sender reads a link's statistics several times per message, and at 1 Gbit a
+    minute's window holds thousands of rate samples (sorting them on each acknowledgement
+    cost 0.3 ms a message)."""
 
     def __init__(self) -> None:
         self._q: deque[tuple[float, float]] = deque()  # (t, value), oldest first
-        self._high: float | None = None
+        self._sorted: list[float] = []
 
     def append(self, t: float, rate: float) -> None:
         self._q.append((t, rate))
-        self._high = None
+        bisect.insort(self._sorted, rate)
 
     def expire(self, now: float, window: float) -> None:
         # Keep the newest sample even when old: a quiet link still has its last measure.
         while len(self._q) > 1 and now - self._q[0][0] > window:
-            self._q.popleft()
-            self._high = None
-
-    def values(self) -> list[float]:
-        return [v for _, v in self._q]
+            _, rate = self._q.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, rate)]
 
     def high(self) -> float:
-        if self._high is None:
-            self._high = _high(self.values())
-        return self._high
+        return _high_of_sorted(self._sorted)
 
     def recent_high(self, now: float, window: float) -> float:
         """``_high`` of the samples of the last ``window`` seconds (read from the newest end);
