@@ -30,6 +30,8 @@ Policies:
    ``2@6k`` and ``4@6k``, (2) and (4) with rows produced at 6,000 features/s (open loop, a
    load both carry): the latency each gives the same work, where the closed loop compares
    latencies at different rates (by Little's law, the one that carries more holds more).
+   And ``4call``: (4) with the rows handed to the aggregator by actor call instead of its
+   local socket (``vifusion/fusion/handoff.py``), what the hand-over saves.
 
 Figures per (link, policy): features/s acknowledged, share of the line rate (fp32 bytes),
 bytes on the wire (the sender's interface counter), latency from production to
@@ -93,6 +95,7 @@ POLICIES = {
     "3": {"rows": (25 << 20) // FRAME_BYTES, "age": 1e9, "window": 2},
 }
 PINNED = {"4@256K": 256 << 10, "4@512K": 512 << 10}  # (4) with its batch size pinned
+BY_CALL = {"4call"}  # (4) with the extractors' hand-over by actor call, not the local socket
 OFFERED = {"2@6k": 6000.0, "4@6k": 6000.0}  # open loop: rows replayed at this rate (features/s)
 
 
@@ -187,10 +190,13 @@ class Replayer:
         settle(True)
         return {"made": made, "acks": acks, "latency": np.concatenate(latencies).tolist() if latencies else []}
 
-    def run_vifusion(self, aggregator, duration: float, rate: float | None = None, poll_s: float = 0.25) -> dict:
+    def run_vifusion(self, aggregator, duration: float, rate: float | None = None, local: bool = True,
+                     poll_s: float = 0.25) -> dict:
         """Through the node aggregator, as extractors hand frames over (``rate``: as in
-        ``run_fixed``)."""
+        ``run_fixed``; ``local``: by its local socket, else by actor call)."""
         import ray
+
+        from vifusion.fusion.handoff import Handoff
 
         t0 = time.time()
         timeline: list[dict] = []
@@ -209,6 +215,7 @@ class Replayer:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         made, handing, videos = 0, None, set()
+        handoff = Handoff(aggregator, local=local)
         while time.time() - t0 < duration:
             due = t0 + made / rate if rate else None
             if due:
@@ -218,17 +225,19 @@ class Replayer:
             batch = FusedBatch(ids, np.zeros((CHUNK, 2), np.float32), x)
             videos.update(np.unique(ids >> FRAME_BITS).tolist())
             if handing is not None:
-                ray.get(handing)
+                handing.result()
             # Closed loop: stamped when handed over, as (2) and (3) make a chunk only once the
             # last has left; open loop: when due, so falling behind counts as latency.
-            handing = aggregator.submit.remote(0, batch, due or time.time())
-        ray.get(handing)
+            handing = handoff.submit(0, batch, due or time.time())
+        handing.result()
+        by_socket = handoff.by_socket
+        handoff.close()
         for v in videos:
             ray.get(aggregator.finish.remote(v))
         stop.set()
         watcher.join()
         stats = ray.get(aggregator.stats.remote())
-        return {"made": made, "timeline": timeline, "stats": stats}
+        return {"made": made, "timeline": timeline, "stats": stats, "by_socket": by_socket}
 
 
 # -- the driver: runs inside host 0 -------------------------------------------------------
@@ -251,7 +260,7 @@ def drive(spec: dict) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"vf-fusion-{policy}-"))
         pin = {"fusion_min_bytes": PINNED[policy], "fusion_max_bytes": PINNED[policy]} if policy in PINNED else {}
         cfg = Config(data_dir=work, faiss_threads=1, index_exact_max=10**9, snapshot_log_bytes=1 << 40,
-                     dedup_cosine=1.01, **pin)
+                     dedup_cosine=1.01, fusion_local_handoff=policy not in BY_CALL, **pin)
         shard = ray.remote(ShardReplica).options(resources={"host1": 1}).remote(0, work / "shard", cfg, [])
         ray.get(shard.stats.remote())
         replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row)
@@ -264,7 +273,8 @@ def drive(spec: dict) -> None:
                                                  max_concurrency=16).remote(cfg, [shard], tables, spec["quality"])
             if timer:
                 timer.start()
-            out = ray.get(replayer.run_vifusion.remote(agg, spec["duration"], OFFERED.get(policy)))
+            out = ray.get(replayer.run_vifusion.remote(agg, spec["duration"], OFFERED.get(policy),
+                                                       cfg.fusion_local_handoff))
         else:
             p = POLICIES[policy.split("@")[0]]
             if timer:
@@ -383,6 +393,7 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
                "latency_p99_ms": 1000 * st["latency_p99_s"], "codec_rows": st["codec_rows"],
                "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
                "window_p50": float(np.median([p["window"] for p in tl] or [0])),
+               "handoff": "socket" if out["by_socket"] else "actor call",
                # what the window is sized from (policy.py): medians over the run
                "link_p50": {k: float(np.median([p.get(k, 0) for p in tl] or [0]))
                             for k in _SIZED_FROM}}
@@ -525,7 +536,8 @@ def main() -> int:
         duration = 10.0
         sq = {"at": 8.0, "for": 20.0, "rate": "10mbit"}
         every = ["1", "1w", "2", "3", "4"]
-        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0, "policies": every + list(PINNED) + list(OFFERED)},
+        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0,
+                           "policies": every + sorted(BY_CALL) + list(PINNED) + list(OFFERED)},
                  "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
                  "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
                  "squeeze": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "squeeze": sq,
@@ -550,7 +562,8 @@ def main() -> int:
                 print(f"  ({p:>2}) {r['features_per_s']:9.0f} features/s  {100 * r['line_share']:5.1f}% of line  "
                       f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
                       f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
-                      f"codecs {r['codec_rows']}" + (f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
+                      f"codecs {r['codec_rows']}" + (f"  hand-over by {r['handoff']}"
+                                                 f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
                                                  f"  {_link_line(r['link_p50'])}"
                                                  if "batch_kib_p50" in r else ""), flush=True)
                 print(f"        {_cpu_line(r)}", flush=True)
@@ -593,6 +606,9 @@ def ratios(links: dict) -> dict:
                 if base in p:
                     r[f"fps_4_over_{base}"] = _ratio(p["4"]["features_per_s"], p[base]["features_per_s"])
                     r[f"p50_4_over_{base}"] = _ratio(p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"])
+            for by_call in BY_CALL & p.keys():
+                r[f"fps_4_over_{by_call}"] = _ratio(p["4"]["features_per_s"], p[by_call]["features_per_s"])
+                r[f"p50_4_over_{by_call}"] = _ratio(p["4"]["latency_p50_ms"], p[by_call]["latency_p50_ms"])
             for pinned in PINNED:
                 if pinned in p:
                     r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])

@@ -40,6 +40,8 @@ class Config(BaseModel):
                                            "waits at most a quarter of it")
     fusion_min_bytes: int = Field(64 << 10, gt=0, description="smallest fused batch the policy picks (wire bytes)")
     fusion_max_bytes: int = Field(8 << 20, gt=0, description="largest fused batch the policy picks (wire bytes)")
+    fusion_local_handoff: bool = Field(True, description="extractors hand rows to their node's aggregator "
+                                       "through a local socket instead of an actor call")
     dedup_cosine: float = Field(0.98, gt=0, description="consecutive frames of a video this similar (cosine, both "
                                 "spaces) are sent as one vector with a time range; above 1: off")
     compression: Literal["adaptive", "off"] = Field("adaptive", description="adaptive: compress only while a link is "

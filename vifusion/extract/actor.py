@@ -20,6 +20,7 @@ from ray.actor import ActorHandle
 
 from vifusion._files import storage_reason
 from vifusion.config import Config
+from vifusion.fusion.handoff import AggregatorLost, Handoff
 from vifusion.placement import extractor_options
 from vifusion.types import FusedBatch
 
@@ -35,6 +36,7 @@ class Extractor:
         torch.set_num_threads(cfg.torch_threads or cfg.threads)  # Ray sets OMP_NUM_THREADS=1
         self.cfg = cfg
         self.aggregator = aggregators[ray.get_runtime_context().get_node_id()]
+        self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
             self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
 
@@ -61,11 +63,11 @@ class Extractor:
                 batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
                 done += len(batch)
                 if handing is not None:
-                    instance = _same(instance, ray.get(handing))  # back-pressure reaches this actor here
-                handing = self.aggregator.submit.remote(shard_no, batch, time.time())
+                    instance = _same(instance, handing.result())  # back-pressure reaches this actor here
+                handing = self.handoff.submit(shard_no, batch, time.time())
                 yield {"event": "progress", "frames_done": done, "frames_total": total}
             if handing is not None:
-                instance = _same(instance, ray.get(handing))
+                instance = _same(instance, handing.result())
             _same(instance, ray.get(self.aggregator.finish.remote(video_id))[1])
             if done == 0:
                 raise DecodeError(f"{name}: no frames could be decoded")
@@ -82,11 +84,8 @@ class Extractor:
     def _abandon(self, video_id: int) -> None:
         """Drop a failed video's unsent frames and settle its sends; the driver then
         deletes whatever of it reached the shard."""
+        self.handoff.settle()
         ray.get(self.aggregator.abandon.remote(video_id))
-
-
-class AggregatorLost(RuntimeError):
-    """The node aggregator restarted while it held this video's rows: they are gone."""
 
 
 def _same(instance: str | None, now: str) -> str:

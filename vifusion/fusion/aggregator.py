@@ -47,6 +47,7 @@ from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
 from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
+from vifusion.fusion.handoff import HandoffServer
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
 from vifusion.types import FusedBatch, video_of
 
@@ -90,6 +91,7 @@ class Aggregator:
                                   max_bytes=cfg.fusion_max_bytes, inline_bytes=self._transport.inline_bytes)
         self._stopped = False
         self.instance = uuid.uuid4().hex  # a restarted aggregator has forgotten what it held
+        self._handoff = _handoff_server(self.submit, self.instance) if cfg.fusion_local_handoff else None
         threading.Thread(target=self._loop, args=(self._pump_once,), name="aggregator-pump", daemon=True).start()
         threading.Thread(target=self._loop, args=(self._collect_once,), name="aggregator-acks", daemon=True).start()
 
@@ -122,6 +124,11 @@ class Aggregator:
             # made while these travel, not while they wait here (their wait is latency).
             self._wait_below_a_batch(shard_no, buf)
         return self.instance
+
+    def handoff_address(self) -> tuple[str, bytes] | None:
+        """Where extractors on this host hand rows over without an actor call, and the
+        secret that lets them in (``handoff.py``); None: by ``submit`` only."""
+        return (self._handoff.address, self._handoff.secret) if self._handoff else None
 
     def finish(self, video_id: int) -> tuple[int, str]:
         """End of a video: send what waits of it at once and return when every row is
@@ -179,6 +186,8 @@ class Aggregator:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+        if self._handoff:
+            self._handoff.close()
 
     # -- under the lock ----------------------------------------------------------------
 
@@ -363,6 +372,14 @@ class _Ring:
 
     def values(self) -> np.ndarray:
         return self._a[:len(self)]
+
+
+def _handoff_server(submit: Callable[..., str], name: str) -> HandoffServer | None:
+    try:
+        return HandoffServer(submit, name)
+    except OSError as e:  # no abstract Unix sockets here (not Linux): actor calls only
+        log.info("no local hand-over socket: %s", e)
+        return None
 
 
 def _newest_tables(directory: Path) -> tuple[SharedTables | None, dict[str, float]]:

@@ -1,0 +1,145 @@
+"""An extractor's hand-over to a real node aggregator actor through its local socket."""
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+
+from tests.fusion._frames import frames
+from vifusion.config import Config
+from vifusion.fusion import Aggregator
+from vifusion.fusion.handoff import AggregatorLost, Handoff
+from vifusion.index.replica import ShardReplica
+from vifusion.types import FusedBatch
+
+
+@pytest.fixture
+def shard(ray_session, tmp_path):
+    replica = ray.remote(ShardReplica).remote(0, tmp_path / "s0", Config(faiss_threads=1), [])
+    yield replica
+    ray.kill(replica)
+
+
+def aggregator(tmp_path, shard, **options):
+    cfg = Config(data_dir=tmp_path, compression="off", dedup_cosine=1.01, fusion_local_handoff=options.pop("local", True))
+    return ray.remote(Aggregator).options(max_concurrency=16, **options).remote(cfg, [shard])
+
+
+def hand_over(handoff: Handoff, batch: FusedBatch, per: int = 16) -> set[str]:
+    """As an extractor does: ``per`` frames at a time, one hand-over in flight; the instance ids seen."""
+    handing, seen = None, set()
+    for i in range(0, len(batch), per):
+        if handing is not None:
+            seen.add(handing.result())
+        handing = handoff.submit(0, batch.rows(slice(i, i + per)), time.time())
+    seen.add(handing.result())
+    return seen
+
+
+def test_rows_handed_over_by_socket_reach_the_shard_exactly_once(tmp_path, shard):
+    agg = aggregator(tmp_path, shard)
+    videos = {v: frames(v, 70) for v in range(40, 44)}
+    seen, by_socket = {}, {}
+
+    def extractor(v: int) -> None:  # several extractors at once, each with its own connection
+        handoff = Handoff(agg)
+        seen[v] = hand_over(handoff, videos[v])
+        by_socket[v] = handoff.by_socket
+        handoff.close()
+
+    threads = [threading.Thread(target=extractor, args=(v,)) for v in videos]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert by_socket == dict.fromkeys(videos, True)
+    finished = {v: ray.get(agg.finish.remote(v)) for v in videos}
+    assert finished == {v: (70, ray.get(agg.finish.remote(0))[1]) for v in videos}
+    assert set().union(*seen.values()) == {finished[40][1]}  # one instance, the one finish names
+    for v, src in videos.items():
+        for space in ("visual", "semantic"):
+            times, held = ray.get(shard.frames.remote(space, v, 0, 1000))
+            assert np.array_equal(held, src.space(space))  # exact, in order, none twice
+            assert np.array_equal(times, src.times)
+    stats = ray.get(agg.stats.remote())
+    assert stats["rows_in"] == stats["rows_out"] == 280
+
+
+def test_a_malformed_batch_fails_its_own_handover_with_the_reason(tmp_path, shard):
+    agg = aggregator(tmp_path, shard)
+    handoff = Handoff(agg)
+    good = frames(50, 3)
+    bad = FusedBatch(good.ids, good.times, np.ascontiguousarray(good.features[:, :5]))  # wrong width
+    with pytest.raises(ValueError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"):
+        handoff.submit(0, bad, time.time()).result()
+    hand_over(handoff, frames(51, 20))  # the connection goes on
+    assert handoff.by_socket
+    assert ray.get(agg.finish.remote(51))[0] == 20
+
+
+def test_the_socket_lets_in_only_who_holds_the_secret(tmp_path, shard):
+    agg = aggregator(tmp_path, shard)
+    address, secret = ray.get(agg.handoff_address.remote())
+    assert address.startswith("\0")  # abstract: no file to find, seen only in this network namespace
+    handoff = Handoff(agg)
+    hand_over(handoff, frames(60, 4))
+    request = handoff_request(frames(61, 4))
+    for wrong in (bytes(len(secret)), secret[:-1] + bytes([secret[-1] ^ 1])):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(address)
+            s.sendall(wrong + request)
+            s.settimeout(10)
+            assert closed(s)  # without a word
+    assert ray.get(agg.stats.remote())["rows_in"] == 4  # only the rows of the one who knew it
+
+
+def closed(s: socket.socket) -> bool:
+    try:
+        return s.recv(64) == b""
+    except ConnectionResetError:  # closed with the request unread
+        return True
+
+
+def handoff_request(batch: FusedBatch) -> bytes:
+    """A well-formed hand-over of ``batch``, as a client writes it."""
+    from vifusion.fusion import handoff as h
+
+    head = h._HEAD.pack(h._MAGIC, 0, len(batch), batch.features.shape[1], False, time.time(), 0)
+    return head + batch.ids.tobytes() + batch.times.tobytes() + batch.features.tobytes()
+
+
+def test_a_restarted_aggregator_fails_the_handover_in_flight_and_is_noticed(tmp_path, shard):
+    agg = aggregator(tmp_path, shard, max_restarts=1)
+    handoff = Handoff(agg)
+    first = hand_over(handoff, frames(70, 8))
+    old_address = ray.get(agg.handoff_address.remote())
+    ray.kill(agg, no_restart=False)
+    while address_of(agg) in (old_address, None):
+        time.sleep(0.1)
+    with pytest.raises(AggregatorLost):
+        handoff.submit(0, frames(70, 8, start=8), time.time()).result()
+    second = hand_over(handoff, frames(71, 8))  # a new connection to the new instance
+    assert handoff.by_socket
+    assert len(first) == len(second) == 1 and first != second  # what an extractor compares
+    assert ray.get(agg.finish.remote(71))[0] == 8
+
+
+def address_of(agg) -> tuple[str, bytes] | None:
+    try:
+        return ray.get(agg.handoff_address.remote())
+    except ray.exceptions.ActorUnavailableError:  # restarting
+        return None
+
+
+def test_without_the_socket_the_handover_is_an_actor_call(tmp_path, shard):
+    agg = aggregator(tmp_path, shard, local=False)
+    assert ray.get(agg.handoff_address.remote()) is None
+    handoff = Handoff(agg)
+    hand_over(handoff, frames(80, 40))
+    assert not handoff.by_socket
+    assert ray.get(agg.finish.remote(80))[0] == 40
+    held = ray.get(shard.frames.remote("visual", 80, 0, 1000))[1]
+    assert np.array_equal(held, frames(80, 40).space("visual"))

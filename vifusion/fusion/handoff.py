@@ -1,0 +1,241 @@
+"""The hand-over from an extractor to its node's aggregator, through a local socket.
+
+Every frame crosses two hops on its way to a shard: extractor -> node aggregator, then the
+fused stream -> the shard's node. An actor call costs about 1 ms of CPU empty and 3 ms at
+500 KiB, on the caller, the callee and Ray together (``benchmarks/ray_calls.py``), and the
+first hop stays on one host, so it does not need Ray: the aggregator listens on a Unix
+socket (Linux's abstract namespace, which exists per network namespace, so only processes
+on its own host see it), and an extractor writes its rows there as raw arrays, read
+straight into the arrays the aggregator keeps (``benchmarks/handoff.py`` measures the three
+ways).
+
+The socket's address and a per-instance secret come from the aggregator by an actor call,
+which Ray's token authenticates; a connection that does not open with the secret is closed,
+so the socket lets in no one the cluster would not. The reply carries the aggregator's
+instance id as the actor call does, so a restart is noticed the same way; a connection that
+closes under a hand-over raises ``AggregatorLost``. Where the socket cannot be reached (not
+Linux, or the extractor on another host) the hand-over is an actor call as before.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+
+import numpy as np
+import ray
+from ray.actor import ActorHandle
+
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
+
+log = logging.getLogger(__name__)
+
+# magic, shard, rows, dims, urgent, extracted, batch id length
+_HEAD = struct.Struct("<4siIIBdH")
+_MAGIC = b"VFH1"
+_REPLY = struct.Struct("<BI")  # status, text length; the text: the instance id or the error
+_OK, _BAD_INPUT, _FAILED = 0, 1, 2
+_SECRET_BYTES = 32
+_SOCKET_BUFFER = 1 << 20  # a hand-over (64 frames, 426 KiB) in one or two writes
+_DIMS = VISUAL_DIM + SEMANTIC_DIM
+
+Submit = Callable[[int, FusedBatch, float, bool], str]
+
+
+class AggregatorLost(RuntimeError):
+    """The node aggregator restarted while it held this video's rows: they are gone."""
+
+
+class HandoffServer:
+    """The aggregator's end: accepts local connections and passes each hand-over to
+    ``submit`` (``Aggregator.submit``), answering once it returns."""
+
+    def __init__(self, submit: Submit, name: str) -> None:
+        self._submit = submit
+        self.address = "\0vifusion-aggregator-" + name
+        self.secret = os.urandom(_SECRET_BYTES)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.address)
+        self._listener.listen(64)
+        threading.Thread(target=self._accept, name="handoff-accept", daemon=True).start()
+
+    def close(self) -> None:
+        # shutdown wakes the accept thread; close alone leaves it blocked in accept()
+        for op in (lambda: self._listener.shutdown(socket.SHUT_RDWR), self._listener.close):
+            try:
+                op()
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="handoff-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
+            secret = bytearray(_SECRET_BYTES)
+            if not _read_into(conn, memoryview(secret)) or not hmac.compare_digest(bytes(secret), self.secret):
+                return
+            _reply(conn, _OK, "")
+            while (request := _read_request(conn)) is not None:
+                shard_no, batch, extracted, urgent = request
+                try:
+                    status, text = _OK, self._submit(shard_no, batch, extracted, urgent)
+                except ValueError as e:  # the rows were malformed: the caller's error
+                    status, text = _BAD_INPUT, str(e)
+                except Exception as e:
+                    log.exception("hand-over")
+                    status, text = _FAILED, f"{type(e).__name__}: {e}"
+                try:
+                    _reply(conn, status, text)
+                except OSError:
+                    return
+
+
+class Handoff:
+    """An extractor's end, for one node aggregator. ``submit`` returns at once with a
+    ``Future`` of the aggregator's instance id, so one hand-over travels while the caller
+    embeds the next frames; a caller waits for it before the next ``submit``."""
+
+    def __init__(self, aggregator: ActorHandle, local: bool = True) -> None:
+        """``local``: try the socket first (False: always an actor call)."""
+        self._aggregator = aggregator
+        self._local = local
+        self._conn: socket.socket | None = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="handoff")
+        self._last: Future[str] | None = None
+
+    @property
+    def by_socket(self) -> bool:
+        """Whether hand-overs travel through the aggregator's local socket (after one ``submit``)."""
+        return self._conn is not None
+
+    def submit(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool = False) -> Future[str]:
+        if self._local and self._connect():
+            self._last = self._worker.submit(self._send, shard_no, batch, extracted, urgent)
+        else:
+            self._last = self._aggregator.submit.remote(shard_no, batch, extracted, urgent).future()
+        return self._last
+
+    def settle(self) -> None:
+        """Wait until the last hand-over is in the aggregator or failed (its outcome is its
+        ``Future``'s): what follows, ``abandon`` say, then sees every row handed over."""
+        if self._last is not None:
+            wait([self._last])
+
+    def close(self) -> None:
+        self._worker.shutdown()
+        self._drop()
+
+    def _connect(self) -> bool:
+        if self._conn is not None:
+            return True
+        address = ray.get(self._aggregator.handoff_address.remote())
+        if address is None:
+            self._local = False
+            return False
+        name, secret = address
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(name)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER)
+            conn.sendall(secret)
+            _read_reply(conn)
+        except (OSError, AggregatorLost) as e:  # another host, or a restart under us: the actor call
+            conn.close()
+            log.info("hand-over by actor call: the aggregator's socket is out of reach (%s)", e)
+            self._local = False
+            return False
+        self._conn = conn
+        return True
+
+    def _send(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool) -> str:
+        batch.check()  # here, as the aggregator would: the wire format trusts the shapes
+        conn = self._conn
+        if conn is None:  # an earlier hand-over lost the connection; its caller was told
+            raise AggregatorLost("the node aggregator's connection closed")
+        batch_id = batch.batch_id.encode()
+        head = _HEAD.pack(_MAGIC, shard_no, len(batch), batch.features.shape[1], urgent, extracted, len(batch_id))
+        try:
+            _send_all(conn, [head, batch_id, *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features))])
+            status, text = _read_reply(conn)
+        except (OSError, AggregatorLost) as e:
+            self._drop()
+            raise AggregatorLost(f"the node aggregator's connection closed under a hand-over ({e})") from e
+        if status == _BAD_INPUT:
+            raise ValueError(text)
+        if status != _OK:
+            raise RuntimeError(f"the node aggregator failed: {text}")
+        return text
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _read_request(conn: socket.socket) -> tuple[int, FusedBatch, float, bool] | None:
+    """The next hand-over on ``conn``, or None where it closed (or sent garbage)."""
+    head = bytearray(_HEAD.size)
+    if not _read_into(conn, memoryview(head)):
+        return None
+    magic, shard_no, n, dims, urgent, extracted, id_len = _HEAD.unpack(head)
+    if magic != _MAGIC or dims != _DIMS:
+        log.warning("hand-over: a malformed request, connection closed")
+        return None
+    batch_id = bytearray(id_len)
+    ids = np.empty(n, np.int64)
+    times = np.empty((n, 2), np.float32)
+    features = np.empty((n, dims), np.float32)
+    for a in (batch_id, ids, times, features):
+        if not _read_into(conn, memoryview(a).cast("B")):
+            return None
+    return shard_no, FusedBatch(ids, times, features, batch_id.decode()), extracted, bool(urgent)
+
+
+def _send_all(conn: socket.socket, parts: list) -> None:
+    """Write ``parts`` (bytes-like) in order without joining them: one copy, into the socket."""
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]
+    while views:
+        sent = conn.sendmsg(views)  # may write part of a large message
+        while views and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if views:
+            views[0] = views[0][sent:]
+
+
+def _reply(conn: socket.socket, status: int, text: str) -> None:
+    data = text.encode()
+    conn.sendall(_REPLY.pack(status, len(data)) + data)
+
+
+def _read_reply(conn: socket.socket) -> tuple[int, str]:
+    head = bytearray(_REPLY.size)
+    if not _read_into(conn, memoryview(head)):
+        raise AggregatorLost("the node aggregator closed the connection")
+    status, length = _REPLY.unpack(head)
+    text = bytearray(length)
+    if not _read_into(conn, memoryview(text)):
+        raise AggregatorLost("the node aggregator closed the connection")
+    return status, text.decode()
+
+
+def _read_into(conn: socket.socket, view: memoryview) -> bool:
+    """Fill ``view`` from ``conn``; False where the connection closed first."""
+    while len(view):
+        got = conn.recv_into(view)
+        if not got:
+            return False
+        view = view[got:]
+    return True
