@@ -1,12 +1,14 @@
 """An extractor's hand-over to its node aggregator: frames passed to another actor on the
-same node, through the object store (Ray's default for arguments over 100 KiB) against
-inline in the call (``vifusion.runtime.RAY_TUNED``, up to 1 MiB).
+same node by actor call, through the object store (Ray's default for arguments over
+100 KiB) or inline in the call (``vifusion.runtime.RAY_TUNED``, up to 1 MiB), against
+ViFusion's local socket (``vifusion.fusion.handoff``).
 
 Each variant runs in a Ray of its own (the limit is set when Ray starts), on the same work:
 an actor hands another one ``FusedBatch``es of 16, 64 and 256 frames (real row size, 6.6 KB
-a frame), one hand-over in flight as the extractor does (it waits for the last one before
-sending the next). Printed per size: hand-overs/s, frames/s, and CPU per 1000 frames of the
-sender, the receiver and the raylet (the object store), from /proc.
+a frame) through the product's ``Handoff``, one hand-over in flight as the extractor does
+(it waits for the last one before sending the next). Printed per size: hand-overs/s,
+frames/s, and CPU per 1000 frames of the sender, the receiver and the raylet (the object
+store), from /proc.
 
 Run:  .venv/bin/python benchmarks/handoff.py [--quick]
 It ends with one line of JSON holding every figure.
@@ -29,23 +31,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SIZES = (16, 64, 256)
 
 
-def measure(calls: int) -> dict:
-    """One variant, in this process's own Ray (started from the environment it was given)."""
+def measure(calls: int, local: bool) -> dict:
+    """One variant, in this process's own Ray (started from the environment it was given);
+    ``local``: through the receiver's socket, else by actor call."""
     import numpy as np
     import ray
 
+    from vifusion.fusion.handoff import Handoff, HandoffServer
     from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
-    @ray.remote(num_cpus=0)
+    @ray.remote(num_cpus=0, max_concurrency=4)
     class Receiver:
+        """The aggregator's two ways in, doing nothing with what comes but count it."""
+
         def __init__(self) -> None:
             self.rows = 0
+            self.server = HandoffServer(self.submit, "bench")
 
-        def submit(self, batch: FusedBatch) -> int:
+        def handoff_address(self) -> tuple[str, bytes]:
+            return self.server.address, self.server.secret
+
+        def submit(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool) -> str:
             self.rows += len(batch)
-            return self.rows
+            return "bench"
 
         def cpu(self) -> float:
             t = os.times()
@@ -54,6 +64,7 @@ def measure(calls: int) -> dict:
     @ray.remote(num_cpus=0)
     class Sender:
         def run(self, receiver, rows: int, n: int) -> tuple[float, float]:
+            handoff = Handoff(receiver, local=local)
             rng = np.random.default_rng(0)
             batches = [FusedBatch(np.arange(rows, dtype=np.int64), np.zeros((rows, 2), np.float32),
                                   rng.random((rows, VISUAL_DIM + SEMANTIC_DIM), np.float32)) for _ in range(4)]
@@ -61,10 +72,12 @@ def measure(calls: int) -> dict:
             handing = None
             for i in range(n):
                 if handing is not None:
-                    ray.get(handing)
-                handing = receiver.submit.remote(batches[i % 4])
-            ray.get(handing)
+                    handing.result()
+                handing = handoff.submit(0, batches[i % 4], 0.0)
+            handing.result()
             c1 = os.times()
+            assert handoff.by_socket == local
+            handoff.close()
             return time.perf_counter() - t0, (c1.user + c1.system) - (c0.user + c0.system)
 
     receiver, sender = Receiver.remote(), Sender.remote()
@@ -97,9 +110,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer hand-overs (under a minute)")
     ap.add_argument("--measure", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--socket", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        print("RESULT " + json.dumps(measure(args.measure)), flush=True)
+        print("RESULT " + json.dumps(measure(args.measure, args.socket)), flush=True)
         return 0
 
     from _common import machine
@@ -111,17 +125,18 @@ def main() -> int:
         return 2
     calls = 300 if args.quick else 2000
     base = {k: v for k, v in os.environ.items() if k not in RAY_TUNED and k != "RAY_ADDRESS"}
-    variants = {"object store": base, "inline (RAY_TUNED)": {**base, **RAY_TUNED}}
+    tuned = {**base, **RAY_TUNED}
+    variants = {"object store": (base, []), "inline (RAY_TUNED)": (tuned, []), "local socket": (tuned, ["--socket"])}
     report: dict = {"benchmark": "handoff", "quick": args.quick, "machine": machine(),
                     "date": time.strftime("%Y-%m-%d"), "variants": {}}
-    for name, env in variants.items():
-        proc = subprocess.run([sys.executable, __file__, "--measure", str(calls)], env=env,
+    for name, (env, flags) in variants.items():
+        proc = subprocess.run([sys.executable, __file__, "--measure", str(calls), *flags], env=env,
                               capture_output=True, text=True, timeout=600)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             raise RuntimeError(f"{name}: the run failed:\n{proc.stderr[-3000:]}")
         report["variants"][name] = json.loads(line[7:])
-    store, inline = report["variants"].values()
+    store, inline, local = report["variants"].values()
     print(f"{'frames':>6}  {'variant':<20} {'hand-overs/s':>12} {'frames/s':>10}  CPU ms per 1000 frames "
           f"(sender + receiver + raylet)")
     for rows in SIZES:
@@ -134,7 +149,11 @@ def main() -> int:
         f"{rows}_frames": {"cpu_store_over_inline": round(store[str(rows)]["cpu_ms_per_1000_frames"]["total"]
                                                           / inline[str(rows)]["cpu_ms_per_1000_frames"]["total"], 3),
                            "frames_per_s_inline_over_store": round(inline[str(rows)]["frames_per_s"]
-                                                                   / store[str(rows)]["frames_per_s"], 3)}
+                                                                   / store[str(rows)]["frames_per_s"], 3),
+                           "cpu_inline_over_socket": round(inline[str(rows)]["cpu_ms_per_1000_frames"]["total"]
+                                                           / local[str(rows)]["cpu_ms_per_1000_frames"]["total"], 3),
+                           "frames_per_s_socket_over_inline": round(local[str(rows)]["frames_per_s"]
+                                                                    / inline[str(rows)]["frames_per_s"], 3)}
         for rows in SIZES}
     print("ratios:", report["ratios"])
     print(json.dumps(report))
