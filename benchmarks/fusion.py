@@ -196,7 +196,7 @@ class Replayer:
         ``run_fixed``; ``local``: by its local socket, else by actor call)."""
         import ray
 
-        from vifusion.fusion.handoff import Handoff
+        from vifusion.fusion import Handoff
 
         t0 = time.time()
         timeline: list[dict] = []

@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np, ray
 sys.path.insert(0, sys.argv[2])
 from vifusion.config import Config
-from vifusion.fusion import Aggregator
-from vifusion.fusion.handoff import Handoff
+from vifusion.fusion import Aggregator, Handoff
 from vifusion.index.replica import ShardReplica
 from vifusion.types import FusedBatch
 

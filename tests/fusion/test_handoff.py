@@ -10,8 +10,7 @@ import ray
 
 from tests.fusion._frames import frames
 from vifusion.config import Config
-from vifusion.fusion import Aggregator
-from vifusion.fusion.handoff import AggregatorLost, Handoff
+from vifusion.fusion import Aggregator, AggregatorLost, Handoff
 from vifusion.index.replica import ShardReplica
 from vifusion.types import FusedBatch
 

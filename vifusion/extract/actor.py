@@ -20,7 +20,7 @@ from ray.actor import ActorHandle
 
 from vifusion._files import storage_reason
 from vifusion.config import Config
-from vifusion.fusion.handoff import AggregatorLost, Handoff
+from vifusion.fusion import AggregatorLost, Handoff
 from vifusion.placement import extractor_options
 from vifusion.types import FusedBatch
 
