@@ -74,6 +74,11 @@ def test_a_malformed_batch_fails_its_own_handover_with_the_reason(tmp_path, shar
     bad = FusedBatch(good.ids, good.times, np.ascontiguousarray(good.features[:, :5]))  # wrong width
     with pytest.raises(ValueError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"):
         handoff.submit(0, bad, time.time()).result()
+    too_many = frames(52, 9)
+    with pytest.raises(ValueError, match="at most 8 frames; got 9"):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr("vifusion.fusion.handoff.MAX_ROWS", 8)
+            handoff.submit(0, too_many, time.time()).result()
     hand_over(handoff, frames(51, 20))  # the connection goes on
     assert handoff.by_socket
     assert ray.get(agg.finish.remote(51))[0] == 20

@@ -43,6 +43,7 @@ _REPLY = struct.Struct("<BI")  # status, text length; the text: the instance id 
 _OK, _BAD_INPUT, _FAILED = 0, 1, 2
 _SECRET_BYTES = 32
 _SOCKET_BUFFER = 1 << 20  # a hand-over (64 frames, 426 KiB) in one or two writes
+MAX_ROWS = 16_384  # per hand-over (109 MB): the aggregator allocates what the header announces
 _DIMS = VISUAL_DIM + SEMANTIC_DIM
 
 Submit = Callable[[int, FusedBatch, float, bool], str]
@@ -162,6 +163,8 @@ class Handoff:
 
     def _send(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool) -> str:
         batch.check()  # here, as the aggregator would: the wire format trusts the shapes
+        if len(batch) > MAX_ROWS:
+            raise ValueError(f"a hand-over holds at most {MAX_ROWS} frames; got {len(batch)}")
         conn = self._conn
         if conn is None:  # an earlier hand-over lost the connection; its caller was told
             raise AggregatorLost("the node aggregator's connection closed")
@@ -191,7 +194,7 @@ def _read_request(conn: socket.socket) -> tuple[int, FusedBatch, float, bool] | 
     if not _read_into(conn, memoryview(head)):
         return None
     magic, shard_no, n, dims, urgent, extracted, id_len = _HEAD.unpack(head)
-    if magic != _MAGIC or dims != _DIMS:
+    if magic != _MAGIC or dims != _DIMS or n > MAX_ROWS:
         log.warning("hand-over: a malformed request, connection closed")
         return None
     batch_id = bytearray(id_len)
