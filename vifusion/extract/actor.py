@@ -58,6 +58,7 @@ class Extractor:
             yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                    "width": info.width, "height": info.height, "frames_total": total}
             done, handing, instance = 0, None, None
+            self.handoff.reset()
             for frames, spans in prefetch(batches):
                 visual, semantic = self.embedder.embed_frames(frames)
                 batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)

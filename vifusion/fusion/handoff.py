@@ -113,6 +113,7 @@ class Handoff:
         """``local``: try the socket first (False: always an actor call)."""
         self._aggregator = aggregator
         self._local = local
+        self._unreachable = False  # the socket was out of reach: actor calls until ``reset``
         self._conn: socket.socket | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="handoff")
         self._last: Future[str] | None = None
@@ -129,6 +130,11 @@ class Handoff:
             self._last = self._aggregator.submit.remote(shard_no, batch, extracted, urgent).future()
         return self._last
 
+    def reset(self) -> None:
+        """Try the socket again at the next ``submit`` where it was out of reach (a restart
+        under the last try leaves the extractor on actor calls only until then)."""
+        self._unreachable = False
+
     def settle(self) -> None:
         """Wait until the last hand-over is in the aggregator or failed (its outcome is its
         ``Future``'s): what follows, ``abandon`` say, then sees every row handed over."""
@@ -142,9 +148,11 @@ class Handoff:
     def _connect(self) -> bool:
         if self._conn is not None:
             return True
+        if self._unreachable:
+            return False
         address = ray.get(self._aggregator.handoff_address.remote())
         if address is None:
-            self._local = False
+            self._unreachable = True
             return False
         name, secret = address
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -156,7 +164,7 @@ class Handoff:
         except (OSError, AggregatorLost) as e:  # another host, or a restart under us: the actor call
             conn.close()
             log.info("hand-over by actor call: the aggregator's socket is out of reach (%s)", e)
-            self._local = False
+            self._unreachable = True
             return False
         self._conn = conn
         return True
