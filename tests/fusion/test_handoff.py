@@ -97,6 +97,10 @@ def test_the_socket_lets_in_only_who_holds_the_secret(tmp_path, shard):
             s.sendall(wrong + request)
             s.settimeout(10)
             assert closed(s)  # without a word
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:  # says nothing at all
+        s.connect(address)
+        s.settimeout(30)
+        assert closed(s)  # after the aggregator's wait for the secret, not never
     assert ray.get(agg.stats.remote())["rows_in"] == 4  # only the rows of the one who knew it
 
 

@@ -1,8 +1,9 @@
 """Fusion: per-frame features in, large fused transfers out, one stream per destination.
 
 ``Aggregator`` (one Ray actor per node, ``start_aggregators``) merges the local extractors'
-frames (handed over through its local socket, ``Handoff``), drops temporal near-duplicates (``TemporalDedup``) and flushes per-destination
-``FusionBuffer`` s by the ``FlushPolicy``; ``comm/`` moves and encodes what it sends.
+frames (handed over through its local socket, ``Handoff``), drops temporal near-duplicates
+(``TemporalDedup``) and flushes per-destination ``FusionBuffer`` s by the ``FlushPolicy``;
+``comm/`` moves and encodes what it sends.
 """
 
 from vifusion.fusion.aggregator import Aggregator, start_aggregators

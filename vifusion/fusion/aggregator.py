@@ -2,9 +2,9 @@
 
 The host-level stand-in for in-network aggregation (ViFusion): every extractor on a node
 hands its frames here (through a local socket, ``handoff.py``; by actor call a hand-over
-costs several times the CPU), so the node sends one fused stream per destination
-shard instead of one per extractor. On the way, consecutive near-duplicate frames of a video become one
-vector (``dedup.py``). A pump thread sends each destination's buffer when it is due (by the
+costs several times the CPU), so the node sends one fused stream per destination shard
+instead of one per extractor. On the way, consecutive near-duplicate frames of a video
+become one vector (``dedup.py``). A pump thread sends each destination's buffer when it is due (by the
 fusion policy's size and age, ``policy.py``, or at once on an idle link, ``buffer.py``) and
 the link's window has room; the transport (``comm/``)
 encodes with the codec its link calls for. Another thread collects acknowledgements, so the

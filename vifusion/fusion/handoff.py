@@ -42,6 +42,7 @@ _MAGIC = b"VFH1"
 _REPLY = struct.Struct("<BI")  # status, text length; the text: the instance id or the error
 _OK, _BAD_INPUT, _FAILED = 0, 1, 2
 _SECRET_BYTES = 32
+_SECRET_WAIT_S = 5.0
 _SOCKET_BUFFER = 1 << 20  # a hand-over (64 frames, 426 KiB) in one or two writes
 MAX_ROWS = 16_384  # per hand-over (109 MB): the aggregator allocates what the header announces
 _DIMS = VISUAL_DIM + SEMANTIC_DIM
@@ -86,8 +87,13 @@ class HandoffServer:
         with conn:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
             secret = bytearray(_SECRET_BYTES)
-            if not _read_into(conn, memoryview(secret)) or not hmac.compare_digest(bytes(secret), self.secret):
+            conn.settimeout(_SECRET_WAIT_S)  # a stranger that says nothing does not keep a thread
+            try:
+                if not _read_into(conn, memoryview(secret)) or not hmac.compare_digest(bytes(secret), self.secret):
+                    return
+            except OSError:  # timed out
                 return
+            conn.settimeout(None)
             _reply(conn, _OK, "")
             while (request := _read_request(conn)) is not None:
                 shard_no, batch, extracted, urgent = request
