@@ -39,3 +39,10 @@ def descendants() -> list[int]:
         if p == me and pid != me:
             out.append(pid)
     return out
+
+
+def cpu_seconds(pid: int | str) -> float:
+    """User + system CPU seconds a process has used so far (``/proc/<pid>/stat``); raises
+    OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

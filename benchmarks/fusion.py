@@ -77,6 +77,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import cpu_seconds
 from deploy.netbed import DELAY_LINE
 from vifusion.fusion.buffer import FRAME_BYTES
 from vifusion.runtime import RAY_TUNED
@@ -304,8 +305,8 @@ def _counter(dev: str, name: str) -> int:
 _ROLES = {"ray::Replayer": "sender", "ray::Aggregator": "aggregator", "ray::ShardReplica": "shard"}
 
 
-def _cpu() -> tuple[float, list[int], dict[int, tuple[str, int]]]:
-    """(time, /proc/stat's cpu ticks, pid -> (role, ticks))."""
+def _cpu() -> tuple[float, list[int], dict[int, tuple[str, float]]]:
+    """(time, /proc/stat's cpu ticks, pid -> (role, CPU seconds))."""
     ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
     procs = {}
     for d in Path("/proc").iterdir():
@@ -313,7 +314,7 @@ def _cpu() -> tuple[float, list[int], dict[int, tuple[str, int]]]:
             continue
         try:
             argv = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            stat = (d / "stat").read_text()
+            used = cpu_seconds(d.name)
         except OSError:
             continue
         cmd = argv[0]
@@ -322,8 +323,7 @@ def _cpu() -> tuple[float, list[int], dict[int, tuple[str, int]]]:
             role = "delay line"
         elif role is None:
             role = "ray (raylet, gcs, ...)" if "/ray/" in cmd or cmd.startswith("ray::") else "other"
-        fields = stat[stat.rindex(")") + 2:].split()
-        procs[int(d.name)] = (role, int(fields[11]) + int(fields[12]))
+        procs[int(d.name)] = (role, used)
     return time.time(), ticks, procs
 
 
@@ -335,9 +335,9 @@ def _cpu_used(a: tuple, b: tuple) -> dict:
     d = [y - x for x, y in zip(a[1], b[1], strict=True)]  # user nice system idle iowait irq softirq
     total = sum(d) or 1
     roles: dict[str, float] = {}
-    for pid, (role, ticks) in b[2].items():
-        before = a[2].get(pid, (role, 0))[1]
-        roles[role] = roles.get(role, 0.0) + (ticks - before) / 100 / seconds
+    for pid, (role, used) in b[2].items():
+        before = a[2].get(pid, (role, 0.0))[1]
+        roles[role] = roles.get(role, 0.0) + (used - before) / seconds
     return {"busy_share": 1 - (d[3] + d[4]) / total, "cores": os.cpu_count(),
             "kernel_share": (d[2] + d[5] + d[6]) / total, "roles_cores": roles}
 

@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import cpu_seconds  # noqa: E402
+
 SIZES = (16, 64, 256)
 
 
@@ -99,11 +101,8 @@ def measure(calls: int, local: bool) -> dict:
 
 def _raylet_cpu() -> float:
     """CPU seconds of this machine's raylets (this benchmark's Ray is the only one it starts)."""
-    total = 0.0
-    for pid in subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True, text=True).stdout.split():
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    pids = subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True, text=True).stdout.split()
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def main() -> int:

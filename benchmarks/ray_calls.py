@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import cpu_seconds  # noqa: E402
 from vifusion.runtime import tune_ray  # noqa: E402
 
 tune_ray()  # before Ray starts: the inline limit ViFusion runs with
@@ -64,16 +65,14 @@ def _cpu() -> float:
 def _ray_cpu() -> float:
     """CPU seconds of Ray's node processes (raylets, which move objects between stores, and
     the GCS) on this machine: the object store path spends there too."""
-    total = 0
+    total = 0.0
     for d in Path("/proc").iterdir():
         try:
             if d.name.isdigit() and b"/ray/core/src/ray/" in (d / "cmdline").read_bytes():
-                stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                total += int(fields[11]) + int(fields[12])
+                total += cpu_seconds(d.name)
         except OSError:
             continue
-    return total / 100
+    return total
 
 
 def measure(sink, wire: WireBatch, calls: int, put: bool) -> dict:

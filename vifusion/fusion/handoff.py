@@ -19,6 +19,7 @@ Linux, or the extractor on another host) the hand-over is an actor call as befor
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
@@ -69,11 +70,9 @@ class HandoffServer:
 
     def close(self) -> None:
         # shutdown wakes the accept thread; close alone leaves it blocked in accept()
-        for op in (lambda: self._listener.shutdown(socket.SHUT_RDWR), self._listener.close):
-            try:
-                op()
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
 
     def _accept(self) -> None:
         while True:
