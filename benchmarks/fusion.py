@@ -31,7 +31,9 @@ Policies:
    load both carry): the latency each gives the same work, where the closed loop compares
    latencies at different rates (by Little's law, the one that carries more holds more).
    And ``4call``: (4) with the rows handed to the aggregator by actor call instead of its
-   local socket (``vifusion/fusion/handoff.py``), what the hand-over saves.
+   local socket (``vifusion/fusion/handoff.py``), what the hand-over saves; ``4ray``: (4)
+   with the fused batches sent to the shard by actor call instead of the shard stream
+   (``vifusion/comm/stream.py``), what the stream saves.
 
 Figures per (link, policy): features/s acknowledged, share of the line rate (fp32 bytes),
 bytes on the wire (the sender's interface counter), latency from production to
@@ -96,7 +98,10 @@ POLICIES = {
     "3": {"rows": (25 << 20) // FRAME_BYTES, "age": 1e9, "window": 2},
 }
 PINNED = {"4@256K": 256 << 10, "4@512K": 512 << 10}  # (4) with its batch size pinned
-BY_CALL = {"4call"}  # (4) with the extractors' hand-over by actor call, not the local socket
+VARIANTS = {  # (4) with one of its paths by actor call
+    "4call": {"fusion_local_handoff": False},  # extractors -> aggregator, not the local socket
+    "4ray": {"fusion_stream": False},  # aggregator -> shard, not the shard stream
+}
 OFFERED = {"2@6k": 6000.0, "4@6k": 6000.0}  # open loop: rows replayed at this rate (features/s)
 
 
@@ -261,7 +266,7 @@ def drive(spec: dict) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"vf-fusion-{policy}-"))
         pin = {"fusion_min_bytes": PINNED[policy], "fusion_max_bytes": PINNED[policy]} if policy in PINNED else {}
         cfg = Config(data_dir=work, faiss_threads=1, index_exact_max=10**9, snapshot_log_bytes=1 << 40,
-                     dedup_cosine=1.01, fusion_local_handoff=policy not in BY_CALL, **pin)
+                     dedup_cosine=1.01, **VARIANTS.get(policy, {}), **pin)
         shard = ray.remote(ShardReplica).options(resources={"host1": 1}).remote(0, work / "shard", cfg, [])
         ray.get(shard.stats.remote())
         replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row)
@@ -394,6 +399,7 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
                "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
                "window_p50": float(np.median([p["window"] for p in tl] or [0])),
                "handoff": "socket" if out["by_socket"] else "actor call",
+               "to_shard": "stream" if st["links"].get(0, {}).get("by_stream") else "actor call",
                # what the window is sized from (policy.py): medians over the run
                "link_p50": {k: float(np.median([p.get(k, 0) for p in tl] or [0]))
                             for k in _SIZED_FROM}}
@@ -537,7 +543,7 @@ def main() -> int:
         sq = {"at": 8.0, "for": 20.0, "rate": "10mbit"}
         every = ["1", "1w", "2", "3", "4"]
         links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0,
-                           "policies": every + sorted(BY_CALL) + list(PINNED) + list(OFFERED)},
+                           "policies": every + sorted(VARIANTS) + list(PINNED) + list(OFFERED)},
                  "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
                  "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
                  "squeeze": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "squeeze": sq,
@@ -563,6 +569,7 @@ def main() -> int:
                       f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
                       f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
                       f"codecs {r['codec_rows']}" + (f"  hand-over by {r['handoff']}"
+                                                 f", to the shard by {r['to_shard']}"
                                                  f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
                                                  f"  {_link_line(r['link_p50'])}"
                                                  if "batch_kib_p50" in r else ""), flush=True)
@@ -606,9 +613,9 @@ def ratios(links: dict) -> dict:
                 if base in p:
                     r[f"fps_4_over_{base}"] = _ratio(p["4"]["features_per_s"], p[base]["features_per_s"])
                     r[f"p50_4_over_{base}"] = _ratio(p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"])
-            for by_call in BY_CALL & p.keys():
-                r[f"fps_4_over_{by_call}"] = _ratio(p["4"]["features_per_s"], p[by_call]["features_per_s"])
-                r[f"p50_4_over_{by_call}"] = _ratio(p["4"]["latency_p50_ms"], p[by_call]["latency_p50_ms"])
+            for variant in sorted(VARIANTS.keys() & p.keys()):
+                r[f"fps_4_over_{variant}"] = _ratio(p["4"]["features_per_s"], p[variant]["features_per_s"])
+                r[f"p50_4_over_{variant}"] = _ratio(p["4"]["latency_p50_ms"], p[variant]["latency_p50_ms"])
             for pinned in PINNED:
                 if pinned in p:
                     r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])

@@ -41,7 +41,8 @@ tune_ray()  # before Ray starts: the inline limit ViFusion runs with
 import ray  # noqa: E402
 
 from vifusion.comm.codec import Ladder  # noqa: E402
-from vifusion.comm.transport import WireBatch, inline_limit  # noqa: E402
+from vifusion.comm.message import WireBatch  # noqa: E402
+from vifusion.comm.transport import inline_limit  # noqa: E402
 from vifusion.fusion.buffer import FRAME_BYTES  # noqa: E402
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch  # noqa: E402
 

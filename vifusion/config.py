@@ -42,6 +42,9 @@ class Config(BaseModel):
     fusion_max_bytes: int = Field(8 << 20, gt=0, description="largest fused batch the policy picks (wire bytes)")
     fusion_local_handoff: bool = Field(True, description="extractors hand rows to their node's aggregator "
                                        "through a local socket instead of an actor call")
+    fusion_stream: bool = Field(True, description="aggregators send fused batches to a shard's primary over a "
+                                "TCP connection (authenticated by a secret from an actor call) instead of "
+                                "actor calls; the primary listens on its node's address, on a port of the OS's choosing")
     dedup_cosine: float = Field(0.98, gt=0, description="consecutive frames of a video this similar (cosine, both "
                                 "spaces) are sent as one vector with a time range; above 1: off")
     compression: Literal["adaptive", "off"] = Field("adaptive", description="adaptive: compress only while a link is "

@@ -32,11 +32,29 @@ def drain(t: Transport) -> list:
     return out
 
 
+def transport(replica, stream: bool, tables=None, **options) -> Transport:
+    """A transport to ``replica`` whose batches go on the shard stream (``stream``), or by actor call."""
+    t = Transport(tables, stream=stream, **options)
+    for _ in range(100):  # the replica's address arrives while probes go by actor call
+        if t.by_stream(0) == stream:
+            return t
+        t.probe(0, replica)
+        drain(t)
+    raise AssertionError("the shard stream did not open")
+
+
+@pytest.fixture(params=[True, False], ids=["stream", "actor-call"])
+def stream(request) -> bool:
+    return request.param
+
+
 @pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "sparse", "pq"])
-def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, tmp_path, tables, codec):
+def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, tmp_path, tables, codec, stream):
+    """On the stream, a table codec's first batch comes back (the shard has no tables yet)
+    and goes again by actor call, with them; by actor call, one small batch rides inline
+    and one large goes through the object store."""
     replica = shard(tmp_path)
-    t = Transport(tables, fixed=codec)
-    # one small batch (inline in the call) and one large (through the object store)
+    t = transport(replica, stream, tables, fixed=codec)
     sent = [make_batch(7, 4, seed=1), make_batch(7, 60, seed=2, first_frame=4)]
     for b in sent:
         t.send(0, replica, b, backlog=False)
@@ -48,6 +66,7 @@ def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, t
     assert np.array_equal(held, expected)
     if codec == "fp32":
         assert np.array_equal(held, features)  # exact: bit-identical to no compression
+    assert t.by_stream(0) == stream  # and it stays open
     ray.kill(replica)
 
 
@@ -85,14 +104,15 @@ def test_acknowledgements_are_collected_while_another_thread_sends(ray_session, 
     ray.kill(replica)
 
 
-def test_a_refused_batch_fails_alone(ray_session, tmp_path):
+def test_a_refused_batch_fails_alone(ray_session, tmp_path, stream):
     replica = shard(tmp_path)
-    t = Transport()
+    t = transport(replica, stream)
     bad = make_batch(1, 2)
     bad.ids = bad.ids[:1]  # malformed: the shard refuses it
     t.send(0, replica, bad, backlog=False, tag="bad")
     t.send(0, replica, make_batch(2, 3), backlog=False, tag="good")
     outcomes = {d.tag: d.error for d in drain(t)}
-    assert isinstance(outcomes["bad"], ray.exceptions.RayTaskError) and outcomes["good"] is None
+    assert isinstance(outcomes["bad"], ValueError) and outcomes["good"] is None
+    assert "ids (1,)" in str(outcomes["bad"])
     assert ray.get(replica.video_ids.remote()) == [2]
     ray.kill(replica)

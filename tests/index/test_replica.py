@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vifusion.comm.codec import Ladder
-from vifusion.comm.transport import WireBatch
+from vifusion.comm.message import WireBatch
 from vifusion.config import Config
 from vifusion.index.replica import ShardReplica
 from vifusion.index.router import ShardSet

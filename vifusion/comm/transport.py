@@ -1,4 +1,4 @@
-"""Transport: fused batches to shard actors over Ray, each link watched and its codec chosen.
+"""Transport: fused batches to shard replicas, each link watched and its codec chosen.
 
 A batch leaves encoded with its link's current codec (``adaptive.py`` picks it from the
 link's statistics, ``link.py``), and counts as delivered only once the destination
@@ -6,65 +6,53 @@ acknowledged it: ``receive`` returned, which means it is in the shard's write-ah
 The acknowledgement carries the destination's service time and its running total of busy
 time, so the monitor measures the network part of each round trip.
 
-The transfer path is chosen by size (Poseidon): a message up to ``inline_bytes`` rides
-inline in the actor call (one round trip); a larger one is put in the object store first,
-which costs a few round trips more but keeps large payloads off the control path. The limit
-is Ray's own (``inline_limit``): 1 MiB in a ViFusion Ray (``vifusion.runtime.RAY_TUNED``),
-100 KiB in a Ray with defaults. Sends never wait here: the caller keeps each link's
-in-flight count under its window (``in_flight``) and collects acknowledgements with
-``poll``.
+The path: the shard stream (``stream.py``), a TCP connection straight to the shard's
+primary, which costs a fraction of an actor call's CPU. Where there is none (the stream
+is off, the replica has no listener, or it cannot be reached), and for a batch the stream
+could not deliver, an actor call, chosen by size (Poseidon): up to ``inline_bytes`` inline
+in the call (one round trip), larger through the object store first, which costs a few
+round trips more but keeps large payloads off the control path. The limit is Ray's own
+(``inline_limit``): 1 MiB in a ViFusion Ray (``vifusion.runtime.RAY_TUNED``), 100 KiB in
+a Ray with defaults. Sends never wait here: the caller keeps each link's in-flight count
+under its window (``in_flight``) and collects acknowledgements with ``poll``.
 
 PQ and sparse codecs need tables every node knows: the sender puts its ``SharedTables`` in
-the object store once and each message names them, so a shard fetches a version the first
-time it meets it.
+the object store once and each actor call names them, so a shard fetches a version the
+first time it meets it; a stream batch of a version the shard does not hold yet comes back
+(``TablesUnknown``) and goes again by actor call.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Collection, Hashable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import ray
 from ray.actor import ActorHandle
 
 from vifusion.comm.adaptive import CodecPolicy, Rung
-from vifusion.comm.codec import Encoded, Ladder, SharedTables
+from vifusion.comm.codec import Ladder, SharedTables
 from vifusion.comm.link import LinkMonitor, LinkStats
+from vifusion.comm.message import WireBatch
+from vifusion.comm.stream import ShardStream, StreamLost, TablesUnknown
 from vifusion.types import FusedBatch
 
+log = logging.getLogger(__name__)
+
 _CALL_BYTES = 4 << 10  # what a call adds to its argument's bytes (names, pickling)
+_STREAM_RETRY_S = 2.0  # after the stream failed: actor calls, then ask the replica again
 
 
 def inline_limit() -> int:
     """The largest message this process's Ray passes inline in an actor call. Ray reads its
     settings from its processes' environment, so this does too."""
     return int(os.environ.get("RAY_max_direct_call_object_size", 100 << 10)) - _CALL_BYTES
-
-
-@dataclass
-class WireBatch:
-    """A fused batch as it crosses a link: ids and times as they are, features encoded."""
-
-    ids: np.ndarray
-    times: np.ndarray
-    payload: Encoded
-    batch_id: str
-    tables: Any = None  # ObjectRef of the SharedTables the codec needs (pq, sparse)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def nbytes(self) -> int:
-        return self.ids.nbytes + self.times.nbytes + self.payload.nbytes
-
-    def decode(self, ladder: Ladder) -> FusedBatch:
-        return FusedBatch(self.ids, self.times, ladder.decode(self.payload), self.batch_id)
 
 
 @dataclass(frozen=True)
@@ -80,10 +68,27 @@ class Delivery:
 
 
 @dataclass
+class _Sent:
+    """A message in flight: what its acknowledgement settles, and what a resend needs."""
+
+    token: int
+    tag: Any
+    rows: int
+    wire_bytes: int
+    codec: str
+    handle: ActorHandle
+    wire: WireBatch | None  # None: a probe
+    by_stream: bool
+
+
+@dataclass
 class _Link:
     monitor: LinkMonitor
     policy: CodecPolicy
-    in_flight: dict[ray.ObjectRef, tuple[int, Any, int, int, str]] = field(default_factory=dict)
+    in_flight: dict[Future, _Sent] = field(default_factory=dict)
+    stream: ShardStream | None = None
+    address: ray.ObjectRef | None = None  # the replica's answer to ``stream_address``, awaited
+    stream_after: float = 0.0  # no stream before this (monotonic)
 
 
 class Transport:
@@ -93,17 +98,19 @@ class Transport:
 
     def __init__(self, tables: SharedTables | None = None, *, adaptive: bool = True, fixed: str | None = None,
                  allowed: Collection[str] | None = None, policy: dict[str, float] | None = None,
-                 small_bytes: int = 64 << 10) -> None:
+                 small_bytes: int = 64 << 10, stream: bool = True) -> None:
         """``adaptive``: each link's codec follows its congestion; otherwise exact fp32, or
         the ``fixed`` codec on every link (for comparisons). ``allowed``: the codecs the
         adaptive policy may pick (None: the whole ladder), e.g. those that keep recall.
-        ``small_bytes``: the sender's smallest batch (``LinkMonitor``)."""
+        ``small_bytes``: the sender's smallest batch (``LinkMonitor``). ``stream``: send
+        over the shard stream where the replica has one (False: actor calls only)."""
         self.adaptive = adaptive and fixed is None
         self.fixed = fixed
         self._policy_args = dict(policy or {})
         self._small_bytes = small_bytes
+        self._use_streams = stream
         self._links: dict[Hashable, _Link] = {}
-        self._refs: dict[ray.ObjectRef, Hashable] = {}
+        self._futures: dict[Future, Hashable] = {}
         self._lock = threading.Condition()  # the links' state; notified when a message leaves
         self.inline_bytes = inline_limit()
         self.use_tables(tables, allowed)
@@ -127,6 +134,7 @@ class Transport:
             link = self._link(dest)
             level = link.policy.level
             codec, encode_s, tables_ref = self._codecs[level], self._encode_s, self._tables_ref
+            stream = self._stream(link, handle)
         t0 = time.perf_counter()
         payload = codec.encode(batch.features)
         if len(batch):
@@ -134,54 +142,65 @@ class Transport:
             encode_s[level] = cost if not encode_s[level] else 0.8 * encode_s[level] + 0.2 * cost
         wire = WireBatch(batch.ids, batch.times, payload, batch.batch_id, tables_ref if payload.version else None)
         t1 = time.perf_counter()
-        arg = ray.put(wire) if wire.nbytes > self.inline_bytes else wire
-        ref = handle.receive.remote(arg)
+        future = stream.send(wire) if stream else self._call(handle, wire)
         submit_s = time.perf_counter() - t1
         with self._lock:
             token = link.monitor.on_send(wire.nbytes, batch.nbytes, backlog=backlog, submit_s=submit_s)
-            self._track(dest, link, ref, (token, tag, len(batch), wire.nbytes, codec.name))
+            self._track(dest, link, future, _Sent(token, tag, len(batch), wire.nbytes, codec.name, handle, wire,
+                                                  stream is not None))
 
     def probe(self, dest: Hashable, handle: ActorHandle) -> None:
         """A tiny message on an idle link, to keep its min RTT current."""
-        ref = handle.ping.remote()
         with self._lock:
             link = self._link(dest)
-            self._track(dest, link, ref, (link.monitor.on_send(64, 0, backlog=False), None, 0, 64, "probe"))
+            stream = self._stream(link, handle)
+            future = stream.ping() if stream else handle.ping.remote().future()
+            token = link.monitor.on_send(64, 0, backlog=False)
+            self._track(dest, link, future, _Sent(token, None, 0, 64, "probe", handle, None, stream is not None))
 
     def poll(self, timeout: float) -> list[Delivery]:
         """Acknowledgements (and failures) that arrive within ``timeout`` seconds."""
         with self._lock:
-            if not self._refs:
+            if not self._futures:
                 self._lock.wait(timeout)  # until a message leaves
-            refs = list(self._refs)
-        if not refs:
+            futures = list(self._futures)
+        if not futures:
             return []
         # The first acknowledgement ends the wait (the window has room again), then whatever
         # else is in: waiting for all of them would drain the window before it refills.
-        first, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=True)
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True) if first else ([], None)
-        acks: list[tuple[ray.ObjectRef, Any]] = []
-        for ref in done:
-            try:
-                acks.append((ref, ray.get(ref)))
-            except ray.exceptions.RayError as e:
-                acks.append((ref, e))
+        done, _ = wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
+        acks = [(f, f.exception() or f.result()) for f in done]
         out = []
         with self._lock:
-            for ref, ack in acks:
-                dest = self._refs.pop(ref)
+            for future, ack in acks:
+                dest = self._futures.pop(future)
                 link = self._links[dest]
-                token, tag, rows, nbytes, codec = link.in_flight.pop(ref)
+                sent = link.in_flight.pop(future)
                 if isinstance(ack, Exception):
-                    link.monitor.on_lost(token)
-                    out.append(Delivery(dest, tag, rows, nbytes, codec, ack))
+                    link.monitor.on_lost(sent.token)
+                    if sent.by_stream and isinstance(ack, StreamLost | TablesUnknown):
+                        self._resend(dest, link, sent, ack)
+                    elif sent.wire is not None:
+                        out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec, ack))
                     continue
                 _, service_s, fixed_s, busy_s = ack
-                link.monitor.on_ack(token, service_s, fixed_s, busy_s)
+                link.monitor.on_ack(sent.token, service_s, fixed_s, busy_s)
                 link.policy.update(link.monitor.stats(), self._encode_s)
-                if codec != "probe":
-                    out.append(Delivery(dest, tag, rows, nbytes, codec))
+                if sent.wire is not None:
+                    out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec))
         return out
+
+    def by_stream(self, dest: Hashable) -> bool:
+        """Whether this link's batches travel on the shard stream (after its first send)."""
+        with self._lock:
+            link = self._links.get(dest)
+            return bool(link and link.stream and not link.stream.closed)
+
+    def close(self) -> None:
+        with self._lock:
+            for link in self._links.values():
+                if link.stream:
+                    link.stream.close()
 
     def in_flight(self, dest: Hashable) -> int:
         with self._lock:
@@ -216,11 +235,49 @@ class Transport:
         with self._lock:
             return [(t, self._codecs[level].name) for t, level in self._link(dest).policy.history]
 
-    def _track(self, dest: Hashable, link: _Link, ref: ray.ObjectRef, entry: tuple) -> None:
+    def _track(self, dest: Hashable, link: _Link, future: Future, sent: _Sent) -> None:
         """A message in flight (``self._lock`` held): ``poll`` waits for it from now on."""
-        link.in_flight[ref] = entry
-        self._refs[ref] = dest
+        link.in_flight[future] = sent
+        self._futures[future] = dest
         self._lock.notify_all()
+
+    def _call(self, handle: ActorHandle, wire: WireBatch) -> Future:
+        arg = ray.put(wire) if wire.nbytes > self.inline_bytes else wire
+        return handle.receive.remote(arg).future()
+
+    def _resend(self, dest: Hashable, link: _Link, sent: _Sent, why: Exception) -> None:
+        """What the stream could not deliver goes again by actor call (``self._lock`` held)."""
+        if isinstance(why, StreamLost) and link.stream is not None and link.stream.closed:
+            log.warning("shard stream to %s: %s; actor calls for now", dest, why)
+            link.stream, link.stream_after = None, time.monotonic() + _STREAM_RETRY_S
+        if sent.wire is None:  # a probe: the next one goes its own way
+            return
+        future = self._call(sent.handle, sent.wire)
+        token = link.monitor.on_send(sent.wire_bytes, backlog=True)
+        self._track(dest, link, future, _Sent(token, sent.tag, sent.rows, sent.wire_bytes, sent.codec, sent.handle,
+                                              sent.wire, False))
+
+    def _stream(self, link: _Link, handle: ActorHandle) -> ShardStream | None:
+        """The link's stream to ``handle``'s replica, or None: an actor call (``self._lock``
+        held). The replica's address is asked once and awaited without blocking the sender."""
+        if link.stream is not None or not self._use_streams or time.monotonic() < link.stream_after:
+            return link.stream
+        if link.address is None:
+            link.address = handle.stream_address.remote()
+        ready, _ = ray.wait([link.address], timeout=0)
+        if not ready:
+            return None
+        try:
+            address = ray.get(link.address)
+        except ray.exceptions.RayError as e:  # the replica is down: Ray retries the actor calls
+            address = None
+            log.info("shard stream: no address (%s)", e)
+        link.address = None
+        if address is None:
+            link.stream_after = time.monotonic() + _STREAM_RETRY_S
+            return None
+        link.stream = ShardStream(*address)
+        return link.stream
 
     def _link(self, dest: Hashable) -> _Link:
         link = self._links.get(dest)

@@ -7,7 +7,8 @@ instead of one per extractor. On the way, consecutive near-duplicate frames of a
 become one vector (``dedup.py``). A pump thread sends each destination's buffer when it is due (by the
 fusion policy's size and age, ``policy.py``, or at once on an idle link, ``buffer.py``) and
 the link's window has room; the transport (``comm/``)
-encodes with the codec its link calls for. Another thread collects acknowledgements, so the
+encodes with the codec its link calls for, and sends on the shard stream (a TCP connection
+to the shard's primary, ``comm/stream.py``) or by actor call. Another thread collects acknowledgements, so the
 pump is free the moment rows come in (while it waited for an acknowledgement, a window of
 four carried one message at a time), and extractors go on decoding and embedding
 (communication overlaps computation).
@@ -87,7 +88,7 @@ class Aggregator:
         self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
         self._new_tables: SharedTables | None = None
         self._transport = Transport(tables, adaptive=adaptive, allowed=self._allowed(),
-                                    small_bytes=cfg.fusion_min_bytes)
+                                    small_bytes=cfg.fusion_min_bytes, stream=cfg.fusion_stream)
         self._flush = FlushPolicy(cfg.fusion_latency_target_s, min_bytes=cfg.fusion_min_bytes,
                                   max_bytes=cfg.fusion_max_bytes, inline_bytes=self._transport.inline_bytes)
         self._stopped = False
@@ -189,6 +190,7 @@ class Aggregator:
             self._cond.notify_all()
         if self._handoff:
             self._handoff.close()
+        self._transport.close()
 
     # -- under the lock ----------------------------------------------------------------
 
@@ -205,7 +207,8 @@ class Aggregator:
             return _UNFUSED
         if dest is None:
             return self._flush.plan(None)
-        return self._flush.plan(self._transport.stats(dest), self._transport.wire_ratio(dest))
+        t = self._transport
+        return self._flush.plan(t.stats(dest), t.wire_ratio(dest), t.by_stream(dest))
 
     def _route(self, batch: FusedBatch, now: float, extracted: float) -> None:
         """Rows into their destinations' buffers (a video's destination is where it was submitted)."""
@@ -341,6 +344,7 @@ class Aggregator:
             "queueing_delay_s": s.queueing_delay, "backlog_age_s": s.backlog_age, "in_flight": s.in_flight,
             "receiver_share": s.receiver_share,
             "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
+            "by_stream": self._transport.by_stream(dest),
             "history": self._transport.history(dest),
         }
 

@@ -19,13 +19,9 @@ Linux, or the extractor on another host) the hand-over is an actor call as befor
 
 from __future__ import annotations
 
-import contextlib
-import hmac
 import logging
-import os
 import socket
 import struct
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
@@ -33,6 +29,7 @@ import numpy as np
 import ray
 from ray.actor import ActorHandle
 
+from vifusion.comm import wire
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 log = logging.getLogger(__name__)
@@ -42,8 +39,6 @@ _HEAD = struct.Struct("<4siIIBdH")
 _MAGIC = b"VFH1"
 _REPLY = struct.Struct("<BI")  # status, text length; the text: the instance id or the error
 _OK, _BAD_INPUT, _FAILED = 0, 1, 2
-_SECRET_BYTES = 32
-_SECRET_WAIT_S = 5.0
 _SOCKET_BUFFER = 1 << 20  # a hand-over (64 frames, 426 KiB) in one or two writes
 MAX_ROWS = 16_384  # per hand-over (109 MB): the aggregator allocates what the header announces
 _DIMS = VISUAL_DIM + SEMANTIC_DIM
@@ -62,51 +57,29 @@ class HandoffServer:
     def __init__(self, submit: Submit, name: str) -> None:
         self._submit = submit
         self.address = "\0vifusion-aggregator-" + name
-        self.secret = os.urandom(_SECRET_BYTES)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.address)
-        self._listener.listen(64)
-        threading.Thread(target=self._accept, name="handoff-accept", daemon=True).start()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.address)
+        self._server = wire.Server(listener, self._serve, "handoff")
+        self.secret = self._server.secret
 
     def close(self) -> None:
-        # shutdown wakes the accept thread; close alone leaves it blocked in accept()
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:  # closed
-                return
-            threading.Thread(target=self._serve, args=(conn,), name="handoff-conn", daemon=True).start()
+        self._server.close()
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
-            secret = bytearray(_SECRET_BYTES)
-            conn.settimeout(_SECRET_WAIT_S)  # a stranger that says nothing does not keep a thread
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
+        while (request := _read_request(conn)) is not None:
+            shard_no, batch, extracted, urgent = request
             try:
-                if not _read_into(conn, memoryview(secret)) or not hmac.compare_digest(bytes(secret), self.secret):
-                    return
-            except OSError:  # timed out
+                status, text = _OK, self._submit(shard_no, batch, extracted, urgent)
+            except ValueError as e:  # the rows were malformed: the caller's error
+                status, text = _BAD_INPUT, str(e)
+            except Exception as e:
+                log.exception("hand-over")
+                status, text = _FAILED, f"{type(e).__name__}: {e}"
+            try:
+                _reply(conn, status, text)
+            except OSError:
                 return
-            conn.settimeout(None)
-            _reply(conn, _OK, "")
-            while (request := _read_request(conn)) is not None:
-                shard_no, batch, extracted, urgent = request
-                try:
-                    status, text = _OK, self._submit(shard_no, batch, extracted, urgent)
-                except ValueError as e:  # the rows were malformed: the caller's error
-                    status, text = _BAD_INPUT, str(e)
-                except Exception as e:
-                    log.exception("hand-over")
-                    status, text = _FAILED, f"{type(e).__name__}: {e}"
-                try:
-                    _reply(conn, status, text)
-                except OSError:
-                    return
 
 
 class Handoff:
@@ -160,14 +133,10 @@ class Handoff:
             self._unreachable = True
             return False
         name, secret = address
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            conn.connect(name)
+            conn = wire.open_connection(socket.AF_UNIX, name, secret)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER)
-            conn.sendall(secret)
-            _read_reply(conn)
-        except (OSError, AggregatorLost) as e:  # another host, or a restart under us: the actor call
-            conn.close()
+        except OSError as e:  # another host, or a restart under us: the actor call
             log.info("hand-over by actor call: the aggregator's socket is out of reach (%s)", e)
             self._unreachable = True
             return False
@@ -184,7 +153,7 @@ class Handoff:
         batch_id = batch.batch_id.encode()
         head = _HEAD.pack(_MAGIC, shard_no, len(batch), batch.features.shape[1], urgent, extracted, len(batch_id))
         try:
-            _send_all(conn, [head, batch_id, *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features))])
+            wire.send_all(conn, [head, batch_id, *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features))])
             status, text = _read_reply(conn)
         except (OSError, AggregatorLost) as e:
             self._drop()
@@ -204,7 +173,7 @@ class Handoff:
 def _read_request(conn: socket.socket) -> tuple[int, FusedBatch, float, bool] | None:
     """The next hand-over on ``conn``, or None where it closed (or sent garbage)."""
     head = bytearray(_HEAD.size)
-    if not _read_into(conn, memoryview(head)):
+    if not wire.read_into(conn, memoryview(head)):
         return None
     magic, shard_no, n, dims, urgent, extracted, id_len = _HEAD.unpack(head)
     if magic != _MAGIC or dims != _DIMS or n > MAX_ROWS:
@@ -215,20 +184,9 @@ def _read_request(conn: socket.socket) -> tuple[int, FusedBatch, float, bool] | 
     times = np.empty((n, 2), np.float32)
     features = np.empty((n, dims), np.float32)
     for a in (batch_id, ids, times, features):
-        if not _read_into(conn, memoryview(a).cast("B")):
+        if not wire.read_into(conn, memoryview(a).cast("B")):
             return None
     return shard_no, FusedBatch(ids, times, features, batch_id.decode()), extracted, bool(urgent)
-
-
-def _send_all(conn: socket.socket, parts: list) -> None:
-    """Write ``parts`` (bytes-like) in order without joining them: one copy, into the socket."""
-    views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]
-    while views:
-        sent = conn.sendmsg(views)  # may write part of a large message
-        while views and sent >= len(views[0]):
-            sent -= len(views.pop(0))
-        if views:
-            views[0] = views[0][sent:]
 
 
 def _reply(conn: socket.socket, status: int, text: str) -> None:
@@ -238,20 +196,10 @@ def _reply(conn: socket.socket, status: int, text: str) -> None:
 
 def _read_reply(conn: socket.socket) -> tuple[int, str]:
     head = bytearray(_REPLY.size)
-    if not _read_into(conn, memoryview(head)):
+    if not wire.read_into(conn, memoryview(head)):
         raise AggregatorLost("the node aggregator closed the connection")
     status, length = _REPLY.unpack(head)
     text = bytearray(length)
-    if not _read_into(conn, memoryview(text)):
+    if not wire.read_into(conn, memoryview(text)):
         raise AggregatorLost("the node aggregator closed the connection")
     return status, text.decode()
-
-
-def _read_into(conn: socket.socket, view: memoryview) -> bool:
-    """Fill ``view`` from ``conn``; False where the connection closed first."""
-    while len(view):
-        got = conn.recv_into(view)
-        if not got:
-            return False
-        view = view[got:]
-    return True

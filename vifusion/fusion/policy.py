@@ -8,7 +8,8 @@ it, and how many transfers may be in flight, per destination, from the link's st
   least); but no more than a quarter of the latency target's worth of what the link
   delivers now, and within [``min_bytes``, ``max_bytes``]. A B just past the size a message
   can ride inline in the actor call (``inline_bytes``, up to twice it) is cut to fit: the
-  object store's extra round trips cost more than a few more KiB per message save.
+  object store's extra round trips cost more than a few more KiB per message save (not on
+  the shard stream, which has no such step).
 - **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
 - **window**: one bandwidth-delay product and one small message (``min_bytes``), in
   messages of B, rounded up: the rate of the pipe's slowest stage (the link's capacity, or
@@ -74,8 +75,9 @@ class FlushPolicy:
         self.max_window = max_window
         self.inline_bytes = inline_bytes
 
-    def plan(self, link: LinkStats | None, wire_ratio: float = 1.0) -> FlushPlan:
-        """The plan for a link; ``wire_ratio`` = wire bytes / uncompressed bytes now."""
+    def plan(self, link: LinkStats | None, wire_ratio: float = 1.0, by_stream: bool = False) -> FlushPlan:
+        """The plan for a link; ``wire_ratio`` = wire bytes / uncompressed bytes now;
+        ``by_stream``: its batches travel on the shard stream, not by actor call."""
         age = self.latency_target_s / 4
         rate = link.delivery_rate if link else 0.0
         if not rate:  # nothing measured yet: a modest batch, alone on the link
@@ -86,7 +88,7 @@ class FlushPolicy:
         wire = link.per_message_s * capacity / self.overhead_share
         wire = min(wire, rate * self.latency_target_s / 4)
         wire = min(max(wire, self.min_bytes), self.max_bytes)
-        if self.inline_bytes < wire < 2 * self.inline_bytes:
+        if not by_stream and self.inline_bytes < wire < 2 * self.inline_bytes:
             wire = self.inline_bytes - _HEADROOM
         # A batch's round trip, and the rate of the pipe's slowest stage: the link, or a
         # destination that takes longer to serve a batch than the link takes to carry it.

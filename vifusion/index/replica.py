@@ -5,10 +5,17 @@ forwards it with its log seq to the other replicas before acknowledging, so an
 acknowledged write is durable and on every live replica. The others load the same
 snapshot + log on start (Ray restarts a replica that dies, and a restart is exactly
 that catch-up) and apply what the primary forwards, in seq order.
+
+The primary also takes fused batches on its shard stream (``comm/stream.py``), a TCP
+connection that costs senders a fraction of an actor call; its batches are served by a
+thread of the stream server, so every call takes the replica's lock: one at a time, as
+the actor's single call slot alone ensured before.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,13 +26,15 @@ import ray
 from ray.actor import ActorHandle
 
 from vifusion.comm.codec import Ladder
-from vifusion.comm.transport import WireBatch
+from vifusion.comm.message import WireBatch
+from vifusion.comm.stream import StreamServer, TablesUnknown
 from vifusion.config import Config
 from vifusion.index.shard import Shard
 from vifusion.index.wal import Delete, Op
 from vifusion.types import FusedBatch
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every follower beats a copy in each call
+log = logging.getLogger(__name__)
 
 
 class ShardReplica:
@@ -42,6 +51,8 @@ class ShardReplica:
         # Seconds spent serving calls of any kind, in all (one call at a time): a sender tells a
         # shard busy with its writes, or with searches, from a slow link.
         self._busy_s = 0.0
+        self._lock = threading.RLock()
+        self._stream = _stream_server(self) if self.primary and cfg.fusion_stream else None
 
     # writes: the primary
     def receive(self, wire: WireBatch) -> tuple[int, float, float, float]:
@@ -57,6 +68,11 @@ class ShardReplica:
     def ping(self) -> tuple[int, float, float, float]:
         """The sender's probe on an idle link."""
         return 0, 0.0, 0.0, self._busy_s
+
+    def stream_address(self) -> tuple[tuple[str, int], bytes] | None:
+        """Where senders write batches without an actor call, and the secret that lets them
+        in (``comm/stream.py``); None: by ``receive`` only."""
+        return (self._stream.address, self._stream.secret) if self._stream else None
 
     def add(self, batch: FusedBatch) -> int:
         with self._serving():
@@ -89,10 +105,12 @@ class ShardReplica:
             return self.shard.frames(space, video_id, start_s, end_s)
 
     def stats(self) -> dict:
-        return {**self.shard.stats(), "primary": self.primary}
+        with self._lock:
+            return {**self.shard.stats(), "primary": self.primary}
 
     def video_ids(self) -> list[int]:
-        return self.shard.video_ids()
+        with self._lock:
+            return self.shard.video_ids()
 
     def wait_idle(self) -> None:
         with self._serving():
@@ -100,11 +118,12 @@ class ShardReplica:
 
     @contextmanager
     def _serving(self) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._busy_s += time.perf_counter() - t0
+        with self._lock:
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._busy_s += time.perf_counter() - t0
 
     def _add(self, batch: FusedBatch) -> int:
         before = self.shard.seq
@@ -115,9 +134,11 @@ class ShardReplica:
 
     def _ladder(self, wire: WireBatch) -> Ladder:
         version = wire.payload.version
-        if version not in self._ladders and wire.tables is not None:
+        if version not in self._ladders:
+            if wire.tables is None:  # a stream batch: the sender sends it again with the tables
+                raise TablesUnknown(f"tables version {version} unknown here; send them with the batch")
             self._ladders[version] = Ladder(ray.get(wire.tables))
-        return self._ladders.get(version, self._ladders[""])  # an unknown version: decode says so
+        return self._ladders[version]
 
     def _forward(self, seq: int, op: Op, nbytes: int) -> None:
         if not self._names:
@@ -127,3 +148,11 @@ class ShardReplica:
         arg = ray.put(op) if nbytes > _INLINE_BYTES else op
         # A follower that is down is restarted by Ray and the call retried once it is back.
         ray.get([f.apply.remote(seq, arg) for f in self._followers])
+
+
+def _stream_server(replica: ShardReplica) -> StreamServer | None:
+    try:
+        return StreamServer(replica.receive, replica.ping, ray.util.get_node_ip_address())
+    except OSError as e:  # no address to listen on: actor calls only
+        log.warning("shard %d: no stream (%s); senders use actor calls", replica.shard.shard_no, e)
+        return None

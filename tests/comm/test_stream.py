@@ -1,0 +1,119 @@
+"""The shard stream: batches over TCP to a real shard replica, and what it refuses."""
+
+import errno
+import socket
+import time
+
+import numpy as np
+import pytest
+import ray
+
+from tests.index._helpers import make_batch
+from vifusion._files import StorageError
+from vifusion.comm import Transport, WireBatch, wire
+from vifusion.comm.codec import Ladder
+from vifusion.comm.stream import ShardStream, StreamLost, StreamServer
+from vifusion.config import Config
+from vifusion.index.replica import ShardReplica
+
+
+def encoded(batch) -> WireBatch:
+    return WireBatch(batch.ids, batch.times, Ladder().get("fp32").encode(batch.features), batch.batch_id)
+
+
+@pytest.fixture
+def replica(ray_session, tmp_path):
+    # as the router starts a primary: Ray restarts it from its log and retries the calls sent meanwhile
+    handle = ray.remote(ShardReplica).options(max_restarts=-1, max_task_retries=-1).remote(
+        0, tmp_path / "s0", Config(faiss_threads=1), [])
+    yield handle
+    ray.kill(handle)
+
+
+def test_batches_on_the_stream_are_stored_in_order_and_acknowledged(replica):
+    address, secret = ray.get(replica.stream_address.remote())
+    stream = ShardStream(address, secret)
+    batches = [make_batch(5, 30, seed=i, first_frame=30 * i) for i in range(4)]
+    acks = [f.result(30) for f in [stream.send(encoded(b)) for b in batches]]
+    assert [n for n, *_ in acks] == [30, 60, 90, 120]  # the vectors held after each: in order
+    assert all(service > 0 and busy >= service for _, service, _, busy in acks)
+    held = ray.get(replica.frames.remote("visual", 5, 0, 1000))[1]
+    assert np.array_equal(held, np.concatenate([b.features[:, :held.shape[1]] for b in batches]))
+    assert stream.ping().result(30)[0] == 0
+    stream.close()
+
+
+def test_a_wrong_secret_is_refused_and_sends_nothing(replica):
+    (host, port), secret = ray.get(replica.stream_address.remote())
+    wrong = bytes([secret[0] ^ 1]) + secret[1:]
+    with pytest.raises(ConnectionError):
+        wire.open_connection(socket.AF_INET, (host, port), wrong, timeout=10)
+    stream = ShardStream((host, port), wrong)
+    with pytest.raises(StreamLost, match="secret was refused"):
+        stream.send(encoded(make_batch(6, 3))).result(30)
+    assert stream.closed
+    assert ray.get(replica.video_ids.remote()) == []
+
+
+def test_a_malformed_batch_fails_alone_and_the_stream_goes_on(replica):
+    stream = ShardStream(*ray.get(replica.stream_address.remote()))
+    bad = encoded(make_batch(7, 2))
+    bad.ids = bad.ids[:1]
+    with pytest.raises(ValueError, match=r"ids \(1,\)"):
+        stream.send(bad).result(30)
+    assert stream.send(encoded(make_batch(8, 2))).result(30)[0] == 2
+    assert ray.get(replica.video_ids.remote()) == [8]
+
+
+def test_a_request_announcing_too_much_closes_the_connection(replica):
+    (host, port), secret = ray.get(replica.stream_address.remote())
+    conn = wire.open_connection(socket.AF_INET, (host, port), secret, timeout=10)
+    # a batch of two arrays, the second announcing 2**40 float32s: never allocated
+    conn.sendall(b"VFS1" + bytes([0]) + (1).to_bytes(4, "little") + bytes([2, 4, 0]) + (0).to_bytes(2, "little")
+                 + b"fp32" + b"<i8\0" + bytes([1]) + (1).to_bytes(8, "little")
+                 + b"<f4\0" + bytes([1]) + (1 << 40).to_bytes(8, "little"))
+    conn.settimeout(10)
+    assert conn.recv(1) == b""  # closed, no reply
+    conn.close()
+    assert ray.get(replica.stats.remote())["vectors"] == {"visual": 0, "semantic": 0}
+
+
+def test_a_full_disk_reaches_the_sender_as_a_storage_error(ray_session):
+    def receive(batch):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    server = StreamServer(receive, lambda: (0, 0.0, 0.0, 0.0), "127.0.0.1")
+    stream = ShardStream(server.address, server.secret)
+    with pytest.raises(StorageError, match="No space left") as e:
+        stream.send(encoded(make_batch(9, 2))).result(30)
+    assert e.value.reason == "full"
+    stream.close()
+    server.close()
+
+
+def test_a_replica_that_dies_under_the_stream_loses_nothing(replica):
+    """Batches in flight when the primary dies go again by actor call, which Ray delivers to
+    the restarted replica; the shard holds every row once, and the stream opens again."""
+    t = Transport(stream=True)
+    while not t.by_stream(0):
+        t.probe(0, replica)
+        t.poll(5.0)
+    batches = [make_batch(10, 50, seed=i, first_frame=50 * i) for i in range(12)]
+    deliveries = []
+    for i, b in enumerate(batches):
+        t.send(0, replica, b, backlog=True, tag=i)
+        if i == 5:
+            ray.kill(replica, no_restart=False)
+    while t.in_flight(0):
+        deliveries += t.poll(5.0)
+    assert sorted((d.tag, d.error) for d in deliveries) == [(i, None) for i in range(12)]
+    times, _ = ray.get(replica.frames.remote("visual", 10, 0, 1000))
+    assert np.array_equal(times, np.concatenate([b.times for b in batches]))  # every row once
+    deadline = time.monotonic() + 60
+    while not t.by_stream(0) and time.monotonic() < deadline:  # the restarted replica's new port
+        t.send(0, replica, make_batch(11, 1, seed=99), backlog=False)
+        while t.in_flight(0):
+            t.poll(5.0)
+        time.sleep(0.5)
+    assert t.by_stream(0)
+    t.close()

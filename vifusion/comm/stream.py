@@ -1,0 +1,278 @@
+"""The shard stream: fused batches from a sender to a shard's primary over one TCP connection.
+
+An actor call costs about 3 ms of CPU at 500 KiB, on the caller, the callee and Ray together
+(``benchmarks/ray_calls.py``): at 1 Gbit that, not the link, bounded what a node aggregator
+carried. So the primary replica also listens on its node's address, and a sender writes each
+batch there as raw arrays (``wire.py``: one copy into the socket, read straight into the
+arrays the shard decodes), one connection per (sender, shard), the batches in order, each
+acknowledged with what ``ShardReplica.receive`` returns over Ray, once it is in the log.
+
+The address and a per-replica secret come from the replica by an actor call, which Ray's
+token authenticates; a connection without the secret is closed. Nothing is lost where the
+stream fails: a connection that closes fails the batches in flight on it with
+``StreamLost``, and a batch naming tables the shard does not hold yet fails with
+``TablesUnknown``; the transport sends those again by actor call, which Ray retries until
+a restarted replica takes it (the shard ignores a batch id it has seen, so none is stored
+twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import socket
+import struct
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+
+from vifusion._files import StorageError, storage_reason
+from vifusion.comm import wire
+from vifusion.comm.codec import Encoded
+from vifusion.comm.message import WireBatch
+
+log = logging.getLogger(__name__)
+
+Ack = tuple[int, float, float, float]  # vectors held, service s, fixed s, busy s (``ShardReplica.receive``)
+
+# magic, kind, rows, arrays, then the lengths of: codec, version, batch id
+_HEAD = struct.Struct("<4sBIBBBH")
+_MAGIC = b"VFS1"
+_BATCH, _PING = 0, 1
+_ARRAY = struct.Struct("<4sB")  # dtype (numpy's str, e.g. "<f4"), ndim; then ndim dims ("<Q")
+_DIM = struct.Struct("<Q")
+_MAX_NDIM = 2
+_KINDS = "fiub"  # numbers only: a header never makes the shard build an object array
+# status, then the acknowledgement, then the length of the text: the error, or a storage reason
+_REPLY = struct.Struct("<BqdddI")
+_OK, _BAD_INPUT, _TABLES, _STORAGE, _FAILED = range(5)
+MAX_MESSAGE_BYTES = 256 << 20  # the shard allocates what a header announces
+_CONNECT_TIMEOUT_S = 5.0
+
+
+class StreamLost(ConnectionError):
+    """The stream closed (or never opened) with this batch in flight: send it another way."""
+
+
+class TablesUnknown(ValueError):
+    """The batch names a tables version the shard does not hold: send it with the tables."""
+
+
+class StreamServer:
+    """The primary replica's end: each batch goes to ``receive``, a probe to ``ping``."""
+
+    def __init__(self, receive: Callable[[WireBatch], Ack], ping: Callable[[], Ack], host: str) -> None:
+        self._receive, self._ping = receive, ping
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((host, 0))
+        self.address: tuple[str, int] = listener.getsockname()[:2]
+        self._server = wire.Server(listener, self._serve, "shard-stream")
+        self.secret = self._server.secret
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while (request := _read_request(conn)) is not None:
+            ack, status, text = (0, 0.0, 0.0, 0.0), _OK, ""
+            try:
+                ack = self._ping() if request is _PING else self._receive(request)
+            except TablesUnknown as e:
+                status, text = _TABLES, str(e)
+            except ValueError as e:  # a malformed batch: the sender's error
+                status, text = _BAD_INPUT, str(e)
+            except Exception as e:
+                reason = storage_reason(e)
+                if reason is None:
+                    log.exception("shard stream")
+                status, text = (_STORAGE, f"{reason}\n{e}") if reason else (_FAILED, f"{type(e).__name__}: {e}")
+            data = text.encode()
+            try:
+                conn.sendall(_REPLY.pack(status, *ack, len(data)) + data)
+            except OSError:
+                return
+
+
+class ShardStream:
+    """A sender's end, for one shard primary. ``send`` and ``ping`` return at once with a
+    ``Future`` of the acknowledgement; batches leave and are acknowledged in order. A writer
+    thread connects and sends, a reader thread resolves the futures; once the connection
+    fails, every future so far fails with ``StreamLost`` and so does every later one
+    (``closed``: make a new stream)."""
+
+    def __init__(self, address: tuple[str, int], secret: bytes) -> None:
+        self._address, self._secret = address, secret
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()  # (message, future), None: stop
+        self._awaiting: deque[Future] = deque()  # sent, in order
+        self._lock = threading.Lock()
+        self._conn: socket.socket | None = None
+        self.closed, self._why = False, ""
+        threading.Thread(target=self._write, name="shard-stream-write", daemon=True).start()
+
+    def send(self, batch: WireBatch) -> Future:
+        return self._post(batch)
+
+    def ping(self) -> Future:
+        return self._post(_PING)
+
+    def close(self) -> None:
+        self._fail("the stream was closed")
+
+    def _post(self, message: WireBatch | int) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self.closed:
+                future.set_exception(StreamLost(self._why))
+                return future
+            self._outbox.put((message, future))
+        return future
+
+    def _write(self) -> None:
+        try:
+            conn = wire.open_connection(socket.AF_INET6 if ":" in self._address[0] else socket.AF_INET,
+                                        self._address, self._secret, timeout=_CONNECT_TIMEOUT_S)
+        except OSError as e:
+            self._fail(f"cannot open the shard stream to {self._address}: {e}")
+            return
+        with self._lock:
+            if self.closed:
+                conn.close()
+                return
+            self._conn = conn
+        threading.Thread(target=self._read, args=(conn,), name="shard-stream-read", daemon=True).start()
+        while (item := self._outbox.get()) is not None:
+            message, future = item
+            with self._lock:
+                if self.closed:
+                    future.set_exception(StreamLost(self._why))
+                    continue
+                self._awaiting.append(future)
+            try:
+                wire.send_all(conn, _request(message))
+            except (OSError, ValueError) as e:
+                self._fail(f"the shard stream failed under a send: {e}")
+
+    def _read(self, conn: socket.socket) -> None:
+        reply = bytearray(_REPLY.size)
+        while True:
+            try:
+                if not wire.read_into(conn, memoryview(reply)):
+                    break
+                status, n, service_s, fixed_s, busy_s, length = _REPLY.unpack(reply)
+                text = bytearray(length)
+                if not wire.read_into(conn, memoryview(text)):
+                    break
+            except OSError:
+                break
+            with self._lock:
+                future = self._awaiting.popleft() if self._awaiting else None
+            if future is None:  # a reply to nothing: not a shard stream
+                break
+            if status == _OK:
+                future.set_result((n, service_s, fixed_s, busy_s))
+            else:
+                future.set_exception(_error(status, text.decode()))
+        self._fail("the shard closed the stream")
+
+    def _fail(self, why: str) -> None:
+        """The end of this stream: fail every batch sent or waiting to be."""
+        with self._lock:
+            if not self.closed:
+                self.closed, self._why = True, why
+            failed = list(self._awaiting)
+            self._awaiting.clear()
+            while True:
+                try:
+                    item = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    failed.append(item[1])
+            if self._conn is not None:
+                # wakes the reader (and a writer blocked in a send); it fails nothing twice
+                with contextlib.suppress(OSError):
+                    self._conn.shutdown(socket.SHUT_RDWR)
+            self._outbox.put(None)  # the writer stops
+        for future in failed:
+            if not future.done():
+                future.set_exception(StreamLost(self._why))
+
+
+def _request(message: WireBatch | int) -> list:
+    """A batch (or a probe) as the parts of one request."""
+    if message is _PING:
+        return [_HEAD.pack(_MAGIC, _PING, 0, 0, 0, 0, 0)]
+    batch: WireBatch = message
+    p = batch.payload
+    codec, version, batch_id = p.codec.encode(), p.version.encode(), batch.batch_id.encode()
+    arrays = [np.ascontiguousarray(a) for a in (batch.ids, batch.times, *p.arrays)]
+    parts = [_HEAD.pack(_MAGIC, _BATCH, p.rows, len(arrays), len(codec), len(version), len(batch_id)),
+             codec, version, batch_id]
+    for a in arrays:
+        if a.ndim > _MAX_NDIM:
+            raise ValueError(f"a {a.ndim}-d array cannot travel on the shard stream")
+        parts.append(_ARRAY.pack(a.dtype.str.encode(), a.ndim) + b"".join(_DIM.pack(d) for d in a.shape))
+    parts += arrays
+    return parts
+
+
+def _read_request(conn: socket.socket) -> WireBatch | int | None:
+    """The next request on ``conn``: a batch, ``_PING``, or None where it closed (or sent
+    something malformed: the connection is then closed, and the sender told so)."""
+    head = bytearray(_HEAD.size)
+    if not wire.read_into(conn, memoryview(head)):
+        return None
+    magic, kind, rows, count, codec_len, version_len, id_len = _HEAD.unpack(head)
+    if magic != _MAGIC or kind not in (_BATCH, _PING):
+        log.warning("shard stream: a malformed request, connection closed")
+        return None
+    if kind == _PING:
+        return _PING
+    names = bytearray(codec_len + version_len + id_len)
+    if not wire.read_into(conn, memoryview(names)):
+        return None
+    shapes = []
+    for _ in range(count):
+        spec = bytearray(_ARRAY.size)
+        if not wire.read_into(conn, memoryview(spec)):
+            return None
+        dtype, ndim = _ARRAY.unpack(spec)
+        dims = bytearray(_DIM.size * ndim)
+        if ndim > _MAX_NDIM or not wire.read_into(conn, memoryview(dims)):
+            return None
+        try:
+            dtype = np.dtype(dtype.rstrip(b"\0").decode())
+        except (TypeError, UnicodeDecodeError):
+            return None
+        shapes.append((tuple(d for (d,) in _DIM.iter_unpack(dims)), dtype))
+    if count < 2 or any(t.kind not in _KINDS for _, t in shapes) or \
+            sum(int(np.prod(s)) * t.itemsize for s, t in shapes) > MAX_MESSAGE_BYTES:
+        log.warning("shard stream: a request of %d arrays %s, connection closed", count, shapes)
+        return None
+    arrays = [np.empty(s, t) for s, t in shapes]
+    for a in arrays:
+        if a.nbytes and not wire.read_into(conn, memoryview(a).cast("B")):
+            return None
+    try:
+        codec, version, batch_id = (bytes(names[a:b]).decode() for a, b in
+                                    ((0, codec_len), (codec_len, codec_len + version_len), (codec_len + version_len, None)))
+    except UnicodeDecodeError:
+        return None
+    return WireBatch(arrays[0], arrays[1], Encoded(codec, version, rows, tuple(arrays[2:])), batch_id)
+
+
+def _error(status: int, text: str) -> Exception:
+    """The exception a failed batch raises on the sender, as the actor call would."""
+    if status == _TABLES:
+        return TablesUnknown(text)
+    if status == _BAD_INPUT:
+        return ValueError(text)
+    if status == _STORAGE:
+        reason, _, message = text.partition("\n")
+        return StorageError(reason, message)
+    return RuntimeError(text)
