@@ -272,6 +272,7 @@ def drive(spec: dict) -> None:
         replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row)
         tx0 = _counter(dev, "tx_bytes")
         cpu0 = _cpu()
+        busy0, t0 = ray.get(shard.stats.remote())["busy_s"], time.monotonic()
         squeeze = spec.get("squeeze")
         timer = threading.Thread(target=_squeeze, args=(spec, squeeze), daemon=True) if squeeze else None
         if policy.startswith("4"):
@@ -291,6 +292,8 @@ def drive(spec: dict) -> None:
             timer.join()
         out["wire_bytes"] = _counter(dev, "tx_bytes") - tx0
         out["cpu"] = _cpu_used(cpu0, _cpu())
+        # the share of the run the shard spent storing (it takes one batch at a time)
+        out["cpu"]["shard_busy"] = (ray.get(shard.stats.remote())["busy_s"] - busy0) / (time.monotonic() - t0)
         out["recall"] = _recall(shard, pool, next_row, out["made"], spec["queries"])
         results[policy] = out
         ray.kill(shard)
@@ -399,7 +402,8 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
                "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
                "window_p50": float(np.median([p["window"] for p in tl] or [0])),
                "handoff": "socket" if out["by_socket"] else "actor call",
-               "to_shard": "stream" if st["links"].get(0, {}).get("by_stream") else "actor call",
+               "by_stream": st.get("rows_by_stream", 0) / max(st.get("rows_out", 0), 1),
+               "stream_failures": st["links"].get(0, {}).get("stream_failures", []),
                # what the window is sized from (policy.py): medians over the run
                "link_p50": {k: float(np.median([p.get(k, 0) for p in tl] or [0]))
                             for k in _SIZED_FROM}}
@@ -569,7 +573,7 @@ def main() -> int:
                       f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
                       f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
                       f"codecs {r['codec_rows']}" + (f"  hand-over by {r['handoff']}"
-                                                 f", to the shard by {r['to_shard']}"
+                                                 f", {100 * r['by_stream']:.0f}% of rows to the shard by stream"
                                                  f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
                                                  f"  {_link_line(r['link_p50'])}"
                                                  if "batch_kib_p50" in r else ""), flush=True)
@@ -593,7 +597,7 @@ def _cpu_line(r: dict) -> str:
     per = {role: 1e6 * c / r["features_per_s"] for role, c in cpu["roles_cores"].items()} if r["features_per_s"] else {}
     roles = ", ".join(f"{role} {us:.0f}" for role, us in sorted(per.items(), key=lambda x: -x[1]) if us >= 1)
     return (f"cpu: {100 * cpu['busy_share']:.0f}% of {cpu['cores']} cores busy ({100 * cpu['kernel_share']:.0f}% in the "
-            f"kernel); per feature, us of CPU: {roles}")
+            f"kernel); per feature, us of CPU: {roles}; the shard busy storing {100 * cpu['shard_busy']:.0f}% of the run")
 
 
 def _link_line(p50: dict) -> str:

@@ -1,5 +1,6 @@
 """Real features from an aggregator on one Ray node to a shard on another, across a shaped
-link of the network test bed (root and `ip netns` needed; skips where they are missing)."""
+link of the network test bed, on the shard stream (root and `ip netns` needed; skips where
+they are missing)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ where = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
 stats = ray.get(agg.stats.remote())
 print(json.dumps({"acked": acked, "exact": exact, "vectors": ray.get(shard.stats.remote())["vectors"],
                   "videos": sorted(ray.get(shard.video_ids.remote())), "batches": stats["batches"],
-                  "by_socket": by_socket}))
+                  "by_socket": by_socket, "rows_out": stats["rows_out"], "rows_by_stream": stats["rows_by_stream"],
+                  "stream_failures": stats["links"][0]["stream_failures"]}))
 """
 
 
@@ -85,4 +87,7 @@ def test_every_feature_crosses_the_shaped_link_exactly_once(tmp_path):
     assert got["videos"] == [1, 2, 3, 4, 5]
     assert got["exact"]  # a clear link: exact fp32, bit-identical
     assert got["batches"] < 600 / 4  # fused, not one call per frame
+    # to the shard on the shard stream across the link (the first batches by actor call
+    # while the shard's address is on its way), and it never failed
+    assert got["rows_by_stream"] >= got["rows_out"] / 2 and got["stream_failures"] == []
     assert crossed >= 600 * 6656  # the features really crossed the shaped link

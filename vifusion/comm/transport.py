@@ -65,6 +65,7 @@ class Delivery:
     wire_bytes: int
     codec: str
     error: Exception | None = None
+    by_stream: bool = False  # it went on the shard stream, not by actor call
 
 
 @dataclass
@@ -89,6 +90,7 @@ class _Link:
     stream: ShardStream | None = None
     address: ray.ObjectRef | None = None  # the replica's answer to ``stream_address``, awaited
     stream_after: float = 0.0  # no stream before this (monotonic)
+    stream_failures: list[str] = field(default_factory=list)  # why it closed, the last few
 
 
 class Transport:
@@ -187,7 +189,8 @@ class Transport:
                 link.monitor.on_ack(sent.token, service_s, fixed_s, busy_s)
                 link.policy.update(link.monitor.stats(), self._encode_s)
                 if sent.wire is not None:
-                    out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec))
+                    out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec,
+                                        by_stream=sent.by_stream))
         return out
 
     def by_stream(self, dest: Hashable) -> bool:
@@ -195,6 +198,12 @@ class Transport:
         with self._lock:
             link = self._links.get(dest)
             return bool(link and link.stream and not link.stream.closed)
+
+    def stream_failures(self, dest: Hashable) -> list[str]:
+        """Why this link's stream closed, the last few times (its batches went by actor call)."""
+        with self._lock:
+            link = self._links.get(dest)
+            return list(link.stream_failures) if link else []
 
     def close(self) -> None:
         with self._lock:
@@ -250,6 +259,7 @@ class Transport:
         if isinstance(why, StreamLost) and link.stream is not None and link.stream.closed:
             log.warning("shard stream to %s: %s; actor calls for now", dest, why)
             link.stream, link.stream_after = None, time.monotonic() + _STREAM_RETRY_S
+            link.stream_failures = [*link.stream_failures[-4:], str(why)]
         if sent.wire is None:  # a probe: the next one goes its own way
             return
         future = self._call(sent.handle, sent.wire)

@@ -329,6 +329,7 @@ class Aggregator:
                     self._counts["rows_out"] += d.rows
                     self._counts["batches"] += 1
                     self._counts["wire_bytes"] += d.wire_bytes
+                    self._counts["rows_by_stream"] += d.rows if d.by_stream else 0
                     self._counts["logical_bytes"] += taken.batch.nbytes
                     self._codec_rows[d.codec] += d.rows
                     self._codec_bytes[d.codec] += d.wire_bytes
@@ -344,7 +345,7 @@ class Aggregator:
             "queueing_delay_s": s.queueing_delay, "backlog_age_s": s.backlog_age, "in_flight": s.in_flight,
             "receiver_share": s.receiver_share,
             "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
-            "by_stream": self._transport.by_stream(dest),
+            "by_stream": self._transport.by_stream(dest), "stream_failures": self._transport.stream_failures(dest),
             "history": self._transport.history(dest),
         }
 

@@ -106,7 +106,7 @@ class ShardReplica:
 
     def stats(self) -> dict:
         with self._lock:
-            return {**self.shard.stats(), "primary": self.primary}
+            return {**self.shard.stats(), "primary": self.primary, "busy_s": self._busy_s}
 
     def video_ids(self) -> list[int]:
         with self._lock:
