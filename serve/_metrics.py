@@ -114,6 +114,7 @@ _LINK_GAUGES = (
     ("level", "codec_level", "codec ladder level now: 0 fp32 (exact), 1 fp16, 2 int8, 3 sparse, 4 pq"),
     ("batch_bytes", "batch_bytes", "fusion batch size B the link's statistics call for"),
     ("window", "window_messages", "messages allowed in flight (from the bandwidth-delay product)"),
+    ("by_stream", "by_stream", "1 while the link's batches go on the shard stream (TCP to the shard), 0 by actor call"),
 )
 
 METRICS = Metrics()  # one per replica process

@@ -397,6 +397,9 @@ def test_metrics_show_each_link_from_its_own_measurements(live):
         assert _series(text, "vifusion_link_batch_bytes")[at] > 0
         assert _series(text, "vifusion_link_window_messages")[at] >= 1
         assert _series(text, "vifusion_link_codec_level")[at] == 0
+    # batches to the shards go on their streams (a link's first batch by actor call, while
+    # the shard's address is on its way)
+    assert any(_series(text, "vifusion_link_by_stream")[_labels(**link)] == 1 for link in links)
     # Loopback is never congested: every link sends exact fp32.
     assert _series(text, "vifusion_link_codec") == {_labels(**link, codec="fp32"): 1.0 for link in links}
     for name in ("delivery_rate_bytes_per_second", "queueing_delay_seconds", "backlog_age_seconds",
