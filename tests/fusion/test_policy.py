@@ -110,3 +110,6 @@ def test_a_batch_just_past_the_inline_limit_is_cut_to_ride_inline():
     assert just_past.max_bytes == (96 << 10) - (4 << 10)
     well_past = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.002))  # 250 kB: worth the store
     assert well_past.max_bytes == 250_000
+    # the shard stream has no inline limit: the batch stays what the fixed cost calls for
+    on_stream = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.0009), by_stream=True)
+    assert on_stream.max_bytes == 112_500
