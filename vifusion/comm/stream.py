@@ -147,14 +147,19 @@ class ShardStream:
         threading.Thread(target=self._read, args=(conn,), name="shard-stream-read", daemon=True).start()
         while (item := self._outbox.get()) is not None:
             message, future = item
+            try:
+                parts = _request(message)
+            except ValueError as e:  # this batch cannot travel here; the stream goes on
+                future.set_exception(e)
+                continue
             with self._lock:
                 if self.closed:
                     future.set_exception(StreamLost(self._why))
                     continue
                 self._awaiting.append(future)
             try:
-                wire.send_all(conn, _request(message))
-            except (OSError, ValueError) as e:
+                wire.send_all(conn, parts)
+            except OSError as e:
                 self._fail(f"the shard stream failed under a send: {e}")
 
     def _read(self, conn: socket.socket) -> None:
