@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 _CALL_BYTES = 4 << 10  # what a call adds to its argument's bytes (names, pickling)
 _STREAM_RETRY_S = 2.0  # after the stream failed: actor calls, then ask the replica again
+_STREAM_RETRY_MAX_S = 300.0  # doubling while it keeps failing (a firewall between the nodes, say)
 
 
 def inline_limit() -> int:
@@ -91,6 +92,7 @@ class _Link:
     address: ray.ObjectRef | None = None  # the replica's answer to ``stream_address``, awaited
     stream_after: float = 0.0  # no stream before this (monotonic)
     stream_failures: list[str] = field(default_factory=list)  # why it closed, the last few
+    failed_in_a_row: int = 0  # streams that closed with no batch acknowledged on them
 
 
 class Transport:
@@ -188,6 +190,8 @@ class Transport:
                 _, service_s, fixed_s, busy_s = ack
                 link.monitor.on_ack(sent.token, service_s, fixed_s, busy_s)
                 link.policy.update(link.monitor.stats(), self._encode_s)
+                if sent.by_stream:
+                    link.failed_in_a_row = 0
                 if sent.wire is not None:
                     out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec,
                                         by_stream=sent.by_stream))
@@ -258,7 +262,9 @@ class Transport:
         """What the stream could not deliver goes again by actor call (``self._lock`` held)."""
         if isinstance(why, StreamLost) and link.stream is not None and link.stream.closed:
             log.warning("shard stream to %s: %s; actor calls for now", dest, why)
-            link.stream, link.stream_after = None, time.monotonic() + _STREAM_RETRY_S
+            wait_s = min(_STREAM_RETRY_S * 2 ** link.failed_in_a_row, _STREAM_RETRY_MAX_S)
+            link.stream, link.stream_after = None, time.monotonic() + wait_s
+            link.failed_in_a_row += 1
             link.stream_failures = [*link.stream_failures[-4:], str(why)]
         if sent.wire is None:  # a probe: the next one goes its own way
             return
