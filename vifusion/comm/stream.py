@@ -67,7 +67,7 @@ class StreamServer:
 
     def __init__(self, receive: Callable[[WireBatch], Ack], ping: Callable[[], Ack], host: str) -> None:
         self._receive, self._ping = receive, ping
-        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        listener = socket.socket(_family(host), socket.SOCK_STREAM)
         listener.bind((host, 0))
         self.address: tuple[str, int] = listener.getsockname()[:2]
         self._server = wire.Server(listener, self._serve, "shard-stream")
@@ -134,8 +134,8 @@ class ShardStream:
 
     def _write(self) -> None:
         try:
-            conn = wire.open_connection(socket.AF_INET6 if ":" in self._address[0] else socket.AF_INET,
-                                        self._address, self._secret, timeout=_CONNECT_TIMEOUT_S)
+            conn = wire.open_connection(_family(self._address[0]), self._address, self._secret,
+                                        timeout=_CONNECT_TIMEOUT_S)
         except OSError as e:
             self._fail(f"cannot open the shard stream to {self._address}: {e}")
             return
@@ -206,6 +206,10 @@ class ShardStream:
         for future in failed:
             if not future.done():
                 future.set_exception(StreamLost(self._why))
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _request(message: WireBatch | int) -> list:
