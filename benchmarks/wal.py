@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -59,7 +58,6 @@ class _TimedFile:
 def run(directory: Path, batches: list[FusedBatch], uncache: bool) -> dict:
     """Append every batch to a fresh log; ``uncache``: as the product does."""
     log = WriteAheadLog(directory)
-    keep = log._uncache
     if not uncache:
         log._uncache = lambda: None  # the baseline: the kernel's default, pages stay cached
     appends: list[float] = []
@@ -73,7 +71,6 @@ def run(directory: Path, batches: list[FusedBatch], uncache: bool) -> dict:
         log.append(b)
         appends.append(time.perf_counter() - t)
     elapsed = time.perf_counter() - t0
-    log._uncache = keep
     log.close()
     nbytes = sum(b.nbytes for b in batches)
     a, w = np.array(appends) * 1e3, np.array(writes[1:]) * 1e3  # the first opened the segment
