@@ -1,3 +1,6 @@
+import heapq
+import random
+
 import pytest
 
 from vifusion.comm import LinkMonitor
@@ -198,3 +201,35 @@ def test_windowed_high_matches_the_percentile_of_what_the_window_holds():
         assert samples.high() == _high([r for _, r in held])
     samples.expire(1e9, 5.0)  # long quiet: the newest sample stands
     assert samples.high() == held[-1][1]
+
+
+def test_bunched_acknowledgements_do_not_read_faster_than_the_pipe_carries():
+    # Two 100 kB messages in flight over a 100 MB/s link to a destination whose service
+    # time jitters (0.2-3 ms): messages queue there, and their acknowledgements come
+    # bunched. Over the ack interval alone the rate read 1.4x what the pipe carried.
+    rnd = random.Random(1)
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    nbytes, wire = 100_000, 1e-3
+    link_free = dest_free = 0.0
+    in_flight: list[tuple[float, int]] = []
+
+    def send(t: float) -> None:
+        nonlocal link_free, dest_free
+        clock.t = 100.0 + t
+        token = mon.on_send(nbytes, backlog=True)
+        link_free = max(t, link_free) + wire
+        dest_free = max(link_free, dest_free) + rnd.uniform(0.2e-3, 3e-3)
+        heapq.heappush(in_flight, (dest_free, token))
+
+    send(0.0)
+    send(0.0)
+    for _ in range(400):
+        t, token = heapq.heappop(in_flight)
+        clock.t = 100.0 + t
+        mon.on_ack(token)
+        send(t)
+    carried = 400 * nbytes / t
+    s = mon.stats()
+    assert s.capacity == pytest.approx(carried, rel=0.1)
+    assert s.delivery_rate == pytest.approx(carried, rel=0.1)

@@ -10,7 +10,10 @@ compressing cannot help a destination that is the bottleneck (``receiver_share``
 those stamps:
 
 - **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
-  ack, over that interval), kept as a windowed max; samples taken while the sender had
+  ack, over that interval, or over the interval in which they were sent where that is
+  longer: acknowledgements that come bunched, of messages that queued at the destination,
+  read faster than anything was sent; at 1 Gbit they read 1.1-1.5 Gbit/s), kept as a
+  windowed max; samples taken while the sender had
   nothing queued (app-limited), or of messages that spent most of their round trip waiting
   at a busy destination (receiver-limited), only ever raise it, since they show demand or
   the destination, not the link; with no sample in the window, the newest one stands;
@@ -162,6 +165,7 @@ class _Sent:
     delivered: int  # bytes acknowledged when this was sent
     logical_delivered: int
     t_delivered: float  # time of that last acknowledgement
+    first_sent: float  # when the message acknowledged then had been sent
     app_limited: bool
     submit_s: float
     busy: float | None  # the destination's busy total as last reported when this was sent
@@ -192,7 +196,7 @@ class LinkMonitor:
         self._next = 0
         self._delivered = 0
         self._logical = 0
-        self._t_delivered = clock()
+        self._t_delivered = self._first_sent = clock()
         self._rates = _Samples()
         self._logical_rates = _Samples()
         self._rtts = _WindowMin()  # network round trips of quiet samples (only their least is read)
@@ -215,12 +219,12 @@ class LinkMonitor:
         now = self._clock()
         if not self._sent:
             # Idle until now: measure the next interval from this send, not from the last ack.
-            self._t_delivered = now
+            self._t_delivered = self._first_sent = now
         token = self._next
         self._next += 1
         self._sent[token] = _Sent(
             nbytes, nbytes if logical is None else logical, now, self._in_flight_bytes,
-            self._delivered, self._logical, self._t_delivered, not backlog, submit_s, self._busy,
+            self._delivered, self._logical, self._t_delivered, self._first_sent, not backlog, submit_s, self._busy,
         )
         self._in_flight_bytes += nbytes
         self._last_activity = now
@@ -246,9 +250,12 @@ class LinkMonitor:
         self._delivered += s.nbytes
         self._logical += s.logical
         self._t_delivered = now
+        self._first_sent = s.t_send
         self._acked_messages += 1
         self._last_activity = now
-        interval = now - s.t_delivered
+        # Over the longer of the ack and the send interval: acknowledgements that come
+        # bunched (messages queued at the destination) read faster than anything was sent.
+        interval = max(now - s.t_delivered, s.t_send - s.first_sent)
         if interval > 0:
             rate = (self._delivered - s.delivered) / interval
             limited = s.app_limited or receiver_s > _RECEIVER_LIMITED * elapsed
