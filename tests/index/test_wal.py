@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
 from pathlib import Path
 
 import pytest
@@ -133,10 +136,6 @@ def test_a_write_that_fails_half_way_leaves_no_torn_record_behind(tmp_path: Path
 
 def _resident_pages(path: Path) -> list[bool]:
     """Which pages of a file the page cache holds (mincore(2) on a mapping of it)."""
-    import ctypes
-    import mmap
-    import os
-
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -165,7 +164,7 @@ def _filesystem(path: Path) -> str:
     return kind
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "posix_fadvise"), reason="no posix_fadvise on this platform")
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
 def test_synced_records_leave_the_page_cache_and_still_replay(tmp_path: Path) -> None:
     """The log drops what it has synced from the page cache (appends into a growing cache
     cost several times as much here, benchmarks/wal.py); only the partly written last page

@@ -14,6 +14,7 @@ and cut off; damage anywhere else is reported as an error, never silently skippe
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import struct
 import time
@@ -31,7 +32,6 @@ _MAGIC = b"VFWAL01\n"
 _HEAD = struct.Struct("<IIQ")  # payload length, crc32(seq + payload), seq
 _ADD, _DELETE = 1, 2
 _DIM = VISUAL_DIM + SEMANTIC_DIM
-_PAGE = 4096
 _fadvise = getattr(os, "posix_fadvise", None)  # not on macOS: the cache keeps the log there
 
 
@@ -181,13 +181,13 @@ class WriteAheadLog:
             self._file.flush()
             t0 = time.perf_counter()
             os.fdatasync(self._file.fileno())
-            self._uncache()
         except OSError:
             self._cut(start)
             raise
         self.last_sync_s = time.perf_counter() - t0
         self.last_seq = seq
         self.bytes_since_rotate += _HEAD.size + len(payload)
+        self._uncache()
         return seq
 
     def rotate(self) -> None:
@@ -219,9 +219,11 @@ class WriteAheadLog:
         Nothing reads it back until a restart, and a cache that grows with the log makes
         every append dearer: on this VM, once it held a few hundred MB, a 500 KB write took
         1.3 ms against 0.1 ms, and the shard spent a third of its CPU in that copy at
-        1 Gbit (``benchmarks/wal.py``)."""
+        1 Gbit (``benchmarks/wal.py``). Only a hint: the record is durable whether it
+        takes or not."""
         if _fadvise is not None:
-            _fadvise(self._file.fileno(), 0, self._file.tell() & ~(_PAGE - 1), os.POSIX_FADV_DONTNEED)
+            with contextlib.suppress(OSError):
+                _fadvise(self._file.fileno(), 0, self._file.tell() & ~(mmap.PAGESIZE - 1), os.POSIX_FADV_DONTNEED)
 
     def _cut(self, size: int) -> None:
         """A write failed (disk full, I/O error): drop what of it reached the file, so the
