@@ -645,7 +645,7 @@ def ratios(links: dict) -> dict:
                            for k in rounds]
         for key in list(r):
             values = [x[key] for x in per_round if x.get(key) is not None]
-            if len(values) > 1:
+            if len(set(values)) > 1:  # the ratio has a round's policy in it
                 r[key] = float(np.median(values))
                 r[f"{key}_rounds"] = [round(v, 3) for v in values]
         if "squeeze" in entry and "4" in entry["squeeze"]["features_per_s_during"]:
