@@ -26,7 +26,8 @@ Policies:
    statistics, adaptive codec (``vifusion.comm``); temporal dedup off, so every policy moves
    the same rows. At 1 Gbit also ``4@256K`` and ``4@512K``: the same with the batch pinned
    to that size, the latency the policy could buy with throughput (it sizes B so that the
-   measured per-message cost is a tenth of a batch's time on the link). Also at 1 Gbit:
+   measured per-message cost is a tenth of a batch's time on the link); ``--policies``
+   takes any ``4@<n>K`` besides, to sweep B. Also at 1 Gbit:
    ``2@6k`` and ``4@6k``, (2) and (4) with rows produced at 6,000 features/s (open loop, a
    load both carry): the latency each gives the same work, where the closed loop compares
    latencies at different rates (by Little's law, the one that carries more holds more).
@@ -69,6 +70,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,7 +105,7 @@ POLICIES = {
     "3": {"rows": (25 << 20) // FRAME_BYTES, "age": 1e9, "window": 2},
 }
 ROUNDED = ("2", "3", "4")  # run --rounds times on clear links: the aims compare them
-PINNED = {"4@256K": 256 << 10, "4@512K": 512 << 10}  # (4) with its batch size pinned
+PINNED = ("4@256K", "4@512K")  # (4) with its batch pinned to that many KiB; --policies takes any 4@<n>K
 VARIANTS = {  # (4) with one of its paths by actor call
     "4call": {"fusion_local_handoff": False},  # extractors -> aggregator, not the local socket
     "4ray": {"fusion_stream": False},  # aggregator -> shard, not the shard stream
@@ -271,7 +273,8 @@ def drive(spec: dict) -> None:
     for run in spec["policies"]:
         policy = run.split("#")[0]  # "4#2": (4), its second round
         work = Path(tempfile.mkdtemp(prefix=f"vf-fusion-{policy}-"))
-        pin = {"fusion_min_bytes": PINNED[policy], "fusion_max_bytes": PINNED[policy]} if policy in PINNED else {}
+        pinned = _pinned(policy)
+        pin = {"fusion_min_bytes": pinned, "fusion_max_bytes": pinned} if pinned else {}
         cfg = Config(data_dir=work, faiss_threads=1, index_exact_max=10**9, snapshot_log_bytes=1 << 40,
                      dedup_cosine=1.01, **VARIANTS.get(policy, {}), **pin)
         shard = ray.remote(ShardReplica).options(resources={"host1": 1}).remote(0, work / "shard", cfg, [])
@@ -564,8 +567,10 @@ def main() -> int:
     if args.link:
         links = {name: links[name] for name in args.link}
     if args.policies:
-        links = {name: {**link, "policies": [p for p in link["policies"] if p in args.policies.split(",")]}
-                 for name, link in links.items()}
+        wanted = args.policies.split(",")
+        for link in links.values():
+            extra = [] if "squeeze" in link else [p for p in wanted if _pinned(p) and p not in link["policies"]]
+            link["policies"] = [p for p in link["policies"] if p in wanted] + extra
     rounds = args.rounds or (1 if args.quick else 3)
     for link in links.values():
         if "squeeze" not in link:
@@ -670,12 +675,17 @@ def _ratios_of(p: dict) -> dict:
         for variant in sorted(VARIANTS.keys() & p.keys()):
             r[f"fps_4_over_{variant}"] = _ratio(p["4"]["features_per_s"], p[variant]["features_per_s"])
             r[f"p50_4_over_{variant}"] = _ratio(p["4"]["latency_p50_ms"], p[variant]["latency_p50_ms"])
-        for pinned in PINNED:
-            if pinned in p:
-                r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])
-                if "2" in p:
-                    r[f"p50_{pinned}_over_2"] = _ratio(p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"])
+        for pinned in filter(_pinned, p):
+            r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])
+            if "2" in p:
+                r[f"p50_{pinned}_over_2"] = _ratio(p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"])
     return r
+
+
+def _pinned(policy: str) -> int | None:
+    """The batch bytes of a pinned run, ``4@<n>K`` (None: not one)."""
+    match = re.fullmatch(r"4@(\d+)K", policy)
+    return int(match.group(1)) << 10 if match else None
 
 
 def _ratio(a: float, b: float) -> float | None:
