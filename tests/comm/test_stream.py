@@ -2,6 +2,7 @@
 
 import errno
 import socket
+import threading
 import time
 
 import numpy as np
@@ -87,6 +88,36 @@ def test_a_full_disk_reaches_the_sender_as_a_storage_error(ray_session):
     with pytest.raises(StorageError, match="No space left") as e:
         stream.send(encoded(make_batch(9, 2))).result(30)
     assert e.value.reason == "full"
+    stream.close()
+    server.close()
+
+
+def test_the_next_batch_is_applied_while_the_last_one_syncs_and_acks_keep_their_order():
+    """The server stages batch N+1 while N commits (its log sync), and acknowledges each
+    only once its commit returns, in the order sent."""
+    staged, first_synced = [], threading.Event()
+
+    def stage(batch):
+        staged.append(batch.batch_id)
+        n = len(staged)
+
+        def commit():
+            if n == 1:
+                assert first_synced.wait(30)
+            return n, 0.001, 0.0, 0.001 * n
+
+        return commit
+
+    server = StreamServer(stage, lambda: (0, 0.0, 0.0, 0.0), "127.0.0.1")
+    stream = ShardStream(server.address, server.secret)
+    futures = [stream.send(encoded(make_batch(12, 2, seed=i, first_frame=2 * i))) for i in range(3)]
+    deadline = time.monotonic() + 30
+    while len(staged) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(staged) == 3  # all applied while the first one still syncs
+    assert not any(f.done() for f in futures)  # and none acknowledged before it is durable
+    first_synced.set()
+    assert [f.result(30)[0] for f in futures] == [1, 2, 3]
     stream.close()
     server.close()
 

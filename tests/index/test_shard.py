@@ -115,6 +115,20 @@ def test_resent_batch_id_is_ignored(tmp_path: Path) -> None:
     assert s.add(batch) == 0  # a late duplicate must not resurrect a deleted video
 
 
+def test_a_staged_batch_is_searchable_at_once_and_durable_once_committed(tmp_path: Path) -> None:
+    """``stage`` applies a batch with its log record not yet synced; a copy of it sent again
+    before the sync is not logged twice and commits through the same record."""
+    s = Shard(0, tmp_path / "s", CFG)
+    batch = make_batch(5, 10, seed=5)
+    n, seq = s.stage(batch)
+    _, ids, _ = s.search("visual", batch.features[:1, :VISUAL_DIM], 1)
+    assert n == 10 and ids[0, 0] == batch.ids[0]
+    assert s.stage(batch) == (10, seq)
+    assert s.commit(seq) > 0
+    assert s.commit(seq) == 0.0  # durable already
+    assert Shard(0, tmp_path / "s", CFG, writer=False).ntotal == 10
+
+
 def test_readding_ids_replaces_them(tmp_path: Path) -> None:
     s = Shard(0, tmp_path, CFG)
     s.add(make_batch(1, 10, seed=1))

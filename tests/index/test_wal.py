@@ -181,3 +181,38 @@ def test_synced_records_leave_the_page_cache_and_still_replay(tmp_path: Path) ->
     assert sum(resident[:-1]) == 0
     log.close()
     assert [op.batch_id for _, op in replay(tmp_path, 0)] == [b.batch_id for b in batches]
+
+
+def test_one_sync_makes_every_record_written_before_it_durable(tmp_path: Path) -> None:
+    """A group commit: records written while the last one synced are made durable by one
+    sync, and syncing through a seq already durable costs nothing."""
+    log = WriteAheadLog(tmp_path)
+    first, second = log.write(make_batch(1, 4, seed=1)), log.write(make_batch(2, 4, seed=2))
+    assert (first, second, log.durable_seq) == (1, 2, 0)
+    assert log.sync(first) > 0
+    assert log.durable_seq == 2
+    assert log.sync(second) == 0.0
+    log.close()
+    assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2]
+
+
+def test_a_failed_sync_refuses_every_later_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a failed fdatasync the kernel may have dropped the dirty pages and report the
+    next sync as a success: the log must acknowledge nothing more until it is reopened."""
+    log = WriteAheadLog(tmp_path)
+    log.append(make_batch(1, 4, seed=1))
+    seq = log.write(make_batch(2, 4, seed=2))
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        log.sync(seq)
+    monkeypatch.undo()
+    for attempt in (lambda: log.sync(seq), lambda: log.write(make_batch(3, 4, seed=3))):
+        with pytest.raises(OSError, match="Input/output"):
+            attempt()
+    assert log.durable_seq == 1
+    log.close()
+    assert WriteAheadLog(tmp_path).last_seq == 2  # reopened: what the disk holds, read back

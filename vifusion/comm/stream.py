@@ -51,6 +51,8 @@ _KINDS = "fiub"  # numbers only: a header never makes the shard build an object 
 _REPLY = struct.Struct("<BqdddI")
 _OK, _BAD_INPUT, _TABLES, _STORAGE, _FAILED = range(5)
 MAX_MESSAGE_BYTES = 256 << 20  # the shard allocates what a header announces
+_STAGED = 8  # batches a connection may have applied and not yet acknowledged
+_NO_ACK: Ack = (0, 0.0, 0.0, 0.0)
 _CONNECT_TIMEOUT_S = 5.0
 
 
@@ -63,10 +65,14 @@ class TablesUnknown(ValueError):
 
 
 class StreamServer:
-    """The primary replica's end: each batch goes to ``receive``, a probe to ``ping``."""
+    """The primary replica's end. Each batch goes to ``stage``, which applies it and returns
+    the function that makes it durable and returns its acknowledgement; a probe goes to
+    ``ping``. Per connection, one thread reads and stages batches while another commits and
+    acknowledges them, in order: the log syncs a batch while the next is read and applied,
+    and one sync serves all staged by then (``WriteAheadLog.sync``)."""
 
-    def __init__(self, receive: Callable[[WireBatch], Ack], ping: Callable[[], Ack], host: str) -> None:
-        self._receive, self._ping = receive, ping
+    def __init__(self, stage: Callable[[WireBatch], Callable[[], Ack]], ping: Callable[[], Ack], host: str) -> None:
+        self._stage, self._ping = stage, ping
         listener = socket.socket(_family(host), socket.SOCK_STREAM)
         listener.bind((host, 0))
         self.address: tuple[str, int] = listener.getsockname()[:2]
@@ -78,24 +84,52 @@ class StreamServer:
 
     def _serve(self, conn: socket.socket) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while (request := _read_request(conn)) is not None:
-            ack, status, text = (0, 0.0, 0.0, 0.0), _OK, ""
+        # For the reply thread, in order: a batch's commit, a probe, or why a batch failed.
+        replies: queue.Queue = queue.Queue(_STAGED)
+        replier = threading.Thread(target=self._reply, args=(conn, replies), name="shard-stream-reply", daemon=True)
+        replier.start()
+        try:
+            while (request := _read_request(conn)) is not None:
+                if request is _PING:
+                    replies.put(self._ping)
+                    continue
+                try:
+                    replies.put(self._stage(request))
+                except Exception as e:
+                    replies.put(e)
+        finally:
+            replies.put(None)
+            replier.join()
+
+    @staticmethod
+    def _reply(conn: socket.socket, replies: queue.Queue) -> None:
+        while (item := replies.get()) is not None:
+            ack, status, text = _NO_ACK, _OK, ""
             try:
-                ack = self._ping() if request is _PING else self._receive(request)
-            except TablesUnknown as e:
-                status, text = _TABLES, str(e)
-            except ValueError as e:  # a malformed batch: the sender's error
-                status, text = _BAD_INPUT, str(e)
+                if isinstance(item, Exception):
+                    raise item
+                ack = item()
             except Exception as e:
-                reason = storage_reason(e)
-                if reason is None:
-                    log.exception("shard stream")
-                status, text = (_STORAGE, f"{reason}\n{e}") if reason else (_FAILED, f"{type(e).__name__}: {e}")
+                status, text = _status(e)
             data = text.encode()
             try:
                 conn.sendall(_REPLY.pack(status, *ack, len(data)) + data)
             except OSError:
-                return
+                break
+        while item is not None:  # the connection failed: drain, so the reader never blocks
+            item = replies.get()
+
+
+def _status(e: Exception) -> tuple[int, str]:
+    """A failed batch's reply: its status and text."""
+    if isinstance(e, TablesUnknown):
+        return _TABLES, str(e)
+    if isinstance(e, ValueError):  # a malformed batch: the sender's error
+        return _BAD_INPUT, str(e)
+    reason = storage_reason(e)
+    if reason is None:
+        log.error("shard stream", exc_info=e)
+    return (_STORAGE, f"{reason}\n{e}") if reason else (_FAILED, f"{type(e).__name__}: {e}")
 
 
 class ShardStream:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from ray.actor import ActorHandle
 
 from vifusion.comm.codec import Ladder
 from vifusion.comm.message import WireBatch
-from vifusion.comm.stream import StreamServer, TablesUnknown
+from vifusion.comm.stream import Ack, StreamServer, TablesUnknown
 from vifusion.config import Config
 from vifusion.index.shard import Shard
 from vifusion.index.wal import Delete, Op
@@ -55,17 +55,37 @@ class ShardReplica:
         self._stream = _stream_server(self) if self.primary and cfg.fusion_stream else None
 
     # writes: the primary
-    def receive(self, wire: WireBatch) -> tuple[int, float, float, float]:
+    def receive(self, wire: WireBatch) -> Ack:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
         Returns the vectors held, and for the sender's link monitor: the seconds spent here,
-        the part of them any write costs whatever its size (the log's fdatasync), and the
-        seconds spent serving calls so far in all."""
+        the part of them any write costs whatever its size (the log's sync), and the seconds
+        spent serving calls so far in all."""
+        return self._stage(wire)()
+
+    def _stage(self, wire: WireBatch) -> Callable[[], Ack]:
+        """``receive`` in two steps, so the shard stream reads and applies the next batch
+        while this one syncs: this one decodes and applies the batch (its log record written,
+        not synced; one call at a time), the function it returns makes it durable and
+        forwards it to the followers (any thread, batches in order) and returns the ack."""
         before = self._busy_s
         with self._serving():
-            n = self._add(wire.decode(self._ladder(wire)))
-        return n, self._busy_s - before, self.shard.last_sync_s, self._busy_s
+            batch = wire.decode(self._ladder(wire))
+            seq_before = self.shard.seq
+            n, seq = self.shard.stage(batch)
+        service = self._busy_s - before
+        logged = seq != seq_before
 
-    def ping(self) -> tuple[int, float, float, float]:
+        def commit() -> Ack:
+            synced = self.shard.commit(seq)
+            with self._lock:
+                self._busy_s += synced
+            if logged:
+                self._forward(seq, batch, batch.nbytes)
+            return n, service + synced, self.shard.last_sync_s, self._busy_s
+
+        return commit
+
+    def ping(self) -> Ack:
         """The sender's probe on an idle link."""
         return 0, 0.0, 0.0, self._busy_s
 
@@ -76,7 +96,11 @@ class ShardReplica:
 
     def add(self, batch: FusedBatch) -> int:
         with self._serving():
-            return self._add(batch)
+            before = self.shard.seq
+            n = self.shard.add(batch)
+            if self.shard.seq != before:
+                self._forward(self.shard.seq, batch, batch.nbytes)
+            return n
 
     def delete_video(self, video_id: int) -> int:
         with self._serving():
@@ -125,13 +149,6 @@ class ShardReplica:
             finally:
                 self._busy_s += time.perf_counter() - t0
 
-    def _add(self, batch: FusedBatch) -> int:
-        before = self.shard.seq
-        n = self.shard.add(batch)
-        if self.shard.seq != before:
-            self._forward(self.shard.seq, batch, batch.nbytes)
-        return n
-
     def _ladder(self, wire: WireBatch) -> Ladder:
         version = wire.payload.version
         if version not in self._ladders:
@@ -141,6 +158,9 @@ class ShardReplica:
         return self._ladders[version]
 
     def _forward(self, seq: int, op: Op, nbytes: int) -> None:
+        """Send a durable write to the followers. Calls from two threads may cross (the
+        stream's commit and an actor call): a follower fills a gap from the log, and skips
+        what it holds (``Shard.apply``)."""
         if not self._names:
             return
         if self._followers is None:
@@ -152,7 +172,7 @@ class ShardReplica:
 
 def _stream_server(replica: ShardReplica) -> StreamServer | None:
     try:
-        return StreamServer(replica.receive, replica.ping, ray.util.get_node_ip_address())
+        return StreamServer(replica._stage, replica.ping, ray.util.get_node_ip_address())
     except OSError as e:  # no address to listen on: actor calls only
         log.warning("shard %d: no stream (%s); senders use actor calls", replica.shard.shard_no, e)
         return None

@@ -1,7 +1,7 @@
 """One index shard: a ``SpaceIndex`` per vector space plus each frame's time span, made
 durable by a write-ahead log and snapshots.
 
-Every add and delete is logged (fsynced) before it is applied and acknowledged. Snapshots
+Every add and delete is logged before it is applied, and synced before it is acknowledged. Snapshots
 (both indexes, times, the last log seq) are written atomically (temp file + rename) when
 the log has grown past ``cfg.snapshot_log_bytes`` (and half the last snapshot's size), in
 a background thread when ``background`` is set; the log segments they cover are then
@@ -101,17 +101,32 @@ class Shard:
         A ``batch_id`` seen recently is ignored. Within one batch a repeated id keeps its
         last occurrence. Durable when it returns.
         """
+        n, seq = self.stage(batch)
+        self.commit(seq)
+        return n
+
+    def stage(self, batch: FusedBatch) -> tuple[int, int]:
+        """``add``, but its log record is written and not yet synced: searches may see the
+        batch before ``commit(seq)`` makes it durable, and only then may it be acknowledged
+        (a crash in between loses it, unacknowledged: its sender sends it again). Returns the
+        vectors held and the seq to commit (a batch seen before: the latest, which covers
+        it whether or not its first copy is durable yet)."""
         self._check_batch(batch)
         with self._lock:
             if batch.batch_id not in self._seen:
                 self._apply(self._log(batch), batch)
-            n = self.ntotal
+            n, seq = self.ntotal, self.seq
         self._upkeep()
-        return n
+        return n, seq
+
+    def commit(self, seq: int) -> float:
+        """Make the writes staged through ``seq`` durable (with every one staged by then: a
+        group commit). Returns the seconds this call spent syncing the log."""
+        return self._wal.sync(seq) if self._wal is not None else 0.0
 
     @property
     def last_sync_s(self) -> float:
-        """Seconds the last logged write spent in fdatasync (0 on a reader)."""
+        """Seconds the last log sync took (0 on a reader)."""
         return self._wal.last_sync_s if self._wal is not None else 0.0
 
     def delete_video(self, video_id: int) -> int:
@@ -121,6 +136,8 @@ class Shard:
             n = len(self._times.get(video_id, ()))
             if n:
                 self._apply(self._log(Delete(video_id)), Delete(video_id))
+            seq = self.seq
+        self.commit(seq)
         self._upkeep()
         return n
 
@@ -251,7 +268,7 @@ class Shard:
     def _log(self, op: Op) -> int:
         if self._wal is None:
             raise RuntimeError("this replica only reads; writes go to the shard's writer")
-        return self._wal.append(op)
+        return self._wal.write(op)
 
     def _apply(self, seq: int, op: Op) -> None:
         if isinstance(op, Delete):

@@ -1,6 +1,14 @@
 """The shard's write-ahead log: every add and delete is on disk (fsynced) before it is
 acknowledged, so a crash loses nothing a sender was told had landed.
 
+Writing and syncing are apart (``write``, ``sync``), so the shard can take the next batch
+while the last one syncs, and one fdatasync serves every record written by then (a group
+commit): under load the sync was half the shard's time per batch, in series with the next.
+A sync that fails leaves the log refusing every later write: the records since the last
+good one may not be on disk, and a retry can report success without them (Linux drops
+the dirty pages a failed write-back left), so nothing more is acknowledged until a restart
+reads back what the disk really holds.
+
 Layout: ``<shard dir>/wal/<first seq>.log`` segments, each a header then records
 ``[length u32][crc32 u32][seq u64][payload]``. Sequence numbers start at 1 and never repeat
 in one shard's history. A snapshot records the last seq it contains; start-up replays the
@@ -17,6 +25,7 @@ import contextlib
 import mmap
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -139,14 +148,19 @@ def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
 
 class WriteAheadLog:
     """The writing end. Opening it cuts a torn tail off the last segment; ``after`` is the
-    seq of the snapshot it continues (new records are numbered after both)."""
+    seq of the snapshot it continues (new records are numbered after both).
+
+    One thread writes (``write``, ``rotate``, ``drop_through``); any thread may ``sync``."""
 
     def __init__(self, directory: Path, after: int = 0) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.last_seq = after
+        self.last_seq = after  # written (flushed to the OS); ``durable_seq``: synced
         self.bytes_since_rotate = 0
-        self.last_sync_s = 0.0  # how long the last append's fdatasync took: a per-write fixed cost
+        self.last_sync_s = 0.0  # how long the last fdatasync took: a per-write fixed cost
+        # Guards the open file against a switch (rotate, cut) during a sync, and orders syncs.
+        self._sync_lock = threading.Lock()
+        self._failed: OSError | None = None
         segments = _segments(self.directory)
         for i, (first, path) in enumerate(segments):
             records, good = _read_segment(path, last=i == len(segments) - 1)
@@ -154,7 +168,9 @@ class WriteAheadLog:
                 self.last_seq = records[-1][0]
             elif i == len(segments) - 1:
                 self.last_seq = max(self.last_seq, first - 1)
+        self.durable_seq = self.last_seq
         self._file = None
+        self._end = 0  # the file offset after the last record written
         if segments:
             path = segments[-1][1]
             if good < len(_MAGIC):
@@ -166,10 +182,19 @@ class WriteAheadLog:
                         f.truncate(good)
                         os.fsync(f.fileno())
                 self._file = open(path, "ab")
+                self._end = good
                 self.bytes_since_rotate = good - len(_MAGIC)
 
     def append(self, op: Op) -> int:
         """Write one operation durably; return its seq. Only then may it be acknowledged."""
+        seq = self.write(op)
+        self.sync(seq)
+        return seq
+
+    def write(self, op: Op) -> int:
+        """Write one operation to the log, not yet durable (``sync``); return its seq."""
+        if self._failed is not None:
+            raise self._failed
         if self._file is None:
             self._open_segment(self.last_seq + 1)
         seq = self.last_seq + 1
@@ -179,22 +204,42 @@ class WriteAheadLog:
             self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
             self._file.write(payload)
             self._file.flush()
-            t0 = time.perf_counter()
-            os.fdatasync(self._file.fileno())
         except OSError:
             self._cut(start)
             raise
-        self.last_sync_s = time.perf_counter() - t0
-        self.last_seq = seq
+        self._end = start + _HEAD.size + len(payload)
+        self.last_seq = seq  # after the flush: a sync that reads it covers the record
         self.bytes_since_rotate += _HEAD.size + len(payload)
-        self._uncache()
         return seq
+
+    def sync(self, through: int) -> float:
+        """Make the records through seq ``through`` durable, and with them every record
+        written by then: one sync for all the writes waiting on it. Returns the seconds spent
+        in fdatasync (0: they already were durable)."""
+        with self._sync_lock:
+            if self._failed is not None:
+                raise self._failed
+            if self.durable_seq >= through:
+                return 0.0
+            target, end, f = self.last_seq, self._end, self._file
+            t0 = time.perf_counter()
+            try:
+                os.fdatasync(f.fileno())
+            except OSError as e:
+                self._failed = e
+                raise
+            self.last_sync_s = time.perf_counter() - t0
+            self.durable_seq = target
+            self._uncache(f, end)
+            return self.last_sync_s
 
     def rotate(self) -> None:
         """Start a new segment for the records after ``last_seq`` (a snapshot is coming)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self.sync(self.last_seq)  # the old segment is whole on disk before it is left
+        with self._sync_lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
         self.bytes_since_rotate = 0
 
     def drop_through(self, seq: int) -> None:
@@ -210,32 +255,35 @@ class WriteAheadLog:
             fsync_dir(self.directory)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._sync_lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
-    def _uncache(self) -> None:
+    @staticmethod
+    def _uncache(f, end: int) -> None:
         """Drop the synced log from the page cache (all but its last, partly written page).
         Nothing reads it back until a restart, and a cache that grows with the log makes
         every append dearer: on this VM, once it held a few hundred MB, a 500 KB write took
         1.3 ms against 0.1 ms, and the shard spent a third of its CPU in that copy at
         1 Gbit (``benchmarks/wal.py``). Only a hint: the record is durable whether it
-        takes or not."""
+        takes or not. (``f`` and ``end``: the file and its length as the sync began.)"""
         if _fadvise is not None:
             with contextlib.suppress(OSError):
-                _fadvise(self._file.fileno(), 0, self._file.tell() & ~(mmap.PAGESIZE - 1), os.POSIX_FADV_DONTNEED)
+                _fadvise(f.fileno(), 0, end & ~(mmap.PAGESIZE - 1), os.POSIX_FADV_DONTNEED)
 
     def _cut(self, size: int) -> None:
         """A write failed (disk full, I/O error): drop what of it reached the file, so the
         next record does not follow a torn one (which a restart would take for damage in
         the middle of the log). The failed operation was never acknowledged."""
-        path = Path(self._file.name)
-        with contextlib.suppress(OSError):
-            self._file.close()  # may fail again flushing the rest of the buffer: it is dropped below
-        with open(path, "r+b") as f:
-            f.truncate(size)
-            os.fsync(f.fileno())
-        self._file = open(path, "ab")
+        with self._sync_lock:
+            path = Path(self._file.name)
+            with contextlib.suppress(OSError):
+                self._file.close()  # may fail again flushing the rest of the buffer: it is dropped below
+            with open(path, "r+b") as f:
+                f.truncate(size)
+                os.fsync(f.fileno())
+            self._file = open(path, "ab")
 
     def _open_segment(self, first_seq: int) -> None:
         path = self.directory / f"{first_seq:020d}.log"
@@ -244,5 +292,7 @@ class WriteAheadLog:
         f.flush()
         os.fsync(f.fileno())
         fsync_dir(self.directory)
-        self._file = open(path, "ab")
+        with self._sync_lock:
+            self._file = open(path, "ab")
+            self._end = len(_MAGIC)
         f.close()
