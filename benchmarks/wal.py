@@ -59,7 +59,7 @@ def run(directory: Path, batches: list[FusedBatch], uncache: bool) -> dict:
     """Append every batch to a fresh log; ``uncache``: as the product does."""
     log = WriteAheadLog(directory)
     if not uncache:
-        log._uncache = lambda: None  # the baseline: the kernel's default, pages stay cached
+        log._uncache = lambda f, end: None  # the baseline: the kernel's default, pages stay cached
     appends: list[float] = []
     writes: list[float] = []
     t0 = time.perf_counter()

@@ -9,7 +9,10 @@ that catch-up) and apply what the primary forwards, in seq order.
 The primary also takes fused batches on its shard stream (``comm/stream.py``), a TCP
 connection that costs senders a fraction of an actor call; its batches are served by a
 thread of the stream server, so every call takes the replica's lock: one at a time, as
-the actor's single call slot alone ensured before.
+the actor's single call slot alone ensured before. A stream batch is applied with its log
+record written and synced after, on another thread, while the next batch is read and
+applied (a group commit, ``WriteAheadLog.sync``); it is acknowledged and forwarded only
+once synced, so a search may see it a few milliseconds before it is durable.
 """
 
 from __future__ import annotations
@@ -57,9 +60,11 @@ class ShardReplica:
     # writes: the primary
     def receive(self, wire: WireBatch) -> Ack:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
-        Returns the vectors held, and for the sender's link monitor: the seconds spent here,
-        the part of them any write costs whatever its size (the log's sync), and the seconds
-        spent serving calls so far in all."""
+        Returns the vectors held, and for the sender's link monitor: the seconds spent
+        applying it, what any write costs whatever its size (the log's last sync), and the
+        seconds spent serving calls so far in all. The sync is not counted as serving: it
+        runs beside the next batch (``_stage``), and the sender sees it as part of the
+        round trip, in min RTT too, as it saw the wire."""
         return self._stage(wire)()
 
     def _stage(self, wire: WireBatch) -> Callable[[], Ack]:
@@ -76,12 +81,10 @@ class ShardReplica:
         logged = seq != seq_before
 
         def commit() -> Ack:
-            synced = self.shard.commit(seq)
-            with self._lock:
-                self._busy_s += synced
+            self.shard.commit(seq)
             if logged:
                 self._forward(seq, batch, batch.nbytes)
-            return n, service + synced, self.shard.last_sync_s, self._busy_s
+            return n, service, self.shard.last_sync_s, self._busy_s
 
         return commit
 
