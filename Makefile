@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls bench-wal clean
+.PHONY: venv demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls bench-stream bench-wal clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ bench-cluster: $(STAMP)  # needs root (network namespaces)
 
 bench-calls: $(STAMP)  # what one Ray actor call costs, inline against the object store
 	$(BIN)/python benchmarks/ray_calls.py
+
+bench-stream: $(STAMP)  # the shard's end of the stream: a batch synced beside the next, against in turn
+	$(BIN)/python benchmarks/shard_stream.py
 
 bench-wal: $(STAMP)  # the shard's log: synced pages dropped from the page cache, against kept
 	$(BIN)/python benchmarks/wal.py
