@@ -1,13 +1,13 @@
 """One index shard: a ``SpaceIndex`` per vector space plus each frame's time span, made
 durable by a write-ahead log and snapshots.
 
-Every add and delete is logged before it is applied, and synced before it is acknowledged. Snapshots
-(both indexes, times, the last log seq) are written atomically (temp file + rename) when
-the log has grown past ``cfg.snapshot_log_bytes`` (and half the last snapshot's size), in
-a background thread when ``background`` is set; the log segments they cover are then
-deleted. Start-up = last snapshot + replay of the log after it. Index types change with
-size (see ``space.py``); rebuilds run off the write path, with the writes that arrive
-meanwhile re-applied to the new index before it replaces the old one.
+Every add and delete is logged before it is applied, and synced before it is
+acknowledged. Snapshots (both indexes, times, the last log seq) are written atomically
+(temp file + rename) when the log has grown past ``cfg.snapshot_log_bytes`` (and half the
+last snapshot's size), in a background thread when ``background`` is set; the log segments
+they cover are then deleted. Start-up = last snapshot + replay of the log after it. Index
+types change with size (see ``space.py``); rebuilds run off the write path, with the
+writes that arrive meanwhile re-applied to the new index before it replaces the old one.
 
 A shard directory has one writer (``writer=True``, the primary replica). Readers
 (followers) load the same snapshot + log and then apply the writer's operations, in seq
