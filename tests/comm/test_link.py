@@ -109,25 +109,26 @@ def test_min_rtt_comes_from_messages_sent_alone_and_goes_stale_under_steady_load
 
 
 def test_only_small_messages_time_the_fixed_cost_and_the_path():
-    """A large message's call and log sync take longer for its bytes, and its round trip
-    includes its own time on the wire: counted as "fixed", a larger batch would measure a
-    larger cost and size a larger batch again. Only small messages count (sent alone, for
-    the path)."""
+    """A large message's call, service and log sync take longer for its bytes, and its
+    round trip includes its own time on the wire: counted as "fixed", a larger batch would
+    measure a larger cost and size a larger batch again. Only small messages count (sent
+    alone, for the path)."""
     clock = Clock()
     mon = LinkMonitor(small_bytes=64_000, drain_every_s=4.0, clock=clock)
     for submit_s in (0.001, 0.0002):  # the first call to an actor costs more, and does not count
         token = mon.on_send(60_000, backlog=False, submit_s=submit_s)
         clock.t += 0.010 + 60_000 / 125e6  # 10 ms + its bytes at 1 Gbit
-        mon.on_ack(token, service_s=0.001, fixed_s=0.0003)
-    # the call and the log sync run at once in two processes: the slower one is the cost
+        mon.on_ack(token, service_s=0.0001, fixed_s=0.0002)
+    # the call, and the destination's service and sync, run at once in two processes: the
+    # slower one is the cost
     assert mon.stats().per_message_s == pytest.approx(0.0003)
-    assert mon.stats().min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.001)
+    assert mon.stats().min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.0001)
     for _ in range(50):  # 5 s of 1 MB messages, each alone: 2 ms to send, 1.5 ms to sync
         token = mon.on_send(1_000_000, backlog=False, submit_s=0.002)
         clock.t += 0.1
         mon.on_ack(token, service_s=0.004, fixed_s=0.0015)
     s = mon.stats()
-    assert s.per_message_s == pytest.approx(0.0003) and s.min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.001)
+    assert s.per_message_s == pytest.approx(0.0003) and s.min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.0001)
     assert s.rtt_stale  # time to drain with a small message
 
 

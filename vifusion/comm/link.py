@@ -33,16 +33,18 @@ those stamps:
   reports it, since only it knows its queue);
 - **receiver share**: the part of recent round trips the destination spent busy (smoothed);
   near 1 the destination, not the link, holds the data back;
-- **per-message cost**: the larger of the send call and the destination's fixed part (its
-  log sync) of small messages, the least over the round-trip window. The two run in
-  different processes at the same time (the sender calls while the destination syncs the
-  message before), so a message costs the pipeline the slower one, not their sum: fitted
-  to what pinned batch sizes carried at 1 Gbit, the fixed cost was 0.25-0.5 ms, where the
-  sum read 0.7-0.8 and sized batches twice as large. Both parts grow with a message's
-  bytes, so only a small message shows the part no batch size amortises: counted from
-  every message, a larger batch measured a larger "fixed" cost, which sized a larger
-  batch, up to the largest allowed (at 1 Gbit 3-4 MiB through the object store where
-  0.3 MiB inline carried as much, at a tenth of the latency).
+- **per-message cost**: the larger of the send call and the destination's time on a
+  small message (its service, and a fixed part it reports beside: a log sync each message
+  waits for alone, as an actor call does; on the shard stream one sync serves every batch
+  staged by then, so it is no cost per message), the least over the round-trip window. The
+  two run in different processes at the same time (the sender calls while the destination
+  serves the message before), so a message costs the pipeline the slower one, not their
+  sum: fitted to what pinned batch sizes carried at 1 Gbit, the fixed cost was 0.25-0.5 ms,
+  where the sum read 0.7-0.8 and sized batches twice as large. Both parts grow with a
+  message's bytes, so only a small message shows the part no batch size amortises:
+  counted from every message, a larger batch measured a larger "fixed" cost, which sized
+  a larger batch, up to the largest allowed (at 1 Gbit 3-4 MiB through the object store
+  where 0.3 MiB inline carried as much, at a tenth of the latency).
 
 When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
 (``due_probe``) so that min RTT stays current on an idle link.
@@ -151,7 +153,7 @@ class LinkStats:
     acked_bytes: int
     acked_messages: int
     service_s: float  # smoothed time the destination spends on a message
-    per_message_s: float  # fixed cost of one message (send call or the destination's fixed part), windowed min
+    per_message_s: float  # fixed cost of one message (send call or the destination's part), windowed min
     rtt_stale: bool = False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
     receiver_share: float = 0.0  # smoothed share of a round trip the destination was busy
 
@@ -202,7 +204,7 @@ class LinkMonitor:
         self._rtts = _WindowMin()  # network round trips of quiet samples (only their least is read)
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
-        self._costs = _WindowMin()  # the send call or the destination's fixed part, per message
+        self._costs = _WindowMin()  # the send call or the destination's part, per small message
         self._qdelay = 0.0
         self._receiver_share = 0.0
         self._busy: float | None = None  # the destination's busy total, last reported
@@ -232,8 +234,9 @@ class LinkMonitor:
 
     def on_ack(self, token: int, service_s: float = 0.0, fixed_s: float = 0.0, busy_s: float | None = None) -> None:
         """Record the destination's acknowledgement of a message (``service_s``: how long it
-        spent on it, ``fixed_s``: the part of that any message costs, e.g. a log sync,
-        ``busy_s``: its running total of time spent serving; all reported by the destination)."""
+        spent on it, ``fixed_s``: what else any message costs it, one after the other, e.g.
+        a log sync outside ``service_s``, ``busy_s``: its running total of time spent
+        serving; all reported by the destination)."""
         s = self._sent.pop(token)
         now = self._clock()
         # The destination's busy time since this was sent: its own service and the service of
@@ -270,7 +273,7 @@ class LinkMonitor:
         # Probes carry no data and cost the destination nothing; the first message pays for
         # Ray's first call to the actor (0.8-1.4 ms against 0.5-0.9 for a drain after it).
         if small and s.logical and self._acked_messages > 1:
-            self._costs.append(now, max(s.submit_s, fixed_s))
+            self._costs.append(now, max(s.submit_s, service_s + fixed_s))
         self._expire(now)
         excess = rtt - self.min_rtt
         if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:
