@@ -75,12 +75,15 @@ def test_remove_reconstruct_and_ids_across_chunks(data) -> None:
         chunked.reconstruct_batch(ids[:1])
     chunked.add_with_ids(x[:1], ids[:1])  # re-added: into the chunk taking adds
     np.testing.assert_array_equal(chunked.reconstruct_batch(ids[:1]), x[:1])
+    assert chunked.remove_ids(faiss.IDSelectorBatch(ids[[350, 720]])) == 2  # from chunks that take no adds
+    assert chunked.ntotal == len(ids) - 301 == len(chunked.ids())
 
 
 def test_serialized_chunks_come_back_the_same(data) -> None:
     ids, x, queries = data
     chunked, _ = _both(ids, x)
     back = ChunkedFlat.deserialize(chunked.serialize(), D)
+    assert back.ntotal == chunked.ntotal == len(ids)
     for a, b in zip(chunked.search(queries, 10), back.search(queries, 10)):
         np.testing.assert_array_equal(a, b)
     assert len(ChunkedFlat.deserialize(ChunkedFlat(D).serialize(), D).serialize()) == 1

