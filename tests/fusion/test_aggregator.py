@@ -49,8 +49,9 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
         assert np.array_equal(held, src.space("visual"))
     stats = ray.get(agg.stats.remote())
     assert stats["rows_in"] == stats["rows_out"] == 300
-    # fused: far fewer transfers than frames
-    assert stats["batches"] < 300 / 8
+    # fused: far fewer transfers than frames (the least batch, 64 KiB, holds about 10; what
+    # comes in while the link is idle leaves at once, in parts, so some carry fewer)
+    assert stats["batches"] < 300 / 5
     assert stats["codec_rows"] == {"fp32": 300}
     assert stats["latency_p50_s"] > 0
     assert set(stats["links"]) == {0, 1}
@@ -151,7 +152,9 @@ class _RefusesOneWrite(ShardReplica):
 
 def test_a_late_ack_after_a_failed_send_does_not_count_for_the_next_run(ray_session, tmp_path):
     shard = ray.remote(_RefusesOneWrite).options(max_concurrency=4).remote(0, tmp_path / "s0", Config(), [])
-    agg = aggregator(tmp_path, [shard], fusion=False)  # one message per frame: both in flight at once
+    # one message per frame, both in flight at once; by actor call, where the refusal is
+    # (the shard stream would skip it, once the replica's address came back)
+    agg = aggregator(tmp_path, [shard], fusion=False, fusion_stream=False)
     ray.get(agg.submit.remote(0, frames(60, 2)))
     with pytest.raises(StorageError):  # the driver waits for room instead of failing the video
         ray.get(agg.finish.remote(60))
