@@ -105,7 +105,8 @@ def test_on_an_idle_link_rows_leave_without_waiting_for_a_batch(tmp_path, shards
 
 def test_abandon_drops_what_waits(ray_session, tmp_path):
     shard = ray.remote(_SlowFor).remote(0, tmp_path / "s0", Config(faiss_threads=1), [])
-    agg = aggregator(tmp_path, [shard], dedup_cosine=1.01, fusion_latency_target_s=60.0)
+    # by actor call, where the shard is slow (the shard stream would skip it)
+    agg = aggregator(tmp_path, [shard], dedup_cosine=1.01, fusion_latency_target_s=60.0, fusion_stream=False)
     ray.get(agg.submit.remote(0, frames(40, 2)))  # leaves at once, 2 s at the shard
     deadline = time.monotonic() + 10
     while not _in_flight(agg, 0) and time.monotonic() < deadline:

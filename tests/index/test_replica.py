@@ -148,5 +148,6 @@ def test_searches_count_in_the_busy_time_senders_subtract(tmp_path: Path) -> Non
     _, service_s, fixed_s, busy_s = replica.receive(wire)
     assert busy_s == pytest.approx(after_search + service_s)
     # by actor call, one at a time, each batch waits for its own log sync: a cost of every
-    # message the sender sizes its batches against, outside the busy time
-    assert fixed_s == replica.shard.last_sync_s > 0
+    # message the sender sizes its batches against (with the CPU applying it), outside the
+    # busy time
+    assert fixed_s > replica.shard.last_sync_s > 0

@@ -33,8 +33,8 @@ those stamps:
   reports it, since only it knows its queue);
 - **receiver share**: the part of recent round trips the destination spent busy (smoothed);
   near 1 the destination, not the link, holds the data back;
-- **per-message cost**: the larger of the send call and the destination's time on a
-  small message (its service, and a fixed part it reports beside: a log sync each message
+- **per-message cost**: the larger of the send call and what a small message costs the
+  destination, as it reports it (its CPU time applying it, and a log sync each message
   waits for alone, as an actor call does; on the shard stream one sync serves every batch
   staged by then, so it is no cost per message), the least over the round-trip window. The
   two run in different processes at the same time (the sender calls while the destination
@@ -223,9 +223,9 @@ class LinkMonitor:
 
     def on_ack(self, token: int, service_s: float = 0.0, fixed_s: float = 0.0, busy_s: float | None = None) -> None:
         """Record the destination's acknowledgement of a message (``service_s``: how long it
-        spent on it, ``fixed_s``: what else any message costs it, one after the other, e.g.
-        a log sync outside ``service_s``, ``busy_s``: its running total of time spent
-        serving; all reported by the destination)."""
+        spent on it, ``fixed_s``: what the message cost it, e.g. its CPU time and a log sync
+        it waited for, ``busy_s``: its running total of time spent serving; all reported by
+        the destination)."""
         s = self._sent.pop(token)
         now = self._clock()
         # The destination's busy time since this was sent: its own service and the service of
@@ -263,7 +263,7 @@ class LinkMonitor:
         # Probes carry no data and cost the destination nothing; the first message pays for
         # Ray's first call to the actor (0.8-1.4 ms against 0.5-0.9 for a drain after it).
         if small and s.logical and self._acked_messages > 1:
-            self._costs.append(now, max(s.submit_s, service_s + fixed_s))
+            self._costs.append(now, max(s.submit_s, fixed_s))
         self._expire(now)
         excess = rtt - self.min_rtt
         if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:

@@ -61,13 +61,13 @@ class ShardReplica:
     def receive(self, wire: WireBatch) -> Ack:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
         Returns the vectors held, and for the sender's link monitor: the seconds spent
-        applying it, what any write costs besides whatever its size (here, one call at a
-        time, the log's sync: each batch waits for its own), and the seconds spent serving
-        calls so far in all. The sync is not counted as serving: on the shard stream it
-        runs beside the next batch (``_stage``), and the sender sees it as part of the
-        round trip, in min RTT too, as it saw the wire."""
-        n, service, _, busy = self._stage(wire)()
-        return n, service, self.shard.last_sync_s, busy
+        applying it, what it cost this shard (the CPU seconds of applying it, and here,
+        one call at a time, the log's sync: each batch waits for its own), and the seconds
+        spent serving calls so far in all. The sync is not counted as serving: on the shard
+        stream it runs beside the next batch (``_stage``), and the sender sees it as part
+        of the round trip, in min RTT too, as it saw the wire."""
+        n, service, cost, busy = self._stage(wire)()
+        return n, service, cost + self.shard.last_sync_s, busy
 
     def _stage(self, wire: WireBatch) -> Callable[[], Ack]:
         """``receive`` in two steps, so the shard stream reads and applies the next batch
@@ -76,9 +76,13 @@ class ShardReplica:
         forwards it to the followers (any thread, batches in order) and returns the ack."""
         before = self._busy_s
         with self._serving():
+            cpu = time.thread_time()
             batch = wire.decode(self._ladder(wire))
             seq_before = self.shard.seq
             n, seq = self.shard.stage(batch)
+            # CPU, not wall time: on a busy machine a small batch's wall time is mostly
+            # waiting for a core, and it sizes the sender's batches (``link.py``).
+            cpu = time.thread_time() - cpu
         service = self._busy_s - before
         logged = seq != seq_before
 
@@ -86,9 +90,9 @@ class ShardReplica:
             self.shard.commit(seq)
             if logged:
                 self._forward(seq, batch, batch.nbytes)
-            # No fixed cost: one sync serves every batch staged by then, so the syncs per
-            # batch fall as batches come faster (a group commit amortises itself).
-            return n, service, 0.0, self._busy_s
+            # The sync is no cost of this batch: one serves every batch staged by then, so
+            # the syncs per batch fall as batches come faster (a group commit amortises itself).
+            return n, service, cpu, self._busy_s
 
         return commit
 
