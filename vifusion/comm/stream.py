@@ -37,7 +37,7 @@ from vifusion.comm.message import WireBatch
 
 log = logging.getLogger(__name__)
 
-Ack = tuple[int, float, float, float]  # vectors held, service s, fixed s, busy s (``ShardReplica.receive``)
+Ack = tuple[int, float, float, float]  # vectors held, service s, cost s, busy s (``ShardReplica.receive``)
 
 # magic, kind, rows, arrays, then the lengths of: codec, version, batch id
 _HEAD = struct.Struct("<4sBIBBBH")
