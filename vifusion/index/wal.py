@@ -157,7 +157,7 @@ class WriteAheadLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = after  # written (flushed to the OS); ``durable_seq``: synced
         self.bytes_since_rotate = 0
-        self.last_sync_s = 0.0  # how long the last fdatasync took: a per-write fixed cost
+        self.last_sync_s = 0.0  # how long the last fdatasync took (a write that waits for its own pays it)
         # Guards the open file against a switch (rotate, cut) during a sync, and orders syncs.
         self._sync_lock = threading.Lock()
         self._failed: OSError | None = None
