@@ -28,6 +28,7 @@ import numpy as np
 import ray
 from ray.actor import ActorHandle
 
+from vifusion._corewait import CoreWait
 from vifusion.comm.codec import Ladder
 from vifusion.comm.message import WireBatch
 from vifusion.comm.stream import Ack, StreamServer, TablesUnknown
@@ -55,15 +56,17 @@ class ShardReplica:
         # shard busy with its writes, or with searches, from a slow link.
         self._busy_s = 0.0
         self._lock = threading.RLock()
+        self._core_wait = CoreWait()
         self._stream = _stream_server(self) if self.primary and cfg.fusion_stream else None
 
     # writes: the primary
     def receive(self, wire: WireBatch) -> Ack:
         """A batch off the wire: decode it (the shard stores what it decodes) and add it.
         Returns the vectors held, and for the sender's link monitor: the seconds spent
-        applying it, what it cost this shard (the CPU seconds of applying it, and here,
-        one call at a time, the log's sync: each batch waits for its own), and the seconds
-        spent serving calls so far in all. The sync is not counted as serving: on the shard
+        applying it, what it cost this shard (the CPU seconds of applying it, stretched by
+        the recent wait for a core, ``_corewait.py``, and here, one call at a time, the
+        log's sync: each batch waits for its own), and the seconds spent serving calls so
+        far in all. The sync is not counted as serving: on the shard
         stream it runs beside the next batch (``_stage``), and the sender sees it as part
         of the round trip, in min RTT too, as it saw the wire."""
         n, service, cost, busy = self._stage(wire)()
@@ -80,9 +83,11 @@ class ShardReplica:
             batch = wire.decode(self._ladder(wire))
             seq_before = self.shard.seq
             n, seq = self.shard.stage(batch)
-            # CPU, not wall time: on a busy machine a small batch's wall time is mostly
-            # waiting for a core, and it sizes the sender's batches (``link.py``).
-            cpu = time.thread_time() - cpu
+            # It sizes the sender's batches (``link.py``). CPU time stretched by the recent
+            # wait for a core: the wall time of one small batch is mostly other threads'
+            # doing (the GIL, a core taken at random) and read 0.1-0.6 ms from run to run,
+            # its CPU time alone the same 0.1 ms whether or not another process took a core.
+            cpu = (time.thread_time() - cpu) * self._core_wait.stretch()
         service = self._busy_s - before
         logged = seq != seq_before
 
