@@ -34,9 +34,11 @@ those stamps:
 - **receiver share**: the part of recent round trips the destination spent busy (smoothed);
   near 1 the destination, not the link, holds the data back;
 - **per-message cost**: the larger of the send call and what a small message costs the
-  destination, as it reports it (its CPU time applying it, and a log sync each message
-  waits for alone, as an actor call does; on the shard stream one sync serves every batch
-  staged by then, so it is no cost per message), the least over the round-trip window. The
+  destination, as it reports it (its CPU time applying it, stretched by the time its
+  thread has lately waited for a core, so that a busy machine sizes larger batches; and a
+  log sync each message waits for alone, as an actor call does; on the shard stream one
+  sync serves every batch staged by then, so it is no cost per message), the least over
+  the round-trip window. The
   two run in different processes at the same time (the sender calls while the destination
   serves the message before), so a message costs the pipeline the slower one, not their
   sum: when the destination's part was its log sync, pinned batch sizes at 1 Gbit fitted a
