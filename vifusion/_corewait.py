@@ -30,7 +30,8 @@ class _File:
         return int(on_cpu) / 1e9, int(waited) / 1e9
 
     def __del__(self) -> None:
-        os.close(self.fd)
+        if hasattr(self, "fd"):  # not where the open failed
+            os.close(self.fd)
 
 
 class CoreWait:
