@@ -42,10 +42,11 @@ those stamps:
   calls while the destination serves the message before), so a message costs the
   pipeline the slower one, not their sum: when the destination's part was its log sync,
   pinned batch sizes at 1 Gbit fitted a fixed cost of 0.25-0.5 ms, where the sum read
-  0.7-0.8 and sized batches twice as large. Both parts grow with a message's bytes, so only a small message shows the part no batch
-  size amortises: counted from every message, a larger batch measured a larger "fixed"
-  cost, which sized a larger batch, up to the largest allowed (at 1 Gbit 3-4 MiB through
-  the object store where 0.3 MiB inline carried as much, at a tenth of the latency).
+  0.7-0.8 and sized batches twice as large. Both parts grow with a message's bytes, so
+  only a small message shows the part no batch size amortises: counted from every
+  message, a larger batch measured a larger "fixed" cost, which sized a larger batch, up
+  to the largest allowed (at 1 Gbit 3-4 MiB through the object store where 0.3 MiB
+  inline carried as much, at a tenth of the latency).
 
 When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
 (``due_probe``) so that min RTT stays current on an idle link.

@@ -66,9 +66,9 @@ class ShardReplica:
         applying it, what it cost this shard (the CPU seconds of applying it, stretched by
         the recent wait for a core, ``_corewait.py``, and here, one call at a time, the
         log's sync: each batch waits for its own), and the seconds spent serving calls so
-        far in all. The sync is not counted as serving: on the shard
-        stream it runs beside the next batch (``_stage``), and the sender sees it as part
-        of the round trip, in min RTT too, as it saw the wire."""
+        far in all. The sync is not counted as serving: on the shard stream it runs beside
+        the next batch (``_stage``), and the sender sees it as part of the round trip, in
+        min RTT too, as it saw the wire."""
         n, service, cost, busy = self._stage(wire)()
         return n, service, cost + self.shard.last_sync_s, busy
 
