@@ -11,9 +11,21 @@ What a growth costs here is mostly first touching the new memory (page faults), 
 stall is the size of the chunk's last doubling: adding 150,000 vectors in batches of 150,
 the slowest add took 150 ms with chunks of 16,384 and 42 ms with chunks of 4,096 (4.6 and
 4.8 s in all).
+
+So the next chunk is made ahead, once the newest is half full, on another thread (FAISS
+lets go of the GIL): its whole capacity allocated and touched once, and the adds that fill
+it copy into memory already there. Growing by doubling touched 2.3 pages per page stored:
+filling one 1280-d chunk in batches of 40 took 24 ms and 11,311 page faults, against
+3 ms and none in a chunk made ahead (11 ms and 4,823 faults to make). At 1 Gbit page
+faults (the kernel clearing new pages) were 36% of a shard's CPU, on the thread that
+stores every batch before it is acknowledged. A chunk made ahead holds its capacity
+before it takes a vector: about 27 MB for both spaces of a shard, once past the first
+half-chunk.
 """
 
 from __future__ import annotations
+
+import threading
 
 import faiss
 import numpy as np
@@ -28,6 +40,7 @@ class ChunkedFlat:
         self.d = d
         self.chunk = chunk
         self._parts = parts or [faiss.IndexIDMap2(faiss.IndexFlatIP(d))]
+        self._next: _Ahead | None = None
         self._count_sealed()
 
     @property
@@ -44,11 +57,14 @@ class ChunkedFlat:
         at = 0
         while at < len(ids):
             if self._parts[-1].ntotal >= self.chunk:
-                self._parts.append(faiss.IndexIDMap2(faiss.IndexFlatIP(self.d)))
+                ahead, self._next = self._next, None
+                self._parts.append(ahead.get() if ahead else faiss.IndexIDMap2(faiss.IndexFlatIP(self.d)))
                 self._count_sealed()
             n = min(self.chunk - int(self._parts[-1].ntotal), len(ids) - at)
             self._parts[-1].add_with_ids(x[at:at + n], ids[at:at + n])
             at += n
+        if self._next is None and self._parts[-1].ntotal >= self.chunk // 2:
+            self._next = _Ahead(self.d, self.chunk)
 
     def remove_ids(self, sel: faiss.IDSelector) -> int:
         removed = sum(int(p.remove_ids(sel)) for p in self._parts)
@@ -90,6 +106,29 @@ class ChunkedFlat:
     @classmethod
     def deserialize(cls, blobs: list[np.ndarray], d: int) -> ChunkedFlat:
         return cls(d, [_flat_from(blob, d) for blob in blobs])
+
+
+class _Ahead:
+    """An empty chunk with room for ``chunk`` vectors, made on a thread of its own."""
+
+    def __init__(self, d: int, chunk: int) -> None:
+        self._d = d
+        self._index: faiss.Index | None = None
+        self._thread = threading.Thread(target=self._make, args=(d, chunk), name="flat-chunk-ahead", daemon=True)
+        self._thread.start()
+
+    def _make(self, d: int, chunk: int) -> None:
+        flat = faiss.IndexFlatIP(d)
+        # Sized up (allocated and zeroed: every page touched) and back: a vector keeps its
+        # capacity, so the adds to come neither reallocate nor fault.
+        flat.codes.resize(chunk * flat.code_size)
+        flat.codes.resize(0)
+        self._index = faiss.IndexIDMap2(flat)
+
+    def get(self) -> faiss.Index:
+        self._thread.join()
+        # Where making it failed (out of memory), a chunk that grows as it fills.
+        return self._index or faiss.IndexIDMap2(faiss.IndexFlatIP(self._d))
 
 
 def _flat_from(blob: np.ndarray, d: int) -> faiss.Index:
