@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Collection, Hashable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +116,10 @@ class Transport:
         self._use_streams = stream
         self._links: dict[Hashable, _Link] = {}
         self._futures: dict[Future, Hashable] = {}
-        self._lock = threading.Condition()  # the links' state; notified when a message leaves
+        # Settled futures, in the order they settled: ``poll`` waits here (a wait on all the
+        # futures in flight built and tore down a waiter on each at every call).
+        self._done: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self._lock = threading.RLock()  # the links' state
         self.inline_bytes = inline_limit()
         self.use_tables(tables, allowed)
 
@@ -164,15 +168,17 @@ class Transport:
 
     def poll(self, timeout: float) -> list[Delivery]:
         """Acknowledgements (and failures) that arrive within ``timeout`` seconds."""
-        with self._lock:
-            if not self._futures:
-                self._lock.wait(timeout)  # until a message leaves
-            futures = list(self._futures)
-        if not futures:
-            return []
         # The first acknowledgement ends the wait (the window has room again), then whatever
         # else is in: waiting for all of them would drain the window before it refills.
-        done, _ = wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
+        try:
+            done = [self._done.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                done.append(self._done.get_nowait())
+            except queue.Empty:
+                break
         acks = [(f, f.exception() or f.result()) for f in done]
         out = []
         with self._lock:
@@ -252,7 +258,7 @@ class Transport:
         """A message in flight (``self._lock`` held): ``poll`` waits for it from now on."""
         link.in_flight[future] = sent
         self._futures[future] = dest
-        self._lock.notify_all()
+        future.add_done_callback(self._done.put)
 
     def _call(self, handle: ActorHandle, wire: WireBatch) -> Future:
         arg = ray.put(wire) if wire.nbytes > self.inline_bytes else wire
