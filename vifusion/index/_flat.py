@@ -128,7 +128,7 @@ class _Ahead:
     def get(self) -> faiss.Index:
         self._thread.join()
         # Where making it failed (out of memory), a chunk that grows as it fills.
-        return self._index or faiss.IndexIDMap2(faiss.IndexFlatIP(self._d))
+        return self._index if self._index is not None else faiss.IndexIDMap2(faiss.IndexFlatIP(self._d))
 
 
 def _flat_from(blob: np.ndarray, d: int) -> faiss.Index:
