@@ -39,7 +39,7 @@ class ChunkedFlat:
     def __init__(self, d: int, parts: list[faiss.Index] | None = None, chunk: int = CHUNK) -> None:
         self.d = d
         self.chunk = chunk
-        self._parts = parts or [faiss.IndexIDMap2(faiss.IndexFlatIP(d))]
+        self._parts = parts or [_chunk(d)]
         self._next: _Ahead | None = None
         self._count_sealed()
 
@@ -58,7 +58,7 @@ class ChunkedFlat:
         while at < len(ids):
             if self._parts[-1].ntotal >= self.chunk:
                 ahead, self._next = self._next, None
-                self._parts.append(ahead.get() if ahead else faiss.IndexIDMap2(faiss.IndexFlatIP(self.d)))
+                self._parts.append(ahead.get() if ahead else _chunk(self.d))
                 self._count_sealed()
             n = min(self.chunk - int(self._parts[-1].ntotal), len(ids) - at)
             self._parts[-1].add_with_ids(x[at:at + n], ids[at:at + n])
@@ -108,6 +108,11 @@ class ChunkedFlat:
         return cls(d, [_flat_from(blob, d) for blob in blobs])
 
 
+def _chunk(d: int) -> faiss.Index:
+    """An empty chunk that grows as it fills."""
+    return faiss.IndexIDMap2(faiss.IndexFlatIP(d))
+
+
 class _Ahead:
     """An empty chunk with room for ``chunk`` vectors, made on a thread of its own."""
 
@@ -128,7 +133,7 @@ class _Ahead:
     def get(self) -> faiss.Index:
         self._thread.join()
         # Where making it failed (out of memory), a chunk that grows as it fills.
-        return self._index if self._index is not None else faiss.IndexIDMap2(faiss.IndexFlatIP(self._d))
+        return self._index if self._index is not None else _chunk(self._d)
 
 
 def _flat_from(blob: np.ndarray, d: int) -> faiss.Index:
