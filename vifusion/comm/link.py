@@ -33,21 +33,20 @@ those stamps:
   reports it, since only it knows its queue);
 - **receiver share**: the part of recent round trips the destination spent busy (smoothed);
   near 1 the destination, not the link, holds the data back;
-- **per-message cost**: the larger of the send call and what a message costs the
+- **per-message cost**: the larger of the send call and what a small message costs the
   destination, as it reports it (its CPU time applying it, stretched by the time its
   thread has lately waited for a core, so that a busy machine sizes larger batches; and a
   log sync each message waits for alone, as an actor call does; on the shard stream one
-  sync serves every batch staged by then, so it is no cost per message), at zero bytes: a
-  resistant line through every message's (bytes, cost) over the round-trip window
-  (``_CostLine``). The two run in different processes at the same time (the sender calls
-  while the destination serves the message before), so a message costs the pipeline the
-  slower one, not their sum: when the destination's part was its log sync, pinned batch
-  sizes at 1 Gbit fitted a fixed cost of 0.25-0.5 ms, where the sum read 0.7-0.8 and
-  sized batches twice as large. Both parts grow with a message's bytes, so only the
-  intercept is the part no batch size amortises: the mean cost of every message made a
-  larger batch measure a larger "fixed" cost, which sized a larger batch, up to the
-  largest allowed (at 1 Gbit 3-4 MiB through the object store where 0.3 MiB inline
-  carried as much, at a tenth of the latency).
+  sync serves every batch staged by then, so it is no cost per message), the least over
+  the round-trip window. The two run in different processes at the same time (the sender
+  calls while the destination serves the message before), so a message costs the
+  pipeline the slower one, not their sum: when the destination's part was its log sync,
+  pinned batch sizes at 1 Gbit fitted a fixed cost of 0.25-0.5 ms, where the sum read
+  0.7-0.8 and sized batches twice as large. Both parts grow with a message's bytes, so
+  only a small message shows the part no batch size amortises: counted from every
+  message, a larger batch measured a larger "fixed" cost, which sized a larger batch, up
+  to the largest allowed (at 1 Gbit 3-4 MiB through the object store where 0.3 MiB
+  inline carried as much, at a tenth of the latency).
 
 When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
 (``due_probe``) so that min RTT stays current on an idle link.
@@ -104,9 +103,9 @@ class _WindowMin:
 
 
 class _Samples:
-    """Timestamped samples (rates, sizes, costs) over a window, also kept sorted, so their
-    ``_high`` and median are lookups: the sender reads a link's statistics several times per
-    message, and at 1 Gbit a minute's window holds thousands of rate samples (sorting them on each acknowledgement
+    """Timestamped rate samples over a window, also kept sorted, so their ``_high`` is a
+    lookup: the sender reads a link's statistics several times per message, and at 1 Gbit a
+    minute's window holds thousands of rate samples (sorting them on each acknowledgement
     cost 0.3 ms a message; sorting the last second's, for the delivery rate, was still 12%
     of the node aggregator's time holding the GIL)."""
 
@@ -114,68 +113,18 @@ class _Samples:
         self._q: deque[tuple[float, float]] = deque()  # (t, value), oldest first
         self._sorted: list[float] = []
 
-    def append(self, t: float, value: float) -> None:
-        self._q.append((t, value))
-        bisect.insort(self._sorted, value)
+    def append(self, t: float, rate: float) -> None:
+        self._q.append((t, rate))
+        bisect.insort(self._sorted, rate)
 
     def expire(self, now: float, window: float) -> None:
         # Keep the newest sample even when old: a quiet link still has its last measure.
         while len(self._q) > 1 and now - self._q[0][0] > window:
-            _, value = self._q.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, value)]
-
-    def __len__(self) -> int:
-        return len(self._q)
+            _, rate = self._q.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, rate)]
 
     def high(self) -> float:
         return _high(self._sorted)
-
-    def median(self) -> float:
-        return self._sorted[len(self._sorted) // 2] if self._sorted else 0.0
-
-
-class _CostLine:
-    """The fixed cost of a message: the intercept at zero bytes of a resistant line through
-    (bytes, cost) of every message in a window (Tukey's: through the median of the small
-    messages and the median of the larger ones).
-
-    The least cost of a small message, which this replaced, depended on which sizes of
-    small message a run happened to send (at 1 Gbit 6-13 KiB cost 0.12-0.2 ms, 58 KiB
-    0.2-0.25, 104-123 KiB 0.3-0.5) and on one lucky sample, and it moved 4x between rounds
-    of one benchmark; B moves with it. Least squares was no better (three traced runs gave
-    intercepts of 0.10, 0.44 and -0.22 ms); the resistant line gave 0.19-0.24. The intercept
-    is kept between zero and the median cost of a small message (no message costs less
-    than the fixed part); with too few of either kind (a slow link sends only small ones)
-    the least cost of a small message stands."""
-
-    _ENOUGH_SMALL, _ENOUGH_LARGE = 8, 16
-
-    def __init__(self, small_bytes: int) -> None:
-        self._small_bytes = small_bytes
-        # (bytes, cost) of small and of larger messages, each kept sorted: medians are lookups
-        self._small = (_Samples(), _Samples())
-        self._large = (_Samples(), _Samples())
-        self._least = _WindowMin()  # cost of a small message
-
-    def append(self, t: float, nbytes: int, cost: float) -> None:
-        by_bytes, by_cost = self._small if nbytes <= self._small_bytes else self._large
-        by_bytes.append(t, nbytes)
-        by_cost.append(t, cost)
-        if nbytes <= self._small_bytes:
-            self._least.append(t, cost)
-
-    def expire(self, now: float, window: float) -> None:
-        for samples in (*self._small, *self._large):
-            samples.expire(now, window)
-        self._least.expire(now, window)
-
-    def value(self) -> float:
-        (b1, c1), (b2, c2) = self._small, self._large
-        if len(b1) < self._ENOUGH_SMALL or len(b2) < self._ENOUGH_LARGE:
-            return self._least.value()
-        x1, y1, x2, y2 = b1.median(), c1.median(), b2.median(), c2.median()
-        intercept = y1 - (y2 - y1) / (x2 - x1) * x1
-        return min(max(intercept, 0.0), y1)
 
 
 @dataclass(frozen=True)
@@ -194,7 +143,7 @@ class LinkStats:
     acked_bytes: int
     acked_messages: int
     service_s: float  # smoothed time the destination spends on a message
-    per_message_s: float  # fixed cost of one message (send call or the destination's part), see _CostLine
+    per_message_s: float  # fixed cost of one message (send call or the destination's part), windowed min
     rtt_stale: bool = False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
     receiver_share: float = 0.0  # smoothed share of a round trip the destination was busy
 
@@ -246,7 +195,7 @@ class LinkMonitor:
         self._rtts = _WindowMin()  # network round trips of quiet samples (only their least is read)
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
-        self._costs = _CostLine(2 * small_bytes)  # the send call or the destination's part
+        self._costs = _WindowMin()  # the send call or the destination's part, per small message
         self._qdelay = 0.0
         self._receiver_share = 0.0
         self._busy: float | None = None  # the destination's busy total, last reported
@@ -315,8 +264,8 @@ class LinkMonitor:
             self._quiet_t = now
         # Probes carry no data and cost the destination nothing; the first message pays for
         # Ray's first call to the actor (0.8-1.4 ms against 0.5-0.9 for a drain after it).
-        if s.logical and self._acked_messages > 1:
-            self._costs.append(now, s.nbytes, max(s.submit_s, fixed_s))
+        if small and s.logical and self._acked_messages > 1:
+            self._costs.append(now, max(s.submit_s, fixed_s))
         self._expire(now)
         excess = rtt - self.min_rtt
         if not s.ahead and s.nbytes >= _PATH_MIN_BYTES and excess - s.submit_s > 1e-4:
