@@ -74,6 +74,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -544,6 +545,8 @@ def main() -> int:
     if args.drive:
         drive(json.loads(args.drive))
         return 0
+    # A kill (`timeout`, a CI cancel) unwinds like Ctrl-C: the bed's `with` tears it down.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     from _common import machine
 
@@ -700,4 +703,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("fusion benchmark: interrupted; its test bed is torn down", file=sys.stderr)
+        raise SystemExit(130) from None
