@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -46,3 +49,17 @@ def cpu_seconds(pid: int | str) -> float:
     OSError once it is gone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_benchmark(main: Callable[[], int], name: str) -> None:
+    """Exit with ``main()``'s status. A kill (SIGTERM: ``timeout``, a CI cancel) unwinds like
+    Ctrl-C (the test bed does the same inside its ``with`` block, where Ray may have put in
+    a handler of its own), so temp dirs and beds are removed, and the run ends with one
+    line saying it was interrupted, status 130."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; its test bed is torn down", file=sys.stderr)
+        code = 130
+    raise SystemExit(code)

@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import run_benchmark  # noqa: E402
+
 MODES = {"off": {"fusion": False, "compression": "off"}, "on": {}}
 PHOTOS = ["coffee", "chelsea", "rocket", "astronaut", "hubble", "motorcycle", "camera", "coins", "ihc", "retina"]
 
@@ -124,4 +126,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main, "cluster benchmark")

@@ -74,7 +74,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -89,7 +88,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_seconds
+from _common import cpu_seconds, run_benchmark
 from deploy.netbed import DELAY_LINE
 from vifusion.fusion.buffer import FRAME_BYTES
 from vifusion.runtime import RAY_TUNED
@@ -545,8 +544,6 @@ def main() -> int:
     if args.drive:
         drive(json.loads(args.drive))
         return 0
-    # A kill (`timeout`, a CI cancel) unwinds like Ctrl-C: the bed's `with` tears it down.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     from _common import machine
 
@@ -703,8 +700,4 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:
-        print("fusion benchmark: interrupted; its test bed is torn down", file=sys.stderr)
-        raise SystemExit(130) from None
+    run_benchmark(main, "fusion benchmark")

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_seconds  # noqa: E402
+from _common import cpu_seconds, run_benchmark  # noqa: E402
 from vifusion.runtime import tune_ray  # noqa: E402
 
 tune_ray()  # before Ray starts: the inline limit ViFusion runs with
@@ -185,4 +185,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_benchmark(main, "ray_calls benchmark")

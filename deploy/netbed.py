@@ -52,7 +52,7 @@ From a shell::
     RAY_AUTH_MODE=token ip netns exec vfnb0-h0 python driver.py   # as `up` prints it
     python deploy/netbed.py down --prefix vfnb   # leftovers of a crashed run
 
-`down()` (also on leaving the `with` block, exception or not) kills every process in the
+`down()` (also on leaving the `with` block, exception, Ctrl-C or SIGTERM) kills every process in the
 bed's namespaces, Ray's daemons included, stops the delay line, deletes the namespaces (and
 with them every device) and the temp dir. Needs root, `ip`, `tc` and, for delays, /dev/net/tun.
 """
@@ -68,6 +68,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,6 +236,8 @@ class NetBed:
         self._dev = "tun0" if delay_ms > 0 else "eth0"  # each host's link device
         self._owned = False  # the bed name is ours: down() may remove what carries it
         self._ray_env: dict[str, str] = {}  # what every process needs to join the bed's Ray
+        self._sigterm_set = False  # the `with` put in its SIGTERM handler in place of:
+        self._sigterm: object = None  # the one before (None: set outside Python)
 
     # -- building -------------------------------------------------------------------------
 
@@ -414,10 +417,21 @@ class NetBed:
         self._owned = False
 
     def __enter__(self) -> Self:
+        # A kill (SIGTERM: `timeout`, a CI cancel) unwinds the block like Ctrl-C, so the bed
+        # comes down with it. Set here, not once at start: ray.init() in this process puts
+        # in a SIGTERM handler of Ray's own, after which a kill skips every `finally`.
+        if threading.current_thread() is threading.main_thread():
+            self._sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
+            self._sigterm_set = True
         return self.up()
 
     def __exit__(self, *exc_info: object) -> None:
-        self.down()
+        try:
+            self.down()
+        finally:
+            if self._sigterm_set:
+                signal.signal(signal.SIGTERM, self._sigterm or signal.SIG_DFL)
+                self._sigterm_set = False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -442,9 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     if reason := available(delay=args.delay_ms > 0):
         print(reason, file=sys.stderr)
         return 1
-    # Tear down on Ctrl-C even when started in the background (which ignores SIGINT), and on kill.
+    # Tear down on Ctrl-C even when started in the background (which ignores SIGINT); the
+    # `with` does so on a kill.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with NetBed(args.hosts, args.rate, args.delay_ms, args.mtu, args.prefix) as bed:
         for host in bed.hosts:
             print(f"{host.name}  {host.ip}  resource {host.resource}")

@@ -225,3 +225,38 @@ def test_down_leaves_nothing_even_after_an_exception(tmp_path):
         assert wait_for(lambda: len(live_in(ids)) == 1)  # the server
         raise RuntimeError("boom")
     assert namespaces(name) == [] and live_in(ids) == []
+
+
+KILLED_IN_BED = r'''
+import subprocess, sys, time
+import ray
+from deploy.netbed import NetBed
+# Ray's driver puts in a SIGTERM handler of its own, which skips `finally` blocks.
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.shutdown()
+with NetBed(hosts=2, rate="1gbit") as bed:
+    bed.exec(1, ["sleep", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(bed.bed, flush=True)
+    time.sleep(600)
+'''
+
+
+def test_a_kill_tears_the_bed_down_even_in_a_process_that_ran_ray(tmp_path):
+    """`timeout` or a CI cancel sends SIGTERM: the bed must not outlive its process."""
+    needs(delay=False)
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_IN_BED)
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        name = proc.stdout.readline().strip()
+        assert name, proc.communicate(timeout=30)[1][-2000:]
+        ids = ns_ids(name)
+        assert wait_for(lambda: len(live_in(ids)) == 1)  # the sleeper
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert namespaces(name) == [] and live_in(ids) == []
