@@ -52,9 +52,10 @@ From a shell::
     RAY_AUTH_MODE=token ip netns exec vfnb0-h0 python driver.py   # as `up` prints it
     python deploy/netbed.py down --prefix vfnb   # leftovers of a crashed run
 
-`down()` (also on leaving the `with` block, exception, Ctrl-C or SIGTERM) kills every process in the
-bed's namespaces, Ray's daemons included, stops the delay line, deletes the namespaces (and
-with them every device) and the temp dir. Needs root, `ip`, `tc` and, for delays, /dev/net/tun.
+`down()` (also on leaving the `with` block: exception, Ctrl-C or SIGTERM) kills every
+process in the bed's namespaces, Ray's daemons included, stops the delay line, deletes the
+namespaces (and with them every device) and the temp dir. Needs root, `ip`, `tc` and, for
+delays, /dev/net/tun.
 """
 
 from __future__ import annotations
@@ -423,15 +424,22 @@ class NetBed:
         if threading.current_thread() is threading.main_thread():
             self._sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
             self._sigterm_set = True
-        return self.up()
+        try:
+            return self.up()
+        except BaseException:  # no __exit__ follows
+            self._restore_sigterm()
+            raise
 
     def __exit__(self, *exc_info: object) -> None:
         try:
             self.down()
         finally:
-            if self._sigterm_set:
-                signal.signal(signal.SIGTERM, self._sigterm or signal.SIG_DFL)
-                self._sigterm_set = False
+            self._restore_sigterm()
+
+    def _restore_sigterm(self) -> None:
+        if self._sigterm_set:
+            signal.signal(signal.SIGTERM, self._sigterm or signal.SIG_DFL)
+            self._sigterm_set = False
 
 
 def main(argv: list[str] | None = None) -> int:
