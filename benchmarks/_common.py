@@ -60,6 +60,6 @@ def run_benchmark(main: Callable[[], int], name: str) -> None:
     try:
         code = main()
     except KeyboardInterrupt:
-        print(f"{name}: interrupted; its test bed is torn down", file=sys.stderr)
+        print(f"{name}: interrupted; what it had set up is torn down", file=sys.stderr)
         code = 130
     raise SystemExit(code)
