@@ -64,6 +64,73 @@ def test_a_flipped_byte_in_the_tail_record_is_a_torn_tail(tmp_path: Path) -> Non
     assert [seq for seq, _ in replay(tmp_path, 0)] == [1]
 
 
+def _record_offsets(segment: Path) -> list[int]:
+    """The byte offset of each record in a whole segment."""
+    data = segment.read_bytes()
+    offsets, pos = [], 8  # after the segment header
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 16 + int.from_bytes(data[pos : pos + 4], "little")
+    return offsets
+
+
+@pytest.mark.parametrize("where", [0, 4, 8, 16, 60])  # length, crc, seq, payload type, payload
+def test_damage_with_whole_records_after_it_is_an_error_even_in_the_last_segment(tmp_path: Path, where: int) -> None:
+    """Five acknowledged records, one byte flipped in the first: not a torn tail. Replay and
+    the writer both stop naming the file and the byte, and the file is left as it was
+    (cutting it would drop four acknowledged records and hand their seqs out again)."""
+    _fill(tmp_path, 5)
+    seg = next(tmp_path.glob("*.log"))
+    first = _record_offsets(seg)[0]
+    data = bytearray(seg.read_bytes())
+    data[first + where] ^= 0x01
+    seg.write_bytes(bytes(data))
+    said = rf"{seg}: damaged record at byte {first}, and a whole record \(seq 2\) after it at byte \d+"
+    with pytest.raises(LogCorrupt, match=said):
+        list(replay(tmp_path, 0))
+    with pytest.raises(LogCorrupt, match=said):
+        WriteAheadLog(tmp_path)
+    assert seg.read_bytes() == bytes(data)
+
+
+def test_damage_in_the_middle_of_the_last_segment_names_the_next_whole_record(tmp_path: Path) -> None:
+    _fill(tmp_path, 5)
+    seg = next(tmp_path.glob("*.log"))
+    offsets = _record_offsets(seg)
+    data = bytearray(seg.read_bytes())
+    data[offsets[1] + 100] ^= 0xFF  # in the second record's features
+    seg.write_bytes(bytes(data))
+    with pytest.raises(LogCorrupt, match=rf"damaged record at byte {offsets[1]}, and a whole record "
+                                         rf"\(seq 3\) after it at byte {offsets[2]}"):
+        WriteAheadLog(tmp_path)
+
+
+def test_a_flipped_byte_in_the_last_of_five_records_is_a_torn_tail(tmp_path: Path) -> None:
+    _fill(tmp_path, 5)
+    seg = next(tmp_path.glob("*.log"))
+    last = _record_offsets(seg)[-1]
+    data = bytearray(seg.read_bytes())
+    data[last + 30] ^= 0x01
+    seg.write_bytes(bytes(data))
+    assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4]
+    log = WriteAheadLog(tmp_path)
+    assert log.last_seq == 4 and seg.stat().st_size == last
+    assert log.append(Delete(9)) == 5
+    assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4, 5]
+
+
+def test_a_last_record_half_written_then_zeros_is_a_torn_tail(tmp_path: Path) -> None:
+    """A crash can leave the file longer than what reached it, the rest read as zeros."""
+    _fill(tmp_path, 5)
+    seg = next(tmp_path.glob("*.log"))
+    last = _record_offsets(seg)[-1]
+    data = bytearray(seg.read_bytes())
+    data[last + 20 :] = bytes(len(data) - last - 20 + 4096)
+    seg.write_bytes(bytes(data))
+    assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4]
+    assert WriteAheadLog(tmp_path).last_seq == 4 and seg.stat().st_size == last
+
+
 def test_damage_before_the_tail_is_an_error_not_a_silent_loss(tmp_path: Path) -> None:
     log = WriteAheadLog(tmp_path)
     log.append(make_batch(1, 3))

@@ -16,7 +16,9 @@ records after it, and ``drop_through`` deletes segments a snapshot made redundan
 
 Limits: one writer per directory (the shard's primary replica; readers only ``replay``).
 A record torn by a crash at the end of the last segment is detected by its length or CRC
-and cut off; damage anywhere else is reported as an error, never silently skipped.
+and cut off. Damage anywhere else is reported as an error (file and byte), never skipped:
+in the last segment too, when a whole record follows the damaged one (a torn tail has
+nothing valid after it; cutting there would drop acknowledged records and reuse their seqs).
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def _segments(directory: Path) -> list[tuple[int, Path]]:
 
 def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]:
     """The records of one segment and the byte offset after the last whole one.
-    A damaged record ends the segment if it is the last segment (a torn tail)."""
+    A damaged record ends the segment if it is the last segment and no whole record
+    follows it (a torn tail)."""
     data = path.read_bytes()
     if len(data) < len(_MAGIC):
         if last:
@@ -125,11 +128,41 @@ def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]
                 bad = _crc(seq, payload) != crc
         if bad:
             if last:
-                break
+                prev = records[-1][0] if records else int(path.stem) - 1
+                later = _next_record(data, pos + 1, prev)
+                if later is None:
+                    break
+                raise LogCorrupt(f"{path}: damaged record at byte {pos}, and a whole record "
+                                 f"(seq {later[1]}) after it at byte {later[0]}: not a torn tail")
             raise LogCorrupt(f"{path}: damaged record at byte {pos}")
         records.append((seq, payload))
         pos = end
     return records, pos
+
+
+def _next_record(data: bytes, start: int, prev: int) -> tuple[int, int] | None:
+    """The first whole record at or after byte ``start`` as (offset, seq), or None.
+
+    Records carry no sync marker, so every offset is a candidate: its seq must come after
+    ``prev`` (seqs rise by one per record, so by no more than the records that fit), its
+    length must fit, and its CRC must match (a chance match of all three: ~2^-32 per
+    candidate that passes the seq test). The seq test is done for all offsets at once."""
+    top = prev + (len(data) - start) // _HEAD.size + 1
+    seq_at = start + 8  # the seq field of a header at ``start``
+    found = []
+    for k in range(8):  # every offset = 8 interleaved runs of aligned u64
+        count = (len(data) - seq_at - k) // 8
+        if count <= 0:
+            continue
+        seqs = np.frombuffer(data, "<u8", count, seq_at + k)
+        hits = np.flatnonzero((seqs > prev) & (seqs <= top))
+        found.extend((start + k + 8 * hits).tolist())
+    for pos in sorted(found):
+        length, crc, seq = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + length
+        if end <= len(data) and _crc(seq, data[pos + _HEAD.size : end]) == crc:
+            return pos, seq
+    return None
 
 
 def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
