@@ -140,7 +140,9 @@ def cmd_serve(cfg: Config, host: str, port: int) -> int:
 
 
 def cmd_check(cfg: Config, fix: bool) -> int:
-    from vifusion.check import find_drift, repair
+    from ray.exceptions import RayActorError
+
+    from vifusion.check import find_drift, find_leftovers, remove_leftovers, repair
     from vifusion.runtime import DataDirBusy, Runtime
 
     try:
@@ -148,19 +150,27 @@ def cmd_check(cfg: Config, fix: bool) -> int:
     except (DataDirBusy, ValueError, StorageError) as e:
         print(f"vifusion check: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except RayActorError as e:  # a shard refused to start (a damaged log or snapshot): its reason, not Ray's
+        print(f"vifusion check: a shard cannot start: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
+        return EXIT_FAILED
     with rt:
         drift = find_drift(rt.catalog, rt.shards)
+        leftovers = find_leftovers(cfg.data_dir, rt.catalog)
         ready = len(rt.catalog.ready_ids())
         for d in drift:
             print(f"{d.kind:9} video {d.video_id}: {d.detail}")
-        if drift and fix:
+        for item in leftovers:
+            print(f"leftover  {item.path.relative_to(cfg.data_dir)}: {item.detail}")
+        found = len(drift) + len(leftovers)
+        if found and fix:
             repair(drift, rt.catalog, rt.shards)
-            left = find_drift(rt.catalog, rt.shards)
-            print(f"repaired {len(drift)} problem(s); {len(left)} left"
+            remove_leftovers(leftovers)
+            left = len(find_drift(rt.catalog, rt.shards)) + len(find_leftovers(cfg.data_dir, rt.catalog))
+            print(f"repaired {found} problem(s); {left} left"
                   + ("; queued videos are indexed again when the service starts" if any(d.kind == "missing" for d in drift) else ""))
             return EXIT_FAILED if left else EXIT_OK
-    if not drift:
-        print(f"consistent: {ready} ready video(s), every one in its shard, nothing else there")
+    if not found:
+        print(f"consistent: {ready} ready video(s), every one in its shard, nothing else there; no leftover files")
         return EXIT_OK
-    print(f"{len(drift)} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
+    print(f"{found} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
     return EXIT_FAILED

@@ -9,6 +9,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -34,6 +35,42 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(directory: Path) -> None:
+    """``mkdir -p`` whose new folders survive a crash: each one's parent is fsynced."""
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        d.mkdir(exist_ok=True)
+        fsync_dir(d.parent)
+
+
+# The name a file is written under until it is whole (see ``whole_file``). Stored names never
+# begin with a dot, so nothing else carries it: `vifusion check` removes what a crash left.
+TEMP_PREFIX = ".part-"
+
+
+@contextlib.contextmanager
+def whole_file(dest: Path) -> Iterator[BinaryIO]:
+    """A file to write ``dest`` through: written under a temp name beside it, fsynced,
+    renamed to ``dest`` and the rename fsynced when the block ends. So once the block has
+    returned, ``dest`` is on disk whole, and a crash or error before that leaves ``dest`` as it
+    was (an error also removes the temp file; a crash leaves it, for `vifusion check`)."""
+    tmp = dest.with_name(TEMP_PREFIX + dest.name)
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(dest.parent)
 
 
 def storage_reason(e: BaseException) -> str | None:

@@ -1,4 +1,4 @@
-"""`vifusion check`: do the catalog and the shards agree?
+"""`vifusion check`: do the catalog and the shards agree, and is anything left over?
 
 Drift it finds (after a crash, a lost disk, a hand-edited data dir):
 
@@ -10,16 +10,36 @@ Drift it finds (after a crash, a lost disk, a hand-edited data dir):
 - ``misplaced``: vectors in a shard other than the one the video routes to, where no search
   for it would look. Repair: deleted there (and the video re-queued when that leaves it
   with none).
+
+And files under the data dir that nothing will use again (``leftover``). Repair: removed.
+
+- a stored media folder no catalog row names: its video was deleted (and the crash came
+  before its files went), or the crash came between storing an upload and writing its row;
+- the stored media of a failed video: failed is final (no job runs it again), so nothing
+  reads it but a download of the failed video's file, which then answers 404;
+- a temp file a crash left mid-write (named ``TEMP_PREFIX`` + the file's name).
+
+Only media the service stored (``DATA_DIR/media/<32 hex>/``) is judged: ``file://`` videos,
+read where they are, are never touched. The data dir must be quiet (the CLI holds its
+writer lock): a running service has uploads in flight under temp names, before their rows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
-from vifusion.catalog import Catalog
+from vifusion._files import TEMP_PREFIX
+from vifusion.catalog import Catalog, Video
 from vifusion.index import ShardSet, shard_for
+
+_STORED = re.compile(r"[0-9a-f]{32}")  # a media folder's name: the uuid new_media_path gave it
 
 
 @dataclass(frozen=True)
@@ -60,3 +80,48 @@ def repair(drift: list[Drift], catalog: Catalog, shards: ShardSet) -> None:
             ray.get(shards.handles[d.shard].delete_video.remote(d.video_id))
         else:
             catalog.requeue(d.video_id, f"re-indexing: {d.detail}")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    path: Path  # a file or a whole folder
+    detail: str
+
+
+def find_leftovers(data_dir: Path, catalog: Catalog) -> list[Leftover]:
+    """Every file under the data dir that nothing will use again (see the module's docstring)."""
+    owner: dict[str, Video] = {}  # media folder name -> the video whose file it holds
+    for v in _all_videos(catalog):
+        if v.media and Path(v.media).parent.parent.name == "media":
+            owner[Path(v.media).parent.name] = v
+    out = []
+    media = data_dir / "media"
+    for folder in sorted(media.iterdir()) if media.is_dir() else []:
+        if not (folder.is_dir() and _STORED.fullmatch(folder.name)):
+            continue  # not a folder the service made: not for check to judge
+        v = owner.get(folder.name)
+        if v is None:
+            out.append(Leftover(folder, "stored media no video in the catalog names"))
+        elif v.status == "failed":
+            out.append(Leftover(folder, f"stored media of video {v.id}, which failed"))
+        else:
+            out.extend(Leftover(p, f"a temp file a crash left (video {v.id})")
+                       for p in sorted(folder.glob(TEMP_PREFIX + "*")))
+    return out
+
+
+def remove_leftovers(leftovers: list[Leftover]) -> None:
+    """Remove each leftover; one that cannot be removed stays (a second look reports it)."""
+    for item in leftovers:
+        with contextlib.suppress(OSError):
+            if item.path.is_dir():
+                shutil.rmtree(item.path)
+            else:
+                item.path.unlink()
+
+
+def _all_videos(catalog: Catalog) -> Iterator[Video]:
+    after = 0
+    while page := catalog.list_videos(1000, after):
+        yield from page
+        after = page[-1].id

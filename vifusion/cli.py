@@ -45,8 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--ingest-root", type=Path, action="append", metavar="DIR",
                     help="a folder file:// uris may name (repeat for more); default: none")
 
-    ck = sub.add_parser("check", parents=[common], help="do the catalog and the shards agree? (--repair fixes drift)")
-    ck.add_argument("--repair", action="store_true", help="delete stray vectors, queue lost videos again")
+    ck = sub.add_parser("check", parents=[common],
+                        help="do the catalog and the shards agree? any leftover files? (--repair fixes both)")
+    ck.add_argument("--repair", action="store_true",
+                    help="delete stray vectors, queue lost videos again, remove leftover media and temp files")
 
     sub.add_parser("demo", parents=[common], help="make sample videos, index them, run example queries")
     return p

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
+from vifusion._files import make_dirs, whole_file
 from vifusion.config import Config
 
 
@@ -89,7 +90,7 @@ def new_media_path(cfg: Config, filename: str | None) -> Path:
     if not Path(name).suffix or not Path(name).stem:
         name = (name or "video") + ".bin"
     folder = cfg.data_dir / "media" / uuid.uuid4().hex
-    folder.mkdir(parents=True)
+    make_dirs(folder)
     return folder / name
 
 
@@ -106,10 +107,12 @@ def url_filename(url: str) -> str:
 
 def save_capped(chunks: Iterable[bytes], dest: Path, limit: int, what: str) -> tuple[str, int]:
     """Write ``chunks`` to ``dest``, refusing (413) past ``limit`` bytes; return the
-    content's (sha256 hex, size), hashed on the way so the file is not read again."""
+    content's (sha256 hex, size), hashed on the way so the file is not read again.
+    On return ``dest`` is on disk whole (fsynced; ``whole_file``): only then may the upload
+    be acknowledged or the fetched file indexed."""
     h = hashlib.sha256()
     size = 0
-    with open(dest, "wb") as f:
+    with whole_file(dest) as f:
         for chunk in chunks:
             size += len(chunk)
             if size > limit:
