@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import ray
 
+from tests.comm._proxy import Proxy, read_to_close
 from tests.index._helpers import make_batch
 from vifusion._files import StorageError
 from vifusion.comm import Transport, WireBatch, wire
@@ -73,15 +74,72 @@ def test_a_malformed_batch_fails_alone_and_the_stream_goes_on(replica):
 
 def test_a_request_announcing_too_much_closes_the_connection(replica):
     (host, port), secret = ray.get(replica.stream_address.remote())
-    conn = wire.open_connection(socket.AF_INET, (host, port), secret, timeout=10)
+    channel = wire.open_connection(socket.AF_INET, (host, port), secret, timeout=10)
     # a batch of two arrays, the second announcing 2**40 float32s: never allocated
-    conn.sendall(b"VFS1" + bytes([0]) + (1).to_bytes(4, "little") + bytes([2, 4, 0]) + (0).to_bytes(2, "little")
-                 + b"fp32" + b"<i8\0" + bytes([1]) + (1).to_bytes(8, "little")
-                 + b"<f4\0" + bytes([1]) + (1 << 40).to_bytes(8, "little"))
-    conn.settimeout(10)
-    assert conn.recv(1) == b""  # closed, no reply
-    conn.close()
-    assert ray.get(replica.stats.remote())["vectors"] == {"visual": 0, "semantic": 0}
+    channel.send([b"VFS1" + bytes([0]) + (1).to_bytes(4, "little") + bytes([2, 4, 0]) + (0).to_bytes(2, "little")
+                  + b"fp32" + b"<i8\0" + bytes([1]) + (1).to_bytes(8, "little")
+                  + b"<f4\0" + bytes([1]) + (1 << 40).to_bytes(8, "little")])
+    channel.conn.settimeout(10)
+    assert read_to_close(channel.conn) == b""  # closed, no reply
+    channel.close()
+    assert not any(ray.get(replica.stats.remote())["vectors"].values())  # in no space
+
+
+def recording_server() -> tuple[StreamServer, list[str]]:
+    """A stream server whose shard only notes the batch ids it applies, in order."""
+    staged: list[str] = []
+
+    def stage(batch):
+        staged.append(batch.batch_id)
+        n = len(staged)
+        return lambda: (n, 0.001, 0.001, 0.001)
+
+    return StreamServer(stage, lambda: (0, 0.0, 0.0, 0.0), "127.0.0.1"), staged
+
+
+HANDSHAKE = wire.NONCE_BYTES + wire.TAG_BYTES  # what each end writes before its first message
+
+
+def test_a_recorded_connection_replayed_is_refused_and_applies_nothing():
+    server, staged = recording_server()
+    proxy = Proxy(socket.AF_INET, server.address)
+    stream = ShardStream(proxy.address, server.secret)
+    batch = encoded(make_batch(20, 3))
+    assert stream.send(batch).result(30)[0] == 1
+    stream.close()
+    with socket.create_connection(server.address, timeout=30) as s:  # all the client wrote, again
+        s.sendall(proxy.sent[0])
+        read_to_close(s)  # the server's new nonce makes the recorded proof worthless
+    assert staged == [batch.batch_id]
+    proxy.close()
+    server.close()
+
+
+def test_a_batch_altered_on_the_way_is_refused_and_never_applied():
+    server, staged = recording_server()
+    proxy = Proxy(socket.AF_INET, server.address, flip_up=HANDSHAKE + 50_000)  # a byte of the features
+    stream = ShardStream(proxy.address, server.secret)
+    with pytest.raises(StreamLost, match="shard closed the stream"):
+        stream.send(encoded(make_batch(21, 30))).result(30)  # the transport sends it again by actor call
+    assert stream.closed
+    assert staged == []
+    proxy.close()
+    server.close()
+
+
+def test_an_acknowledgement_altered_on_the_way_is_not_believed():
+    """A man in the middle cannot acknowledge a batch for the shard: the batch fails as
+    lost (the transport sends it again by actor call; the shard ignores a batch id it has seen)."""
+    server, staged = recording_server()
+    proxy = Proxy(socket.AF_INET, server.address, flip_down=HANDSHAKE + 1)  # the vectors held, in the first ack
+    stream = ShardStream(proxy.address, server.secret)
+    batch = encoded(make_batch(22, 3))
+    with pytest.raises(StreamLost, match="failed its authentication"):
+        stream.send(batch).result(30)
+    assert stream.closed
+    assert staged == [batch.batch_id]
+    proxy.close()
+    server.close()
 
 
 def test_a_full_disk_reaches_the_sender_as_a_storage_error(ray_session):

@@ -1,5 +1,6 @@
 """An extractor's hand-over to a real node aggregator actor through its local socket."""
 
+import os
 import socket
 import threading
 import time
@@ -8,9 +9,12 @@ import numpy as np
 import pytest
 import ray
 
+from tests.comm._proxy import Proxy, read_to_close
 from tests.fusion._frames import frames
+from vifusion.comm import wire
 from vifusion.config import Config
 from vifusion.fusion import Aggregator, AggregatorLost, Handoff
+from vifusion.fusion.handoff import HandoffServer
 from vifusion.index.replica import ShardReplica
 from vifusion.types import FusedBatch
 
@@ -90,33 +94,78 @@ def test_the_socket_lets_in_only_who_holds_the_secret(tmp_path, shard):
     assert address.startswith("\0")  # abstract: no file to find, seen only in this network namespace
     handoff = Handoff(agg)
     hand_over(handoff, frames(60, 4))
-    request = handoff_request(frames(61, 4))
     for wrong in (bytes(len(secret)), secret[:-1] + bytes([secret[-1] ^ 1])):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(address)
-            s.sendall(wrong + request)
-            s.settimeout(10)
-            assert closed(s)  # without a word
+        with pytest.raises(ConnectionRefusedError, match="secret was refused"):
+            wire.open_connection(socket.AF_UNIX, address, wrong, timeout=10)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:  # says nothing at all
         s.connect(address)
         s.settimeout(30)
-        assert closed(s)  # after the aggregator's wait for the secret, not never
+        read_to_close(s)  # after the handshake's deadline, not never
     assert ray.get(agg.stats.remote())["rows_in"] == 4  # only the rows of the one who knew it
 
 
-def closed(s: socket.socket) -> bool:
-    try:
-        return s.recv(64) == b""
-    except ConnectionResetError:  # closed with the request unread
-        return True
+@ray.remote(num_cpus=0)
+class Door:
+    """Where an extractor asks for its aggregator's socket; this one names a proxy in front of it."""
+
+    def __init__(self, address: str, secret: bytes) -> None:
+        self._address = address, secret
+
+    def handoff_address(self) -> tuple[str, bytes]:
+        return self._address
 
 
-def handoff_request(batch: FusedBatch) -> bytes:
-    """A well-formed hand-over of ``batch``, as a client writes it."""
-    from vifusion.fusion import handoff as h
+def behind_a_proxy(**flips) -> tuple[HandoffServer, Proxy, Handoff, list[str]]:
+    """A hand-over server, a proxy in front of it (``flips``: ``Proxy``'s), an extractor's
+    end that goes through the proxy, and the batch ids the server took."""
+    took: list[str] = []
 
-    head = h._HEAD.pack(h._MAGIC, 0, len(batch), batch.features.shape[1], False, time.time(), 0)
-    return head + batch.ids.tobytes() + batch.times.tobytes() + batch.features.tobytes()
+    def submit(shard_no: int, batch: FusedBatch, extracted: float, urgent: bool) -> str:
+        took.append(batch.batch_id)
+        return "instance"
+
+    server = HandoffServer(submit, f"test-{os.urandom(6).hex()}")
+    proxy = Proxy(socket.AF_UNIX, server.address, **flips)
+    return server, proxy, Handoff(Door.remote(proxy.address, server.secret)), took
+
+
+HANDSHAKE = wire.NONCE_BYTES + wire.TAG_BYTES  # what each end writes before its first message
+
+
+def test_a_recorded_handover_replayed_is_refused_and_taken_once(ray_session):
+    server, proxy, handoff, took = behind_a_proxy()
+    batch = frames(90, 4)
+    assert handoff.submit(0, batch, time.time()).result(30) == "instance"
+    handoff.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:  # all the extractor wrote, again
+        s.connect(server.address)
+        s.settimeout(30)
+        s.sendall(proxy.sent[0])
+        read_to_close(s)  # the server's new nonce makes the recorded proof worthless
+    assert took == [batch.batch_id]
+    proxy.close()
+    server.close()
+
+
+def test_a_handover_altered_on_the_way_is_never_taken(ray_session):
+    server, proxy, handoff, took = behind_a_proxy(flip_up=HANDSHAKE + 5_000)  # a byte of the features
+    with pytest.raises(AggregatorLost, match="closed"):
+        handoff.submit(0, frames(91, 16), time.time()).result(30)
+    assert took == []
+    handoff.close()
+    proxy.close()
+    server.close()
+
+
+def test_a_reply_altered_on_the_way_is_not_believed(ray_session):
+    server, proxy, handoff, took = behind_a_proxy(flip_down=HANDSHAKE)  # the status: "bad input"
+    batch = frames(92, 4)
+    with pytest.raises(AggregatorLost, match="failed its authentication"):
+        handoff.submit(0, batch, time.time()).result(30)
+    assert took == [batch.batch_id]  # taken, but the extractor cannot tell: it sees the aggregator lost
+    handoff.close()
+    proxy.close()
+    server.close()
 
 
 def test_a_restarted_aggregator_fails_the_handover_in_flight_and_is_noticed(tmp_path, shard):

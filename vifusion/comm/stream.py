@@ -8,7 +8,10 @@ arrays the shard decodes), one connection per (sender, shard), the batches in or
 acknowledged with what ``ShardReplica.receive`` returns over Ray, once it is in the log.
 
 The address and a per-replica secret come from the replica by an actor call, which Ray's
-token authenticates; a connection without the secret is closed. Nothing is lost where the
+token authenticates; both ends prove the secret on connecting and every batch and
+acknowledgement carries a tag under a key of that connection (``wire.py``), so a connection
+without the secret is closed, and so is one where a message was altered, injected or
+replayed, before the batch is applied or the acknowledgement believed. Nothing is lost where the
 stream fails: a connection that closes fails the batches in flight on it with
 ``StreamLost``, and a batch naming tables the shard does not hold yet fails with
 ``TablesUnknown``; the transport sends those again by actor call, which Ray retries until
@@ -82,14 +85,14 @@ class StreamServer:
     def close(self) -> None:
         self._server.close()
 
-    def _serve(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def _serve(self, channel: wire.Channel) -> None:
+        channel.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # For the reply thread, in order: a batch's commit, a probe, or why a batch failed.
         replies: queue.Queue = queue.Queue(_STAGED)
-        replier = threading.Thread(target=self._reply, args=(conn, replies), name="shard-stream-reply", daemon=True)
+        replier = threading.Thread(target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True)
         replier.start()
         try:
-            while (request := _read_request(conn)) is not None:
+            while (request := _read_request(channel)) is not None:
                 if request is _PING:
                     replies.put(self._ping)
                     continue
@@ -102,7 +105,7 @@ class StreamServer:
             replier.join()
 
     @staticmethod
-    def _reply(conn: socket.socket, replies: queue.Queue) -> None:
+    def _reply(channel: wire.Channel, replies: queue.Queue) -> None:
         while (item := replies.get()) is not None:
             ack, status, text = _NO_ACK, _OK, ""
             try:
@@ -113,7 +116,7 @@ class StreamServer:
                 status, text = _status(e)
             data = text.encode()
             try:
-                conn.sendall(_REPLY.pack(status, *ack, len(data)) + data)
+                channel.send([_REPLY.pack(status, *ack, len(data)), data])
             except OSError:
                 break
         while item is not None:  # the connection failed: drain, so the reader never blocks
@@ -144,7 +147,7 @@ class ShardStream:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()  # (message, future), None: stop
         self._awaiting: deque[Future] = deque()  # sent, in order
         self._lock = threading.Lock()
-        self._conn: socket.socket | None = None
+        self._channel: wire.Channel | None = None
         self.closed, self._why = False, ""
         threading.Thread(target=self._write, name="shard-stream-write", daemon=True).start()
 
@@ -168,17 +171,17 @@ class ShardStream:
 
     def _write(self) -> None:
         try:
-            conn = wire.open_connection(_family(self._address[0]), self._address, self._secret,
-                                        timeout=_CONNECT_TIMEOUT_S)
+            channel = wire.open_connection(_family(self._address[0]), self._address, self._secret,
+                                           timeout=_CONNECT_TIMEOUT_S)
         except OSError as e:
             self._fail(f"cannot open the shard stream to {self._address}: {e}")
             return
         with self._lock:
             if self.closed:
-                conn.close()
+                channel.close()
                 return
-            self._conn = conn
-        threading.Thread(target=self._read, args=(conn,), name="shard-stream-read", daemon=True).start()
+            self._channel = channel
+        threading.Thread(target=self._read, args=(channel,), name="shard-stream-read", daemon=True).start()
         while (item := self._outbox.get()) is not None:
             message, future = item
             try:
@@ -192,20 +195,23 @@ class ShardStream:
                     continue
                 self._awaiting.append(future)
             try:
-                wire.send_all(conn, parts)
+                channel.send(parts)
             except OSError as e:
                 self._fail(f"the shard stream failed under a send: {e}")
 
-    def _read(self, conn: socket.socket) -> None:
-        reply = bytearray(_REPLY.size)
+    def _read(self, channel: wire.Channel) -> None:
+        reply, why = bytearray(_REPLY.size), "the shard closed the stream"
         while True:
             try:
-                if not wire.read_into(conn, memoryview(reply)):
+                if not channel.read_into(memoryview(reply)):
                     break
                 status, n, service_s, fixed_s, busy_s, length = _REPLY.unpack(reply)
                 text = bytearray(length)
-                if not wire.read_into(conn, memoryview(text)):
+                if not channel.read_into(memoryview(text)) or not channel.check():
                     break
+            except wire.Forged as e:  # not the shard's acknowledgement
+                why = f"the shard stream closed: {e}"
+                break
             except OSError:
                 break
             with self._lock:
@@ -216,7 +222,7 @@ class ShardStream:
                 future.set_result((n, service_s, fixed_s, busy_s))
             else:
                 future.set_exception(_error(status, text.decode()))
-        self._fail("the shard closed the stream")
+        self._fail(why)
 
     def _fail(self, why: str) -> None:
         """The end of this stream: fail every batch sent or waiting to be."""
@@ -232,10 +238,10 @@ class ShardStream:
                     break
                 if item is not None:
                     failed.append(item[1])
-            if self._conn is not None:
+            if self._channel is not None:
                 # wakes the reader (and a writer blocked in a send); it fails nothing twice
                 with contextlib.suppress(OSError):
-                    self._conn.shutdown(socket.SHUT_RDWR)
+                    self._channel.conn.shutdown(socket.SHUT_RDWR)
             self._outbox.put(None)  # the writer stops
         for future in failed:
             if not future.done():
@@ -264,29 +270,30 @@ def _request(message: WireBatch | int) -> list:
     return parts
 
 
-def _read_request(conn: socket.socket) -> WireBatch | int | None:
-    """The next request on ``conn``: a batch, ``_PING``, or None where it closed (or sent
-    something malformed: the connection is then closed, and the sender told so)."""
+def _read_request(channel: wire.Channel) -> WireBatch | int | None:
+    """The next request on ``channel``: a batch, ``_PING``, or None where it closed (or sent
+    something malformed: the connection is then closed, and the sender told so). Raises
+    ``wire.Forged`` where it fails its tag: nothing of it is used."""
     head = bytearray(_HEAD.size)
-    if not wire.read_into(conn, memoryview(head)):
+    if not channel.read_into(memoryview(head)):
         return None
     magic, kind, rows, count, codec_len, version_len, id_len = _HEAD.unpack(head)
     if magic != _MAGIC or kind not in (_BATCH, _PING):
         log.warning("shard stream: a malformed request, connection closed")
         return None
     if kind == _PING:
-        return _PING
+        return _PING if channel.check() else None
     names = bytearray(codec_len + version_len + id_len)
-    if not wire.read_into(conn, memoryview(names)):
+    if not channel.read_into(memoryview(names)):
         return None
     shapes = []
     for _ in range(count):
         spec = bytearray(_ARRAY.size)
-        if not wire.read_into(conn, memoryview(spec)):
+        if not channel.read_into(memoryview(spec)):
             return None
         dtype, ndim = _ARRAY.unpack(spec)
         dims = bytearray(_DIM.size * ndim)
-        if ndim > _MAX_NDIM or not wire.read_into(conn, memoryview(dims)):
+        if ndim > _MAX_NDIM or not channel.read_into(memoryview(dims)):
             return None
         try:
             dtype = np.dtype(dtype.rstrip(b"\0").decode())
@@ -299,8 +306,10 @@ def _read_request(conn: socket.socket) -> WireBatch | int | None:
         return None
     arrays = [np.empty(s, t) for s, t in shapes]
     for a in arrays:
-        if a.nbytes and not wire.read_into(conn, memoryview(a).cast("B")):
+        if a.nbytes and not channel.read_into(memoryview(a).cast("B")):
             return None
+    if not channel.check():
+        return None
     try:
         codec, version, batch_id = (bytes(names[a:b]).decode() for a, b in
                                     ((0, codec_len), (codec_len, codec_len + version_len), (codec_len + version_len, None)))

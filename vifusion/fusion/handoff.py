@@ -10,8 +10,9 @@ straight into the arrays the aggregator keeps (``benchmarks/handoff.py`` measure
 ways).
 
 The socket's address and a per-instance secret come from the aggregator by an actor call,
-which Ray's token authenticates; a connection that does not open with the secret is closed,
-so the socket lets in no one the cluster would not. The reply carries the aggregator's
+which Ray's token authenticates; both ends prove the secret on connecting and every message
+carries a tag under a key of that connection (``comm/wire.py``), so the socket lets in no
+one the cluster would not, and a hand-over altered or replayed on it is never applied. The reply carries the aggregator's
 instance id as the actor call does, so a restart is noticed the same way; a connection that
 closes under a hand-over raises ``AggregatorLost``. Where the socket cannot be reached (not
 Linux, or the extractor on another host) the hand-over is an actor call as before.
@@ -65,9 +66,9 @@ class HandoffServer:
     def close(self) -> None:
         self._server.close()
 
-    def _serve(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
-        while (request := _read_request(conn)) is not None:
+    def _serve(self, channel: wire.Channel) -> None:
+        channel.conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
+        while (request := _read_request(channel)) is not None:
             shard_no, batch, extracted, urgent = request
             try:
                 status, text = _OK, self._submit(shard_no, batch, extracted, urgent)
@@ -77,7 +78,7 @@ class HandoffServer:
                 log.exception("hand-over")
                 status, text = _FAILED, f"{type(e).__name__}: {e}"
             try:
-                _reply(conn, status, text)
+                _reply(channel, status, text)
             except OSError:
                 return
 
@@ -92,14 +93,14 @@ class Handoff:
         self._aggregator = aggregator
         self._local = local
         self._unreachable = False  # the socket was out of reach: actor calls until ``reset``
-        self._conn: socket.socket | None = None
+        self._channel: wire.Channel | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="handoff")
         self._last: Future[str] | None = None
 
     @property
     def by_socket(self) -> bool:
         """Whether hand-overs travel through the aggregator's local socket (after one ``submit``)."""
-        return self._conn is not None
+        return self._channel is not None
 
     def submit(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool = False) -> Future[str]:
         if self._local and self._connect():
@@ -124,7 +125,7 @@ class Handoff:
         self._drop()
 
     def _connect(self) -> bool:
-        if self._conn is not None:
+        if self._channel is not None:
             return True
         if self._unreachable:
             return False
@@ -134,27 +135,27 @@ class Handoff:
             return False
         name, secret = address
         try:
-            conn = wire.open_connection(socket.AF_UNIX, name, secret)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER)
+            channel = wire.open_connection(socket.AF_UNIX, name, secret)
+            channel.conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER)
         except OSError as e:  # another host, or a restart under us: the actor call
             log.info("hand-over by actor call: the aggregator's socket is out of reach (%s)", e)
             self._unreachable = True
             return False
-        self._conn = conn
+        self._channel = channel
         return True
 
     def _send(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool) -> str:
         batch.check()  # here, as the aggregator would: the wire format trusts the shapes
         if len(batch) > MAX_ROWS:
             raise ValueError(f"a hand-over holds at most {MAX_ROWS} frames; got {len(batch)}")
-        conn = self._conn
-        if conn is None:  # an earlier hand-over lost the connection; its caller was told
+        channel = self._channel
+        if channel is None:  # an earlier hand-over lost the connection; its caller was told
             raise AggregatorLost("the node aggregator's connection closed")
         batch_id = batch.batch_id.encode()
         head = _HEAD.pack(_MAGIC, shard_no, len(batch), batch.features.shape[1], urgent, extracted, len(batch_id))
         try:
-            wire.send_all(conn, [head, batch_id, *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features))])
-            status, text = _read_reply(conn)
+            channel.send([head, batch_id, *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features))])
+            status, text = _read_reply(channel)
         except (OSError, AggregatorLost) as e:
             self._drop()
             raise AggregatorLost(f"the node aggregator's connection closed under a hand-over ({e})") from e
@@ -165,15 +166,16 @@ class Handoff:
         return text
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
 
-def _read_request(conn: socket.socket) -> tuple[int, FusedBatch, float, bool] | None:
-    """The next hand-over on ``conn``, or None where it closed (or sent garbage)."""
+def _read_request(channel: wire.Channel) -> tuple[int, FusedBatch, float, bool] | None:
+    """The next hand-over on ``channel``, or None where it closed (or sent garbage).
+    Raises ``wire.Forged`` where it fails its tag: nothing of it is used."""
     head = bytearray(_HEAD.size)
-    if not wire.read_into(conn, memoryview(head)):
+    if not channel.read_into(memoryview(head)):
         return None
     magic, shard_no, n, dims, urgent, extracted, id_len = _HEAD.unpack(head)
     if magic != _MAGIC or dims != _DIMS or n > MAX_ROWS:
@@ -184,22 +186,25 @@ def _read_request(conn: socket.socket) -> tuple[int, FusedBatch, float, bool] | 
     times = np.empty((n, 2), np.float32)
     features = np.empty((n, dims), np.float32)
     for a in (batch_id, ids, times, features):
-        if not wire.read_into(conn, memoryview(a).cast("B")):
+        if not channel.read_into(memoryview(a).cast("B")):
             return None
+    if not channel.check():
+        return None
     return shard_no, FusedBatch(ids, times, features, batch_id.decode()), extracted, bool(urgent)
 
 
-def _reply(conn: socket.socket, status: int, text: str) -> None:
+def _reply(channel: wire.Channel, status: int, text: str) -> None:
     data = text.encode()
-    conn.sendall(_REPLY.pack(status, len(data)) + data)
+    channel.send([_REPLY.pack(status, len(data)), data])
 
 
-def _read_reply(conn: socket.socket) -> tuple[int, str]:
+def _read_reply(channel: wire.Channel) -> tuple[int, str]:
+    """Raises ``wire.Forged`` where the reply fails its tag."""
     head = bytearray(_REPLY.size)
-    if not wire.read_into(conn, memoryview(head)):
+    if not channel.read_into(memoryview(head)):
         raise AggregatorLost("the node aggregator closed the connection")
     status, length = _REPLY.unpack(head)
     text = bytearray(length)
-    if not wire.read_into(conn, memoryview(text)):
+    if not channel.read_into(memoryview(text)) or not channel.check():
         raise AggregatorLost("the node aggregator closed the connection")
     return status, text.decode()
