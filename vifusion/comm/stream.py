@@ -11,8 +11,8 @@ The address and a per-replica secret come from the replica by an actor call, whi
 token authenticates; both ends prove the secret on connecting and every batch and
 acknowledgement carries a tag under a key of that connection (``wire.py``), so a connection
 without the secret is closed, and so is one where a message was altered, injected or
-replayed, before the batch is applied or the acknowledgement believed. Nothing is lost where the
-stream fails: a connection that closes fails the batches in flight on it with
+replayed, before the batch is applied or the acknowledgement believed. Nothing is lost
+where the stream fails: a connection that closes fails the batches in flight on it with
 ``StreamLost``, and a batch naming tables the shard does not hold yet fails with
 ``TablesUnknown``; the transport sends those again by actor call, which Ray retries until
 a restarted replica takes it (the shard ignores a batch id it has seen, so none is stored

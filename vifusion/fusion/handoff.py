@@ -12,10 +12,11 @@ ways).
 The socket's address and a per-instance secret come from the aggregator by an actor call,
 which Ray's token authenticates; both ends prove the secret on connecting and every message
 carries a tag under a key of that connection (``comm/wire.py``), so the socket lets in no
-one the cluster would not, and a hand-over altered or replayed on it is never applied. The reply carries the aggregator's
-instance id as the actor call does, so a restart is noticed the same way; a connection that
-closes under a hand-over raises ``AggregatorLost``. Where the socket cannot be reached (not
-Linux, or the extractor on another host) the hand-over is an actor call as before.
+one the cluster would not, and a hand-over altered or replayed on it is never applied. The
+reply carries the aggregator's instance id as the actor call does, so a restart is noticed
+the same way; a connection that closes under a hand-over (or whose reply fails its tag)
+raises ``AggregatorLost``. Where the socket cannot be reached (not Linux, or the extractor
+on another host) the hand-over is an actor call as before.
 """
 
 from __future__ import annotations
