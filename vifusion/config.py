@@ -26,7 +26,8 @@ class Config(BaseModel):
 
     # extract/
     sample_fps: float = Field(1.0, gt=0, description="frames kept per second of video")
-    max_frames: int = Field(3600, gt=0, description="cap on sampled frames per video")
+    max_frames: int = Field(3600, gt=0, le=1 << 22, description="cap on sampled frames per video (a vector "
+                            "id numbers at most 2^22 rows of a kind per video)")
     embed_batch: int = Field(16, gt=0, description="frames per model forward pass")
     conse_top_k: int = Field(10, gt=0, description="ImageNet classes mixed into the text-space vector")
     num_extractors: int = Field(1, gt=0)

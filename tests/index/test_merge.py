@@ -8,7 +8,7 @@ import pytest
 from vifusion.config import Config
 from vifusion.index.merge import merge_topk
 from vifusion.index.shard import Shard
-from vifusion.types import FRAME_BITS, SearchHit
+from vifusion.types import FRAME_BITS, SearchHit, row_no
 
 from ._helpers import make_batch, unit
 
@@ -37,7 +37,8 @@ def _brute_force(per_shard, k: int) -> list[list[SearchHit]]:
         order = [j for j in np.argsort(-scores[q], kind="stable") if ids[q, j] >= 0][:k]
         out.append(
             [
-                SearchHit(int(ids[q, j] >> FRAME_BITS), float(times[q, j, 0]), float(times[q, j, 1]), float(scores[q, j]))
+                SearchHit(int(ids[q, j] >> FRAME_BITS), float(times[q, j, 0]), float(times[q, j, 1]), float(scores[q, j]),
+                          int(row_no(ids[q, j])))
                 for j in order
             ]
         )

@@ -42,7 +42,7 @@ def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(ray_sessi
         ray.kill(primary, no_restart=False)
         ray.get(refs)  # Ray restarts the shard from its log and retries what was not answered
         stats = ray.get(primary.stats.remote())
-        assert stats["vectors"] == {"visual": 40 * 12, "semantic": 40 * 12}  # none twice
+        assert stats["vectors"] == {"visual": 40 * 12, "semantic": 40 * 12, "speech": 0, "screen": 0}  # none twice
         q = np.concatenate([b.space("semantic") for b in batches])
         got = shards.search("semantic", q, 1)
         want = [(v, float(f)) for v in range(1, 41) for f in range(12)]

@@ -8,7 +8,7 @@ import pytest
 from vifusion.config import Config
 from vifusion.index.router import ShardSet, shard_dir, shard_for
 from vifusion.index.shard import Shard
-from vifusion.types import FRAME_BITS
+from vifusion.types import FRAME_BITS, FusedBatch
 
 from ._helpers import make_batch, unit
 
@@ -41,7 +41,7 @@ def test_shardset_routes_searches_and_reloads(ray_session, cfg: Config) -> None:
         _fill(shards)
         stats = shards.stats()
         assert [s["shard"] for s in stats] == [0, 1]
-        assert [s["vectors"] for s in stats] == [{"visual": 16, "semantic": 16}] * 2
+        assert [s["vectors"] for s in stats] == [{"visual": 16, "semantic": 16, "speech": 0, "screen": 0}] * 2
         assert ray.get([h.video_ids.remote() for h in shards.handles]) == [[10, 12], [11, 13]]
 
         # Each query is an exact frame from a different shard; the merge must find both.
@@ -161,3 +161,36 @@ def test_a_data_dir_refuses_another_shard_count(ray_session, tmp_path):
     with pytest.raises(ValueError, match="built with 2 shards"):
         ShardSet(Config(data_dir=tmp_path, num_shards=3))
     ShardSet(Config(data_dir=tmp_path, num_shards=2)).close()  # the same count still opens
+
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "one-call-each"])
+def test_speech_and_screen_rows_are_searched_across_shards(ray_session, cfg: Config, fused: bool) -> None:
+    """Text rows reach a video's shard with its frames, and each text space is searched
+    across the shards like the frame spaces, whole or restricted to videos; a hit names its
+    row, the key of its words in the catalog."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = {(v, kind): FusedBatch.of_texts(v, kind, 0, np.array([[3.0 * i, 3.0 * i + 2] for i in range(5)]),
+                                           unit(np.random.default_rng(100 * v + len(kind)), 5, 384))
+            for v in VIDEOS for kind in ("speech", "screen")}
+    shards = ShardSet(cfg.model_copy(update={"query_fusion": fused}))
+    try:
+        ray_session.get([shards.handle_for(v).add.remote(
+            FusedBatch.concat([make_batch(v, 8, seed=v), rows[v, "speech"], rows[v, "screen"]])) for v in VIDEOS])
+        assert [s["vectors"] for s in shards.stats()] == [{"visual": 16, "semantic": 16, "speech": 10, "screen": 10}] * 2
+        for kind in ("speech", "screen"):
+            q = np.stack([rows[11, kind].space("semantic")[2], rows[12, kind].space("semantic")[4]])
+            with ThreadPoolExecutor(4) as pool:  # concurrent: fused into shared calls where fusion is on
+                found = list(pool.map(lambda _: shards.search(kind, q, 30), range(4)))
+            for hits in found:
+                assert [(h[0].video_id, h[0].row, h[0].t_start, h[0].t_end) for h in hits] == [
+                    (11, 2, 6.0, 8.0), (12, 4, 12.0, 14.0)]
+                assert [len(h) for h in hits] == [20, 20] and not hits.missing  # all of the space's rows, only those
+            mine = shards.search(kind, q, 30, videos=[12, 13])
+            assert [{h.video_id for h in hits} for hits in mine] == [{12, 13}] * 2
+        assert (shards.fused_calls["speech"] > 0) == fused
+        assert shards.delete_video(11) == 8 + 5 + 5
+        assert all(h.video_id != 11 for kind in ("speech", "screen") for hits in shards.search(kind, q, 30) for h in hits)
+    finally:
+        shards.close()

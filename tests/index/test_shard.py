@@ -78,8 +78,9 @@ def test_empty_batch_and_stats(tmp_path: Path) -> None:
     assert s.add(make_batch(8, 4)) == 4
     assert s.add(make_batch(2, 3, seed=2)) == 7
     assert s.stats() == {
-        "shard": 5, "vectors": {"visual": 7, "semantic": 7}, "videos": 2,
-        "index": {"visual": "IDMap2,Flat", "semantic": "IDMap2,Flat"}, "seq": 3, "snapshot_seq": 0,
+        "shard": 5, "vectors": {"visual": 7, "semantic": 7, "speech": 0, "screen": 0}, "videos": 2,
+        "index": dict.fromkeys(("visual", "semantic", "speech", "screen"), "IDMap2,Flat"), "seq": 3,
+        "snapshot_seq": 0,
     }
     assert s.video_ids() == [2, 8]
 
@@ -96,7 +97,7 @@ def test_sets_faiss_threads(tmp_path: Path) -> None:
 def test_delete_video_removes_only_that_video(shard: Shard) -> None:
     assert shard.delete_video(3) == 20
     assert shard.delete_video(3) == 0
-    assert shard.stats()["vectors"] == {"visual": 15, "semantic": 15}
+    assert shard.stats()["vectors"] == {"visual": 15, "semantic": 15, "speech": 0, "screen": 0}
     assert shard.video_ids() == [4]
     for space in ("visual", "semantic"):
         q = np.concatenate([make_batch(3, 20, seed=3).space(space), make_batch(4, 15, seed=4).space(space)])
@@ -168,7 +169,7 @@ def test_every_acknowledged_write_survives_a_restart(shard: Shard, tmp_path: Pat
     # No close, no snapshot after the writes: as if the process had been killed.
     reloaded = Shard(0, tmp_path / "shard-0", CFG)
     assert reloaded.video_ids() == [4, 9]
-    assert reloaded.stats()["vectors"] == {"visual": 20, "semantic": 20}
+    assert reloaded.stats()["vectors"] == {"visual": 20, "semantic": 20, "speech": 0, "screen": 0}
     assert reloaded.stats()["seq"] == shard.stats()["seq"] == 4
     _same_results(shard, reloaded)
 
@@ -209,7 +210,7 @@ def test_reload_of_empty_directory_and_empty_snapshot(tmp_path: Path) -> None:
     s = Shard(0, tmp_path, CFG)
     s.snapshot()
     assert (tmp_path / SNAPSHOT).exists()
-    assert Shard(0, tmp_path, CFG).stats()["vectors"] == {"visual": 0, "semantic": 0}
+    assert Shard(0, tmp_path, CFG).stats()["vectors"] == {"visual": 0, "semantic": 0, "speech": 0, "screen": 0}
 
 
 def test_snapshot_without_changes_does_not_rewrite(shard: Shard, tmp_path: Path) -> None:
@@ -320,7 +321,7 @@ def test_grows_into_a_trained_index_in_the_background_losing_no_write(tmp_path: 
     s.wait_idle()
     stats = s.stats()
     assert stats["index"]["visual"].startswith("IVF") and stats["index"]["semantic"].startswith("IVF")
-    assert stats["vectors"] == {"visual": 29 * 40, "semantic": 29 * 40}
+    assert stats["vectors"] == {"visual": 29 * 40, "semantic": 29 * 40, "speech": 0, "screen": 0}
     for space in ("visual", "semantic"):
         q = np.concatenate([b.space(space) for b in batches])
         _, ids, _ = s.search(space, q, 1)

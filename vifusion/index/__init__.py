@@ -1,6 +1,7 @@
-"""The vector index: sharded FAISS search over the visual and semantic spaces.
+"""The vector index: sharded FAISS search over the visual and semantic spaces (frames) and
+the speech and screen spaces (what is said and written).
 
-``Shard`` holds one shard's vectors and frame times, durable through a write-ahead log and
+``Shard`` holds one shard's vectors and row times, durable through a write-ahead log and
 snapshots, with its index type chosen by size (``space.py``); ``ShardSet`` runs each shard
 as Ray actor replicas, routes videos to them (``shard_for``), fuses concurrent searches and
 fans them out, ``merge_topk`` merges the per-shard results, and ``group_segments`` turns

@@ -9,7 +9,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from vifusion.types import SearchHit, video_of
+from vifusion.types import SearchHit, row_no, video_of
 
 ShardResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # scores (nq,k), ids (nq,k), times (nq,k,2)
 
@@ -40,7 +40,7 @@ def merge_topk(per_shard: list[ShardResult], k: int) -> list[list[SearchHit]]:
         merged = heapq.merge(*streams, key=itemgetter(0), reverse=True)
         out.append(
             [
-                SearchHit(video_id=int(video_of(i)), t_start=t0, t_end=t1, score=s)
+                SearchHit(video_id=int(video_of(i)), t_start=t0, t_end=t1, score=s, row=int(row_no(i)))
                 for s, i, t0, t1 in islice(merged, k)
             ]
         )

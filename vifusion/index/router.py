@@ -4,7 +4,8 @@ Each shard runs as ``cfg.shard_replicas`` actors (see ``replica.py``), spread ov
 where there are several. Writes go to the primary, which forwards them to the others;
 searches go round-robin to the replicas, and a search that meets a dead replica is
 re-sent to another one (Ray restarts the dead one from snapshot + log). Concurrent
-searches are fused into one call per shard (``batching.py``).
+searches of one space (visual, semantic, speech, screen) are fused into one call per
+shard (``batching.py``).
 
 Limits: a video's shard is ``video_id % num_shards``, so a data dir is tied to the shard
 count it was built with (recorded in ``index/layout.json``; another count is refused).
@@ -163,7 +164,8 @@ class ShardSet:
         return self._replicas[shard_for(video_id, len(self._replicas))][0]
 
     def delete_video(self, video_id: int) -> int:
-        """Remove a video from its shard; return the frames removed. Durable on return."""
+        """Remove a video from its shard, every kind of row; return how many were removed.
+        Durable on return."""
         return ray.get(self.handle_for(video_id).delete_video.remote(video_id))
 
     def snapshot(self, shard_nos: Iterable[int] | None = None) -> None:
@@ -178,8 +180,10 @@ class ShardSet:
     def search(
         self, space: str, queries: np.ndarray, k: int, videos: Iterable[int] | None = None
     ) -> Found:
-        """Top-k frame hits per query across all shards, best first; with ``videos``, only
-        those videos' frames (each shard is asked only about the videos it holds). A shard
+        """Top-k hits per query across all shards, best first: frames for ``visual`` and
+        ``semantic``, speech segments for ``speech``, screen-text spans for ``screen`` (a
+        hit's ``row`` is its key in the catalog's texts); with ``videos``, only those
+        videos' rows (each shard is asked only about the videos it holds). A shard
         with no live replica, or none that answers within ``search_shard_timeout_s``, is
         left out and named in ``missing``: a partial answer, never an error."""
         queries = check_queries(space, queries, k)

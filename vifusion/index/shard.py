@@ -1,5 +1,10 @@
-"""One index shard: a ``SpaceIndex`` per vector space plus each frame's time span, made
+"""One index shard: a ``SpaceIndex`` per vector space plus each row's time span, made
 durable by a write-ahead log and snapshots.
+
+A row's id says its kind (``types.kind_of``) and so its spaces: a frame is in ``visual``
+and ``semantic``; a speech segment in ``speech`` and an on-screen text span in ``screen``
+(their semantic columns). All kinds share the one id -> time table, so a time lookup and a
+delete by video cover them all.
 
 Every add and delete is logged before it is applied, and synced before it is
 acknowledged. Snapshots (both indexes, times, the last log seq) are written atomically
@@ -33,14 +38,18 @@ from vifusion.config import Config
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion._files import fsync_dir
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
-from vifusion.types import FRAME_BITS, SEMANTIC_DIM, SPACES, VISUAL_DIM, FusedBatch
+from vifusion.types import (FRAME, FRAME_BITS, FRAME_SPACES, KIND_OF_SPACE, KIND_SHIFT, SCREEN, SEMANTIC_DIM,
+                            SPACES, SPEECH, TEXT_SPACES, VISUAL_DIM, FusedBatch, kind_of)
 
-DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM}
+DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM, "speech": SEMANTIC_DIM, "screen": SEMANTIC_DIM}
+# A space's vectors are these columns of its rows (``FusedBatch.space``).
+_COLUMNS = {"visual": "visual", "semantic": "semantic", "speech": "semantic", "screen": "semantic"}
+_SPACES_OF_KIND = {FRAME: FRAME_SPACES, SPEECH: ("speech",), SCREEN: ("screen",)}
 SNAPSHOT = "snapshot.npz"
 WAL_DIR = "wal"
 _TMP_PREFIX = ".snapshot-"
 _TMP_SUFFIX = ".tmp"
-_FORMAT = 3
+_FORMAT = 4  # 4: the speech and screen spaces (older snapshots load with them empty)
 # Batch ids remembered for idempotent re-sends (kept in snapshots too): senders keep only a
 # few batches in flight, and a re-applied batch is an upsert of the same ids anyway.
 _SEEN_BATCHES = 1 << 14
@@ -61,7 +70,7 @@ def check_queries(space: str, queries: np.ndarray, k: int) -> np.ndarray:
 
 
 class Shard:
-    """The vectors of the videos routed to one shard, both spaces.
+    """The vectors of the videos routed to one shard, every space.
 
     Re-adding an id replaces its vectors and time span (re-indexing a video is an upsert).
     Thread-safe; background work (snapshots, rebuilds) runs in one daemon thread.
@@ -96,7 +105,7 @@ class Shard:
     # -- writes (the writer) ----------------------------------------------------------
 
     def add(self, batch: FusedBatch) -> int:
-        """Log, then add (or replace) a batch's frames in both spaces; return the vectors held.
+        """Log, then add (or replace) a batch's rows in their spaces; return the frames held.
 
         A ``batch_id`` seen recently is ignored. Within one batch a repeated id keeps its
         last occurrence. Durable when it returns.
@@ -109,7 +118,7 @@ class Shard:
         """``add``, but its log record is written and not yet synced: searches may see the
         batch before ``commit(seq)`` makes it durable, and only then may it be acknowledged
         (a crash in between loses it, unacknowledged: its sender sends it again). Returns the
-        vectors held and the seq to commit (a batch seen before: the latest, which covers
+        frames held and the seq to commit (a batch seen before: the latest, which covers
         it whether or not its first copy is durable yet)."""
         self._check_batch(batch)
         with self._lock:
@@ -130,8 +139,8 @@ class Shard:
         return self._wal.last_sync_s if self._wal is not None else 0.0
 
     def delete_video(self, video_id: int) -> int:
-        """Remove all frames of a video from both spaces; return how many were removed.
-        Durable when it returns."""
+        """Remove all rows of a video (every kind) from every space; return how many were
+        removed. Durable when it returns."""
         with self._lock:
             n = len(self._times.get(video_id, ()))
             if n:
@@ -210,7 +219,7 @@ class Shard:
             self._use_threads()
             subset = None
             if videos is not None:
-                subset = self._ids_of(videos)
+                subset = self._ids_of(videos, KIND_OF_SPACE[space])
                 if not len(subset):
                     nq = len(queries)
                     return (np.full((nq, k), -np.finfo(np.float32).max, np.float32),
@@ -224,13 +233,16 @@ class Shard:
         return scores, ids, times
 
     def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """The stored vectors of a video's frames that overlap [start_s, end_s], in time
+        """The stored vectors of a video's rows in ``space`` (frames for visual and semantic,
+        segments or spans for speech and screen) that overlap [start_s, end_s], in time
         order: times (n, 2) float32 and vectors (n, d) float32 (n may be 0)."""
         if space not in DIMS:
             raise ValueError(f"unknown space {space!r}; expected one of {SPACES}")
+        kind = KIND_OF_SPACE[space]
         with self._lock:
-            frames = self._times.get(video_id, {})
-            picked = sorted((t, i) for i, t in frames.items() if t[1] > start_s and t[0] < end_s)
+            rows = self._times.get(video_id, {})
+            picked = sorted((t, i) for i, t in rows.items()
+                            if t[1] > start_s and t[0] < end_s and (i >> KIND_SHIFT) & 3 == kind)
             ids = np.array([i for _, i in picked], dtype=np.int64)
             vectors = self._spaces[space].reconstruct(ids)
         return np.array([t for t, _ in picked], dtype=np.float32).reshape(-1, 2), vectors
@@ -241,8 +253,9 @@ class Shard:
         return self._spaces["visual"].ntotal
 
     def stats(self) -> dict:
-        """Counts and state for monitoring: vectors and index type per space, videos, the
-        last applied log seq and the seq the last snapshot holds."""
+        """Counts and state for monitoring: vectors and index type per space (``vectors``
+        ["visual"] are the frames), videos, the last applied log seq and the seq the last
+        snapshot holds."""
         with self._lock:
             return {
                 "shard": self.shard_no,
@@ -293,21 +306,24 @@ class Shard:
         ids, times = ids[keep], np.asarray(batch.times, np.float32)[keep]
         present = np.fromiter((self._has(int(i)) for i in ids), bool, len(ids))
         self._remove(ids[present])
-        for space, sp in self._spaces.items():
-            vecs = np.ascontiguousarray(batch.space(space)[keep], dtype=np.float32)
-            sp.add(ids, vecs)
-            if space in self._capture:
-                self._capture[space].append(("add", ids, vecs))
+        for kind, mine in _by_kind(ids):
+            rows = keep if mine is None else keep[mine]
+            kind_ids = ids if mine is None else ids[mine]
+            for space in _SPACES_OF_KIND[kind]:
+                vecs = np.ascontiguousarray(batch.space(_COLUMNS[space])[rows], dtype=np.float32)
+                self._spaces[space].add(kind_ids, vecs)
+                if space in self._capture:
+                    self._capture[space].append(("add", kind_ids, vecs))
         for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
             self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
 
     def _remove(self, ids: np.ndarray) -> None:
-        if not len(ids):
-            return
-        for space, sp in self._spaces.items():
-            sp.remove(ids)
-            if space in self._capture:
-                self._capture[space].append(("remove", ids))
+        for kind, mine in _by_kind(ids):
+            kind_ids = ids if mine is None else ids[mine]
+            for space in _SPACES_OF_KIND[kind]:
+                self._spaces[space].remove(kind_ids)
+                if space in self._capture:
+                    self._capture[space].append(("remove", kind_ids))
 
     def _catch_up(self, through: int) -> None:
         for seq, op in replay(self.directory / WAL_DIR, self.seq):
@@ -364,7 +380,8 @@ class Shard:
             old = self._spaces[space]
             if not old.needs_rebuild() or space in self._capture:
                 return
-            ids = np.fromiter((i for frames in self._times.values() for i in frames), np.int64)
+            ids = np.fromiter((i for rows in self._times.values() for i in rows), np.int64)
+            ids = ids[kind_of(ids) == KIND_OF_SPACE[space]]
             vectors = old.reconstruct(ids)
             self._capture[space] = []
         try:
@@ -385,7 +402,8 @@ class Shard:
 
     def _reset(self) -> None:
         self._spaces = {s: SpaceIndex(d, self._policy) for s, d in DIMS.items()}
-        # video_id -> {vector id -> (t_start, t_end)}: per video so deletes and counts are cheap.
+        # video_id -> {vector id -> (t_start, t_end)}, rows of every kind: per video so deletes
+        # and counts are cheap.
         self._times: dict[int, dict[int, tuple[float, float]]] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.seq = 0
@@ -419,14 +437,19 @@ class Shard:
         if not zipfile.is_zipfile(path):
             raise ValueError(f"{path}: not a shard snapshot (not an .npz archive)")
         with np.load(path, allow_pickle=False) as z:
-            missing = {"format", "ids", "times", *SPACES} - set(z.files)
+            missing = {"format", "ids", "times", *FRAME_SPACES} - set(z.files)
             if missing:
                 raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
             fmt = int(z["format"])
-            if fmt not in (1, 2, _FORMAT):
+            if fmt not in (1, 2, 3, _FORMAT):
                 raise ValueError(f"{path}: snapshot format {fmt}, expected {_FORMAT}")
+            if fmt >= 4 and (missing := set(TEXT_SPACES) - set(z.files)):
+                raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
             spaces = {}
             for space, d in DIMS.items():
+                if space not in z.files:  # before format 4: no text rows yet
+                    spaces[space] = SpaceIndex(d, self._policy)
+                    continue
                 # Format 1 (before the log) held flat indexes only.
                 factory = str(z[f"{space}_factory"]) if fmt >= 2 else "IDMap2,Flat"
                 trained = int(z[f"{space}_trained"]) if fmt >= 2 else 0
@@ -445,9 +468,9 @@ class Shard:
             ids, times = z["ids"], z["times"]
             seq = int(z["seq"]) if fmt >= 2 else 0
             seen = z["batches"].tolist() if fmt >= 2 else []
-        expected = np.sort(ids)
+        kinds = kind_of(ids)
         for space, sp in spaces.items():
-            if not np.array_equal(np.sort(sp.all_ids()), expected):
+            if not np.array_equal(np.sort(sp.all_ids()), np.sort(ids[kinds == KIND_OF_SPACE[space]])):
                 raise ValueError(f"{path}: {space} index ids do not match the stored times")
         self._spaces = spaces
         for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
@@ -468,14 +491,17 @@ class Shard:
             )
         if n and (ids < 0).any():
             raise ValueError(f"batch {batch.batch_id} has negative vector ids")
+        if n and (kind_of(ids) == 1).any():
+            raise ValueError(f"batch {batch.batch_id} has vector ids of no row kind (kind bits 01)")
 
     def _use_threads(self) -> None:
         # Ray workers run with OMP_NUM_THREADS=1, and the OpenMP setting is per thread, so set
         # it on whichever thread runs the call.
         faiss.omp_set_num_threads(self.threads)
 
-    def _ids_of(self, videos: list[int]) -> np.ndarray:
-        return np.array([i for v in videos for i in self._times.get(int(v), ())], dtype=np.int64)
+    def _ids_of(self, videos: list[int], kind: int) -> np.ndarray:
+        ids = np.array([i for v in videos for i in self._times.get(int(v), ())], dtype=np.int64)
+        return ids[kind_of(ids) == kind]
 
     def _has(self, vector_id: int) -> bool:
         frames = self._times.get(vector_id >> FRAME_BITS)
@@ -497,3 +523,14 @@ class Shard:
         # A crash mid-snapshot leaves a temp file that was never renamed into place.
         for p in self.directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
             p.unlink(missing_ok=True)
+
+
+def _by_kind(ids: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    """The row kinds among ``ids``, each with the mask of its rows (None: all of them, the
+    usual batch of one kind, which then needs no copy)."""
+    if not len(ids):
+        return []
+    kinds = kind_of(ids)
+    if kinds[0] == kinds[-1] and (kinds == kinds[0]).all():
+        return [(int(kinds[0]), None)]
+    return [(int(k), kinds == k) for k in np.unique(kinds)]
