@@ -3,7 +3,7 @@ import pytest
 
 from tests.fusion._frames import frames, join, rows, unit
 from vifusion.fusion import TemporalDedup
-from vifusion.types import FRAME_BITS, VISUAL_DIM, video_of
+from vifusion.types import FRAME_BITS, VISUAL_DIM, FusedBatch, video_of
 
 
 def near(batch, frame_no: int, noise: float, seed: int):
@@ -86,3 +86,21 @@ def test_expire_closes_old_runs_only():
     assert d.oldest() == 1.0
     d.drop(2)
     assert d.oldest() is None and len(d.close(2)) == 0
+
+
+def test_text_rows_pass_at_once_exact_and_never_break_a_run_of_frames():
+    """A speech segment said twice, or the same slide text on two spans, are two rows: text
+    rows never merge, never wait in a run, and a still scene's run goes on around them."""
+    still = frames(5, 1)
+    said = unit(np.random.default_rng(1).standard_normal(384))
+    twice = FusedBatch.of_texts(5, "speech", 0, [[0, 2], [2, 4]], np.stack([said, said]))
+    on_screen = FusedBatch.of_texts(5, "screen", 0, [[1, 3]], said[None])
+    d = TemporalDedup(0.98)
+    out = d.push(join(still, near(still, 1, 0.05, 1), twice, near(still, 2, 0.05, 2), on_screen))
+    assert sorted(out.ids.tolist()) == sorted([*twice.ids.tolist(), *on_screen.ids.tolist()])
+    texts = out.rows(np.argsort(out.ids))
+    assert np.array_equal(texts.features, join(twice, on_screen).features)
+    assert np.array_equal(texts.times, join(twice, on_screen).times)
+    closed = d.close(5)  # one run of the three frames, around the text rows
+    assert (frame_nos(closed), closed.times.tolist()) == ([0], [[0.0, 3.0]])
+    assert (d.frames_in, d.frames_out) == (6, 4)

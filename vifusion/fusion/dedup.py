@@ -10,6 +10,10 @@ search sees a unit vector as always). A run of one frame leaves bit-identical.
 
 Rows come in as matrices: the cosines of a block of rows with each other are one matrix
 product, and only the scan for run boundaries walks the rows.
+
+Only frames make runs. A speech segment or a screen-text span (``types.kind_of``) passes at
+once, exactly as it came: the same words said twice are two moments, and a still scene's
+run of frames goes on around the text rows that arrive between its frames.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vifusion.types import VISUAL_DIM, FusedBatch, video_of
+from vifusion.types import FRAME, VISUAL_DIM, FusedBatch, kind_of, video_of
 
 _BLOCK = 32  # rows compared at once: the Gram matrix costs (1 + _BLOCK) dot products a row
 
@@ -54,8 +58,12 @@ class TemporalDedup:
         if not self.enabled:
             self.frames_out += len(batch)
             return batch
-        videos = video_of(batch.ids)
         out: list[FusedBatch] = []
+        is_frame = kind_of(batch.ids) == FRAME
+        if not is_frame.all():
+            out.append(batch.rows(~is_frame))
+            batch = batch.rows(is_frame)
+        videos = video_of(batch.ids)
         one_video = bool((videos == videos[0]).all()) if len(videos) else True
         for v in dict.fromkeys(videos.tolist()):  # in order of first appearance
             mine = batch if one_video else batch.rows(np.flatnonzero(videos == v))
