@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vifusion.comm.codec import Encoded, Ladder, SharedTables
-from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 D = VISUAL_DIM + SEMANTIC_DIM
 SPACES = ((0, VISUAL_DIM), (VISUAL_DIM, D))
@@ -78,6 +78,23 @@ def test_zero_rows_decode_to_zeros_without_warnings(ladder, held_out, name):
         y = ladder.decode(ladder.get(name).encode(x))
     assert not y[0].any() and not y[1, :VISUAL_DIM].any()
     assert np.isfinite(y).all() and y[1, VISUAL_DIM:].any()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_text_rows_round_trip_in_every_codec(ladder, name):
+    """A speech or screen-text row (zero visual columns, a sentence embedding in the
+    semantic ones) decodes with its visual columns exactly zero and a unit semantic vector,
+    no NaN; the stateless codecs keep it within their bounds. (The table codecs are fit to
+    frames: the transport sends a batch holding text rows in int8, see test_transport.)"""
+    said = np.random.default_rng(7).standard_normal((50, SEMANTIC_DIM)).astype(np.float32)
+    said /= np.linalg.norm(said, axis=1, keepdims=True)
+    rows = FusedBatch.of_texts(1, "speech", 0, np.zeros((50, 2)), said).features
+    with np.errstate(divide="raise", invalid="raise"):
+        y = ladder.decode(ladder.get(name).encode(rows))
+    assert np.isfinite(y).all() and not y[:, :VISUAL_DIM].any()
+    np.testing.assert_allclose(np.linalg.norm(y[:, VISUAL_DIM:], axis=1), 1, atol=1e-3)
+    if name in ("fp32", "fp16", "int8"):
+        assert (np.sum(y[:, VISUAL_DIM:] * said, axis=1) > 0.999).all()
 
 
 @pytest.mark.parametrize("name", NAMES[1:])

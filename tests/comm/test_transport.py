@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import ray
 
-from tests.index._helpers import make_batch
+from tests.index._helpers import make_batch, unit
 from vifusion.comm import SharedTables, Transport
 from vifusion.config import Config
 from vifusion.index.replica import ShardReplica
+from vifusion.types import SEMANTIC_DIM, FusedBatch
 
 
 @pytest.fixture(scope="module")
@@ -116,4 +117,23 @@ def test_a_refused_batch_fails_alone(ray_session, tmp_path, stream):
     assert isinstance(outcomes["bad"], ValueError) and outcomes["good"] is None
     assert "ids (1,)" in str(outcomes["bad"])
     assert ray.get(replica.video_ids.remote()) == [2]
+    ray.kill(replica)
+
+
+@pytest.mark.parametrize("codec", ["sparse", "pq"])
+def test_a_batch_with_text_rows_skips_the_table_codecs_trained_on_frames(ray_session, tmp_path, tables, codec):
+    """Sparse masks and pq codebooks fit frames; on text rows (a sentence embedding, zero
+    visual columns) they kept only ~0.87 of recall@10. A batch holding any text row goes in
+    int8 instead, whose error bound holds for any row; a batch of frames keeps the link's codec."""
+    replica = shard(tmp_path)
+    t = transport(replica, False, tables, fixed=codec)
+    said = unit(np.random.default_rng(5), 8, SEMANTIC_DIM)
+    spans = np.stack([np.arange(8) * 3.0, np.arange(8) * 3.0 + 2], axis=1)
+    mixed = FusedBatch.concat([make_batch(7, 10, seed=1), FusedBatch.of_texts(7, "speech", 0, spans, said)])
+    t.send(0, replica, mixed, backlog=False, tag="mixed")
+    t.send(0, replica, make_batch(7, 10, seed=2, first_frame=10), backlog=False, tag="frames")
+    assert {d.tag: (d.codec, d.error) for d in drain(t)} == {"mixed": ("int8", None), "frames": (codec, None)}
+    times, held = ray.get(replica.frames.remote("speech", 7, 0, 100))
+    np.testing.assert_array_equal(times, spans)
+    assert (np.sum(held * said, axis=1) > 0.999).all()
     ray.kill(replica)
