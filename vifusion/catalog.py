@@ -1,4 +1,6 @@
-"""The catalog: what videos exist and where each job stands, in SQLite under the data dir.
+"""The catalog: what videos exist and where each job stands, in SQLite under the data dir;
+and what is said and written in them (speech segments, on-screen text spans), with a
+keyword index (FTS5, BM25) for the exact words, names and numbers an embedding blurs.
 
 WAL mode with ``synchronous=FULL``: a write that returned is on disk. One connection per
 thread (sqlite3 connections must not cross threads).
@@ -7,12 +9,14 @@ thread (sqlite3 connections must not cross threads).
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,37 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_video ON jobs(video_id);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created_at);
 """
+# A text row's (video_id, kind, n) is its vector's id in the shards (``types.speech_id``,
+# ``screen_id``). ``id`` is the keyword index's key: an explicit INTEGER PRIMARY KEY, since
+# VACUUM may renumber an implicit rowid, which would cut the index off from its rows. The
+# triggers keep the index (external content: it stores no second copy of the text) in step.
+_TEXT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS texts (
+    id INTEGER PRIMARY KEY,
+    video_id INTEGER NOT NULL REFERENCES videos(id),
+    kind TEXT NOT NULL CHECK (kind IN ('speech', 'screen')),
+    n INTEGER NOT NULL,
+    start_s REAL NOT NULL,
+    end_s REAL NOT NULL,
+    text TEXT NOT NULL,
+    UNIQUE (video_id, kind, n)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS texts_fts USING fts5(
+    text, content='texts', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS texts_ai AFTER INSERT ON texts BEGIN
+    INSERT INTO texts_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS texts_ad AFTER DELETE ON texts BEGIN
+    INSERT INTO texts_fts(texts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS texts_au AFTER UPDATE ON texts BEGIN
+    INSERT INTO texts_fts(texts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO texts_fts(rowid, text) VALUES (new.id, new.text);
+END;
+"""
+TEXT_KINDS = ("speech", "screen")
+_MAX_QUERY_TERMS = 32  # a keyword query's words past this are ignored (each costs a posting-list scan)
 # Metadata keys usable in filters: plain names only, so they can go into a JSON path safely.
 METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -81,6 +116,22 @@ class Video:
 
 
 @dataclass(frozen=True)
+class TextRow:
+    """A speech segment or on-screen text span. From a search, ``score`` is its BM25 score
+    (higher = better) and ``snippet`` its words around the query's, those marked; from
+    ``texts_at`` with a query, the whole text with the query's words marked."""
+
+    video_id: int
+    kind: str  # speech | screen
+    n: int
+    start_s: float
+    end_s: float
+    text: str
+    score: float | None = None
+    snippet: str | None = None
+
+
+@dataclass(frozen=True)
 class Job:
     id: str
     video_id: int
@@ -106,6 +157,13 @@ class Catalog:
             columns = {r["name"] for r in c.execute("PRAGMA table_info(videos)")}
             if "media" not in columns:  # catalogs written before uploads existed
                 c.execute("ALTER TABLE videos ADD COLUMN media TEXT")
+            try:
+                c.executescript(_TEXT_SCHEMA)
+            except sqlite3.OperationalError as e:
+                if "fts5" in str(e):
+                    raise RuntimeError(f"this Python's SQLite ({sqlite3.sqlite_version}) lacks FTS5, which the "
+                                       "keyword search of speech and screen text needs") from e
+                raise
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -271,8 +329,104 @@ class Catalog:
 
     def delete_video(self, video_id: int) -> bool:
         with self._conn() as c:
+            c.execute("DELETE FROM texts WHERE video_id=?", (video_id,))
             c.execute("DELETE FROM jobs WHERE video_id=?", (video_id,))
             return c.execute("DELETE FROM videos WHERE id=?", (video_id,)).rowcount > 0
+
+    # -- speech and screen text ------------------------------------------------------
+
+    def put_texts(self, video_id: int, kind: str, rows: Sequence[tuple[float, float, str]]) -> int:
+        """Replace all of a video's ``kind`` rows ("speech" or "screen") with ``rows``, each
+        (start_s, end_s, text), in one transaction: indexing a video again leaves exactly
+        its last run's rows. Row i is ``n = i``, the number its vector carries
+        (``FusedBatch.of_texts(video_id, kind, 0, ...)`` over the same rows, in order).
+        Returns the rows stored."""
+        _check_kind(kind)
+        checked = []
+        for i, row in enumerate(rows):
+            start, end, text = row
+            start, end = float(start), float(end)
+            if not (math.isfinite(start) and math.isfinite(end) and 0 <= start <= end):
+                raise ValueError(f"{kind} row {i}: times {start}..{end} are not a span")
+            if not isinstance(text, str):
+                raise ValueError(f"{kind} row {i}: text must be a str, got {type(text).__name__}")
+            checked.append((video_id, kind, i, start, end, text))
+        with self._conn() as c:
+            c.execute("DELETE FROM texts WHERE video_id=? AND kind=?", (video_id, kind))
+            c.executemany("INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",
+                          checked)
+        return len(checked)
+
+    def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
+        """A video's text rows (one kind, or both), in time order: a transcript."""
+        sql, args = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?", [video_id]
+        if kind is not None:
+            _check_kind(kind)
+            sql += " AND kind=?"
+            args.append(kind)
+        rows = self._conn().execute(sql + " ORDER BY start_s, end_s, kind, n", args).fetchall()
+        return [TextRow(**dict(r)) for r in rows]
+
+    def keyword_search(self, query: str, kinds: Iterable[str] = TEXT_KINDS, video_ids: Iterable[int] | None = None,
+                       limit: int = 50, marks: tuple[str, str] = ("[", "]")) -> list[TextRow]:
+        """Text rows holding any of the query's words (stemmed: "budgets" finds "budget"),
+        best BM25 first (rows with more of the words, and rarer ones, rank higher), at most
+        ``limit``; only ``kinds``, and only ``video_ids`` when given. Each carries its BM25
+        score and a snippet with the matched words between ``marks``.
+
+        Any string is a safe query: each whitespace-separated part of it is one quoted FTS5
+        phrase (``AC/DC`` is the phrase "AC DC"), so quotes, operators and brackets in it are
+        words or nothing, never syntax. A query with no words finds nothing."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        kinds = list(kinds)
+        for kind in kinds:
+            _check_kind(kind)
+        match = _match_expression(query)
+        if match is None or not kinds:
+            return []
+        sql = (
+            "SELECT t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text, -bm25(texts_fts) AS score,"
+            " snippet(texts_fts, 0, ?, ?, '…', 16) AS snippet"
+            " FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
+            f" WHERE texts_fts MATCH ? AND t.kind IN ({','.join('?' * len(kinds))})"
+        )
+        args: list[Any] = [marks[0], marks[1], match, *kinds]
+        if video_ids is not None:
+            sql += " AND t.video_id IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps([int(v) for v in video_ids]))
+        sql += " ORDER BY bm25(texts_fts), t.video_id, t.start_s, t.n LIMIT ?"
+        args.append(int(limit))
+        return [TextRow(**dict(r)) for r in self._conn().execute(sql, args)]
+
+    def texts_at(self, keys: Iterable[tuple[int, str, int]], query: str | None = None,
+                 marks: tuple[str, str] = ("[", "]")) -> dict[tuple[int, str, int], TextRow]:
+        """The text rows named by (video_id, kind, n) keys (those that exist), e.g. a dense
+        search's hits; with ``query``, each one's ``snippet`` is its whole text with the
+        query's words (as ``keyword_search`` reads them) between ``marks``, or the plain
+        text where none occurs in it."""
+        keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
+        if not keys:
+            return {}
+        sql = ("SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text FROM texts t"
+               " JOIN json_each(?) j ON t.video_id = json_extract(j.value, '$[0]')"
+               " AND t.kind = json_extract(j.value, '$[1]') AND t.n = json_extract(j.value, '$[2]')")
+        c = self._conn()
+        found = {r["id"]: r for r in c.execute(sql, (json.dumps(keys),))}
+        marked: dict[int, str] = {}
+        match = _match_expression(query) if query is not None else None
+        if match is not None and found:
+            marked = dict(c.execute(
+                "SELECT rowid, highlight(texts_fts, 0, ?, ?) FROM texts_fts"
+                " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
+                (marks[0], marks[1], match, json.dumps(list(found)))).fetchall())
+        out = {}
+        for i, r in found.items():
+            row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])
+            if query is not None:
+                row = replace(row, snippet=marked.get(i, row.text))
+            out[(row.video_id, row.kind, row.n)] = row
+        return out
 
     def close(self) -> None:
         """Close every thread's connection (threads that use the catalog later reopen)."""
@@ -281,6 +435,25 @@ class Catalog:
         for conn in conns:
             conn.close()
         self._local = threading.local()
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in TEXT_KINDS:
+        raise ValueError(f"unknown text kind {kind!r}; expected one of {TEXT_KINDS}")
+
+
+def _match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for a user's query: its whitespace-separated parts that hold
+    a letter or digit, each one quoted phrase (a '"' doubled, control characters dropped:
+    FTS5 ends a string at NUL), ORed. None: no words."""
+    parts = []
+    for part in str(query).split():
+        part = "".join(ch for ch in part if ch.isprintable())
+        if any(ch.isalnum() for ch in part):
+            parts.append('"' + part.replace('"', '""') + '"')
+        if len(parts) == _MAX_QUERY_TERMS:
+            break
+    return " OR ".join(parts) or None
 
 
 def _video(row: sqlite3.Row) -> Video:

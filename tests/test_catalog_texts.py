@@ -1,0 +1,146 @@
+"""What is said and written in videos, in the catalog: transcripts and keyword search."""
+
+import sqlite3
+
+import pytest
+
+from vifusion.catalog import Catalog
+
+TALK = [
+    (0.0, 2.5, "Welcome to the quarterly budget review."),
+    (2.5, 6.0, "Our mascot Zorblax approved every budget line this year."),
+    (6.0, 9.0, "Questions about the budgets go to finance."),
+]
+SLIDES = [(1.0, 8.0, "Q3 Budget: 4,200 EUR"), (8.0, 12.0, "AC/DC live at the arena")]
+
+
+@pytest.fixture
+def cat(tmp_path) -> Catalog:
+    cat = Catalog(tmp_path / "catalog.db")
+    for title in ("talk", "other"):
+        cat.add_video(f"/v/{title}.mp4", title)
+    cat.put_texts(1, "speech", TALK)
+    cat.put_texts(1, "screen", SLIDES)
+    cat.put_texts(2, "speech", [(0.0, 3.0, "Nothing about money here, just the weather.")])
+    return cat
+
+
+def test_a_transcript_comes_back_in_time_order(cat):
+    assert [(r.kind, r.n, r.start_s, r.text) for r in cat.texts(1)] == [
+        ("speech", 0, 0.0, TALK[0][2]), ("screen", 0, 1.0, SLIDES[0][2]), ("speech", 1, 2.5, TALK[1][2]),
+        ("speech", 2, 6.0, TALK[2][2]), ("screen", 1, 8.0, SLIDES[1][2]),
+    ]
+    assert [r.n for r in cat.texts(1, "speech")] == [0, 1, 2]
+    assert cat.texts(3) == []
+
+
+def test_a_made_up_word_said_once_is_found_with_its_time_and_marked(cat):
+    hits = cat.keyword_search("zorblax")
+    assert [(h.video_id, h.kind, h.n, h.start_s, h.end_s) for h in hits] == [(1, "speech", 1, 2.5, 6.0)]
+    assert hits[0].snippet == "Our mascot [Zorblax] approved every budget line this year."
+    assert hits[0].score > 0
+
+
+def test_bm25_ranks_rows_with_more_and_rarer_words_first_and_stems(cat):
+    hits = cat.keyword_search("Zorblax budget", limit=10)
+    # the row holding the rare word and the common one first; "budgets" matches by its stem
+    assert (hits[0].video_id, hits[0].kind, hits[0].n) == (1, "speech", 1)
+    assert {(h.kind, h.n) for h in hits} == {("speech", 0), ("speech", 1), ("speech", 2), ("screen", 0)}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert "[budgets]" in next(h.snippet for h in hits if h.n == 2 and h.kind == "speech")
+    assert len(cat.keyword_search("budget", limit=2)) == 2
+
+
+def test_search_keeps_to_the_kinds_and_videos_asked(cat):
+    assert {h.kind for h in cat.keyword_search("budget", kinds=["screen"])} == {"screen"}
+    assert cat.keyword_search("weather", video_ids=[1]) == []
+    assert [h.video_id for h in cat.keyword_search("weather", video_ids=[2, 7])] == [2]
+    assert cat.keyword_search("weather", video_ids=[]) == []
+    assert cat.keyword_search("weather", kinds=[]) == []
+    with pytest.raises(ValueError, match="unknown text kind"):
+        cat.keyword_search("weather", kinds=["visual"])
+    with pytest.raises(ValueError, match="limit"):
+        cat.keyword_search("weather", limit=0)
+
+
+@pytest.mark.parametrize("query", [
+    'AC/DC "live', "NEAR(", '"', "*", "-budget", "budget OR", "AND", "NOT zorblax", "text:budget", "^budget",
+    "{budget finance}", "budget*", "'; DROP TABLE texts; --", "(", ")", "+", "\x00zorblax\x00", "a\tb\nc",
+    "💸 budget", "x" * 10_000, " ".join(["budget"] * 500), "", "   ",
+])
+def test_any_query_string_is_safe(cat, query):
+    hits = cat.keyword_search(query)
+    assert all(h.snippet is not None for h in hits)
+    assert len(cat.texts(1)) == 5  # and nothing was harmed
+
+
+def test_punctuation_inside_a_word_is_a_phrase(cat):
+    hits = cat.keyword_search('AC/DC "live')
+    assert [(h.kind, h.n) for h in hits] == [("screen", 1)]
+    assert hits[0].snippet == "[AC/DC] [live] at the arena"
+    assert [h.n for h in cat.keyword_search("NOT zorblax")] == [1]  # NOT is a word here, not an operator
+
+
+def test_indexing_again_replaces_a_videos_rows(cat):
+    assert cat.put_texts(1, "speech", [(0.0, 1.0, "A shorter take, no mascot.")]) == 1
+    assert cat.keyword_search("zorblax") == []
+    assert [h.n for h in cat.keyword_search("mascot")] == [0]
+    assert len(cat.texts(1, "screen")) == 2  # the other kind is left alone
+    cat.put_texts(1, "speech", [])
+    assert cat.texts(1, "speech") == []
+
+
+def test_a_bad_row_changes_nothing(cat):
+    for bad in ([(0.0, 1.0, "fine"), (3.0, 2.0, "ends before it starts")], [(0.0, float("nan"), "x")],
+                [(0.0, 1.0, None)]):
+        with pytest.raises(ValueError):
+            cat.put_texts(1, "speech", bad)
+    with pytest.raises(ValueError, match="unknown text kind"):
+        cat.put_texts(1, "audio", [])
+    assert [r.text for r in cat.texts(1, "speech")] == [t for _, _, t in TALK]
+
+
+def test_deleting_a_video_deletes_its_text_and_keyword_index(cat):
+    assert cat.delete_video(1)
+    assert cat.texts(1) == [] and cat.keyword_search("budget") == []
+    assert [h.video_id for h in cat.keyword_search("weather")] == [2]
+    with sqlite3.connect(cat.path) as c:  # the index holds nothing of it either
+        c.execute("INSERT INTO texts_fts(texts_fts, rank) VALUES ('integrity-check', 1)")
+
+
+def test_dense_hits_get_their_text_with_the_query_words_marked(cat):
+    rows = cat.texts_at([(1, "speech", 1), (1, "screen", 1), (2, "speech", 0), (9, "speech", 0)], query="budget arena")
+    assert set(rows) == {(1, "speech", 1), (1, "screen", 1), (2, "speech", 0)}
+    assert rows[(1, "speech", 1)].snippet == "Our mascot Zorblax approved every [budget] line this year."
+    assert rows[(1, "screen", 1)].snippet == "AC/DC live at the [arena]"
+    assert rows[(2, "speech", 0)].snippet == "Nothing about money here, just the weather."  # no query word in it
+    plain = cat.texts_at([(1, "speech", 0)])
+    assert plain[(1, "speech", 0)].snippet is None and plain[(1, "speech", 0)].start_s == 0.0
+    assert cat.texts_at([]) == {}
+
+
+def test_text_survives_reopen_and_an_old_catalog_gains_the_tables(tmp_path, cat):
+    cat.close()
+    again = Catalog(cat.path)
+    assert [h.n for h in again.keyword_search("zorblax")] == [1]
+    again.close()
+
+    old = tmp_path / "old.db"
+    Catalog(old).close()
+    with sqlite3.connect(old) as c:  # as today's code left it: no text tables
+        c.executescript("DROP TABLE texts_fts; DROP TABLE texts;")
+        c.execute("INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)")
+    upgraded = Catalog(old)
+    assert upgraded.get_video(1).status == "ready" and upgraded.texts(1) == []
+    upgraded.put_texts(1, "screen", [(0.0, 1.0, "Zorblax")])
+    assert [h.video_id for h in upgraded.keyword_search("zorblax")] == [1]
+
+
+def test_vacuum_keeps_the_keyword_index_on_its_rows(cat):
+    """The index is keyed by an explicit id, which VACUUM keeps (SQLite's documents allow it
+    to renumber an implicit rowid)."""
+    cat.put_texts(1, "speech", [(0.0, 1.0, "first take")])
+    cat.put_texts(1, "speech", TALK)
+    with sqlite3.connect(cat.path) as c:
+        c.execute("VACUUM")
+    assert [(h.n, h.text) for h in cat.keyword_search("zorblax")] == [(1, TALK[1][2])]
