@@ -165,3 +165,24 @@ def test_a_late_ack_after_a_failed_send_does_not_count_for_the_next_run(ray_sess
     # finish returned once every row was acknowledged, the slow frame 2 too
     assert len(ray.get(shard.frames.remote("visual", 60, 0, 100))[0]) == 3
     ray.kill(shard)
+
+
+def test_speech_and_screen_text_rows_travel_with_the_frames_to_the_videos_shard(tmp_path, shards):
+    """Text rows handed over beside a video's frames (another extractor, interleaved) reach
+    the video's shard exactly, in their own spaces; the frames' still scene still merges."""
+    agg = aggregator(tmp_path, shards, dedup_cosine=0.98)
+    still = frames(21, 1)
+    run = rows(21, np.repeat(still.space("visual"), 6, 0), np.repeat(still.space("semantic"), 6, 0))
+    rng = np.random.default_rng(3)
+    said = rng.standard_normal((4, 384)).astype(np.float32)
+    said /= np.linalg.norm(said, axis=1, keepdims=True)
+    speech = FusedBatch.of_texts(21, "speech", 0, [[0, 1.5], [1.5, 3], [3, 4.5], [4.5, 6]], said)
+    screen = FusedBatch.of_texts(21, "screen", 0, [[0, 6]], said[:1])
+    for part in (run.rows(slice(0, 3)), speech.rows(slice(0, 2)), run.rows(slice(3, 6)), speech.rows(slice(2, 4)), screen):
+        ray.get(agg.submit.remote(1, part))
+    assert ray.get(agg.finish.remote(21))[0] == 1 + 4 + 1
+    times, held = ray.get(shards[1].frames.remote("speech", 21, 0, 100))
+    assert times.tolist() == speech.times.tolist() and np.array_equal(held, said)
+    assert ray.get(shards[1].frames.remote("screen", 21, 0, 100))[0].tolist() == [[0, 6]]
+    assert ray.get(shards[1].frames.remote("visual", 21, 0, 100))[0].tolist() == [[0, 6]]
+    assert ray.get(shards[0].video_ids.remote()) == []
