@@ -102,6 +102,12 @@ class Config(BaseModel):
     ingest_roots: tuple[Path, ...] = Field((), description="folders file:// uris may name; empty: file:// refused")
     allow_private_urls: bool = Field(False, description="let http(s) ingest reach loopback, link-local and private addresses")
     max_upload_bytes: int = Field(2 << 30, gt=0, description="largest upload or download accepted")
+    fetch_deadline_s: float = Field(3600.0, gt=0, description="a URL fetch (redirects included) still going after "
+                                    "this fails its job")
+    fetch_min_rate_bps: int = Field(16 << 10, ge=0, description="a URL fetch slower than this (bytes/s) over a "
+                                    "fetch_rate_window_s, the first one aside, fails its job; 0: no minimum")
+    fetch_rate_window_s: float = Field(30.0, gt=0, description="the span a fetch's rate is measured over, and the "
+                                       "longest it waits for the next bytes")
     max_metadata_bytes: int = Field(16 << 10, gt=0, description="largest metadata object (as JSON) per video")
     max_json_bytes: int = Field(32 << 20, gt=0, description="largest JSON request body (an image_b64 query)")
     rate_limit_rps: float = Field(100.0, gt=0, description="requests per second per API key, sustained")

@@ -7,7 +7,8 @@ Each source is checked before anything is queued, so a bad one gets a clear refu
 - an ``http(s)://`` host must resolve only to public addresses unless
   ``Config.allow_private_urls``; the check is made again when the job fetches it and on
   every redirect, and the fetch connects to the checked address, so a name cannot be
-  pointed at a private address in between (DNS rebinding).
+  pointed at a private address in between (DNS rebinding); a fetch that goes on past
+  ``Config.fetch_deadline_s`` or slower than ``Config.fetch_min_rate_bps`` fails its job.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import hashlib
 import ipaddress
 import os
 import socket
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -179,30 +181,69 @@ def check_url(url: str, allow_private: bool) -> str:
     return str(addrs[0])
 
 
+class _Pace:
+    """A fetch's time limits: all of it within ``fetch_deadline_s``, and at least
+    ``fetch_min_rate_bps`` over each ``fetch_rate_window_s`` of the body after the first (the
+    first is grace: TCP slow start). Checked as bytes arrive; the read timeout is one window,
+    so a server that goes quiet is caught too, and the deadline is overrun by a window at most.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        self.deadline_s, self.window_s = cfg.fetch_deadline_s, cfg.fetch_rate_window_s
+        self.min_rate = cfg.fetch_min_rate_bps
+        self.start = time.monotonic()
+
+    def check(self) -> None:
+        if time.monotonic() - self.start > self.deadline_s:
+            raise SourceError("fetch_too_slow", f"download took longer than {self.deadline_s:g} s (fetch_deadline_s)")
+
+    def watch(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        mark, mark_bytes, got = time.monotonic(), 0, 0
+        for chunk in chunks:
+            got += len(chunk)
+            self.check()
+            now = time.monotonic()
+            if now - mark >= self.window_s:
+                rate = (got - mark_bytes) / (now - mark)
+                if rate < self.min_rate:
+                    raise SourceError("fetch_too_slow", f"download too slow: {rate:.0f} bytes/s under the minimum of "
+                                      f"{self.min_rate} bytes/s over {now - mark:.0f} s (fetch_min_rate_bps)")
+                mark, mark_bytes = now, got
+            yield chunk
+
+
 def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple[str, int]:
-    """Fetch ``url`` into ``dest``, checking every hop's address and the size limit;
-    return the content's (sha256 hex, size).
+    """Fetch ``url`` into ``dest``, checking every hop's address, the size limit and the
+    pace (``_Pace``); return the content's (sha256 hex, size). SourceError says why it failed.
 
     Each hop connects to the address that was checked (Host header and TLS name stay the
     URL's), so a DNS answer that changes after the check cannot redirect the fetch.
     """
     import httpx
 
-    with httpx.Client(follow_redirects=False, timeout=httpx.Timeout(30.0)) as client:
-        for _ in range(max_redirects + 1):
-            addr = check_url(url, cfg.allow_private_urls)
-            parts = urlsplit(url)
-            host = f"[{addr}]" if ":" in addr else addr
-            pinned = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl()
-            headers = {"Host": parts.netloc}
-            with client.stream("GET", pinned, headers=headers, extensions={"sni_hostname": parts.hostname}) as r:
-                if r.is_redirect:
-                    url = urljoin(url, r.headers.get("location", ""))
-                    continue
-                if r.status_code != 200:
-                    raise SourceError("fetch_failed", f"GET {url}: HTTP {r.status_code}")
-                declared = int(r.headers.get("content-length") or 0)
-                if declared > cfg.max_upload_bytes:
-                    raise SourceError("too_large", f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}", 413)
-                return save_capped(r.iter_bytes(1 << 20), dest, cfg.max_upload_bytes, url)
+    pace = _Pace(cfg)
+    timeout = httpx.Timeout(30.0, read=min(30.0, pace.window_s))
+    try:
+        with httpx.Client(follow_redirects=False, timeout=timeout) as client:
+            for _ in range(max_redirects + 1):
+                pace.check()
+                addr = check_url(url, cfg.allow_private_urls)
+                parts = urlsplit(url)
+                host = f"[{addr}]" if ":" in addr else addr
+                pinned = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl()
+                headers = {"Host": parts.netloc}
+                with client.stream("GET", pinned, headers=headers, extensions={"sni_hostname": parts.hostname}) as r:
+                    if r.is_redirect:
+                        url = urljoin(url, r.headers.get("location", ""))
+                        continue
+                    if r.status_code != 200:
+                        raise SourceError("fetch_failed", f"GET {url}: HTTP {r.status_code}")
+                    declared = int(r.headers.get("content-length") or 0)
+                    if declared > cfg.max_upload_bytes:
+                        raise SourceError("too_large", f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}", 413)
+                    return save_capped(pace.watch(r.iter_bytes()), dest, cfg.max_upload_bytes, url)
+    except httpx.ReadTimeout:
+        raise SourceError("fetch_too_slow", f"download too slow: nothing received for {pace.window_s:g} s") from None
+    except httpx.TransportError as e:  # refused, reset, cut short, a TLS failure
+        raise SourceError("fetch_failed", f"GET {url}: {type(e).__name__}: {e}") from None
     raise SourceError("fetch_failed", f"{url}: more than {max_redirects} redirects")
