@@ -178,7 +178,8 @@ def test_speech_and_screen_text_rows_travel_with_the_frames_to_the_videos_shard(
     said /= np.linalg.norm(said, axis=1, keepdims=True)
     speech = FusedBatch.of_texts(21, "speech", 0, [[0, 1.5], [1.5, 3], [3, 4.5], [4.5, 6]], said)
     screen = FusedBatch.of_texts(21, "screen", 0, [[0, 6]], said[:1])
-    for part in (run.rows(slice(0, 3)), speech.rows(slice(0, 2)), run.rows(slice(3, 6)), speech.rows(slice(2, 4)), screen):
+    handed = (run.rows(slice(0, 3)), speech.rows(slice(0, 2)), run.rows(slice(3, 6)), speech.rows(slice(2, 4)), screen)
+    for part in handed:
         ray.get(agg.submit.remote(1, part))
     assert ray.get(agg.finish.remote(21))[0] == 1 + 4 + 1
     times, held = ray.get(shards[1].frames.remote("speech", 21, 0, 100))
