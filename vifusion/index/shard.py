@@ -7,7 +7,7 @@ and ``semantic``; a speech segment in ``speech`` and an on-screen text span in `
 delete by video cover them all.
 
 Every add and delete is logged before it is applied, and synced before it is
-acknowledged. Snapshots (both indexes, times, the last log seq) are written atomically
+acknowledged. Snapshots (every space's index, times, the last log seq) are written atomically
 (temp file + rename) when the log has grown past ``cfg.snapshot_log_bytes`` (and half the
 last snapshot's size), in a background thread when ``background`` is set; the log segments
 they cover are then deleted. Start-up = last snapshot + replay of the log after it. Index
@@ -249,7 +249,7 @@ class Shard:
 
     @property
     def ntotal(self) -> int:
-        """Frames held (the same in both spaces)."""
+        """Frames held (the same in visual and semantic)."""
         return self._spaces["visual"].ntotal
 
     def stats(self) -> dict:
