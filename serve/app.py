@@ -19,6 +19,7 @@ import functools
 import io
 import json
 import logging
+import math
 import secrets
 import shutil
 import signal
@@ -54,7 +55,10 @@ from serve.schema import (
     VideoOut,
 )
 from vifusion.config import Config
+from vifusion.media import PastEnd
 from vifusion.runtime import tune_ray
+from vifusion.search import ClipRefused
+from vifusion.sources import MAX_TITLE_CHARS
 
 STATIC = Path(__file__).parent / "static"
 # Ray Serve's throughput settings (Config.serve_tuned), measured by benchmarks/serve_load.py on
@@ -66,6 +70,7 @@ ROUTE_PREFIX = "/"
 SERVE_LOGGING = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
 _PAGES = {"app.js": "text/javascript", "style.css": "text/css"}
 _MAX_IMAGE_PIXELS = 40_000_000
+_CLIP_WORKERS = 2  # clip searches decoding at once; more wait their turn
 
 api = FastAPI(
     title="ViFusion",
@@ -81,7 +86,7 @@ _UPLOAD_BODY = {
         "content": {
             "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
                 "file": {"type": "string", "format": "binary"},
-                "title": {"type": "string", "maxLength": 200},
+                "title": {"type": "string", "maxLength": MAX_TITLE_CHARS},
                 "metadata": {"type": "string", "description": "a JSON object"},
             }}},
             "application/json": {"schema": VideoByUri.model_json_schema()},
@@ -187,17 +192,30 @@ def _limit_body(request: Request, limit: int) -> Request:
     return Request(request.scope, limited)
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_json(raw: str | bytes, what: str) -> Any:
+    """``raw`` as JSON, or a 400 that says why. Python's reader takes more than JSON, and what
+    it takes the service cannot use: NaN and Infinity (SQLite's JSON functions refuse the
+    metadata that holds them), and it stops itself at integers of over 4300 digits and at
+    nesting deeper than its recursion limit."""
+    try:
+        return json.loads(raw, parse_constant=_not_json)
+    except RecursionError:
+        raise ApiError(400, "malformed_json", f"{what} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, NaN, an integer too long to read
+        why = "an integer has over 4300 digits" if "integer string conversion" in str(e) else str(e)
+        raise ApiError(400, "malformed_json", f"{what} is not valid JSON: {why}") from None
+
+
 async def _json_body(request: Request, limit: int) -> Any:
     try:
         raw = await _limit_body(request, limit).body()
     except _TooLarge:
         raise ApiError(413, "too_large", f"request body over the {limit}-byte limit") from None
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ApiError(400, "malformed_json", f"body is not valid JSON: {e}") from None
-    except RecursionError:
-        raise ApiError(400, "malformed_json", "body is nested too deeply") from None
+    return _parse_json(raw, "body")
 
 
 async def _form(request: Request, limit: int, max_field: int):
@@ -226,12 +244,7 @@ def _json_field(value: Any, name: str) -> Any:
         return None
     if not isinstance(value, str):
         raise ApiError(422, "invalid_request", f"{name} must be a form field, not a file")
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as e:
-        raise ApiError(400, "malformed_json", f"{name} is not valid JSON: {e}") from None
-    except RecursionError:
-        raise ApiError(400, "malformed_json", f"{name} is nested too deeply") from None
+    parsed = _parse_json(value, name)
     if not isinstance(parsed, dict):
         raise ApiError(422, "invalid_request", f"{name} must be a JSON object")
     return parsed
@@ -291,9 +304,18 @@ def moments(service, page) -> list[dict]:
     return [
         {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
          "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
-         "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={(m.start_s + m.end_s) / 2:.2f}"}
+         "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}"}
         for m in page.results
     ]
+
+
+def _thumbnail_t(moment, video) -> float:
+    """The middle of a moment, inside its video (a clip's moment may run past the end, and
+    a thumbnail past the end is a 404), rounded down to the hundredth the URL gives."""
+    t = (moment.start_s + moment.end_s) / 2
+    if video is not None and video.duration_s:
+        t = min(t, video.duration_s)
+    return math.floor(t * 100) / 100
 
 
 def _video_type(path: Path) -> str:
@@ -320,6 +342,9 @@ class ViFusionApp:
         # Blocking work runs here, not on Serve's event loop: a fixed pool, so threads (and
         # their SQLite connections) are reused instead of made per request.
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="vifusion-api")
+        # Clip searches decode video (seconds each, within their caps): on a pool of their own,
+        # so a burst of them queues there instead of holding every thread the others need.
+        self._clip_pool = ThreadPoolExecutor(max_workers=_CLIP_WORKERS, thread_name_prefix="vifusion-clip")
         with contextlib.redirect_stdout(io.StringIO()):  # load the query models now, not on the first search
             self.service.searcher  # noqa: B018
 
@@ -366,8 +391,8 @@ class ViFusionApp:
             if upload is None or isinstance(upload, str):
                 raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
             title = form.get("title")
-            if title is not None and (not isinstance(title, str) or len(title) > 200):
-                raise ApiError(422, "invalid_request", "title must be text of at most 200 characters")
+            if title is not None and not isinstance(title, str):
+                raise ApiError(422, "invalid_request", "title must be a form field, not a file")
             metadata = _json_field(form.get("metadata"), "metadata")
             done = await self._blocking(self.service.ingest_upload, upload.file, upload.filename, title, metadata)
         else:
@@ -408,6 +433,8 @@ class ViFusionApp:
     def thumbnail(self, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:
         try:
             data = self.service.thumbnail(video_id, t)
+        except PastEnd as e:  # a 404, as for a video that is not there: no such picture
+            raise ApiError(404, "past_end", str(e)) from None
         except ValueError as e:
             raise ApiError(422, "no_frame", str(e)) from None
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"})
@@ -434,7 +461,8 @@ class ViFusionApp:
                 except (binascii.Error, ValueError) as e:
                     raise ApiError(422, "invalid_image", f"image_b64 is not base64: {e}") from None
         else:
-            form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), 1 << 16)
+            limit = max(self.cfg.max_query_clip_bytes, self.cfg.max_json_bytes) + (1 << 20)  # a clip, or an image
+            form = await _form(request, limit, 1 << 16)
             files = {k: form[k] for k in ("image", "clip") if k in form}
             if any(isinstance(f, str) for f in files.values()):
                 raise ApiError(422, "invalid_request", "image and clip must be files")
@@ -447,6 +475,9 @@ class ViFusionApp:
                 query["image"] = await self._blocking(_image, await files["image"].read())
             if "clip" in files:
                 clip_file = files["clip"]
+                if clip_file.size is not None and clip_file.size > self.cfg.max_query_clip_bytes:
+                    raise ApiError(413, "too_large", f"the clip is {clip_file.size} bytes; the limit is "
+                                   f"{self.cfg.max_query_clip_bytes}")
         kinds = [k for k, given in (("text", req.text is not None), ("image", "image" in query),
                                     ("clip", clip_file is not None), ("video_id", req.video_id is not None)) if given]
         if len(kinds) != 1:
@@ -460,7 +491,9 @@ class ViFusionApp:
             query["stored_clip"] = (req.video_id, req.start_s, req.end_s)
         options = dict(top_k=req.top_k, group_by=req.group_by, filter=req.filter, min_score=req.min_score,
                        offset=_offset(req.cursor))
-        body = await self._blocking(self._search, query, clip_file, options, kinds[0])
+        pool = self._clip_pool if clip_file is not None else self._pool
+        body = await asyncio.get_running_loop().run_in_executor(
+            pool, functools.partial(self._search, query, clip_file, options, kinds[0]))
         body["took_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         return body
 
@@ -483,6 +516,8 @@ class ViFusionApp:
                 page = self.service.search(**query, **options)
         except DecodeError as e:
             raise ApiError(422, "invalid_clip", str(e)) from None
+        except ClipRefused as e:
+            raise ApiError(e.status, e.code, str(e)) from None
         except ValueError as e:  # NotFound (an unknown video) goes on to its 404 handler
             raise ApiError(422, "invalid_query", str(e)) from None
         finally:

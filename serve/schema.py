@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vifusion.sources import MAX_TITLE_CHARS
+
 MAX_VIDEO_ID = (1 << 39) - 1  # video_id << 24 must fit an int64 vector id
 
 
@@ -22,7 +24,7 @@ class Error(BaseModel):
 class VideoByUri(BaseModel):
     model_config = ConfigDict(extra="forbid")
     uri: str = Field(min_length=1, max_length=4096, description="file:///... (inside the ingest roots) or http(s)://...")
-    title: str | None = Field(None, max_length=200)
+    title: str | None = Field(None, max_length=MAX_TITLE_CHARS, description="kept as given; none: the file's name")
     metadata: dict[str, Any] | None = None
 
 

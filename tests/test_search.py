@@ -28,3 +28,22 @@ def test_clip_alignment_does_not_return_overlapping_moments_of_one_video():
     for i, a in enumerate(moments):
         for b in moments[i + 1 :]:
             assert not (a.video_id == b.video_id and a.start_s < b.end_s and b.start_s < a.end_s)
+
+
+def test_a_query_clip_is_decoded_within_its_caps(tmp_path):
+    import pytest
+
+    from tests.media import tiny_frames
+    from vifusion.config import Config
+    from vifusion.search import ClipRefused, decode_clip
+
+    tiny_frames(tmp_path / "q.mp4", 40, 4)  # 10 s
+    spans = [s for _, batch in decode_clip(tmp_path / "q.mp4", Config()) for s in batch]
+    assert len(spans) == 10 and spans[-1][2] == 10.0
+    with pytest.raises(ClipRefused) as refused:
+        list(decode_clip(tmp_path / "q.mp4", Config(max_query_clip_s=9.5)))
+    assert (refused.value.status, refused.value.code) == (422, "clip_too_long")
+    # A budget no decode can meet: refused once the budget is spent, not after the whole clip.
+    with pytest.raises(ClipRefused) as refused:
+        list(decode_clip(tmp_path / "q.mp4", Config(query_clip_decode_budget_s=1e-9)))
+    assert (refused.value.status, refused.value.code) == (422, "clip_too_costly")

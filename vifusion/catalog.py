@@ -87,6 +87,9 @@ TEXT_KINDS = ("speech", "screen")
 _MAX_QUERY_TERMS = 32  # a keyword query's words past this are ignored (each costs a posting-list scan)
 # Metadata keys usable in filters: plain names only, so they can go into a JSON path safely.
 METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
+# (NaN, stored before ingest refused it), since one such row would fail every filtered query.
+_FILTERABLE = "(CASE WHEN json_valid(metadata) THEN metadata END)"
 
 
 @dataclass(frozen=True)
@@ -297,12 +300,15 @@ class Catalog:
                 raise ValueError(f"metadata key {key!r}: use letters, digits, '_', '.', '-' (1-64)")
             if isinstance(value, (dict, list)):
                 raise ValueError(f"metadata filter {key!r}: compare with a string, number or boolean")
+            if isinstance(value, int) and not -(2**63) <= value < 2**63:  # SQLite's integers are 64-bit
+                raise ValueError(f"metadata filter {key!r}: the integer does not fit in 64 bits")
             # json_type tells 1 from true; json_extract alone would not.
             if isinstance(value, bool):
-                sql += " AND json_type(metadata, ?) = ?"
+                sql += f" AND json_type({_FILTERABLE}, ?) = ?"
                 args += [f'$."{key}"', "true" if value else "false"]
             else:
-                sql += " AND json_extract(metadata, ?) IS ? AND json_type(metadata, ?) NOT IN ('true', 'false')"
+                sql += (f" AND json_extract({_FILTERABLE}, ?) IS ?"
+                        f" AND json_type({_FILTERABLE}, ?) NOT IN ('true', 'false')")
                 args += [f'$."{key}"', value, f'$."{key}"']
         if video_ids is not None:
             if not video_ids:

@@ -110,6 +110,16 @@ class Config(BaseModel):
                                        "longest it waits for the next bytes")
     max_metadata_bytes: int = Field(16 << 10, gt=0, description="largest metadata object (as JSON) per video")
     max_json_bytes: int = Field(32 << 20, gt=0, description="largest JSON request body (an image_b64 query)")
+    max_metadata_depth: int = Field(8, gt=0, le=64, description="deepest nesting of objects and arrays in a "
+                                    "video's metadata ({\"a\": 1} is 1)")
+    max_metadata_keys: int = Field(256, gt=0, description="most keys in a video's metadata, counted in every "
+                                   "object it holds")
+    max_query_clip_bytes: int = Field(64 << 20, gt=0, description="largest clip a search may upload")
+    max_query_clip_s: float = Field(60.0, gt=0, description="longest clip a search may upload")
+    query_clip_decode_budget_s: float = Field(10.0, gt=0, description="decoding a search's clip that takes longer "
+                                              "is stopped, and the search refused (a clip too costly to decode)")
+    thumbnail_cache_bytes: int = Field(256 << 20, ge=0, description="most bytes of thumbnails kept on disk; the "
+                                       "least recently used go first")
     rate_limit_rps: float = Field(100.0, gt=0, description="requests per second per API key, sustained")
     rate_limit_burst: int = Field(200, gt=0, description="requests per API key allowed at once")
     serve_tuned: bool = Field(

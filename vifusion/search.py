@@ -10,22 +10,62 @@ not answer (a partial answer).
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from vifusion.config import Config
-from vifusion.extract.decode import decode
+from vifusion.extract.decode import Batches, open_sampled
 from vifusion.extract.model import Embedder
 from vifusion.index import ShardSet, group_segments
 from vifusion.index.segments import group_videos
 from vifusion.types import Found, SearchHit, Segment
 
 MAX_CLIP_FRAMES = 64
+_CLIP_BATCH = 8  # sampled frames of a query clip decoded between two looks at the clock
 
 
 GROUP_BY = ("segment", "video", "frame")
+
+
+class ClipRefused(ValueError):
+    """A query clip the service will not search with; ``code`` and ``status`` are how the
+    API answers it."""
+
+    def __init__(self, code: str, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def decode_clip(path: Path, cfg: Config) -> Batches:
+    """A query clip's sampled frames, as ``decode`` yields them, within the clip caps.
+
+    A clip longer than ``cfg.max_query_clip_s`` is refused once probed (the probe reads
+    packets, decodes nothing). Decoding stops, refused, once it has taken longer than
+    ``cfg.query_clip_decode_budget_s``; the clock is read between batches of
+    ``_CLIP_BATCH`` frames, so one batch may overrun it. Both are ClipRefused with a 422:
+    the clip is at fault (too long, too large a picture or too costly a codec), and sent
+    again unchanged it would cost as much again, so it is not an invitation to retry.
+    """
+    t0 = time.monotonic()
+    info, _, batches = open_sampled(path, cfg.sample_fps, MAX_CLIP_FRAMES, batch=_CLIP_BATCH)
+    if info.duration_s > cfg.max_query_clip_s:
+        raise ClipRefused(
+            "clip_too_long", f"the clip is {info.duration_s:.1f} s long; the limit is {cfg.max_query_clip_s:g} s"
+        )
+    spent = time.monotonic() - t0
+    while spent <= cfg.query_clip_decode_budget_s:
+        t0 = time.monotonic()
+        batch = next(batches, None)
+        spent += time.monotonic() - t0
+        if batch is None:
+            return
+        yield batch
+    raise ClipRefused("clip_too_costly", f"decoding the clip took over {cfg.query_clip_decode_budget_s:g} s; "
+                      "send a shorter clip or one of a smaller picture")
 
 
 class Searcher:
@@ -67,10 +107,11 @@ class Searcher:
         return self._search("visual", visual, top_k, group_by, videos)
 
     def clip(self, path: Path, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
-        """Moments that match a video clip (its first ``MAX_CLIP_FRAMES`` sampled frames)."""
+        """Moments that match a video clip (its first ``MAX_CLIP_FRAMES`` sampled frames).
+        ClipRefused for a clip too long or too costly to decode (see ``decode_clip``)."""
         spans: list[tuple[int, float, float]] = []
         vectors = []
-        for frames, batch_spans in decode(Path(path), self.cfg.sample_fps, MAX_CLIP_FRAMES):
+        for frames, batch_spans in decode_clip(Path(path), self.cfg):
             visual, _ = self.embedder.embed_frames(frames)
             vectors.append(visual)
             spans.extend(batch_spans)

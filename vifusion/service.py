@@ -7,12 +7,14 @@ Holds the data dir's writer lock: one ``Service`` writes to a data dir at a time
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -20,18 +22,19 @@ from vifusion._files import StorageError, storage_writes
 from vifusion.catalog import Job, Video
 from vifusion.config import Config
 from vifusion.jobs import JobRunner
-from vifusion.media import thumbnail
+from vifusion.media import PastEnd, ThumbnailCache
 from vifusion.runtime import Runtime
 from vifusion.search import GROUP_BY
 from vifusion.sources import (
+    MAX_TITLE_CHARS,
     SNIFF_BYTES,
     SourceError,
     check_url,
     new_media_path,
     resolve_file_uri,
-    safe_title,
     save_capped,
     sniff,
+    title_from_name,
     url_filename,
 )
 from vifusion.types import Segment
@@ -44,6 +47,44 @@ __all__ = ["Ingested", "NotFound", "SearchPage", "Service", "StorageError"]
 
 class NotFound(LookupError):
     """No such video or job (or it was deleted)."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Shape(NamedTuple):
+    depth: int  # how deep objects and arrays nest ({"a": 1} is 1)
+    keys: int  # keys in every object, all told
+    text_ok: bool  # no key or string holds a lone surrogate
+
+
+def _shape(value: Any) -> _Shape:
+    """The shape of parsed JSON, walked without recursion (it may nest a thousand deep)."""
+    depth = keys = 0
+    text_ok = True
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, str):
+            text_ok = text_ok and not _SURROGATE.search(v)
+        elif isinstance(v, dict | list):
+            depth = max(depth, d + 1)
+            if isinstance(v, dict):
+                keys += len(v)
+                stack.extend((k, d) for k in v)
+                v = v.values()
+            stack.extend((x, d + 1) for x in v)
+    return _Shape(depth, keys, text_ok)
+
+
+def _title(given: str | None, name: str | None) -> str:
+    """The client's title as given, else one from the file's name. A title longer than
+    ``MAX_TITLE_CHARS`` is refused (SourceError, 422); a blank one counts as none."""
+    if given is None or not given.strip():
+        return title_from_name(name, "video")
+    if len(given) > MAX_TITLE_CHARS:
+        raise SourceError("invalid_title", f"title is {len(given)} characters; the limit is {MAX_TITLE_CHARS}", 422)
+    return given
 
 
 @dataclass(frozen=True)
@@ -69,6 +110,7 @@ class Service:
         self.catalog = self.rt.catalog
         self.shards = self.rt.shards
         self.jobs = JobRunner(cfg, self.rt)
+        self.thumbnails = ThumbnailCache(cfg.data_dir / "thumbs", cfg.thumbnail_cache_bytes)
 
     @property
     def searcher(self):
@@ -82,6 +124,7 @@ class Service:
         """Store an uploaded video under the data dir and queue its job. Refuses (SourceError)
         an empty upload, one over the size limit, and one that is plainly not a video."""
         self._check_metadata(metadata)
+        title = _title(title, filename)
         head = data.read(SNIFF_BYTES)
         if not head:
             raise SourceError("empty_file", "the upload is empty (0 bytes)")
@@ -93,8 +136,7 @@ class Service:
             chunks = itertools.chain([head], iter(lambda: data.read(1 << 20), b""))
             with storage_writes(self.cfg.data_dir, "the upload was not stored"):
                 sha, size = save_capped(chunks, path, self.cfg.max_upload_bytes, "the upload")
-            return self._queue(f"upload:{filename or path.name}", safe_title(title or filename, path.stem),
-                               metadata, sha, size, media=path)
+            return self._queue(f"upload:{filename or path.name}", title, metadata, sha, size, media=path)
         except BaseException:
             shutil.rmtree(path.parent, ignore_errors=True)
             raise
@@ -106,9 +148,9 @@ class Service:
         self._check_metadata(metadata)
         if uri.startswith("file:"):
             path = resolve_file_uri(uri, self.cfg.ingest_roots)
-            return self._queue(str(path), safe_title(title or path.name, "video"), metadata, None, None)
+            return self._queue(str(path), _title(title, path.name), metadata, None, None)
         check_url(uri, self.cfg.allow_private_urls)
-        return self._queue(uri, safe_title(title or url_filename(uri), "video"), metadata, None, None)
+        return self._queue(uri, _title(title, url_filename(uri)), metadata, None, None)
 
     def _queue(self, source, title, metadata, sha, size, media: Path | None = None) -> Ingested:
         with storage_writes(self.cfg.data_dir, "the video was not queued"):
@@ -117,11 +159,28 @@ class Service:
         return Ingested(video_id, job_id)
 
     def _check_metadata(self, metadata: dict[str, Any] | None) -> None:
+        """Refuse (SourceError) metadata that the catalog could store but not give back or
+        filter on: nested deeper than ``max_metadata_depth`` (the JSON encoder of a listing
+        stops at about 250 levels), more than ``max_metadata_keys`` keys, text with a lone
+        surrogate (UTF-8 cannot hold it), NaN or Infinity (SQLite's JSON functions refuse them).
+        The shape is walked first, without recursion: json.dumps recurses."""
         if metadata is None:
             return
         if not isinstance(metadata, dict):
             raise SourceError("invalid_metadata", "metadata must be a JSON object")
-        size = len(json.dumps(metadata))
+        shape = _shape(metadata)
+        if shape.depth > self.cfg.max_metadata_depth:
+            raise SourceError("metadata_too_deep", f"metadata nests {shape.depth} levels deep; the limit is "
+                              f"{self.cfg.max_metadata_depth}", 422)
+        if shape.keys > self.cfg.max_metadata_keys:
+            raise SourceError("metadata_too_many_keys", f"metadata has {shape.keys} keys; the limit is "
+                              f"{self.cfg.max_metadata_keys}", 422)
+        if not shape.text_ok:
+            raise SourceError("invalid_metadata", "metadata holds text with a lone surrogate (not valid Unicode)", 422)
+        try:
+            size = len(json.dumps(metadata, allow_nan=False))
+        except ValueError:
+            raise SourceError("invalid_metadata", "metadata holds NaN or Infinity (not JSON numbers)", 422) from None
         if size > self.cfg.max_metadata_bytes:
             raise SourceError(
                 "metadata_too_large", f"metadata is {size} bytes as JSON; the limit is {self.cfg.max_metadata_bytes}", 413
@@ -139,14 +198,22 @@ class Service:
         video = self.catalog.get_video(video_id)
         if video is None:
             raise NotFound(f"no video {video_id}")
-        return video
+        return self._shown(video)
 
     def videos(self, limit: int, after_id: int = 0) -> tuple[list[Video], int | None]:
         """A page of videos in id order, and the id to continue after (None: last page)."""
         page = self.catalog.list_videos(limit + 1, after_id)
         more = len(page) > limit
-        page = page[:limit]
+        page = [self._shown(v) for v in page[:limit]]
         return page, (page[-1].id if more else None)
+
+    def _shown(self, video: Video) -> Video:
+        """``video`` with the metadata a client can be given: keys stored before ingest
+        checked metadata (``_check_metadata``) whose values nest too deep or hold a lone
+        surrogate are left out (the answer's JSON could not hold them), the rest are kept."""
+        shown = {k: v for k, v in video.metadata.items()
+                 if (s := _shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok}
+        return video if len(shown) == len(video.metadata) else dataclasses.replace(video, metadata=shown)
 
     def media_path(self, video_id: int) -> Path:
         return self._media(self.video(video_id))
@@ -159,12 +226,15 @@ class Service:
         return path
 
     def thumbnail(self, video_id: int, t: float) -> bytes:
-        """A JPEG of video ``video_id`` at ``t`` seconds (clamped to its length)."""
+        """A JPEG of video ``video_id`` at ``t`` seconds; PastEnd past the video's end, so
+        that no time a client makes up costs a decode and a cache entry."""
         video = self.video(video_id)
         path = self._media(video)
         if video.duration_s:
-            t = min(t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0)))
-        return thumbnail(path, t, self.cfg.data_dir / "thumbs" / str(video_id))
+            if t > video.duration_s:
+                raise PastEnd(f"t={t:g} s is past the end of video {video_id} ({video.duration_s:g} s)")
+            t = min(t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0)))  # the last frame shows until the end
+        return self.thumbnails.get(video_id, path, t)
 
     # -- delete ------------------------------------------------------------------------
 
@@ -181,7 +251,7 @@ class Service:
         media = self.cfg.data_dir / "media"
         if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself
             shutil.rmtree(Path(video.media).parent, ignore_errors=True)
-        shutil.rmtree(self.cfg.data_dir / "thumbs" / str(video_id), ignore_errors=True)
+        self.thumbnails.drop(video_id)
 
     # -- search ------------------------------------------------------------------------
 

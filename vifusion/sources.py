@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import re
 import socket
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 from vifusion._files import make_dirs, whole_file
 from vifusion.config import Config
@@ -84,22 +85,40 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+MAX_TITLE_CHARS = 200  # a longer title given by a client is refused (422)
+_NAME_BYTES = 200  # a stored file's name in UTF-8: file systems allow 255 bytes, not characters
+_EXTENSION_BYTES = 16
+_PLAIN_EXTENSION = re.compile(r"(?<=.)\.[A-Za-z0-9]{1,8}$")  # ".mp4", not ". Who" in "Dr. Who"
+
+
 def new_media_path(cfg: Config, filename: str | None) -> Path:
     """A fresh folder under the data dir's media folder, holding the file under a safe
-    version of its own name (so errors and downloads name the file the client knows)."""
+    version of its own name (so errors and downloads name the file the client knows): only
+    letters, digits and ``._-``, cut to ``_NAME_BYTES`` keeping its extension."""
     name = Path((filename or "").replace("\\", "/")).name
-    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")[-100:]
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
     if not Path(name).suffix or not Path(name).stem:
         name = (name or "video") + ".bin"
     folder = cfg.data_dir / "media" / uuid.uuid4().hex
     make_dirs(folder)
-    return folder / name
+    return folder / _fit(name, _NAME_BYTES)
 
 
-def safe_title(name: str | None, fallback: str) -> str:
-    """A title from a client-given file name: its stem, no path, bounded."""
-    stem = Path((name or "").replace("\\", "/")).stem.strip()
-    return (stem or fallback)[:200]
+def _fit(name: str, limit: int) -> str:
+    """``name`` cut to ``limit`` UTF-8 bytes on a character boundary, its extension kept."""
+    suffix = Path(name).suffix
+    if len(suffix.encode()) > _EXTENSION_BYTES:
+        suffix = ""
+    stem = name[: len(name) - len(suffix)]
+    return stem.encode()[: limit - len(suffix.encode())].decode(errors="ignore") + suffix
+
+
+def title_from_name(name: str | None, fallback: str) -> str:
+    """A title for a video the client gave no title: its file name (an upload's, a path's,
+    a URL's last segment) without folders and without a plain extension, cut to
+    ``MAX_TITLE_CHARS``. A title the client gives is kept as given, never passed here."""
+    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return (_PLAIN_EXTENSION.sub("", base) or fallback)[:MAX_TITLE_CHARS]
 
 
 def url_filename(url: str) -> str:
@@ -127,9 +146,16 @@ def save_capped(chunks: Iterable[bytes], dest: Path, limit: int, what: str) -> t
 # -- file:// ---------------------------------------------------------------------------
 
 
+def _split(uri: str) -> SplitResult:
+    try:
+        return urlsplit(uri)
+    except ValueError as e:  # an unclosed "[" of an IPv6 host, say
+        raise SourceError("invalid_uri", f"uri cannot be parsed: {e}") from None
+
+
 def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
     """The local file a ``file://`` URI names, if it lies inside one of ``roots``."""
-    parts = urlsplit(uri)
+    parts = _split(uri)
     if parts.netloc not in ("", "localhost"):
         raise SourceError("invalid_uri", f"file uri with a host ({parts.netloc!r}) is not supported")
     raw = unquote(parts.path)
@@ -156,7 +182,7 @@ def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
 def check_url(url: str, allow_private: bool) -> str:
     """Refuse a URL that is malformed or whose host resolves to a non-public address;
     return the address to connect to (the fetch is pinned to it)."""
-    parts = urlsplit(url)
+    parts = _split(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SourceError("invalid_uri", "uri must be file://, http:// or https:// with a host")
     if parts.username or parts.password:

@@ -60,6 +60,8 @@ def live(ray_session, tmp_path_factory) -> Live:
         api_key=KEY,
         ingest_roots=(root / "videos",),
         max_upload_bytes=MAX_UPLOAD,
+        max_query_clip_bytes=1 << 20,  # small, so the 413 test sends little
+        thumbnail_cache_bytes=128 << 10,  # a few dozen thumbnails reach it
         rate_limit_rps=1000,
         rate_limit_burst=5000,
     )

@@ -4,13 +4,16 @@ or made harmless, and the service goes on answering everyone else."""
 from __future__ import annotations
 
 import io
+import json
 import socket
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 import httpx
+import pytest
 from PIL import Image
 
 from tests.media import huge_frame, tiny_frames, zero_timescale
@@ -101,3 +104,130 @@ def test_hostile_media_fail_their_own_jobs_with_reasons_and_odd_but_real_video_i
     assert live.anon.get("/healthz").json()["vectors"] == live.vectors
     r = live.client.post("/v1/search", json={"text": "a cat", "top_k": 1})
     assert r.json()["results"][0]["video_id"] == live.ids["kitchen.mp4"]
+
+
+# -- inputs that used to be a 500 -----------------------------------------------------------
+
+
+def _nested_object(depth: int) -> dict:
+    doc: dict = {}
+    inner = doc
+    for _ in range(depth - 1):
+        inner["a"] = {}
+        inner = inner["a"]
+    inner["a"] = 1
+    return doc
+
+
+def test_metadata_nested_past_the_depth_cap_is_refused_at_ingest(live):
+    """300 levels were stored with a 202 and then made every listing that showed them a 500."""
+    deep = _nested_object(300)
+    uri = live.videos["launch.mp4"].path.as_uri()
+    assert "deep" in error(live.client.post("/v1/videos", json={"uri": uri, "metadata": deep}), 422, "metadata_too_deep")
+    r = live.client.post("/v1/videos", files={"file": ("v.mkv", b"\x1a\x45\xdf\xa3" + bytes(64), "video/x-matroska")},
+                         data={"metadata": json.dumps(deep)})
+    error(r, 422, "metadata_too_deep")
+    many = {f"k{i}": i for i in range(live.cfg.max_metadata_keys + 1)}
+    error(live.client.post("/v1/videos", json={"uri": uri, "metadata": many}), 422, "metadata_too_many_keys")
+    assert live.client.get("/v1/videos", params={"limit": 500}).status_code == 200
+
+
+def test_a_listing_shows_what_is_stored_even_metadata_from_before_the_cap(live):
+    """Metadata stored before the checks existed still lists: its keys too deep or with a
+    lone surrogate are left out of the answer, the rest is shown."""
+    stored = {"set": "old", "deep": _nested_object(300), "odd": ["x\udc00"]}
+    with sqlite3.connect(live.cfg.data_dir / "catalog.db", timeout=30) as db:
+        video_id = db.execute(
+            "INSERT INTO videos (source, title, metadata, status, created_at) VALUES (?, ?, ?, 'failed', ?)",
+            ("old:deep", "old deep", json.dumps(stored), time.time()),
+        ).lastrowid
+    try:
+        r = live.client.get("/v1/videos", params={"limit": 500})
+        assert r.status_code == 200, r.text[:300]
+        listed = {v["video_id"]: v for v in r.json()["videos"]}
+        assert listed[video_id]["metadata"] == {"set": "old"}
+        r = live.client.get(f"/v1/videos/{video_id}")
+        assert r.status_code == 200 and r.json()["metadata"] == {"set": "old"}, r.text[:300]
+    finally:
+        assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
+
+
+def test_metadata_stored_with_nan_before_the_check_does_not_break_filtered_searches(live):
+    """SQLite's JSON functions refuse NaN: one such video made every filtered search a 500."""
+    with sqlite3.connect(live.cfg.data_dir / "catalog.db", timeout=30) as db:
+        video_id = db.execute(
+            "INSERT INTO videos (source, title, metadata, status, created_at) VALUES (?, ?, ?, 'ready', ?)",
+            ("old:nan", "old nan", '{"set": "demo", "n": NaN}', time.time()),
+        ).lastrowid
+    try:
+        r = live.client.post("/v1/search", json={"text": "a cat", "filter": {"set": "demo"}})
+        assert r.status_code == 200, r.text[:300]
+        assert {m["video_id"] for m in r.json()["results"]} <= set(live.ids.values())
+        assert live.client.get(f"/v1/videos/{video_id}").json()["metadata"] == {"set": "demo", "n": None}
+    finally:
+        assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
+
+
+_NOT_QUITE_JSON = ["1" * 5000, "NaN", "-Infinity"]  # Python reads them: past its 4300-digit int limit, not JSON
+
+
+@pytest.mark.parametrize("value", _NOT_QUITE_JSON)
+def test_json_that_python_reads_but_the_service_cannot_use_is_a_400(live, value):
+    for doc in ('{"text": "a cat", "top_k": %s}', '{"text": "a cat", "min_score": %s}',
+                '{"text": "a cat", "filter": {"n": %s}}'):
+        r = live.client.post("/v1/search", content=doc % value, headers={"content-type": "application/json"})
+        assert "JSON" in error(r, 400, "malformed_json")
+    uri = live.videos["launch.mp4"].path.as_uri()
+    body = '{"uri": "%s", "metadata": {"n": %s}}' % (uri, value)
+    error(live.client.post("/v1/videos", content=body, headers={"content-type": "application/json"}), 400,
+          "malformed_json")
+    form = {"metadata": '{"n": %s}' % value}
+    r = live.client.post("/v1/videos", files={"file": ("v.mkv", b"\x1a\x45\xdf\xa3" + bytes(64))}, data=form)
+    error(r, 400, "malformed_json")
+
+
+def test_text_with_a_lone_surrogate_is_a_422(live):
+    """JSON can spell a lone UTF-16 surrogate (\\ud800); no UTF-8 text holds one, so SQLite
+    cannot store it and a listing could not send it back."""
+    uri = live.videos["launch.mp4"].path.as_uri()
+    for body, code in (('{"text": "a cat\\ud800"}', "invalid_request"),):
+        r = live.client.post("/v1/search", content=body, headers={"content-type": "application/json"})
+        error(r, 422, code)
+    for body, code in (('{"uri": "%s", "title": "x\\udc00"}' % uri, "invalid_request"),
+                       ('{"uri": "%s", "metadata": {"a": ["x\\udc00"]}}' % uri, "invalid_metadata"),
+                       ('{"uri": "%s", "metadata": {"\\ud800": 1}}' % uri, "invalid_metadata")):
+        r = live.client.post("/v1/videos", content=body, headers={"content-type": "application/json"})
+        error(r, 422, code)
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**30])
+def test_a_filter_value_past_int64_is_a_4xx_naming_the_key(live, value):
+    r = live.client.post("/v1/search", json={"text": "a cat", "filter": {"count": value}})
+    assert "count" in error(r, 422)
+    r = live.client.post("/v1/search", files={"clip": ("c.mp4", b"x")}, data={"filter": json.dumps({"count": value})})
+    assert "count" in error(r, 422)
+    r = live.client.post("/v1/search", json={"text": "a cat", "filter": {"count": 2**63 - 1}})
+    assert r.status_code == 200, r.text
+
+
+def test_an_upload_named_in_100_cjk_characters_is_stored_under_a_name_that_fits_and_indexed(live):
+    """300 bytes of UTF-8, over the 255-byte limit on a file name (ENAMETOOLONG, a 500):
+    the stored file's name is cut to fit, keeping its extension; the title keeps the name."""
+    stem = "視頻" * 50
+    with open(live.videos["kitchen.mp4"].path, "rb") as f:
+        r = live.client.post("/v1/videos", files={"file": (stem + ".mp4", f, "video/mp4")})
+    assert r.status_code == 202, r.text
+    video_id = r.json()["video_id"]
+    try:
+        assert wait_ready(live.client, r.json()["job_id"])["status"] == "ready"
+        assert live.client.get(f"/v1/videos/{video_id}").json()["title"] == stem
+        stored = [p for p in (live.cfg.data_dir / "media").glob("*/*") if p.name.startswith("視頻")]
+        assert len(stored) == 1 and stored[0].suffix == ".mp4" and len(stored[0].name.encode()) <= 255
+    finally:
+        assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
+    assert live.anon.get("/healthz").json()["vectors"] == live.vectors
+
+
+@pytest.mark.parametrize("uri", ["http://[", "https://[::1/v.mp4", "file://[/v.mp4", "http://a]/v.mp4"])
+def test_a_uri_python_cannot_split_is_a_400(live, uri):
+    error(live.client.post("/v1/videos", json={"uri": uri}), 400, "invalid_uri")
