@@ -185,7 +185,11 @@ def write_talk(
 
 
 def _write_audio(
-    out: av.container.OutputContainer, stream: av.audio.stream.AudioStream, track: np.ndarray, broken: bool, start_s: float
+    out: av.container.OutputContainer,
+    stream: av.audio.stream.AudioStream,
+    track: np.ndarray,
+    broken: bool,
+    start_s: float,
 ) -> None:
     rng = np.random.default_rng(1)
     step = 960  # 20 ms; PyAV re-cuts frames to the encoder's own frame size
@@ -199,7 +203,8 @@ def _write_audio(
     for packet in packets:
         if broken:
             junk = av.Packet(rng.integers(0, 256, packet.size, dtype=np.uint8).tobytes())
-            junk.pts, junk.dts, junk.duration, junk.time_base = packet.pts, packet.dts, packet.duration, packet.time_base
+            junk.pts, junk.dts, junk.duration = packet.pts, packet.dts, packet.duration
+            junk.time_base = packet.time_base
             junk.stream = stream
             packet = junk
         out.mux(packet)

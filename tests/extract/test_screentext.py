@@ -29,7 +29,9 @@ def reader() -> ScreenReader:
 
 def _frames(path: Path) -> list[tuple[np.ndarray, float, float]]:
     """The video's frames at 1 per second, at full size (what OCR needs), with their times."""
-    return [(f, t0, t1) for batch, times in decode(path, 1.0, 3600, short_side=360) for f, (_, t0, t1) in zip(batch, times)]
+    return [
+        (f, t0, t1) for batch, times in decode(path, 1.0, 3600, short_side=360) for f, (_, t0, t1) in zip(batch, times)
+    ]
 
 
 # --- one picture -----------------------------------------------------------------------------
@@ -56,7 +58,9 @@ def test_a_picture_without_text_gives_no_lines(reader: ScreenReader, picture: np
     assert reader.read(picture) == []
 
 
-@pytest.mark.parametrize("lines", [["გამარჯობა მსოფლიო", "საქართველო ლამაზია"], ["Καλημέρα κόσμε δοκιμή"]], ids=["georgian", "greek"])
+@pytest.mark.parametrize(
+    "lines", [["გამარჯობა მსოფლიო", "საქართველო ლამაზია"], ["Καλημέρα κόσμε δοκιμή"]], ids=["georgian", "greek"]
+)
 def test_a_script_the_models_do_not_know_gives_no_lines(reader: ScreenReader, lines: list[str]) -> None:
     assert reader.read(_talks.slide(lines)) == []
 
@@ -100,7 +104,11 @@ def slides(tmp_path_factory: pytest.TempPathFactory) -> _talks.Talk:
     return _talks.write_talk(
         tmp_path_factory.mktemp("screentext") / "slides.mkv",
         16.0,
-        shown=[(2.0, 7.0, [REVENUE, HARBOUR]), (7.0, 12.0, [REVENUE, ZORBLAX]), (13.0, 16.0, ["გამარჯობა მსოფლიო"])],
+        shown=[
+            (2.0, 7.0, [REVENUE, HARBOUR]),
+            (7.0, 12.0, [REVENUE, ZORBLAX]),
+            (13.0, 16.0, ["გამარჯობა მსოფლიო"]),  # a script the models do not know: no span
+        ],
         audio="none",
     )
 
@@ -162,6 +170,7 @@ def test_loads_and_reads_with_the_network_cut_off(tmp_path: Path) -> None:
         "print(json.dumps([ln.text for ln in lines]))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "slide.npy")], capture_output=True, text=True, env=env, timeout=120)
+    argv = [sys.executable, "-c", script, str(tmp_path / "slide.npy")]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.splitlines()[-1]) == [ZORBLAX]

