@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import secrets
+import os
 import shutil
 import signal
 import tempfile
@@ -54,6 +55,7 @@ from serve.schema import (
     VideoList,
     VideoOut,
 )
+from vifusion._files import fd_path
 from vifusion.config import Config
 from vifusion.media import PastEnd
 from vifusion.runtime import tune_ray
@@ -323,6 +325,22 @@ def _video_type(path: Path) -> str:
             ".ogv": "video/ogg", ".gif": "image/gif"}.get(path.suffix.lower(), "video/mp4")
 
 
+class _DescriptorResponse(FileResponse):
+    """A FileResponse (byte ranges and all) of an open descriptor, not of a name: Starlette
+    opens ``fd_path`` of it, the file that was checked whatever its name points at now. The
+    descriptor is closed when the response ends, sent whole or not."""
+
+    def __init__(self, fd: int, media_type: str) -> None:
+        super().__init__(fd_path(fd), media_type=media_type, stat_result=os.fstat(fd))
+        self._fd = fd
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            os.close(self._fd)
+
+
 # -- the deployment ----------------------------------------------------------------------
 
 
@@ -442,8 +460,8 @@ class ViFusionApp:
     @api.get("/v1/videos/{video_id}/media", response_class=FileResponse,
              responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}, 404: {"model": Error}})
     def media(self, video_id: int = VideoId) -> FileResponse:
-        path = self.service.media_path(video_id)
-        return FileResponse(path, media_type=_video_type(path))
+        fd, path = self.service.open_media(video_id)
+        return _DescriptorResponse(fd, media_type=_video_type(path))
 
     # -- search ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -71,6 +72,88 @@ def whole_file(dest: Path) -> Iterator[BinaryIO]:
             tmp.unlink()
         raise
     fsync_dir(dest.parent)
+
+
+class NotRegularFile(OSError):
+    """A path refused before anything reads it: not a regular file, or reached through a
+    symlink where none may be followed. ``strerror`` says what it is."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+# A folder on the way, opened only to walk on from it: O_PATH needs no read permission.
+_WALK = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
+
+
+def _kind(mode: int) -> str:
+    return next((what for is_kind, what in _KINDS if is_kind(mode)), "not a regular file")
+
+
+def open_regular(path: Path, *, follow_symlinks: bool = True) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file; NotRegularFile if it
+    is not, FileNotFoundError if it is missing. The caller closes it.
+
+    Whatever reads the file afterwards (hash, decoder, HTTP response) reads this descriptor,
+    or ``fd_path`` of it, and never the name again: a name swapped after this check for a
+    symlink, a FIFO or a device changes nothing. A FIFO is opened without blocking (and then
+    refused). Without ``follow_symlinks`` no component of the path may be a symlink: for a
+    path stored resolved (a ``file://`` source, checked against the ingest roots), a symlink
+    in it now is a swap made after the check, and following it could leave the roots.
+    """
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if follow_symlinks:
+        fd = os.open(path, flags)
+    else:
+        fd = _open_no_symlinks(path, flags | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{_kind(st.st_mode)}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_no_symlinks(path: Path, flags: int) -> int:
+    """Open ``path`` walking it one component at a time, each relative to the folder before
+    it and none followed if it is a symlink (what openat2's RESOLVE_NO_SYMLINKS does)."""
+    parts = path.parts[1:] if path.is_absolute() else path.parts
+    *folders, name = parts
+    at = os.open(path.anchor or ".", _WALK)
+    try:
+        for folder in folders:
+            try:
+                step = os.open(folder, _WALK, dir_fd=at)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(folder, at):
+                    raise NotRegularFile(errno.ELOOP, f"a symbolic link in its path ({folder}), not followed",
+                                         str(path)) from None
+                raise
+            os.close(at)
+            at = step
+        try:
+            return os.open(name, flags, dir_fd=at)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise NotRegularFile(errno.ELOOP, "a symbolic link, not followed", str(path)) from None
+            raise
+    finally:
+        os.close(at)
+
+
+def _is_link(name: str, at: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=at).st_mode)
+    except OSError:
+        return False
+
+
+def fd_path(fd: int) -> str:
+    """A path that opens the file ``fd`` refers to, whatever its name points at now (Linux)."""
+    return f"/proc/self/fd/{fd}"
 
 
 def storage_reason(e: BaseException) -> str | None:

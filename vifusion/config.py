@@ -33,6 +33,12 @@ class Config(BaseModel):
     num_extractors: int = Field(1, gt=0)
     torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
     query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
+    extract_deadline_base_s: float = Field(600.0, gt=0, description="an extractor call on one video must end "
+                                           "within this plus extract_deadline_per_video_s x the video's duration "
+                                           "(and probing it within this alone); past it the job fails and the "
+                                           "extractor is restarted")
+    extract_deadline_per_video_s: float = Field(10.0, ge=0, description="seconds of extraction allowed per second "
+                                                "of video, on top of extract_deadline_base_s")
 
     # extract/: speech (faster-whisper) and on-screen text (RapidOCR); CUDA where present, else CPU
     speech: bool = Field(True, description="transcribe each video's first audio track")

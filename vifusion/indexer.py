@@ -4,7 +4,8 @@ The driver holds no features: extractor actors decode and embed, their node's ag
 fuses and sends the batches straight to the shard actors; the driver only routes and
 follows progress.
 A job is ``ready`` only after its shard acknowledged every frame, and a shard
-acknowledges a batch only once it is in its write-ahead log on disk.
+acknowledges a batch only once it is in its write-ahead log on disk. An extractor call past
+its deadline (``_Deadline``) fails its video, and the extractor is restarted.
 """
 
 from __future__ import annotations
@@ -158,20 +159,20 @@ class Indexer:
         video_id: int,
         job_id: str,
         on_progress: Callable[[Progress | IndexResult], None] = lambda _: None,
+        follow_symlinks: bool = True,
     ) -> IndexResult:
         """One video through one extractor; the catalog follows every step. A video whose
         extractor or node aggregator died is indexed again from its start (``_RETRIES``
-        times), after what reached the shards of it is deleted: each frame once."""
+        times), after what reached the shards of it is deleted: each frame once.
+        ``follow_symlinks``: False for a path stored resolved (see ``open_regular``)."""
         shard_no = shard_for(video_id, self.cfg.num_shards)
         for attempt in range(_RETRIES + 1):
-            done, error, retry = self._attempt(actor, path, video_id, job_id, shard_no, on_progress)
+            done, error, retry = self._attempt(actor, path, video_id, job_id, shard_no, on_progress, follow_symlinks)
             if not retry or attempt == _RETRIES:
                 break
             log.warning("%s; indexing it again", error)
             _wait_restarted(actor)
-            for aggregator in self.aggregators.values():
-                with contextlib.suppress(ray.exceptions.RayError):
-                    ray.get(aggregator.abandon.remote(video_id))
+            self._abandon(video_id)
             self.shards.delete_video(video_id)
         if error is None:
             self.catalog.update_job(job_id, "ready", frames_indexed=done)
@@ -182,15 +183,26 @@ class Indexer:
         return IndexResult(str(path), "failed", video_id, job_id, error=error)
 
     def _attempt(self, actor: ray.actor.ActorHandle, path: Path, video_id: int, job_id: str, shard_no: int,
-                 on_progress: Callable[[Progress | IndexResult], None]) -> tuple[int, str | None, bool]:
+                 on_progress: Callable[[Progress | IndexResult], None],
+                 follow_symlinks: bool) -> tuple[int, str | None, bool]:
         """One try: (frames done, error or None, whether the error is worth another try)."""
         self.catalog.update_job(job_id, "decoding", progress=0.0, frames_indexed=0)
         done = 0
         try:
-            events = actor.index_video.options(num_returns="streaming").remote(video_id, str(path), shard_no)
-            for ref in events:
-                ev = ray.get(ref)
+            ray.get(actor.device.remote())  # its models are loaded: the deadline counts this video alone
+            deadline = _Deadline(self.cfg)
+            events = actor.index_video.options(num_returns="streaming").remote(
+                video_id, str(path), shard_no, follow_symlinks)
+            while True:
+                if deadline.left_s() == 0 or not ray.wait([events], timeout=deadline.left_s())[0]:
+                    self._restart(actor, video_id)
+                    return done, f"{path.name}: {deadline.reason()}; the extractor was restarted", False
+                try:
+                    ev = ray.get(next(events))
+                except StopIteration:
+                    break
                 if ev["event"] == "probed":
+                    deadline.scale(ev["duration_s"])
                     self._note(self.catalog.set_video_info, video_id, ev["duration_s"], ev["fps"], ev["width"],
                                ev["height"])
                     on_progress(Progress(str(path), 0, ev["frames_total"]))
@@ -211,6 +223,19 @@ class Indexer:
             return done, f"{path.name}: extractor failed: {type(e).__name__}", False
         return done, f"{path.name}: the extractor ended without a result", True
 
+    def _restart(self, actor: ray.actor.ActorHandle, video_id: int) -> None:
+        """Kill an extractor that is past its deadline (whatever holds it: a decoder that hangs,
+        a hand-over that never returns) and wait for Ray to start it again; drop what the
+        aggregators hold of its video."""
+        ray.kill(actor, no_restart=False)
+        _wait_killed_and_back(actor)
+        self._abandon(video_id)
+
+    def _abandon(self, video_id: int) -> None:
+        for aggregator in self.aggregators.values():
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(aggregator.abandon.remote(video_id))
+
     @staticmethod
     def _note(write: Callable[..., object], *args: object, **kwargs: object) -> None:
         """A progress write to the catalog. A full data dir does not stop the video midway
@@ -227,6 +252,44 @@ class Indexer:
         for actor in [*self.extractors, *self.aggregators.values()]:
             ray.kill(actor)
         self.extractors, self.aggregators = [], {}
+
+
+class _Deadline:
+    """How long one extractor call may take, from its start: ``extract_deadline_base_s`` to
+    probe the video, and that plus ``extract_deadline_per_video_s`` x its duration in all."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.base_s, self.per_video_s = cfg.extract_deadline_base_s, cfg.extract_deadline_per_video_s
+        self.limit_s = self.base_s
+        self.duration_s: float | None = None
+        self.start = time.monotonic()
+
+    def scale(self, duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.limit_s = self.base_s + self.per_video_s * duration_s
+
+    def left_s(self) -> float:
+        return max(0.0, self.start + self.limit_s - time.monotonic())
+
+    def reason(self) -> str:
+        if self.duration_s is None:
+            return f"extraction took longer than {self.limit_s:.1f} s without even probing the video"
+        return (f"extraction took longer than {self.limit_s:.1f} s, its deadline ({self.base_s:g} s + "
+                f"{self.per_video_s:g} s per second of its {self.duration_s:.1f} s of video)")
+
+
+def _wait_killed_and_back(actor: ray.actor.ActorHandle, timeout_s: float = 300.0) -> None:
+    """Return once an extractor killed with a restart answers again: until then calls fail,
+    while the old process dies and while the new one loads its models."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.device.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+            return
+        except ray.exceptions.RayActorError:
+            time.sleep(0.5)
+        except ray.exceptions.GetTimeoutError:
+            return  # the next video's call fails with the reason
 
 
 def _wait_restarted(actor: ray.actor.ActorHandle, timeout_s: float = 300.0) -> None:

@@ -8,7 +8,9 @@ so a re-run overwrites what the first run sent instead of adding frames twice.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import shutil
 import threading
 import time
@@ -18,9 +20,8 @@ import ray
 
 from vifusion._files import storage_reason
 from vifusion.config import Config
-from vifusion.indexer import file_sha256
 from vifusion.runtime import Runtime
-from vifusion.sources import SourceError, download, new_media_path, url_filename
+from vifusion.sources import SourceError, download, is_path_source, new_media_path, open_video_file, url_filename
 
 log = logging.getLogger(__name__)
 _PAUSE_S = 2.0  # how long ingest waits before writing again to a data dir that refused a write
@@ -140,11 +141,14 @@ class JobRunner:
             self.catalog.set_media(video_id, path, sha, size)
         elif video.sha256 is None:  # a file:// path: hashed here, not while the client waited
             try:
-                self.catalog.set_media(video_id, path, file_sha256(path), path.stat().st_size)
+                with open(open_video_file(video), "rb") as f:  # the file as checked, whatever its name is now
+                    sha, size = hashlib.file_digest(f, "sha256").hexdigest(), os.fstat(f.fileno()).st_size
             except OSError as e:
                 return self._fail(job_id, video_id, f"{path.name}: cannot read: {e.strerror}")
+            self.catalog.set_media(video_id, path, sha, size)
         indexer = self._indexer()
-        result = indexer.run_job(indexer.extractors[i], path, video_id, job_id)
+        result = indexer.run_job(indexer.extractors[i], path, video_id, job_id,
+                                 follow_symlinks=not is_path_source(video))
         if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
             self.shards.delete_video(video_id)
             return

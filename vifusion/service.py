@@ -31,6 +31,7 @@ from vifusion.sources import (
     SourceError,
     check_url,
     new_media_path,
+    open_video_file,
     resolve_file_uri,
     save_capped,
     sniff,
@@ -215,8 +216,15 @@ class Service:
                  if (s := _shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok}
         return video if len(shown) == len(video.metadata) else dataclasses.replace(video, metadata=shown)
 
-    def media_path(self, video_id: int) -> Path:
-        return self._media(self.video(video_id))
+    def open_media(self, video_id: int) -> tuple[int, Path]:
+        """A read-only descriptor of the video's file, and its path (for its name); the caller
+        closes it. NotFound if there is none, or if a ``file://`` video's path is now a symlink,
+        a FIFO or a device (``open_video_file``): serving reads the file that was checked."""
+        video = self.video(video_id)
+        try:
+            return open_video_file(video), video.media_path
+        except OSError as e:
+            raise NotFound(f"video {video_id} has no stored media: {e.strerror}") from None
 
     @staticmethod
     def _media(video: Video) -> Path:

@@ -3,7 +3,10 @@
 Each source is checked before anything is queued, so a bad one gets a clear refusal at once:
 - an upload is sniffed from its first bytes: text, images and documents are refused;
   unknown binary data is let through and its job fails with the decoder's reason;
-- a ``file://`` path must resolve (symlinks followed) inside one of ``Config.ingest_roots``;
+- a ``file://`` path must resolve (symlinks followed) inside one of ``Config.ingest_roots``,
+  to a regular file; it is stored resolved, and every later read (hash, decoder, ``/media``)
+  opens it through no symlink and reads that one descriptor (``open_video_file``), so a path
+  swapped after its check for a symlink, a FIFO or a device is refused, not followed;
 - an ``http(s)://`` host must resolve only to public addresses unless
   ``Config.allow_private_urls``; the check is made again when the job fetches it and on
   every redirect, and the fetch connects to the checked address, so a name cannot be
@@ -13,6 +16,7 @@ Each source is checked before anything is queued, so a bad one gets a clear refu
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import ipaddress
 import os
@@ -22,10 +26,14 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
-from vifusion._files import make_dirs, whole_file
+from vifusion._files import NotRegularFile, make_dirs, open_regular, whole_file
 from vifusion.config import Config
+
+if TYPE_CHECKING:
+    from vifusion.catalog import Video
 
 
 class SourceError(ValueError):
@@ -171,9 +179,33 @@ def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
     path = Path(os.path.realpath(raw))
     if not any(path.is_relative_to(root) for root in roots):
         raise SourceError("forbidden_path", f"{raw} is outside the ingest roots", 403)
-    if not path.is_file():
-        raise SourceError("not_found", f"{raw}: no such file", 404 if not path.exists() else 400)
+    try:  # opened as every later read opens it, so what would fail there is refused here
+        os.close(open_regular(path, follow_symlinks=False))
+    except FileNotFoundError:
+        raise SourceError("not_found", f"{raw}: no such file", 404) from None
+    except NotRegularFile as e:
+        raise SourceError("not_regular_file", f"{raw}: {e.strerror}") from None
+    except OSError as e:
+        raise SourceError("unreadable", f"{raw}: cannot read: {e.strerror}", 403) from None
     return path
+
+
+def is_path_source(video: Video) -> bool:
+    """Whether the video's file is the path it was added by (``file://``, ``vifusion index``),
+    not a file the service stored in the data dir (an upload, a download)."""
+    return video.media_path is not None and str(video.media_path) == video.source
+
+
+def open_video_file(video: Video) -> int:
+    """A read-only descriptor of the video's file (``open_regular``); the caller closes it.
+
+    A path source was stored resolved (for ``file://``, inside the ingest roots), so no part
+    of it may be a symlink now: one would be a swap made after the check. A file the service
+    stored lies in the data dir, whose own path may run through symlinks."""
+    path = video.media_path
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, "not fetched yet", video.source)
+    return open_regular(path, follow_symlinks=not is_path_source(video))
 
 
 # -- http(s):// ------------------------------------------------------------------------

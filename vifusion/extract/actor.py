@@ -43,17 +43,20 @@ class Extractor:
     def device(self) -> str:
         return str(self.embedder.device)
 
-    def index_video(self, video_id: int, path: str, shard_no: int) -> Iterator[dict[str, Any]]:
+    def index_video(
+        self, video_id: int, path: str, shard_no: int, follow_symlinks: bool = True
+    ) -> Iterator[dict[str, Any]]:
         """Streams events: ``probed`` (video info), ``progress`` (frames done / total),
         then ``done`` (frames indexed) or ``failed`` (reason). Every frame of a ``done``
-        video has been acknowledged by its shard."""
+        video has been acknowledged by its shard. ``follow_symlinks``: see ``open_regular``."""
         from vifusion.extract._prefetch import prefetch
         from vifusion.extract.decode import DecodeError, open_sampled
 
         name = Path(path).name
         try:
             info, total, batches = open_sampled(
-                Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch
+                Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch,
+                follow_symlinks=follow_symlinks,
             )
             yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                    "width": info.width, "height": info.height, "frames_total": total}

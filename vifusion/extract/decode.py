@@ -15,11 +15,17 @@ Every file is first opened with PyAV, which reports bad input as a Python except
 packets are counted: decord 0.6.0 can hang, holding the GIL, when asked for a frame its
 header promises but the file does not hold (a truncated download), so such a file is
 rejected before decord sees it.
+
+A file is opened once (``vifusion._files.open_regular``: a regular file, or DecodeError), and
+PyAV and decord open ``fd_path`` of that descriptor, never the name again: a name swapped
+meanwhile for a symlink, a FIFO or ``/dev/zero`` is not what gets decoded.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,6 +33,8 @@ from pathlib import Path
 
 import av
 import numpy as np
+
+from vifusion._files import NotRegularFile, fd_path, open_regular
 
 # decord stores frame timestamps as int32 and loops forever on streams past that (decord#269).
 _DECORD_MAX_PTS = 2**31 - 1
@@ -70,22 +78,31 @@ def _av_reason(e: Exception) -> str:
     return getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
-def _check_file(path: Path) -> None:
-    # decord is never handed a path that is not a non-empty regular file.
-    if not path.exists():
-        raise _fail(path, "no such file")
-    if not path.is_file():
-        raise _fail(path, "not a regular file")
-    if path.stat().st_size == 0:
+def _open(path: Path, follow_symlinks: bool = True) -> io.FileIO:
+    """The file, opened once (``open_regular``); decord is never handed anything but a
+    non-empty regular file. Closed when garbage, so a lazy decoder never started leaks nothing."""
+    try:
+        fd = open_regular(path, follow_symlinks=follow_symlinks)
+    except FileNotFoundError:
+        raise _fail(path, "no such file") from None
+    except NotRegularFile as e:
+        raise _fail(path, e.strerror) from None
+    except OSError as e:
+        raise _fail(path, f"cannot open: {e.strerror}") from None
+    file = io.FileIO(fd, "rb")
+    if os.fstat(fd).st_size == 0:
+        file.close()
         raise _fail(path, "empty file")
+    return file
 
 
-def _scan(path: Path) -> tuple[VideoInfo, bool]:
-    """Open with PyAV, check there is a real video stream, count its packets.
+def _scan(path: Path, src: str) -> tuple[VideoInfo, bool]:
+    """Open ``src`` (the file ``path`` names) with PyAV, check there is a real video stream,
+    count its packets.
 
     Returns (info, whether decord may be given the file)."""
     try:
-        container = av.open(str(path))
+        container = av.open(src)
     except av.error.EOFError as e:
         raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
     except av.error.InvalidDataError as e:
@@ -133,24 +150,26 @@ def _scan(path: Path) -> tuple[VideoInfo, bool]:
     return info, max_pts <= _DECORD_MAX_PTS
 
 
-def _open_decord(path: Path, width: int = -1, height: int = -1):  # -> decord.VideoReader
+def _open_decord(src: str, width: int = -1, height: int = -1):  # -> decord.VideoReader
     import decord
 
     # One thread: extractors run one per core next to torch; decord's default (one per core
     # per reader) oversubscribes the machine.
-    return decord.VideoReader(
-        str(path), ctx=decord.cpu(0), width=width, height=height, num_threads=1, fault_tol=_FAULT_TOL
-    )
+    return decord.VideoReader(src, ctx=decord.cpu(0), width=width, height=height, num_threads=1, fault_tol=_FAULT_TOL)
 
 
-def _probe(path: Path) -> _Probe:
+def _probe(path: Path, file: io.FileIO | None = None) -> _Probe:
+    """Probe ``file`` (opened from ``path`` here when not given)."""
     path = Path(path)
-    _check_file(path)
-    info, decord_ok = _scan(path)
+    if file is None:
+        with _open(path) as file:
+            return _probe(path, file)
+    src = fd_path(file.fileno())
+    info, decord_ok = _scan(path, src)
     if not decord_ok:
         return _Probe(info, "pyav")
     try:
-        vr = _open_decord(path)
+        vr = _open_decord(src)
         n, fps = len(vr), float(vr.get_avg_fps())
     except Exception:  # decord raises RuntimeError, DECORDError, AssertionError; PyAV can read it
         return _Probe(info, "pyav")
@@ -215,18 +234,31 @@ Batches = Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]
 
 
 def open_sampled(
-    path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16
+    path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16,
+    follow_symlinks: bool = True,
 ) -> tuple[VideoInfo, int, Batches]:
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
-    ``decode`` yields). DecodeError here for a file that cannot be opened at all."""
+    ``decode`` yields). DecodeError here for a file that cannot be opened at all.
+    ``follow_symlinks``: False for a path stored resolved (see ``open_regular``)."""
     path = Path(path)
     if batch < 1 or short_side < 1:
         raise ValueError(f"batch and short_side must be >= 1, got {batch}, {short_side}")
-    p = _probe(path)
+    file = _open(path, follow_symlinks)
+    try:
+        p = _probe(path, file)
+    except BaseException:
+        file.close()
+        raise
     samples = sample_frames(p.info, sample_fps, max_frames)
     size = output_size(p.info.width, p.info.height, short_side)
     reader = _decode_decord if p.backend == "decord" else _decode_pyav
-    return p.info, len(samples), reader(path, samples, size, batch)
+    return p.info, len(samples), _closing(file, reader(path, samples, size, batch, fd_path(file.fileno())))
+
+
+def _closing(file: io.FileIO, batches: Batches) -> Batches:
+    """``batches``, closing ``file`` once they are read (dropped unread, it closes as garbage)."""
+    with file:
+        yield from batches
 
 
 def decode(
@@ -239,11 +271,12 @@ def decode(
 
 
 def _decode_decord(
-    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int
+    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int, src: str | None = None
 ) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
+    """Decode ``src`` (default: ``path``, which errors name)."""
     try:
         # Resizing inside decord (its scale filter) converts each kept frame once, at the small size.
-        vr = _open_decord(path, width=size[0], height=size[1])
+        vr = _open_decord(src or str(path), width=size[0], height=size[1])
     except Exception as e:
         raise _fail(path, f"cannot open: {_first_line(e)}") from None
     for i in range(0, len(samples), batch):
@@ -259,14 +292,15 @@ def _decode_decord(
 
 
 def _decode_pyav(
-    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int
+    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int, src: str | None = None
 ) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
+    """Decode ``src`` (default: ``path``, which errors name)."""
     width, height = size
     pending = list(samples)
     frames: list[np.ndarray] = []
     done: list[tuple[int, float, float]] = []
     try:
-        with av.open(str(path)) as container:
+        with av.open(src or str(path)) as container:
             stream = next(
                 s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic
             )
