@@ -92,19 +92,23 @@ class AudioReader:
 
     def windows(self) -> Iterator[tuple[float, np.ndarray]]:
         """Yield (start_s, samples): float32 mono 16 kHz, consecutive, covering the decoded audio."""
-        pending = np.zeros(0, np.float32)
-        start_s = 0.0
+        parts: list[np.ndarray] = []  # decoded, not yet handed out (joined once a window is full)
+        size, start_s = 0, 0.0
         for chunk_start, chunk in self._chunks():
-            if not len(pending):
+            if not size:
                 start_s = chunk_start
-            pending = np.concatenate([pending, chunk])
-            while len(pending) > self.window:
-                cut = _quiet_cut(pending, self.window - self.search, self.window)
-                yield start_s, pending[:cut]
-                start_s += cut / SAMPLE_RATE
-                pending = pending[cut:]
-        if len(pending):
-            yield start_s, pending
+            parts.append(chunk)
+            size += len(chunk)
+            if size > self.window:
+                pending = np.concatenate(parts)
+                while len(pending) > self.window:
+                    cut = _quiet_cut(pending, self.window - self.search, self.window)
+                    yield start_s, pending[:cut]
+                    start_s += cut / SAMPLE_RATE
+                    pending = pending[cut:]
+                parts, size = [pending], len(pending)
+        if size:
+            yield start_s, np.concatenate(parts)
         if self.report.status == "ok" and self.report.duration_s > 0 and self._peak < SILENCE_PEAK:
             self._set("silent", "audio track is silent")
 
