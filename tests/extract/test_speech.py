@@ -63,6 +63,7 @@ def test_spoken_phrases_are_transcribed_at_their_times(transcriber: Transcriber,
         said = next(s for s in talk.said if s.start_s - 1.0 <= seg.start_s and seg.end_s <= s.end_s + 1.0)
         assert said is not None
         assert seg.avg_logprob <= 0 and 0 <= seg.no_speech_prob <= 1
+        assert all(type(v) is float for v in (seg.start_s, seg.end_s, seg.avg_logprob, seg.no_speech_prob))
 
 
 @needs_espeak

@@ -133,8 +133,8 @@ class Transcriber:
             for start, end, text in _split_at_pauses(s):
                 if _WORD.search(text):
                     out.append(Segment(
-                        round(offset_s + start, 3), round(offset_s + end, 3), text,
-                        round(s.avg_logprob, 4), round(s.no_speech_prob, 4),
+                        round(float(offset_s + start), 3), round(float(offset_s + end), 3), text,
+                        round(float(s.avg_logprob), 4), round(float(s.no_speech_prob), 4),
                     ))
         return out
 
