@@ -172,4 +172,4 @@ class ScreenTextTracker:
 
     @staticmethod
     def _span(s: _Open) -> TextSpan:
-        return TextSpan(round(s.start_s, 6), round(s.end_s, 6), s.text, round(s.confidence, 4))
+        return TextSpan(round(float(s.start_s), 6), round(float(s.end_s), 6), s.text, round(float(s.confidence), 4))
