@@ -1,35 +1,108 @@
-"""Who may call ``/v1``: the API key, then the per-key rate limit, checked before routing,
-so a caller without the key learns nothing (not even that its request was malformed).
+"""Who may call ``/v1``: the API key, then the rate limit per client, checked before
+routing, so a caller without the key learns nothing (not even that its request was malformed).
 
 Use ``GATE`` through this module (``_auth.GATE``): Serve pickles the deployment class by
 value, and a name imported into app.py would be copied, not shared with the middleware.
 """
 
+import os
+import re
 import secrets
+from pathlib import Path
 
 from fastapi.responses import JSONResponse
 
 from serve._errors import error_response
 from serve._ratelimit import RateLimiter
+from vifusion.config import Config
+
+MIN_KEY_CHARS = 32  # a generated key has 43 (32 random bytes)
+# Thumbnails and media have their own budget: one page of results fetches a thumbnail per result.
+_MEDIA = re.compile(r"/v1/videos/[^/]+/(thumbnail|media)")
+
+
+class WeakKey(ValueError):
+    """The configured or stored API key is too short to keep anyone out."""
+
+
+def api_key(cfg: Config) -> str:
+    """``cfg.api_key`` if set, else ``DATA_DIR/api_key``, generated on first start.
+
+    A key under ``MIN_KEY_CHARS`` characters is refused (``WeakKey``, saying what to do): a
+    short key is guessable, and an empty one would let ``Authorization: Bearer `` in. The file
+    is written atomically (temp file, fsync, rename, mode 0600), so a crash leaves no file or
+    the whole key. A file that is empty or whitespace-only (an older version's crash mid-write,
+    a full disk) holds no key anyone could have been given: a new one is generated. A short
+    key in the file was put there by someone: refused, the file left as it is.
+    """
+    if cfg.api_key is not None:
+        if len(cfg.api_key) < MIN_KEY_CHARS:
+            raise WeakKey(f"the configured API key (VIFUSION_API_KEY or api_key) has {len(cfg.api_key)} characters; "
+                          f"it needs at least {MIN_KEY_CHARS}: set a longer one, or unset it to use a generated one")
+        return cfg.api_key
+    path = cfg.data_dir / "api_key"
+    key = path.read_text().strip() if path.exists() else ""
+    if not key:
+        key = secrets.token_urlsafe(32)
+        _write_private(path, key + "\n")
+    elif len(key) < MIN_KEY_CHARS:
+        raise WeakKey(f"the API key in {path} has {len(key)} characters; it needs at least {MIN_KEY_CHARS}: "
+                      f"delete the file to have a new key generated at the next start, or write a longer one there")
+    return key
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only, all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask, or a stale temp file's mode
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a crash
+    finally:
+        os.close(dir_fd)
 
 
 class Gate:
+    """The key check, then a token bucket per client: per (key, remote address), one budget
+    for thumbnails and media and another for every other ``/v1`` call.
+
+    The address is the peer the replica sees: the client behind Serve's Python proxy, but the
+    HAProxy ingress (``serve_tuned``) forwards none, so there a node's clients share a bucket."""
+
     def __init__(self) -> None:
         self._key: bytes | None = None
         self.limiter = RateLimiter(1, 1)
+        self.media_limiter = RateLimiter(1, 1)
 
-    def configure(self, key: str, rate: float, burst: int) -> None:
+    def configure(self, key: str, cfg: Config) -> None:
+        if len(key) < MIN_KEY_CHARS:
+            raise WeakKey(f"an API key needs at least {MIN_KEY_CHARS} characters, got {len(key)}")
         self._key = key.encode()
-        self.limiter.configure(rate, burst)
+        self.set_limits(cfg)
 
-    def check(self, authorization: str) -> JSONResponse | None:
-        """None if the request may go on, else the 401 or 429 to answer."""
+    def set_limits(self, cfg: Config) -> None:
+        self.limiter.configure(cfg.rate_limit_rps, cfg.rate_limit_burst)
+        self.media_limiter.configure(cfg.rate_limit_media_rps, cfg.rate_limit_media_burst)
+
+    def check(self, authorization: str, client: str, path: str) -> JSONResponse | None:
+        """None if the request may go on, else the 401 or 429 to answer. ``client`` is the
+        remote address, ``path`` the one the router matches (without a route prefix)."""
         scheme, _, given = authorization.partition(" ")
         given = given.strip()
-        if self._key is None or scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), self._key):
+        if (self._key is None or not given or scheme.lower() != "bearer"
+                or not secrets.compare_digest(given.encode(), self._key)):
             return error_response(401, "unauthorized", "missing or wrong API key (Authorization: Bearer <key>)",
                                   {"WWW-Authenticate": "Bearer"})
-        wait = self.limiter.take(given)
+        limiter = self.media_limiter if _MEDIA.fullmatch(path) else self.limiter
+        wait = limiter.take((given, client))
         if wait:
             return error_response(429, "rate_limited", f"too many requests; retry in {wait:.2f} s",
                                   {"Retry-After": str(max(1, int(wait + 0.999)))})

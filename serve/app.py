@@ -20,7 +20,6 @@ import io
 import json
 import logging
 import math
-import secrets
 import os
 import shutil
 import signal
@@ -38,10 +37,11 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from pydantic import ValidationError
 from ray import serve
 from ray.serve import Application
+from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
-from serve import _auth, _errors, _metrics
+from serve import _auth, _docs, _errors, _metrics
 from serve._errors import ApiError
 from serve.schema import (
     MAX_VIDEO_ID,
@@ -79,8 +79,11 @@ api = FastAPI(
     version="1",
     description="Index video and find moments in it. Every /v1 route needs `Authorization: Bearer <key>`.",
     responses={401: {"model": Error}, 422: {"model": Error}, 429: {"model": Error}},
+    docs_url=None,  # /docs and /redoc come from serve/_docs.py: no CDN
+    redoc_url=None,
 )
 _errors.install(api)
+_docs.install(api)
 
 VideoId = PathParam(ge=1, le=MAX_VIDEO_ID)
 _UPLOAD_BODY = {
@@ -119,22 +122,25 @@ _SEARCH_BODY = {
 }
 
 
-def api_key(cfg: Config) -> str:
-    """``cfg.api_key`` if set, else the key generated once into the data dir."""
-    if cfg.api_key:
-        return cfg.api_key
-    path = cfg.data_dir / "api_key"
-    if not path.exists():
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+# On every response: scripts, styles, images and media from this origin only (the key is in
+# this origin's storage), no framing, no type sniffing, no referrer. Inline styles are allowed
+# for Swagger UI and ReDoc (/docs, /redoc); they cannot run script.
+_SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+     b"img-src 'self' data: blob:; media-src 'self' blob:; worker-src 'self' blob:; connect-src 'self'; "
+     b"object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
 
 
 class _Front:
     """The outermost layer of the app: gates ``/v1`` on the key and the rate limit before
-    routing, and counts and times every request. Plain ASGI rather than
-    ``@app.middleware``: on two cores the per-request cost of that wrapper shows."""
+    routing, adds the security headers, and counts and times every request. Plain ASGI rather
+    than ``@app.middleware``: on two cores the per-request cost of that wrapper shows.
+
+    The gate looks at the path the router matches (``get_route_path``: without the
+    ``root_path`` that a route prefix or a Mount puts in front), so a prefix cannot hide /v1."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -149,13 +155,15 @@ class _Front:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), *_SECURITY_HEADERS]
             await send(message)
 
         try:
-            path = scope["path"]
+            path = get_route_path(scope)
             if path == "/v1" or path.startswith("/v1/"):
                 auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
-                denied = _auth.GATE.check(auth)
+                client = (scope.get("client") or ("",))[0]  # the address alone: each connection has its own port
+                denied = _auth.GATE.check(auth, client, path)
                 if denied is not None:
                     return await denied(scope, receive, sending)
             await self.app(scope, receive, sending)
@@ -354,7 +362,7 @@ class ViFusionApp:
 
         torch.set_num_threads(cfg.query_threads)
         self.cfg = cfg
-        _auth.GATE.configure(api_key(cfg), cfg.rate_limit_rps, cfg.rate_limit_burst)
+        _auth.GATE.configure(_auth.api_key(cfg), cfg)
         # A replica replacing this one (a redeploy) waits for it to let go of the data dir.
         self.service = Service(cfg, wait_s=120)
         # Blocking work runs here, not on Serve's event loop: a fixed pool, so threads (and
@@ -367,11 +375,9 @@ class ViFusionApp:
             self.service.searcher  # noqa: B018
 
     def reconfigure(self, user_config: dict) -> None:
-        """Live settings (``serve deploy`` with a new ``user_config``): the rate limit."""
-        _auth.GATE.limiter.configure(
-            user_config.get("rate_limit_rps", self.cfg.rate_limit_rps),
-            user_config.get("rate_limit_burst", self.cfg.rate_limit_burst),
-        )
+        """Live settings (``serve deploy`` with a new ``user_config``): the rate limits
+        (``rate_limit_rps``, ``rate_limit_burst``, ``rate_limit_media_rps``, ``rate_limit_media_burst``)."""
+        _auth.GATE.set_limits(self.cfg.model_copy(update=user_config))
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -585,7 +591,7 @@ def run(cfg: Config, host: str, port: int) -> int:
         deploy(cfg, host, port)
         roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
         print(f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
-              f"(Authorization: Bearer {api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
+              f"(Authorization: Bearer {_auth.api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

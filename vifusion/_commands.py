@@ -128,12 +128,14 @@ def _clock(t: float) -> str:
 
 
 def cmd_serve(cfg: Config, host: str, port: int) -> int:
+    from serve._auth import WeakKey, api_key
     from serve.app import run
     from vifusion.runtime import DataDirUnwritable, open_writer_lock
 
     try:  # say so here, not as a failed deployment of the app
         open_writer_lock(cfg.data_dir).close()
-    except DataDirUnwritable as e:
+        api_key(cfg)
+    except (DataDirUnwritable, WeakKey) as e:
         print(f"vifusion serve: {e}", file=sys.stderr)
         return EXIT_USAGE
     return run(cfg, host, port)

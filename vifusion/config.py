@@ -21,7 +21,8 @@ class Config(BaseModel):
     model_config = {"frozen": True, "extra": "forbid"}
 
     data_dir: Path = Field(Path("vifusion-data"), description="catalog, indexes, model caches")
-    api_key: str | None = Field(None, description="REST API key; None: generated once into the data dir")
+    api_key: str | None = Field(
+        None, description="REST API key, at least 32 characters; None: generated once into DATA_DIR/api_key")
     ray_address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port: join")
 
     # extract/
@@ -126,8 +127,14 @@ class Config(BaseModel):
                                               "is stopped, and the search refused (a clip too costly to decode)")
     thumbnail_cache_bytes: int = Field(256 << 20, ge=0, description="most bytes of thumbnails kept on disk; the "
                                        "least recently used go first")
-    rate_limit_rps: float = Field(100.0, gt=0, description="requests per second per API key, sustained")
-    rate_limit_burst: int = Field(200, gt=0, description="requests per API key allowed at once")
+    rate_limit_rps: float = Field(
+        100.0, gt=0, description="/v1 requests per second per client (API key and address), sustained; "
+        "thumbnails and media have their own budget")
+    rate_limit_burst: int = Field(200, gt=0, description="/v1 requests per client allowed at once")
+    rate_limit_media_rps: float = Field(
+        100.0, gt=0, description="thumbnail and media requests per second per client, sustained")
+    rate_limit_media_burst: int = Field(
+        500, gt=0, description="thumbnail and media requests per client at once (a page of 50 results fetches 50)")
     serve_tuned: bool = Field(
         True, description="run Ray Serve in its throughput settings: HAProxy ingress (C) instead of the Python proxy, "
         "and the app on the replica's own event loop; for a Ray that `vifusion serve` starts (on a cluster, set "

@@ -3,8 +3,14 @@
 // Every /v1 call sends the key; media and thumbnails are fetched as blobs for that reason.
 (() => {
   const $ = (id) => document.getElementById(id);
+  // The key lives in sessionStorage (gone when the tab closes) unless the user ticks "Remember"
+  // (then localStorage, kept across visits). The CSP keeps other origins' scripts off this page.
   const KEY_STORE = "vifusion.apiKey";
-  let key = localStorage.getItem(KEY_STORE) || "";
+  let key = sessionStorage.getItem(KEY_STORE) || localStorage.getItem(KEY_STORE) || "";
+  function keepKey(k, remember) {
+    (remember ? localStorage : sessionStorage).setItem(KEY_STORE, k);
+    (remember ? sessionStorage : localStorage).removeItem(KEY_STORE);
+  }
 
   class ApiError extends Error {
     constructor(status, code, message) { super(message); this.status = status; this.code = code; }
@@ -47,6 +53,7 @@
     $("key-error").hidden = !message;
     $("key-cancel").hidden = !key || !!message;
     $("key-input").value = "";
+    $("key-remember").checked = localStorage.getItem(KEY_STORE) !== null;
     $("key-dialog").hidden = false;
     $("key-input").focus();
   }
@@ -62,7 +69,7 @@
       const r = await fetch("/v1/videos?limit=1", { headers: { Authorization: "Bearer " + given } });
       if (!r.ok) throw await errorOf(r.status, await r.text());
       key = given;
-      localStorage.setItem(KEY_STORE, key);
+      keepKey(key, $("key-remember").checked);
       $("key-dialog").hidden = true;
       clearError();
     } catch (err) {

@@ -16,7 +16,7 @@ from ray import serve
 from vifusion.config import Config
 from vifusion.samples import SampleVideo, write_demo_set
 
-KEY = "test-key"
+KEY = "test-key-0123456789abcdefghijklmnopqrstuv"  # 32+ characters, as the service requires
 MAX_UPLOAD = 8 << 20  # small, so the 413 test sends little
 
 
@@ -64,6 +64,8 @@ def live(ray_session, tmp_path_factory) -> Live:
         thumbnail_cache_bytes=128 << 10,  # a few dozen thumbnails reach it
         rate_limit_rps=1000,
         rate_limit_burst=5000,
+        rate_limit_media_rps=1000,
+        rate_limit_media_burst=5000,
     )
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -1,5 +1,7 @@
 """The web page (GET /) in a real browser, as a person uses it: key prompt, upload with job
-progress, text search, thumbnails, playback from a result, API errors and a wrong key.
+progress, text search, thumbnails, playback from a result, API errors and a wrong key; where
+the key is kept; the API docs (/docs, /redoc). All of it under the service's
+Content-Security-Policy, with no request leaving the service.
 
 Needs Debian's chromium (/usr/bin/chromium) and the python ``playwright`` package; skipped
 without them. Nothing is downloaded: the page has no external resources."""
@@ -33,17 +35,33 @@ def browser():
         b.close()
 
 
+def watched(context, live, errors: list[str]):
+    """A new tab that records script errors, CSP refusals and any request that leaves the service."""
+
+    def route(r) -> None:
+        if r.request.url.startswith(live.url):
+            r.continue_()
+        else:
+            errors.append(f"request outside the service: {r.request.url}")
+            r.abort()
+
+    context.route("**/*", route)
+    p = context.new_page()
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+    return p
+
+
 @pytest.fixture
 def page(browser, live):
-    context = browser.new_context(viewport={"width": 1280, "height": 860})  # fresh localStorage each test
+    context = browser.new_context(viewport={"width": 1280, "height": 860})  # fresh storage each test
     context.set_default_timeout(60_000)
-    p = context.new_page()
     errors: list[str] = []
-    p.on("pageerror", lambda e: errors.append(str(e)))
+    p = watched(context, live, errors)
     p.goto(live.url)
     yield p
     context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not errors, f"errors on the page: {errors}"
 
 
 def enter_key(page, key: str) -> None:
@@ -178,18 +196,19 @@ def test_wrong_key_is_refused(page, live, tmp_path):
     assert "not accepted" in err.inner_text()
     page.screenshot(path=str(tmp_path / "wrong-key.png"))
     assert page.locator("#key-dialog").is_visible()
-    assert page.evaluate("localStorage.getItem('vifusion.apiKey')") is None
+    assert stored(page) == (None, None)
 
-    # The right key closes the prompt and is kept across a reload.
+    # The right key closes the prompt and is kept across a reload, in this tab only.
     page.fill("#key-input", KEY)
     page.click("#key-save")
     page.locator("#key-dialog").wait_for(state="hidden")
+    assert stored(page) == (KEY, None)
     page.reload()
     page.wait_for_load_state("networkidle")
     assert page.locator("#key-dialog").is_hidden()
 
     # A stored key that went stale: the first 401 brings the prompt back, with the reason.
-    page.evaluate("localStorage.setItem('vifusion.apiKey', 'revoked')")
+    page.evaluate("sessionStorage.setItem('vifusion.apiKey', 'revoked')")
     page.reload()
     page.locator("#key-dialog").wait_for(state="visible")
     assert "not accepted" in page.inner_text("#key-error")
@@ -203,3 +222,65 @@ def test_wrong_key_is_refused(page, live, tmp_path):
     assert page.locator("#key-error").is_hidden()
     page.click("#key-cancel")
     page.locator("#key-dialog").wait_for(state="hidden")
+
+
+def stored(page) -> tuple[str | None, str | None]:
+    """The key as this tab keeps it: (sessionStorage, localStorage)."""
+    return tuple(page.evaluate("[sessionStorage.getItem('vifusion.apiKey'), localStorage.getItem('vifusion.apiKey')]"))
+
+
+def test_the_key_outlives_the_tab_only_when_remembered(page, live):
+    """Unticked, the key is in sessionStorage: a new tab asks again. Ticked, it is in
+    localStorage (and only there): a new tab has it; unticking it later forgets it."""
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    assert stored(page) == (KEY, None)
+    other = page.context.new_page()
+    other.goto(live.url)
+    other.locator("#key-dialog").wait_for(state="visible")
+    other.close()
+
+    page.click("#key-change")
+    assert not page.is_checked("#key-remember")
+    page.fill("#key-input", KEY)
+    page.check("#key-remember")
+    page.click("#key-save")
+    page.locator("#key-dialog").wait_for(state="hidden")
+    assert stored(page) == (None, KEY)
+    other = page.context.new_page()
+    other.goto(live.url)
+    other.wait_for_load_state("networkidle")
+    assert other.locator("#key-dialog").is_hidden()
+    other.close()
+
+    page.click("#key-change")
+    assert page.is_checked("#key-remember")
+    page.fill("#key-input", KEY)
+    page.uncheck("#key-remember")
+    page.click("#key-save")
+    page.locator("#key-dialog").wait_for(state="hidden")
+    assert stored(page) == (KEY, None)
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_api_docs_render_from_the_service_alone(browser, live, path, tmp_path):
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(60_000)
+    errors: list[str] = []
+    p = watched(context, live, errors)
+    try:
+        p.goto(live.url + path)
+        if path == "/docs":
+            assert "ViFusion" in p.locator(".swagger-ui .info .title").inner_text()
+            p.locator(".opblock").first.wait_for()
+            assert p.locator(".opblock-summary-path", has_text="/v1/search").count() == 1
+        else:
+            assert "ViFusion" in p.locator("h1").first.inner_text()
+            p.get_by_text("/v1/search").first.wait_for(state="attached")
+        p.screenshot(path=str(tmp_path / "docs.png"))
+        shutil.copy(tmp_path / "docs.png", SHOT.with_name(f"vifusion{path.replace('/', '-')}.png"))
+    finally:
+        context.close()
+    # ReDoc's sidebar shows Redocly's logo from their CDN: the CSP blocks it, as it should.
+    errors = [e for e in errors if not ("cdn.redoc.ly" in e and "violates" in e)]
+    assert not errors, f"errors on {path}: {errors}"
