@@ -36,10 +36,11 @@ def api_key(cfg: Config) -> str:
     key in the file was put there by someone: refused, the file left as it is.
     """
     if cfg.api_key is not None:
-        if len(cfg.api_key) < MIN_KEY_CHARS:
-            raise WeakKey(f"the configured API key (VIFUSION_API_KEY or api_key) has {len(cfg.api_key)} characters; "
+        key = cfg.api_key.strip()  # as the bearer token is read: a stray newline must not lock everyone out
+        if len(key) < MIN_KEY_CHARS:
+            raise WeakKey(f"the configured API key (VIFUSION_API_KEY or api_key) has {len(key)} characters; "
                           f"it needs at least {MIN_KEY_CHARS}: set a longer one, or unset it to use a generated one")
-        return cfg.api_key
+        return key
     path = cfg.data_dir / "api_key"
     key = path.read_text().strip() if path.exists() else ""
     if not key:

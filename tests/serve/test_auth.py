@@ -62,7 +62,10 @@ def test_a_short_key_in_the_file_is_refused_with_what_to_do(tmp_path):
 def test_a_short_configured_key_is_refused(tmp_path):
     with pytest.raises(ValueError, match="VIFUSION_API_KEY.*32"):
         api_key(Config(data_dir=tmp_path, api_key="short"))
+    with pytest.raises(ValueError, match="32"):
+        api_key(Config(data_dir=tmp_path, api_key=" " * 40))
     assert api_key(Config(data_dir=tmp_path, api_key=KEY)) == KEY
+    assert api_key(Config(data_dir=tmp_path, api_key=KEY + "\n")) == KEY  # pasted with its newline
     assert not (tmp_path / "api_key").exists()  # a configured key writes no file
 
 
