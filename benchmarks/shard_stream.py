@@ -7,8 +7,9 @@ acknowledgement) in a process of its own, behind a real stream server on loopbac
 process sends fused batches of real size (frames of 6.6 KB) as fast as the shard
 acknowledges them, three in flight as the fusion policy keeps them, for a few seconds per
 batch size. The two variants alternate (each round the other goes first), each on a fresh
-shard. Printed per variant and size: frames/s and MB/s the shard took, and the p50 of a
-batch's round trip (send to acknowledgement).
+shard. Printed per variant and size: frames/s and MB/s the shard took, the p50 of a
+batch's round trip (send to acknowledgement), and the CPU per 1000 frames of the sender's
+process and the shard's (which a busy machine changes far less than frames/s).
 
 Run:  .venv/bin/python benchmarks/shard_stream.py [--quick] [--dir PATH]
 It ends with one line of JSON holding every figure.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine  # noqa: E402
+from _common import cpu_seconds, machine  # noqa: E402
 
 from vifusion.comm.codec import Ladder  # noqa: E402
 from vifusion.comm.message import WireBatch  # noqa: E402
@@ -80,6 +82,7 @@ def run(directory: Path, variant: str, kib: int, seconds: float) -> dict:
     sent: list[tuple] = []
     trips: list[float] = []
     i = frames = 0
+    cpu0 = cpu_seconds(os.getpid()), cpu_seconds(child.pid)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds or sent:
         if len(sent) >= WINDOW or time.perf_counter() - t0 >= seconds:
@@ -92,11 +95,13 @@ def run(directory: Path, variant: str, kib: int, seconds: float) -> dict:
         sent.append((stream.send(WireBatch(ids, times, payload, f"b{i}")), time.perf_counter()))
         i += 1
     elapsed = time.perf_counter() - t0
+    sender_s, shard_s = (cpu_seconds(pid) - c for pid, c in zip((os.getpid(), child.pid), cpu0))
     stream.close()
     ours.send(None)
     child.join(30)
     return {"frames_per_s": frames / elapsed, "mb_per_s": frames * ROW_BYTES / elapsed / 1e6,
-            "round_trip_p50_ms": float(np.median(trips)) * 1e3, "batches": len(trips)}
+            "round_trip_p50_ms": float(np.median(trips)) * 1e3, "batches": len(trips),
+            "sender_cpu_ms_per_1000_frames": 1e6 * sender_s / frames, "shard_cpu_ms_per_1000_frames": 1e6 * shard_s / frames}
 
 
 def main() -> int:
@@ -114,7 +119,9 @@ def main() -> int:
                     out = run(Path(tmp) / f"{variant}-{kib}-{r}", variant, kib, seconds)
                     results[variant][kib].append(out)
                     print(f"  round {r + 1} {kib:4d} KiB {variant:6s} {out['frames_per_s']:7.0f} frames/s"
-                          f"  {out['mb_per_s']:6.1f} MB/s  round trip p50 {out['round_trip_p50_ms']:.2f} ms")
+                          f"  {out['mb_per_s']:6.1f} MB/s  round trip p50 {out['round_trip_p50_ms']:.2f} ms"
+                          f"  CPU ms per 1000 frames: sender {out['sender_cpu_ms_per_1000_frames']:.1f}"
+                          f" shard {out['shard_cpu_ms_per_1000_frames']:.1f}")
     med = {v: {kib: {k: float(np.median([o[k] for o in outs])) for k in outs[0]} for kib, outs in per.items()}
            for v, per in results.items()}
     ratios = {}

@@ -97,7 +97,7 @@ def recording_server() -> tuple[StreamServer, list[str]]:
     return StreamServer(stage, lambda: (0, 0.0, 0.0, 0.0), "127.0.0.1"), staged
 
 
-HANDSHAKE = wire.NONCE_BYTES + wire.TAG_BYTES  # what each end writes before its first message
+HANDSHAKE = wire.NONCE_BYTES + wire.PROOF_BYTES  # what each end writes before its first message
 
 
 def test_a_recorded_connection_replayed_is_refused_and_applies_nothing():

@@ -62,8 +62,8 @@ def test_a_server_that_cannot_prove_the_secret_is_refused():
         conn, _ = listener.accept()
         with conn:
             conn.sendall(os.urandom(wire.NONCE_BYTES))
-            conn.recv(wire.NONCE_BYTES + wire.TAG_BYTES, socket.MSG_WAITALL)
-            conn.sendall(os.urandom(wire.TAG_BYTES))
+            conn.recv(wire.NONCE_BYTES + wire.PROOF_BYTES, socket.MSG_WAITALL)
+            conn.sendall(os.urandom(wire.PROOF_BYTES))
             conn.recv(1)
 
     threading.Thread(target=impostor, daemon=True).start()

@@ -129,7 +129,7 @@ def behind_a_proxy(**flips) -> tuple[HandoffServer, Proxy, Handoff, list[str]]:
     return server, proxy, Handoff(Door.remote(proxy.address, server.secret)), took
 
 
-HANDSHAKE = wire.NONCE_BYTES + wire.TAG_BYTES  # what each end writes before its first message
+HANDSHAKE = wire.NONCE_BYTES + wire.PROOF_BYTES  # what each end writes before its first message
 
 
 def test_a_recorded_handover_replayed_is_refused_and_taken_once(ray_session):
