@@ -144,3 +144,57 @@ def test_vacuum_keeps_the_keyword_index_on_its_rows(cat):
     with sqlite3.connect(cat.path) as c:
         c.execute("VACUUM")
     assert [(h.n, h.text) for h in cat.keyword_search("zorblax")] == [(1, TALK[1][2])]
+
+
+@pytest.fixture
+def heard(tmp_path) -> Catalog:
+    """Speech as a model wrote it down: the made-up name "Zorblax" spelt as it sounded."""
+    cat = Catalog(tmp_path / "heard.db")
+    cat.add_video("/v/a.mp4", "a")
+    cat.put_texts(1, "speech", [(0.0, 2.0, "Our mascot is called Lorblax, and everyone loved it."),
+                                (2.0, 4.0, "The mascot costume is blue."),
+                                (4.0, 6.0, "Lorblax again, this time on the stage."),
+                                (6.0, 8.0, "Room 4200 is booked for the review.")])
+    cat.put_texts(1, "screen", [(0.0, 8.0, "Zorbla Industries")])
+    return cat
+
+
+def test_an_unknown_word_finds_its_near_spellings_at_a_lower_weight(heard):
+    hits = heard.keyword_search("Zorblax")
+    # "lorblax" and "zorbla" are one edit away: found, and marked where they matched
+    assert {(h.kind, h.n) for h in hits} == {("screen", 0), ("speech", 0), ("speech", 2)}
+    said = next(h for h in hits if (h.kind, h.n) == ("speech", 0))
+    assert said.snippet == "Our mascot is called [Lorblax], and everyone loved it."
+    assert said.coverage == pytest.approx(0.5)
+    # a near match counts half of an exact one
+    exact = next(h for h in heard.keyword_search("Lorblax") if h.n == 0)
+    assert said.score == pytest.approx(exact.score / 2) and exact.coverage == 1.0
+    assert heard.keyword_search("Zorblax", fuzzy=False) == []
+
+
+def test_near_spellings_add_to_exact_matches(heard):
+    hits = heard.keyword_search("Zorblax mascot", kinds=["speech"])
+    assert hits[0].n == 0  # the near name and the exact word
+    assert {h.n: h.coverage for h in hits} == pytest.approx({0: 0.75, 1: 0.5, 2: 0.25})
+
+
+@pytest.mark.parametrize("query", [
+    "Zorbaxxxx",  # three edits: too far for a word of 9 letters
+    "Lorb",  # a word of four letters gets one edit; "lorblax" is three away
+    "4201",  # numbers are exact: room 4201 is not room 4200
+    "Zor",  # under four letters: exact only
+])
+def test_what_near_spellings_do_not_reach(heard, query):
+    assert heard.keyword_search(query) == []
+
+
+def test_a_word_the_index_holds_is_not_widened(heard):
+    heard.put_texts(1, "screen", [(0.0, 1.0, "Clue: the glue dries")])
+    # "blue" is in the index: only its own rows, not "clue" or "glue" one edit away
+    assert [(h.kind, h.n) for h in heard.keyword_search("blue")] == [("speech", 1)]
+    assert [(h.kind, h.n) for h in heard.keyword_search("blux")] == [("speech", 1)]  # not in it: widened
+
+
+def test_dense_hits_are_marked_where_a_near_spelling_matched(heard):
+    rows = heard.texts_at([(1, "speech", 2)], query="Zorblax")
+    assert rows[(1, "speech", 2)].snippet == "[Lorblax] again, this time on the stage."

@@ -12,8 +12,10 @@ import json
 import math
 import re
 import sqlite3
+import string
 import threading
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -49,7 +51,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     frames_indexed INTEGER NOT NULL DEFAULT 0,
     error TEXT,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    stage TEXT,
+    warnings TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS jobs_video ON jobs(video_id);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created_at);
@@ -85,6 +89,11 @@ END;
 """
 TEXT_KINDS = ("speech", "screen")
 _MAX_QUERY_TERMS = 32  # a keyword query's words past this are ignored (each costs a posting-list scan)
+FUZZY_WEIGHT = 0.5  # a word matched by a near spelling counts this much of an exact match
+_MAX_EXPANSIONS = 8  # near spellings searched per unknown word, the nearest (then most common) first
+# Near spellings are looked for only for words of up to _MAX_FUZZY_CHARS letters, and for at most
+# _MAX_FUZZY_WORDS unknown words of a query: each costs a scan of the index's words.
+_MAX_FUZZY_CHARS, _MAX_FUZZY_WORDS = 32, 4
 # Metadata keys usable in filters: plain names only, so they can go into a JSON path safely.
 METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
@@ -121,8 +130,9 @@ class Video:
 @dataclass(frozen=True)
 class TextRow:
     """A speech segment or on-screen text span. From a search, ``score`` is its BM25 score
-    (higher = better) and ``snippet`` its words around the query's, those marked; from
-    ``texts_at`` with a query, the whole text with the query's words marked."""
+    (higher = better), ``snippet`` its words around the query's, those marked, and
+    ``coverage`` the share of the query's words it holds (0-1); from ``texts_at`` with a
+    query, ``snippet`` is the whole text with the query's words marked."""
 
     video_id: int
     kind: str  # speech | screen
@@ -132,6 +142,7 @@ class TextRow:
     text: str
     score: float | None = None
     snippet: str | None = None
+    coverage: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,11 @@ class Catalog:
             columns = {r["name"] for r in c.execute("PRAGMA table_info(videos)")}
             if "media" not in columns:  # catalogs written before uploads existed
                 c.execute("ALTER TABLE videos ADD COLUMN media TEXT")
+            job_columns = {r["name"] for r in c.execute("PRAGMA table_info(jobs)")}
+            if "stage" not in job_columns:  # catalogs written before jobs named their stages
+                c.execute("ALTER TABLE jobs ADD COLUMN stage TEXT")
+            if "warnings" not in job_columns:
+                c.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'")
             try:
                 c.executescript(_TEXT_SCHEMA)
             except sqlite3.OperationalError as e:
@@ -374,11 +390,16 @@ class Catalog:
         return [TextRow(**dict(r)) for r in rows]
 
     def keyword_search(self, query: str, kinds: Iterable[str] = TEXT_KINDS, video_ids: Iterable[int] | None = None,
-                       limit: int = 50, marks: tuple[str, str] = ("[", "]")) -> list[TextRow]:
+                       limit: int = 50, marks: tuple[str, str] = ("[", "]"), fuzzy: bool = True) -> list[TextRow]:
         """Text rows holding any of the query's words (stemmed: "budgets" finds "budget"),
         best BM25 first (rows with more of the words, and rarer ones, rank higher), at most
         ``limit``; only ``kinds``, and only ``video_ids`` when given. Each carries its BM25
-        score and a snippet with the matched words between ``marks``.
+        score, a snippet with the matched words between ``marks``, and its ``coverage``.
+
+        With ``fuzzy``, a query word that no row holds is looked for by its near spellings
+        among the index's words (``max_edits``): a speech model spells a name it does not
+        know as it hears it ("Zorblax" written "Lorblax"). A near match counts
+        ``FUZZY_WEIGHT`` of an exact one, in the score and in the coverage.
 
         Any string is a safe query: each whitespace-separated part of it is one quoted FTS5
         phrase (``AC/DC`` is the phrase "AC DC"), so quotes, operators and brackets in it are
@@ -388,29 +409,95 @@ class Catalog:
         kinds = list(kinds)
         for kind in kinds:
             _check_kind(kind)
-        match = _match_expression(query)
-        if match is None or not kinds:
+        words = _query_words(query)
+        if not words or not kinds:
             return []
-        sql = (
-            "SELECT t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text, -bm25(texts_fts) AS score,"
+        where, args = f"t.kind IN ({','.join('?' * len(kinds))})", list(kinds)
+        if video_ids is not None:
+            where += " AND t.video_id IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps([int(v) for v in video_ids]))
+        near = self._near_spellings(words) if fuzzy else {}
+        exact = [_phrase(w) for w in words]
+        spelt = [_phrase(t) for terms in near.values() for t in terms]
+        scores = self._bm25(" OR ".join(exact), where, args, limit)
+        if spelt:
+            for i, score in self._bm25(" OR ".join(spelt), where, args, limit).items():
+                scores[i] = scores.get(i, 0.0) + FUZZY_WEIGHT * score
+        if not scores:
+            return []
+        rows = self._conn().execute(
+            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
             " snippet(texts_fts, 0, ?, ?, '…', 16) AS snippet"
             " FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
-            f" WHERE texts_fts MATCH ? AND t.kind IN ({','.join('?' * len(kinds))})"
-        )
-        args: list[Any] = [marks[0], marks[1], match, *kinds]
-        if video_ids is not None:
-            sql += " AND t.video_id IN (SELECT value FROM json_each(?))"
-            args.append(json.dumps([int(v) for v in video_ids]))
-        sql += " ORDER BY bm25(texts_fts), t.video_id, t.start_s, t.n LIMIT ?"
-        args.append(int(limit))
-        return [TextRow(**dict(r)) for r in self._conn().execute(sql, args)]
+            " WHERE texts_fts MATCH ? AND t.id IN (SELECT value FROM json_each(?))",
+            (marks[0], marks[1], " OR ".join(exact + spelt), json.dumps(list(scores)))).fetchall()
+        coverage = self._coverage(words, near, [r["id"] for r in rows])
+        out = [TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"], scores[r["id"]],
+                       r["snippet"], coverage[r["id"]]) for r in rows]
+        out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
+        return out[:limit]
+
+    def _bm25(self, match: str, where: str, args: list[Any], limit: int) -> dict[int, float]:
+        """Text row id -> BM25 score (higher = better) of the ``limit`` best rows for ``match``."""
+        sql = ("SELECT t.id, -bm25(texts_fts) FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
+               f" WHERE texts_fts MATCH ? AND {where} ORDER BY bm25(texts_fts), t.video_id, t.start_s, t.n LIMIT ?")
+        return dict(self._conn().execute(sql, [match, *args, int(limit)]).fetchall())
+
+    def _holding(self, match: str, ids: list[int]) -> set[int]:
+        """The text rows among ``ids`` that ``match`` finds."""
+        return {r[0] for r in self._conn().execute(
+            "SELECT rowid FROM texts_fts WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
+            (match, json.dumps(ids)))}
+
+    def _coverage(self, words: list[str], near: dict[str, list[str]], ids: list[int]) -> dict[int, float]:
+        """Per text row: the share of ``words`` it holds, a near spelling counting FUZZY_WEIGHT."""
+        held = dict.fromkeys(ids, 0.0)
+        for w in words:
+            exact = self._holding(_phrase(w), ids)
+            spelt = self._holding(" OR ".join(map(_phrase, near[w])), ids) - exact if near.get(w) else set()
+            for i in exact:
+                held[i] += 1.0
+            for i in spelt:
+                held[i] += FUZZY_WEIGHT
+        return {i: h / len(words) for i, h in held.items()}
+
+    def _near_spellings(self, words: list[str]) -> dict[str, list[str]]:
+        """For each of ``words`` that no row holds and that is letters only (at most
+        ``_MAX_FUZZY_WORDS`` such words): the index's words (as stemmed there) within
+        ``max_edits`` of it, nearest first, then the most common.
+
+        A cheap filter runs in SQL first: a word within d edits keeps at least all but 2d of
+        the other's distinct letter pairs (an edit breaks at most two), so only index words
+        holding that many are measured."""
+        c = self._conn()
+        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.texts_vocab USING fts5vocab(main, texts_fts, row)")
+        out: dict[str, list[str]] = {}
+        tried = 0
+        for w in words:
+            key = _fold(w.strip(string.punctuation))
+            d = max_edits(key)
+            if (not d or not key.isalpha() or len(key) > _MAX_FUZZY_CHARS or tried == _MAX_FUZZY_WORDS
+                    or c.execute("SELECT 1 FROM texts_fts WHERE texts_fts MATCH ? LIMIT 1", (_phrase(w),)).fetchone()):
+                continue
+            tried += 1
+            pairs = sorted({key[i : i + 2] for i in range(len(key) - 1)})
+            sql = "SELECT term, doc FROM temp.texts_vocab WHERE length(term) BETWEEN ? AND ?"
+            args: list[Any] = [len(key) - d, len(key) + d]
+            if len(pairs) > 2 * d:
+                sql += " AND (" + " + ".join(["(instr(term, ?) > 0)"] * len(pairs)) + ") >= ?"
+                args += [*pairs, len(pairs) - 2 * d]
+            found = [(dist, -doc, term) for term, doc in c.execute(sql, args)
+                     if (dist := _edits(key, term, d)) <= d]
+            if found:
+                out[w] = [term for _, _, term in sorted(found)[:_MAX_EXPANSIONS]]
+        return out
 
     def texts_at(self, keys: Iterable[tuple[int, str, int]], query: str | None = None,
                  marks: tuple[str, str] = ("[", "]")) -> dict[tuple[int, str, int], TextRow]:
         """The text rows named by (video_id, kind, n) keys (those that exist), e.g. a dense
         search's hits; with ``query``, each one's ``snippet`` is its whole text with the
-        query's words (as ``keyword_search`` reads them) between ``marks``, or the plain
-        text where none occurs in it."""
+        query's words (as ``keyword_search`` reads them, near spellings included) between
+        ``marks``, or the plain text where none occurs in it."""
         keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
         if not keys:
             return {}
@@ -420,8 +507,10 @@ class Catalog:
         c = self._conn()
         found = {r["id"]: r for r in c.execute(sql, (json.dumps(keys),))}
         marked: dict[int, str] = {}
-        match = _match_expression(query) if query is not None else None
-        if match is not None and found:
+        words = _query_words(query) if query is not None else []
+        if words and found:
+            near = self._near_spellings(words)
+            match = " OR ".join([_phrase(w) for w in words] + [_phrase(t) for ts in near.values() for t in ts])
             marked = dict(c.execute(
                 "SELECT rowid, highlight(texts_fts, 0, ?, ?) FROM texts_fts"
                 " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
@@ -448,18 +537,50 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown text kind {kind!r}; expected one of {TEXT_KINDS}")
 
 
-def _match_expression(query: str) -> str | None:
-    """An FTS5 MATCH expression for a user's query: its whitespace-separated parts that hold
-    a letter or digit, each one quoted phrase (a '"' doubled, control characters dropped:
-    FTS5 ends a string at NUL), ORed. None: no words."""
-    parts = []
+def _query_words(query: str) -> list[str]:
+    """A user's query as keyword search reads it: its whitespace-separated parts that hold a
+    letter or digit (control characters dropped: FTS5 ends a string at NUL), each once
+    (ignoring case), at most ``_MAX_QUERY_TERMS``."""
+    words: dict[str, str] = {}
     for part in str(query).split():
         part = "".join(ch for ch in part if ch.isprintable())
         if any(ch.isalnum() for ch in part):
-            parts.append('"' + part.replace('"', '""') + '"')
-        if len(parts) == _MAX_QUERY_TERMS:
+            words.setdefault(part.casefold(), part)
+        if len(words) == _MAX_QUERY_TERMS:
             break
-    return " OR ".join(parts) or None
+    return list(words.values())
+
+
+def _phrase(word: str) -> str:
+    """``word`` as one quoted FTS5 phrase (a '"' doubled): never syntax."""
+    return '"' + word.replace('"', '""') + '"'
+
+
+def _fold(word: str) -> str:
+    """Lower case without diacritics, as the index's tokenizer (unicode61) keeps words."""
+    return "".join(ch for ch in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(ch))
+
+
+def max_edits(word: str) -> int:
+    """Edits allowed between an unknown query word and an index word: none under 4 letters
+    (short words are all near each other), 1 up to 5, 2 up to 9, 3 from 10 on."""
+    n = len(word)
+    return 0 if n < 4 else 1 if n < 6 else 2 if n < 10 else 3
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """The Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it must exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, start=1):
+        cur = [i]
+        for j, cb in enumerate(b, start=1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        if min(cur) > limit:
+            return limit + 1
+        prev = cur
+    return min(prev[-1], limit + 1)
 
 
 def _video(row: sqlite3.Row) -> Video:
