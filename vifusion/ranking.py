@@ -2,11 +2,19 @@
 dense and keyword).
 
 Each list ranks candidates by its own score, and the scores of different lists are not
-comparable (a cosine, a BM25). Reciprocal rank fusion (RRF) sums ``1 / (k + rank)`` over the
-lists a moment appears in, so a moment two lists agree on rises above one that only one list
-found. Candidates of one video whose time spans overlap (or touch within ``join_gap_s``) are
-one moment: its span is their union, its ``matched`` the modalities that found it, its
-``snippet`` the words of its best-ranked text candidate.
+comparable (a cosine, a BM25). Two ways to fuse them (``FUSIONS``):
+
+- ``rrf``, reciprocal rank fusion: a moment scores the sum of ``1 / (k + rank)`` over the
+  lists it appears in, so a moment two lists agree on rises above one only one list found.
+  Ranks only: how good the top of a list is does not count.
+- ``calibrated``: the caller maps each candidate's score to [0, 1] (it knows what a cosine
+  of its space or a keyword match means) and a moment scores the sum of those.
+
+Candidates of one video whose time spans overlap (or come within ``join_gap_s``) are one
+moment. The strongest candidate seeds it; weaker ones that overlap add their list's share
+(once per list) and their modality to ``matched``. A moment spans its strongest candidate
+with words (speech or screen text: the words place a moment more exactly than a run of
+similar frames), else its strongest frames; its ``snippet`` is that candidate's words.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 RRF_K = 60  # the constant of Cormack et al. (2009): damps the weight of the very top ranks
+FUSIONS = ("rrf", "calibrated")
 
 
 @dataclass(frozen=True)
@@ -42,37 +51,50 @@ class Moment:
     frames: int = 1
 
 
-def fuse(lists: list[list[Candidate]], top_k: int, join_gap_s: float = 0.0, k: float = RRF_K) -> list[Moment]:
+def fuse(lists: list[list[Candidate]], top_k: int, join_gap_s: float = 0.0, method: str = "rrf",
+         k: float = RRF_K) -> list[Moment]:
     """The ``top_k`` best moments over ``lists`` (each ranked best first), best first.
 
-    A moment's score is the sum of ``1 / (k + rank)`` (rank from 1) over the lists, counting a
-    list once per moment (its best-ranked candidate there).
+    ``method`` "rrf": a list adds ``1 / (k + rank)`` (rank from 1) to a moment; "calibrated":
+    it adds its candidate's ``score`` (already in [0, 1]). Either way a list counts once per
+    moment, with its strongest candidate there. Ties go to the moment whose seed came from
+    the earlier list, then the better rank.
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if method not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {method!r}")
+    entries = [(1.0 / (k + rank) if method == "rrf" else float(c.score), li, rank, c)
+               for li, ranked in enumerate(lists) for rank, c in enumerate(ranked, start=1)]
+    entries.sort(key=lambda e: (-e[0], e[1], e[2]))  # the strongest first: it seeds its moment
     moments: list[Moment] = []
-    best_rank: list[float] = []  # per moment: the best rank any candidate of it had (snippet choice)
+    credited: list[set[int]] = []  # per moment: the lists that added to its score
+    seeds: list[tuple[int, int]] = []  # per moment: (list, rank) of its seed, for ties
     of_video: dict[int, list[int]] = {}  # video id -> its moments' indices
-    for ranked in lists:
-        credited: set[int] = set()
-        for rank, c in enumerate(ranked, start=1):
-            mine = of_video.setdefault(c.video_id, [])
-            i = next((j for j in mine if c.start_s <= moments[j].end_s + join_gap_s
-                      and moments[j].start_s <= c.end_s + join_gap_s), None)
-            if i is None:
-                i = len(moments)
-                moments.append(Moment(c.video_id, c.start_s, c.end_s, 0.0))
-                best_rank.append(float("inf"))
-                mine.append(i)
-            m = moments[i]
-            m.start_s, m.end_s = min(m.start_s, c.start_s), max(m.end_s, c.end_s)
-            if c.modality not in m.matched:
-                m.matched.append(c.modality)
-            if c.snippet and (m.snippet is None or rank < best_rank[i]):
-                m.snippet, best_rank[i] = c.snippet, rank
-            if i not in credited:
-                credited.add(i)
-                m.score += 1.0 / (k + rank)
-    moments.sort(key=lambda m: (-m.score, m.video_id, m.start_s))
-    return moments[:top_k]
+    for share, li, rank, c in entries:
+        mine = of_video.setdefault(c.video_id, [])
+        i = next((j for j in mine if _overlap(c, moments[j], join_gap_s)), None)
+        if i is None:
+            i = len(moments)
+            moments.append(Moment(c.video_id, c.start_s, c.end_s, 0.0, snippet=c.snippet))
+            credited.append(set())
+            seeds.append((li, rank))
+            mine.append(i)
+        m = moments[i]
+        if c.snippet is not None and m.snippet is None:  # the moment's first words place it
+            m.start_s, m.end_s, m.snippet = c.start_s, c.end_s, c.snippet
+        if c.modality not in m.matched:
+            m.matched.append(c.modality)
+        if li not in credited[i]:
+            credited[i].add(li)
+            m.score += share
+    order = sorted(range(len(moments)), key=lambda i: (-moments[i].score, seeds[i], moments[i].video_id,
+                                                       moments[i].start_s))
+    return [moments[i] for i in order[:top_k]]
 
+
+def _overlap(c: Candidate, m: Moment, gap_s: float) -> bool:
+    """Whether ``c`` shares time with ``m`` (spans that only touch do not; an instant does
+    when it falls inside or on an edge), allowing ``gap_s`` between them."""
+    lo, hi = max(c.start_s, m.start_s), min(c.end_s, m.end_s) + gap_s
+    return lo < hi or (lo == hi and (c.start_s == c.end_s or m.start_s == m.end_s))
