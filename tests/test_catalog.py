@@ -86,3 +86,38 @@ def test_catalog_written_before_media_column_is_upgraded(tmp_path):
     cat = Catalog(path)
     vid, _ = cat.add_video("/v/a.mp4", "a", media=tmp_path / "a.mp4")
     assert cat.get_video(vid).media_path == tmp_path / "a.mp4"
+
+
+def test_a_job_names_its_stage_and_keeps_its_warnings(tmp_path):
+    cat = Catalog(tmp_path / "c.db")
+    _, job = cat.add_video("/v/talk.mp4", "talk")
+    assert (cat.get_job(job).stage, cat.get_job(job).warnings) == (None, ())
+    cat.update_job(job, "decoding", stage="probing", warnings=[])
+    cat.update_job(job, "indexing", progress=0.5, stage="speech", warnings=["talk.mp4: no audio track"])
+    cat.update_job(job, "indexing", progress=0.9)  # stage and warnings kept
+    j = cat.get_job(job)
+    assert (j.status, j.stage, j.warnings) == ("indexing", "speech", ("talk.mp4: no audio track",))
+    with pytest.raises(ValueError, match="unknown job stage"):
+        cat.update_job(job, "indexing", stage="dancing")
+    cat.update_job(job, "ready")
+    j = cat.get_job(job)
+    assert (j.status, j.stage, j.warnings) == ("ready", None, ("talk.mp4: no audio track",))
+
+
+def test_catalog_written_before_job_stages_is_upgraded(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    Catalog(path).close()
+    with sqlite3.connect(path) as c:  # a data dir of an earlier release: jobs without stage or warnings
+        c.execute("ALTER TABLE jobs DROP COLUMN stage")
+        c.execute("ALTER TABLE jobs DROP COLUMN warnings")
+        c.execute("INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)")
+        c.execute("INSERT INTO jobs (id, video_id, status, progress, created_at, updated_at)"
+                  " VALUES ('old', 1, 'ready', 1.0, 0, 0)")
+    cat = Catalog(path)
+    assert (cat.get_job("old").stage, cat.get_job("old").warnings) == (None, ())
+    _, job = cat.add_video("/v/b.mp4", "b")
+    cat.update_job(job, "failed", error="b.mp4: truncated", stage="frames", warnings=["w"])
+    j = cat.get_job(job)
+    assert (j.status, j.stage, j.warnings) == ("failed", "frames", ("w",))

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 JOB_STATES = ("queued", "decoding", "indexing", "ready", "failed")
+# What a running job does: fetching its URL, probing the file, decoding and embedding frames
+# (and reading their screen text), transcribing speech, saving (the shards acknowledging it all).
+JOB_STAGES = ("fetching", "probing", "frames", "speech", "saving")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
@@ -155,6 +158,8 @@ class Job:
     error: str | None
     created_at: float
     updated_at: float
+    stage: str | None = None  # one of JOB_STAGES while it runs, the one it failed in; None queued or ready
+    warnings: tuple[str, ...] = ()  # what went wrong without failing it (its audio, say), one line each
 
 
 class Catalog:
@@ -245,22 +250,32 @@ class Catalog:
         progress: float | None = None,
         frames_indexed: int | None = None,
         error: str | None = None,
+        stage: str | None = None,
+        warnings: Sequence[str] | None = None,
     ) -> bool:
-        """Move a job (and its video) to ``status``; ready and failed are final.
+        """Move a job (and its video) to ``status``; ready and failed are final. ``stage``
+        (one of JOB_STAGES) and ``warnings``: None keeps the job's; queued and ready clear
+        the stage.
 
         Returns False, changing nothing, when the job is gone (its video was deleted)."""
         if status not in JOB_STATES:
             raise ValueError(f"unknown job status {status!r}")
+        if stage is not None and stage not in JOB_STAGES:
+            raise ValueError(f"unknown job stage {stage!r}")
         now = time.time()
         with self._conn() as c:
-            row = c.execute("SELECT video_id, progress, frames_indexed FROM jobs WHERE id=?", (job_id,)).fetchone()
+            row = c.execute("SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=?",
+                            (job_id,)).fetchone()
             if row is None:
                 return False
             progress = 1.0 if status == "ready" else (row["progress"] if progress is None else progress)
             frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
+            stage = None if status in ("queued", "ready") else (row["stage"] if stage is None else stage)
+            noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
             c.execute(
-                "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=? WHERE id=?",
-                (status, progress, frames, error, now, job_id),
+                "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=?, stage=?, warnings=?"
+                " WHERE id=?",
+                (status, progress, frames, error, now, stage, noted, job_id),
             )
             c.execute(
                 "UPDATE videos SET status=?, frames_indexed=?, error=? WHERE id=?",
@@ -339,7 +354,7 @@ class Catalog:
         rows = self._conn().execute(
             f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY created_at, rowid", states
         ).fetchall()
-        return [Job(**dict(r)) for r in rows]
+        return [_job(r) for r in rows]
 
     def counts(self) -> dict[str, int]:
         """Videos per status."""
@@ -347,7 +362,7 @@ class Catalog:
 
     def get_job(self, job_id: str) -> Job | None:
         row = self._conn().execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return Job(**dict(row)) if row else None
+        return _job(row) if row else None
 
     def delete_video(self, video_id: int) -> bool:
         with self._conn() as c:
@@ -581,6 +596,12 @@ def _edits(a: str, b: str, limit: int) -> int:
             return limit + 1
         prev = cur
     return min(prev[-1], limit + 1)
+
+
+def _job(row: sqlite3.Row) -> Job:
+    d = dict(row)
+    d["warnings"] = tuple(json.loads(d["warnings"]))
+    return Job(**d)
 
 
 def _video(row: sqlite3.Row) -> Video:
