@@ -120,7 +120,7 @@ class Runtime:
         torch.set_num_threads(self.cfg.query_threads)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
             embedder = Embedder(self.cfg.conse_top_k, cache_dir=self.cfg.data_dir / "models")
-        return Searcher(self.cfg, self.shards, embedder)
+        return Searcher(self.cfg, self.shards, embedder, self.catalog)
 
     def close(self) -> None:
         if self.indexer_started:

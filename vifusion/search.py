@@ -1,4 +1,13 @@
-"""Queries -> moments. Text searches the semantic space; an image or a clip the visual one.
+"""Queries -> moments. Text searches what is seen (the semantic space of the frames), said
+(speech segments) and written (on-screen text spans); an image or a clip the visual space.
+
+A text query builds up to five ranked lists, each of moments: frames whose concepts match
+(ConSE), speech segments and screen-text spans near it in meaning (dense) and those holding
+its words (keyword, BM25, near spellings of unknown words), and fuses them into one ranking
+(``vifusion.ranking``): ``FUSION`` by default, the other of ``FUSIONS`` on request
+(benchmarks/multimodal.py compares them). A dense text hit enters its list only when it is
+about the query (cosine over ``TEXT_MIN_COSINE``): the nearest of unrelated sentences is
+still nearest.
 
 A clip query is aligned in time: every sampled frame of the clip votes for
 (video, offset) pairs, and the offset most of the clip agrees on wins, so a clip
@@ -16,11 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.extract.decode import Batches, open_sampled
 from vifusion.extract.model import Embedder
 from vifusion.index import ShardSet, group_segments
 from vifusion.index.segments import group_videos
+from vifusion.ranking import FUSIONS, Candidate, Moment, fuse
 from vifusion.types import Found, SearchHit, Segment
 
 MAX_CLIP_FRAMES = 64
@@ -28,6 +39,40 @@ _CLIP_BATCH = 8  # sampled frames of a query clip decoded between two looks at t
 
 
 GROUP_BY = ("segment", "video", "frame")
+MODALITIES = ("visual", "speech", "screen")  # what a text query searches: seen, said, written
+FUSION = "rrf"
+# A dense speech or screen hit under this cosine (all-MiniLM-L6-v2) is not about the query:
+# unrelated sentences sit at -0.1..0.2, a phrase and the sentence it was said in at 0.5..0.9.
+TEXT_MIN_COSINE = 0.25
+# Calibrated fusion: a cosine of each space mapped linearly to [0, 1] between "unrelated" and
+# "as close as a query gets" (ConSE frames: 0.25 unrelated, 0.55 the named object in view).
+COSINE_RANGE = {"semantic": (0.25, 0.55), "speech": (TEXT_MIN_COSINE, 0.8), "screen": (TEXT_MIN_COSINE, 0.8)}
+# Words left out of keyword search (they are in nearly every sentence) unless the query is all
+# such words: without them a keyword list holds what the query is about, and the query's
+# words marked in a snippet are the ones that matter.
+STOPWORDS = frozenset("""
+a an the and or but nor of to in on at by for from with about into onto over under as is are was were be been
+being am do does did have has had it its this that these those there here i you he she we they me him her us
+them my your his our their what which who whom how when where why not no so than then too very can could will
+would shall should may might must just also if
+""".split())
+
+
+def check_modalities(modalities) -> tuple[str, ...]:
+    """``modalities`` as a tuple in ``MODALITIES`` order; ValueError for an unknown or none."""
+    given = list(modalities)
+    unknown = [m for m in given if m not in MODALITIES]
+    if unknown or not given:
+        raise ValueError(f"modalities must be among {', '.join(MODALITIES)}; got {', '.join(map(str, given)) or 'none'}")
+    return tuple(m for m in MODALITIES if m in given)
+
+
+def keywords(query: str) -> str:
+    """The words of ``query`` a keyword search looks for: all but ``STOPWORDS``, or all of
+    them when that leaves none."""
+    words = query.split()
+    kept = [w for w in words if w.strip(".,;:!?\"'()[]").casefold() not in STOPWORDS]
+    return " ".join(kept or words)
 
 
 class ClipRefused(ValueError):
@@ -72,13 +117,15 @@ class Searcher:
     """Embeds a query, fans it out to every shard, merges the hits and groups them.
 
     ``group_by``: ``segment`` (moments), ``video`` (each video's best moment) or ``frame``
-    (single sampled frames). ``videos``: search only these videos (None: all).
+    (single sampled frames; a speech segment or screen-text span is the smallest moment of
+    words). ``videos``: search only these videos (None: all). Results are ``Moment``s.
     """
 
-    def __init__(self, cfg: Config, shards: ShardSet, embedder: Embedder) -> None:
+    def __init__(self, cfg: Config, shards: ShardSet, embedder: Embedder, catalog: Catalog) -> None:
         self.cfg = cfg
         self.shards = shards
         self.embedder = embedder
+        self.catalog = catalog
 
     def _frames_to_fetch(self, top_k: int) -> int:
         return min(max(top_k * 20, 200), 2000)
@@ -94,12 +141,52 @@ class Searcher:
 
     def _search(self, space: str, vec: np.ndarray, top_k: int, group_by: str, videos) -> Found:
         hits = self.shards.search(space, vec, self._frames_to_fetch(top_k), videos)
-        return Found(self._group(hits[0], top_k, group_by), hits.missing)
+        return Found(_moments(self._group(hits[0], top_k, group_by)), hits.missing)
 
-    def text(self, query: str, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
+    def text(self, query: str, top_k: int = 10, group_by: str = "segment", videos=None,
+             modalities=MODALITIES, fusion: str = FUSION) -> Found:
+        """Moments for a text query in ``modalities`` (any of ``MODALITIES``), fused by
+        ``fusion`` (one of ``FUSIONS``). Each moment says which modalities ``matched`` and,
+        where words matched, carries them as its ``snippet`` (the query's words between [ ]).
+        Visual alone is one list: its moments keep their cosine scores."""
         if not query.strip():
             raise ValueError("empty text query")
-        return self._search("semantic", self.embedder.embed_text([query]), top_k, group_by, videos)
+        modalities = check_modalities(modalities)
+        if group_by not in GROUP_BY:
+            raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        vec = self.embedder.embed_text([query])
+        if modalities == ("visual",):
+            return self._search("semantic", vec, top_k, group_by, videos)
+        depth = min(max(2 * top_k, 50), 1000)  # candidates per list
+        calibrated = fusion == "calibrated"
+        lists: list[list[Candidate]] = []
+        missing: set[int] = set()
+        if "visual" in modalities:
+            hits = self.shards.search("semantic", vec, self._frames_to_fetch(top_k), videos)
+            missing.update(hits.missing)
+            runs = self._group(hits[0], depth, "frame" if group_by == "frame" else "segment")
+            lists.append([Candidate(s.video_id, s.start_s, s.end_s,
+                                    _calibrate("semantic", s.score) if calibrated else s.score, "visual")
+                          for s in runs])
+        words = keywords(query)
+        for kind in (m for m in ("speech", "screen") if m in modalities):
+            hits = self.shards.search(kind, vec, depth, videos)
+            missing.update(hits.missing)
+            near = [h for h in hits[0] if h.score >= TEXT_MIN_COSINE]
+            rows = self.catalog.texts_at([(h.video_id, kind, h.row) for h in near], query=words)
+            lists.append([Candidate(r.video_id, r.start_s, r.end_s, _calibrate(kind, h.score) if calibrated else h.score,
+                                    kind, r.snippet)
+                          for h in near if (r := rows.get((h.video_id, kind, h.row))) is not None])
+            found = self.catalog.keyword_search(words, kinds=[kind], video_ids=videos, limit=depth)
+            lists.append([Candidate(r.video_id, r.start_s, r.end_s, r.coverage if calibrated else r.score, kind, r.snippet)
+                          for r in found])
+        moments = fuse(lists, max(1, sum(map(len, lists))), method=fusion)
+        if group_by == "video":  # the best moment of each video
+            seen: set[int] = set()
+            moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
+        return Found(moments[:top_k], missing)
 
     def image(self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
         """``image``: (H, W, 3) uint8 RGB."""
@@ -138,7 +225,18 @@ class Searcher:
         if group_by == "video":  # the best moment of each video
             seen: set[int] = set()
             moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
-        return Found(moments[:top_k], per_frame.missing)
+        return Found(_moments(moments[:top_k]), per_frame.missing)
+
+
+def _moments(segments: list[Segment]) -> list[Moment]:
+    """Moments of frames (found by their looks, no words)."""
+    return [Moment(s.video_id, s.start_s, s.end_s, s.score, ["visual"], None, s.frames) for s in segments]
+
+
+def _calibrate(space: str, cosine: float) -> float:
+    """A cosine of ``space`` as a share of [0, 1] (``COSINE_RANGE``)."""
+    lo, hi = COSINE_RANGE[space]
+    return min(max((cosine - lo) / (hi - lo), 0.0), 1.0)
 
 
 def align_clip(

@@ -12,6 +12,7 @@ import itertools
 import json
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -19,12 +20,12 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from vifusion._files import StorageError, storage_writes
-from vifusion.catalog import Job, Video
+from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.jobs import JobRunner
 from vifusion.media import PastEnd, ThumbnailCache
 from vifusion.runtime import Runtime
-from vifusion.search import GROUP_BY
+from vifusion.search import GROUP_BY, MODALITIES, check_modalities
 from vifusion.sources import (
     MAX_TITLE_CHARS,
     SNIFF_BYTES,
@@ -38,7 +39,7 @@ from vifusion.sources import (
     title_from_name,
     url_filename,
 )
-from vifusion.types import Segment
+from vifusion.ranking import Moment
 
 MAX_OFFSET = 1000  # deepest result a cursor can reach
 
@@ -96,7 +97,7 @@ class Ingested:
 
 @dataclass(frozen=True)
 class SearchPage:
-    results: list[Segment]
+    results: list[Moment]
     next_offset: int | None
     missing_shards: tuple[int, ...] = ()  # shards that did not answer: a partial page
 
@@ -275,11 +276,14 @@ class Service:
         filter: dict[str, Any] | None = None,
         min_score: float | None = None,
         offset: int = 0,
+        modalities: Sequence[str] = MODALITIES,
     ) -> SearchPage:
         """Moments for exactly one query kind, best first, ``top_k`` from ``offset``.
 
         Only ready videos are returned; ``filter`` keeps videos whose metadata has each
-        key -> value; ``min_score`` drops weaker moments.
+        key -> value, in every modality; ``min_score`` drops weaker moments. A text query
+        searches ``modalities`` (visual, speech, screen); an image or a clip searches what
+        is seen, so its ``modalities`` must include visual.
         """
         given = [q for q in (text, image, clip, stored_clip) if q is not None]
         if len(given) != 1:
@@ -290,11 +294,14 @@ class Service:
             raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
         if not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"cursor goes past result {MAX_OFFSET}")
+        modalities = check_modalities(modalities)
+        if text is None and "visual" not in modalities:
+            raise ValueError("an image or clip query searches what is seen: its modalities must include visual")
         videos = None if not filter else sorted(self.catalog.ready_ids(metadata=filter))
         want = offset + top_k + 1
         s = self.searcher
         if text is not None:
-            found = s.text(text, want, group_by, videos)
+            found = s.text(text, want, group_by, videos, modalities)
         elif image is not None:
             found = s.image(image, want, group_by, videos)
         elif clip is not None:
@@ -309,6 +316,14 @@ class Service:
         page = found[offset : offset + top_k]
         more = len(found) > offset + top_k and offset + top_k <= MAX_OFFSET
         return SearchPage(page, offset + top_k if more else None, missing)
+
+    def transcript(self, video_id: int, kind: str = "speech") -> list[TextRow]:
+        """What is said (``kind`` "speech"), written on screen ("screen") or both ("all") in
+        a video, in time order. NotFound for no such video; ValueError for another kind."""
+        if kind not in (*TEXT_KINDS, "all"):
+            raise ValueError(f"kind must be one of {', '.join((*TEXT_KINDS, 'all'))}, got {kind!r}")
+        self.video(video_id)
+        return self.catalog.texts(video_id, None if kind == "all" else kind)
 
     # -- state -------------------------------------------------------------------------
 
