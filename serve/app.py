@@ -28,7 +28,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import FastAPI, Query, Request
@@ -51,11 +51,13 @@ from serve.schema import (
     JobOut,
     SearchRequest,
     SearchResults,
+    Transcript,
     VideoByUri,
     VideoList,
     VideoOut,
 )
 from vifusion._files import fd_path
+from vifusion._webvtt import webvtt
 from vifusion.config import Config
 from vifusion.media import PastEnd
 from vifusion.runtime import tune_ray
@@ -115,6 +117,7 @@ _SEARCH_BODY = {
                 "filter": {"type": "string", "description": "a JSON object"},
                 "min_score": {"type": "number"},
                 "cursor": {"type": "string"},
+                "modalities": {"type": "string", "description": "comma-separated, of visual, speech, screen"},
             }}},
         },
         "required": True,
@@ -314,7 +317,8 @@ def moments(service, page) -> list[dict]:
     return [
         {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
          "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
-         "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}"}
+         "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}",
+         "matched": m.matched, "snippet": m.snippet}
         for m in page.results
     ]
 
@@ -469,6 +473,18 @@ class ViFusionApp:
         fd, path = self.service.open_media(video_id)
         return _DescriptorResponse(fd, media_type=_video_type(path))
 
+    @api.get("/v1/videos/{video_id}/transcript", response_model=Transcript,
+             responses={200: {"content": {"text/vtt": {}}}, 404: {"model": Error}})
+    def transcript(self, video_id: int = VideoId, kind: Literal["speech", "screen", "all"] = "speech",
+                   fmt: Literal["json", "vtt"] = Query("json", alias="format")) -> Any:
+        """What is said in a video (``kind=speech``), written on its screen (``screen``) or
+        both (``all``), in time order: JSON, or WebVTT subtitles with ``format=vtt``."""
+        rows = self.service.transcript(video_id, kind)
+        if fmt == "vtt":
+            return Response(webvtt(rows), media_type="text/vtt; charset=utf-8")
+        return {"video_id": video_id, "segments": [
+            {"kind": r.kind, "start_s": round(r.start_s, 3), "end_s": round(r.end_s, 3), "text": r.text} for r in rows]}
+
     # -- search ----------------------------------------------------------------------
 
     @api.post("/v1/search", response_model=SearchResults, openapi_extra=_SEARCH_BODY,
@@ -514,7 +530,7 @@ class ViFusionApp:
                 raise ApiError(422, "invalid_query", "a clip of an indexed video needs start_s < end_s")
             query["stored_clip"] = (req.video_id, req.start_s, req.end_s)
         options = dict(top_k=req.top_k, group_by=req.group_by, filter=req.filter, min_score=req.min_score,
-                       offset=_offset(req.cursor))
+                       offset=_offset(req.cursor), modalities=req.modalities)
         pool = self._clip_pool if clip_file is not None else self._pool
         body = await asyncio.get_running_loop().run_in_executor(
             pool, functools.partial(self._search, query, clip_file, options, kinds[0]))

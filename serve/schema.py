@@ -5,11 +5,13 @@ These are the contract: programs outside the project rely on the field names.
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vifusion.ranking import MODALITIES
 from vifusion.sources import MAX_TITLE_CHARS
 
 MAX_VIDEO_ID = (1 << 39) - 1  # video_id << 24 must fit an int64 vector id
+Modality = Literal["visual", "speech", "screen"]  # vifusion.ranking.MODALITIES
 
 
 class ErrorBody(BaseModel):
@@ -76,6 +78,16 @@ class SearchRequest(BaseModel):
     filter: dict[str, str | int | float | bool] | None = Field(None, max_length=16)
     min_score: float | None = Field(None, ge=-1e6, le=1e6)
     cursor: str | None = Field(None, max_length=200)
+    modalities: list[Modality] = Field(
+        list(MODALITIES), min_length=1, max_length=len(MODALITIES),
+        description="what a text query searches: visual (what is seen), speech (what is said), screen (what is "
+        "written on screen); a list, or one comma-separated string (as a multipart field sends it). Default: all. "
+        "An image or clip query searches what is seen: its modalities must include visual")
+
+    @field_validator("modalities", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [m.strip() for m in value.split(",") if m.strip()] if isinstance(value, str) else value
 
 
 class Moment(BaseModel):
@@ -83,8 +95,25 @@ class Moment(BaseModel):
     title: str | None
     start_s: float
     end_s: float
-    score: float
+    score: float = Field(description="higher is better, comparable within one search: a text query over several "
+                         "modalities fuses their rankings (reciprocal rank fusion), one over visual alone gives "
+                         "the cosine")
     thumbnail_url: str
+    matched: list[Modality] = Field(description="the modalities that found this moment, the strongest first")
+    snippet: str | None = Field(description="the words spoken or written in this moment, the query's words between "
+                                "[ and ]; null where only the picture matched")
+
+
+class TranscriptSegment(BaseModel):
+    kind: Literal["speech", "screen"] = Field(description="speech: said; screen: written on screen")
+    start_s: float
+    end_s: float
+    text: str
+
+
+class Transcript(BaseModel):
+    video_id: int
+    segments: list[TranscriptSegment] = Field(description="in time order")
 
 
 class SearchResults(BaseModel):

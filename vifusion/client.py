@@ -112,12 +112,19 @@ class Client:
     def delete(self, video_id: int) -> None:
         self._call("DELETE", f"/v1/videos/{video_id}")
 
+    def transcript(self, video_id: int, kind: str = "speech", vtt: bool = False) -> dict | str:
+        """What a video says (``kind`` "speech"), shows written ("screen") or both ("all"):
+        ``{"video_id", "segments": [{"kind", "start_s", "end_s", "text"}]}``, or with ``vtt``
+        the WebVTT text."""
+        r = self._call("GET", f"/v1/videos/{video_id}/transcript", params={"kind": kind, "format": "vtt" if vtt else "json"})
+        return r.text if vtt else r
+
     # -- search ------------------------------------------------------------------------
 
     def search(self, text: str | None = None, *, image: str | Path | None = None, clip: str | Path | None = None,
                top_k: int = 10, **options: Any) -> list[dict]:
         """Moments for a text query, an image file or a clip file (exactly one), best first.
-        ``options``: the API's search options (``group_by``, ``filter``, ``min_score``...)."""
+        ``options``: the API's search options (``modalities``, ``group_by``, ``filter``, ``min_score``...)."""
         return self.search_page(text, image=image, clip=clip, top_k=top_k, **options)["results"]
 
     def search_page(self, text: str | None = None, *, image: str | Path | None = None,
@@ -128,7 +135,8 @@ class Client:
         if text is not None:
             return self._call("POST", "/v1/search", json={"text": text, "top_k": top_k, **options})
         path = Path(image if image is not None else clip)
-        fields = {k: json.dumps(v) if isinstance(v, dict) else str(v) for k, v in options.items()}
+        fields = {k: json.dumps(v) if isinstance(v, dict) else ",".join(v) if isinstance(v, list | tuple) else str(v)
+                  for k, v in options.items()}
         with path.open("rb") as f:
             return self._call("POST", "/v1/search", files={"image" if image is not None else "clip": (path.name, f)},
                               data={"top_k": str(top_k), **fields})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 RRF_K = 60  # the constant of Cormack et al. (2009): damps the weight of the very top ranks
 FUSIONS = ("rrf", "calibrated")
+MODALITIES = ("visual", "speech", "screen")  # what a moment is found by: seen, said, written
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from vifusion.extract.decode import Batches, open_sampled
 from vifusion.extract.model import Embedder
 from vifusion.index import ShardSet, group_segments
 from vifusion.index.segments import group_videos
-from vifusion.ranking import FUSIONS, Candidate, Moment, fuse
+from vifusion.ranking import FUSIONS, MODALITIES, Candidate, Moment, fuse
 from vifusion.types import Found, SearchHit, Segment
 
 MAX_CLIP_FRAMES = 64
@@ -39,7 +39,6 @@ _CLIP_BATCH = 8  # sampled frames of a query clip decoded between two looks at t
 
 
 GROUP_BY = ("segment", "video", "frame")
-MODALITIES = ("visual", "speech", "screen")  # what a text query searches: seen, said, written
 FUSION = "rrf"
 # A dense speech or screen hit under this cosine (all-MiniLM-L6-v2) is not about the query:
 # unrelated sentences sit at -0.1..0.2, a phrase and the sentence it was said in at 0.5..0.9.
