@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vifusion._files import StorageError
 from vifusion.config import Config
-from vifusion.types import Segment
+from vifusion.ranking import MODALITIES, Moment
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -75,7 +75,8 @@ def _load_image(path: Path):
 
 
 def cmd_search(
-    cfg: Config, text: str | None, image: Path | None, clip: Path | None, top_k: int, as_json: bool
+    cfg: Config, text: str | None, image: Path | None, clip: Path | None, top_k: int, as_json: bool,
+    modalities: list[str] | None = None,
 ) -> int:
     from vifusion.extract.decode import DecodeError
     from vifusion.runtime import Runtime
@@ -88,7 +89,7 @@ def cmd_search(
     with rt:
         try:
             if text is not None:
-                segments = rt.searcher.text(text, top_k)
+                segments = rt.searcher.text(text, top_k, modalities=modalities or MODALITIES)
             elif image is not None:
                 segments = rt.searcher.image(_load_image(image), top_k)
             else:
@@ -104,27 +105,56 @@ def cmd_search(
     elif not rows:
         print("no results (is anything indexed in this data dir?)")
     else:
-        print(f"{'score':>6}  {'time':>15}  video")
+        print(f"{'score':>6}  {'time':>15}  {'matched':<20}  video")
         for r in rows:
             span = f"{_clock(r['start_s'])}-{_clock(r['end_s'])}"
-            print(f"{r['score']:6.3f}  {span:>15}  {r['title']}  ({r['source']})")
+            print(f"{r['score']:6.3f}  {span:>15}  {','.join(r['matched']):<20}  {r['title']}  ({r['source']})")
+            if r["snippet"]:
+                print(f"{'':>25}{' '.join(r['snippet'].split())}")
     return EXIT_OK
 
 
-def _result(s: Segment, video) -> dict:
+def _result(m: Moment, video) -> dict:
     return {
-        "video_id": s.video_id,
+        "video_id": m.video_id,
         "title": video.title if video else None,
         "source": video.source if video else None,
-        "start_s": round(s.start_s, 3),
-        "end_s": round(s.end_s, 3),
-        "score": round(s.score, 4),
+        "start_s": round(m.start_s, 3),
+        "end_s": round(m.end_s, 3),
+        "score": round(m.score, 4),
+        "matched": m.matched,
+        "snippet": m.snippet,
     }
 
 
 def _clock(t: float) -> str:
     m, s = divmod(t, 60)
     return f"{int(m)}:{s:04.1f}"
+
+
+def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
+    """Print what a video says (or shows written): from the catalog alone, no Ray."""
+    from vifusion._webvtt import webvtt
+    from vifusion.catalog import Catalog
+
+    path = cfg.data_dir / "catalog.db"
+    if not path.is_file():
+        print(f"vifusion transcript: no catalog in {cfg.data_dir} (is this the data dir?)", file=sys.stderr)
+        return EXIT_USAGE
+    catalog = Catalog(path)
+    try:
+        if catalog.get_video(video_id) is None:
+            print(f"vifusion transcript: no video {video_id} in {cfg.data_dir}", file=sys.stderr)
+            return EXIT_FAILED
+        rows = catalog.texts(video_id, None if kind == "all" else kind)
+    finally:
+        catalog.close()
+    if vtt:
+        print(webvtt(rows), end="")
+    else:
+        for r in rows:
+            print(f"{_clock(r.start_s):>7}-{_clock(r.end_s):<7}  {r.kind:<6}  {r.text}")
+    return EXIT_OK
 
 
 def cmd_serve(cfg: Config, host: str, port: int) -> int:

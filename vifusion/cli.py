@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vifusion._commands import EXIT_USAGE
 from vifusion.config import Config
+from vifusion.ranking import MODALITIES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,12 +33,23 @@ def _parser() -> argparse.ArgumentParser:
     ix.add_argument("--max-frames", type=int, help="cap on frames per video")
     ix.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    se = sub.add_parser("search", parents=[common], help="search by text, image or clip")
+    se = sub.add_parser("search", parents=[common], help="search by text, image or clip",
+                        description="Find moments. Words search what is seen (visual), said (speech) and written "
+                        "on screen (screen); each result names what matched and shows the words, the query's "
+                        "between [ ]. An image or a clip searches what is seen.")
     se.add_argument("text", nargs="?", help="what to look for, in words")
     se.add_argument("--image", type=Path, help="an example image")
     se.add_argument("--clip", type=Path, help="an example video clip")
+    se.add_argument("--in", dest="modalities", default=",".join(MODALITIES), metavar="MODALITIES",
+                    help=f"comma-separated, of {', '.join(MODALITIES)} (default: all)")
     se.add_argument("--top-k", type=int, default=10)
     se.add_argument("--json", action="store_true", help="print JSON, one object per result")
+
+    tr = sub.add_parser("transcript", parents=[common], help="what a video says (or shows written on screen)")
+    tr.add_argument("video_id", type=int, metavar="VIDEO_ID")
+    tr.add_argument("--kind", choices=("speech", "screen", "all"), default="speech",
+                    help="speech (default), screen text, or both")
+    tr.add_argument("--vtt", action="store_true", help="print WebVTT subtitles")
 
     sv = sub.add_parser("serve", parents=[common], help="run the HTTP service")
     sv.add_argument("--host", default="127.0.0.1")
@@ -84,9 +96,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 1 <= args.top_k <= 1000:
             print("vifusion search: --top-k must be between 1 and 1000", file=sys.stderr)
             return EXIT_USAGE
+        modalities = [m.strip() for m in args.modalities.split(",") if m.strip()]
+        if not modalities or any(m not in MODALITIES for m in modalities):
+            print(f"vifusion search: --in takes a comma-separated list of {', '.join(MODALITIES)}; "
+                  f"got {args.modalities!r}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.text is None and "visual" not in modalities:
+            print("vifusion search: an image or a clip searches what is seen: --in must include visual",
+                  file=sys.stderr)
+            return EXIT_USAGE
         from vifusion._commands import cmd_search
 
-        return cmd_search(cfg, args.text, args.image, args.clip, args.top_k, args.json)
+        return cmd_search(cfg, args.text, args.image, args.clip, args.top_k, args.json, modalities)
+    if args.command == "transcript":
+        from vifusion._commands import cmd_transcript
+
+        return cmd_transcript(cfg, args.video_id, args.kind, args.vtt)
     if args.command == "serve":
         from vifusion._commands import cmd_serve
 
