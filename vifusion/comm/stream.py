@@ -54,6 +54,7 @@ _KINDS = "fiub"  # numbers only: a header never makes the shard build an object 
 _REPLY = struct.Struct("<BqdddI")
 _OK, _BAD_INPUT, _TABLES, _STORAGE, _FAILED = range(5)
 MAX_MESSAGE_BYTES = 256 << 20  # the shard allocates what a header announces
+_READ_AHEAD = 2  # batches a connection may have read and checked, not yet applied
 _STAGED = 8  # batches a connection may have applied and not yet acknowledged
 _NO_ACK: Ack = (0, 0.0, 0.0, 0.0)
 _CONNECT_TIMEOUT_S = 5.0
@@ -70,9 +71,11 @@ class TablesUnknown(ValueError):
 class StreamServer:
     """The primary replica's end. Each batch goes to ``stage``, which applies it and returns
     the function that makes it durable and returns its acknowledgement; a probe goes to
-    ``ping``. Per connection, one thread reads and stages batches while another commits and
-    acknowledges them, in order: the log syncs a batch while the next is read and applied,
-    and one sync serves all staged by then (``WriteAheadLog.sync``)."""
+    ``ping``. Per connection, one thread reads and checks requests (``wire.Channel``),
+    another stages the batches, a third commits and acknowledges them, in order: the log
+    syncs a batch while the next is applied and the one after is read, and one sync serves
+    all staged by then (``WriteAheadLog.sync``). Checking a batch's tag on the thread that
+    applies them would put it in the way of every batch."""
 
     def __init__(self, stage: Callable[[WireBatch], Callable[[], Ack]], ping: Callable[[], Ack], host: str) -> None:
         self._stage, self._ping = stage, ping
@@ -87,22 +90,32 @@ class StreamServer:
 
     def _serve(self, channel: wire.Channel) -> None:
         channel.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # For the reply thread, in order: a batch's commit, a probe, or why a batch failed.
+        # For the staging thread: requests read and checked. For the reply thread, in order:
+        # a batch's commit, a probe, or why a batch failed.
+        requests: queue.Queue = queue.Queue(_READ_AHEAD)
         replies: queue.Queue = queue.Queue(_STAGED)
-        replier = threading.Thread(target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True)
-        replier.start()
+        threads = [threading.Thread(target=self._stage_all, args=(requests, replies), name="shard-stream-stage", daemon=True),
+                   threading.Thread(target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True)]
+        for t in threads:
+            t.start()
         try:
             while (request := _read_request(channel)) is not None:
-                if request is _PING:
-                    replies.put(self._ping)
-                    continue
-                try:
-                    replies.put(self._stage(request))
-                except Exception as e:
-                    replies.put(e)
+                requests.put(request)
         finally:
-            replies.put(None)
-            replier.join()
+            requests.put(None)
+            for t in threads:
+                t.join()
+
+    def _stage_all(self, requests: queue.Queue, replies: queue.Queue) -> None:
+        while (request := requests.get()) is not None:
+            if request is _PING:
+                replies.put(self._ping)
+                continue
+            try:
+                replies.put(self._stage(request))
+            except Exception as e:
+                replies.put(e)
+        replies.put(None)
 
     @staticmethod
     def _reply(channel: wire.Channel, replies: queue.Queue) -> None:
