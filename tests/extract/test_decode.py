@@ -295,3 +295,16 @@ def test_open_sampled_probes_once_and_decodes_lazily(kitchen: samples.SampleVide
     assert info == probe(kitchen.path)
     assert total == len(sample_frames(info, 1.0, 3600)) == 12
     assert sum(len(spans) for _, spans in batches) == total
+
+
+def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file(kitchen: samples.SampleVideo) -> None:
+    """Where screen text is read the extractor decodes at a readable size, never above the
+    video's own (320x240 here), from a file it opened itself and keeps for the audio."""
+    from vifusion.extract.decode import open_video
+
+    with open_video(kitchen.path) as file:
+        _, total, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=720, upscale=False, file=file)
+        shapes = {frames.shape[1:] for frames, _ in batches}
+        assert shapes == {(240, 320, 3)} and not file.closed
+    _, _, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=480, batch=total)
+    assert next(batches)[0].shape == (total, 480, 640, 3)  # upscaled, as the embedder's frames are

@@ -68,15 +68,17 @@ def _quiet_cut(pcm: np.ndarray, lo: int, hi: int) -> int:
 
 
 class AudioReader:
-    """Decode the first audio track of ``path``, at most ``max_duration_s`` of it.
+    """Decode the first audio track of ``path``, at most ``max_duration_s`` of it; ``src``:
+    what to open instead of the name (``fd_path`` of the video as its frames were read).
 
     Iterate ``windows()`` once; ``report`` is final after that (``status`` no_audio or broken
     is known at once where the file has no usable track)."""
 
-    def __init__(self, path: Path, max_duration_s: float, window_s: float = WINDOW_S) -> None:
+    def __init__(self, path: Path, max_duration_s: float, window_s: float = WINDOW_S, src: str | None = None) -> None:
         if not max_duration_s > 0 or not window_s > 0:
             raise ValueError(f"max_duration_s and window_s must be > 0, got {max_duration_s}, {window_s}")
         self.path = Path(path)
+        self.src = src or str(self.path)
         self.max_samples = int(max_duration_s * SAMPLE_RATE)
         self.window = int(window_s * SAMPLE_RATE)
         self.search = int(min(_CUT_SEARCH_S, window_s / 4) * SAMPLE_RATE)
@@ -115,7 +117,7 @@ class AudioReader:
     def _chunks(self) -> Iterator[tuple[float, np.ndarray]]:
         """Resampled audio as it is decoded: (start_s of the chunk's first sample, samples)."""
         try:
-            container = av.open(str(self.path))
+            container = av.open(self.src)
         except (av.error.FFmpegError, OSError) as e:
             self._set("broken", f"cannot open for audio: {_why(e)}")
             return

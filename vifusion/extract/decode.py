@@ -233,26 +233,39 @@ def output_size(width: int, height: int, short_side: int) -> tuple[int, int]:
 Batches = Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]
 
 
+def open_video(path: Path, follow_symlinks: bool = True) -> io.FileIO:
+    """``path`` opened once, for ``open_sampled(file=...)`` and whatever else reads the same
+    video (its audio, through ``fd_path``); DecodeError where it is no file to decode."""
+    return _open(Path(path), follow_symlinks)
+
+
 def open_sampled(
     path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16,
-    follow_symlinks: bool = True,
+    follow_symlinks: bool = True, *, upscale: bool = True, file: io.FileIO | None = None,
 ) -> tuple[VideoInfo, int, Batches]:
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
     ``decode`` yields). DecodeError here for a file that cannot be opened at all.
-    ``follow_symlinks``: False for a path stored resolved (see ``open_regular``)."""
+    ``follow_symlinks``: False for a path stored resolved (see ``open_regular``).
+    ``upscale`` False: a video smaller than ``short_side`` keeps its own size. ``file``: the
+    video already opened (``open_video``), left open; None: opened here, closed once read."""
     path = Path(path)
     if batch < 1 or short_side < 1:
         raise ValueError(f"batch and short_side must be >= 1, got {batch}, {short_side}")
-    file = _open(path, follow_symlinks)
+    own = file is None
+    if file is None:
+        file = _open(path, follow_symlinks)
     try:
         p = _probe(path, file)
     except BaseException:
-        file.close()
+        if own:
+            file.close()
         raise
     samples = sample_frames(p.info, sample_fps, max_frames)
-    size = output_size(p.info.width, p.info.height, short_side)
+    side = short_side if upscale else min(short_side, p.info.width, p.info.height)
+    size = output_size(p.info.width, p.info.height, side)
     reader = _decode_decord if p.backend == "decord" else _decode_pyav
-    return p.info, len(samples), _closing(file, reader(path, samples, size, batch, fd_path(file.fileno())))
+    batches = reader(path, samples, size, batch, fd_path(file.fileno()))
+    return p.info, len(samples), _closing(file, batches) if own else batches
 
 
 def _closing(file: io.FileIO, batches: Batches) -> Batches:
