@@ -63,6 +63,13 @@ class Config(BaseModel):
     ocr_change_share: float = Field(0.002, ge=0, le=1, description="a frame is read again when this share of "
                                     "its 160x90 greyscale thumbnail changed by more than 32 levels (of 255) "
                                     "since the last frame read")
+    ocr_frame_side: int = Field(720, ge=32, description="short side (pixels) frames are decoded at where screen "
+                                "text is read (the video's own where smaller); the embedder gets them shrunk")
+    ocr_gate_side: int = Field(320, ge=0, description="a frame to read is first looked at by the text detector "
+                               "at this short side, and read in full only where it sees text (or the last "
+                               "reading found text, or ocr_full_interval_s passed); 0: every frame to read in full")
+    ocr_full_interval_s: float = Field(30.0, gt=0, description="longest time (seconds) between two full readings "
+                                       "of a video's frames, so text too small for the gate is still found")
 
     # fusion/ + comm/
     fusion: bool = Field(True, description="merge frames into large transfers (and near-duplicates into one "

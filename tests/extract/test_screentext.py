@@ -151,6 +151,32 @@ def test_the_callers_change_signal(reader: ScreenReader) -> None:
     assert [(s.text, s.start_s, s.end_s) for s in spans] == [(HARBOUR, 0.0, 3.0), (ZORBLAX, 3.0, 4.0)]
 
 
+def test_changing_pictures_without_text_are_only_looked_at(reader: ScreenReader) -> None:
+    """Camera footage (the demo videos' pan-and-zoom over photos and moving shapes) changes in
+    every frame: the gate looks at each, and reads hardly any (two touching shapes can look like
+    a word to the detector); a slide after them is read at once."""
+    from vifusion.samples import MOTION, render
+
+    footage = list(render(["coffee", "chelsea", MOTION], scene_s=4.0, fps=1, size=(640, 360)))
+    tracker = reader.track()
+    spans = [s for t, rgb in enumerate(footage) for s in tracker.add(rgb, float(t), t + 1.0)]
+    assert spans == [] and tracker.frames_read + tracker.frames_gated == 12 and tracker.frames_read <= 2
+    read = tracker.frames_read
+    spans = tracker.add(_talks.slide([ZORBLAX]), 12.0, 13.0) + tracker.finish()
+    assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 12.0, 13.0)]
+    assert tracker.frames_read == read + 1
+
+
+def test_text_too_small_for_the_gate_is_read_within_the_full_interval() -> None:
+    small = _talks.slide([REVENUE], size=(1280, 720), font_size=12)  # 12 px on 720 lines: the gate misses it
+    reader = ScreenReader(Config(ocr_threads=1, ocr_still_interval_s=2.0, ocr_full_interval_s=4.0))
+    assert not reader.sees_text(small)
+    tracker = reader.track()
+    spans = [s for t in range(6) for s in tracker.add(small, float(t), t + 1.0)] + tracker.finish()
+    assert [(s.text, s.start_s, s.end_s) for s in spans] == [(REVENUE, 4.0, 6.0)]
+    assert (tracker.frames_gated, tracker.frames_read) == (2, 1)  # looked at 0 and 2 s, read at 4 s
+
+
 def test_line_key() -> None:
     assert line_key("Quarterly  Revenue grew") == line_key("quarterlyrevenue GREW") == "quarterlyrevenuegrew"
 

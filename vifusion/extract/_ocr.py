@@ -21,6 +21,10 @@ _MIN_CONTRAST = 40  # grey levels between ink and background below which gaps ar
 _WORD_GAP_HEIGHTS = 0.3  # a word gap is at least this share of the line's crop height ...
 _WORD_GAP_LETTERS = 2.2  # ... and this many times the median gap on the line (letter gaps)
 _JOIN_GAP_HEIGHTS = 1.5  # boxes on one row this close (in line heights) are one line
+# A box the detector finds at the gate's size is text where it is this many times as long as
+# high: a word of three letters or more is; the blobs it takes for text in photos and moving
+# shapes are squarer (at most 1.3 in the demo videos).
+_GATE_MIN_ASPECT = 1.5
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,30 @@ class LineReader:
             intra_op_num_threads=threads, inter_op_num_threads=1,
             det_use_cuda=cuda, cls_use_cuda=cuda, rec_use_cuda=cuda,
         )
+
+    def sees_text(self, rgb: np.ndarray, side: int) -> bool:
+        """Whether the text detector, run on the picture scaled to short side ``side``, finds a
+        box shaped like a line of text: a look at a fraction of the cost of ``read`` (which
+        detects at 736 or more), that misses text too small at that size, and a lone word of
+        one or two letters."""
+        import cv2
+        from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
+
+        det = self.engine.text_det
+        h, w = rgb.shape[:2]
+        scale = side / min(h, w)
+        if scale < 1:
+            rgb = cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+        x = DetPreProcess(side, "min", det.mean, det.std)(np.ascontiguousarray(rgb[:, :, ::-1]))
+        if x is None:  # no size to look at: let ``read`` decide
+            return True
+        prob = det.infer(x)[0]
+        boxes, _ = det.postprocess_op(prob, prob.shape[2:])  # in the map's own pixels: shapes undistorted
+        for box in boxes:
+            _, (w, h), _ = cv2.minAreaRect(np.asarray(box, np.float32))
+            if max(w, h) >= _GATE_MIN_ASPECT * max(min(w, h), 1.0):
+                return True
+        return False
 
     def read(self, rgb: np.ndarray) -> list[Line]:
         """The lines of text in an (h, w, 3) uint8 RGB picture, top to bottom; [] where none."""

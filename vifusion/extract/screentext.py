@@ -3,7 +3,11 @@
 Reading a frame costs about as much as embedding a dozen, so a video's sampled frames are
 read only where the picture changed since the last frame read (a cheap test on a thumbnail,
 or the caller's own signal) and at least every ``ocr_still_interval_s`` of a still picture.
-A frame that is not read shows what the last one read showed.
+A frame that is not read shows what the last one read showed. A frame to read where the last
+reading found no text is first looked at by the text detector alone, on the frame shrunk to
+``ocr_gate_side`` (a tenth of a reading's cost), and read only where that sees text: camera
+footage changes in every frame and mostly shows none. Text too small for that look is still
+found by a full reading at least every ``ocr_full_interval_s``.
 
 What a reading keeps (``readable``): lines at or above ``ocr_min_confidence`` (mean character
 confidence), with at least two letters or digits, and no word mixing letters of two scripts.
@@ -87,6 +91,11 @@ class ScreenReader:
         """The readable lines of one (h, w, 3) uint8 RGB frame, top to bottom."""
         return [ln for ln in self.lines.read(rgb) if readable(ln, self.cfg.ocr_min_confidence)]
 
+    def sees_text(self, rgb: np.ndarray) -> bool:
+        """The gate (``ocr_gate_side``): whether the detector marks text on the shrunk frame."""
+        side = self.cfg.ocr_gate_side
+        return side == 0 or self.lines.sees_text(rgb, side)
+
     def track(self) -> ScreenTextTracker:
         """A tracker for one video's sampled frames, in order."""
         return ScreenTextTracker(self)
@@ -111,11 +120,14 @@ class _Open:
 
 class ScreenTextTracker:
     """Feeds one video's sampled frames to a ScreenReader, reading only those it must, and
-    turns the readings into spans. ``frames_read`` counts the frames read."""
+    turns the readings into spans. ``frames_read`` counts the frames read, ``frames_gated``
+    those the gate looked at and found no text on (see the module's docstring)."""
 
     def __init__(self, reader: ScreenReader) -> None:
         self.reader = reader
         self.frames_read = 0
+        self.frames_gated = 0
+        self._last_full_s: float | None = None
         self._open: list[_Open] = []
         self._last_thumb: np.ndarray | None = None
         self._last_read_s: float | None = None
@@ -140,9 +152,18 @@ class ScreenTextTracker:
                 span.end_s = end_s
             return []
         self._last_thumb, self._last_read_s = thumbnail(rgb), start_s
-        self.frames_read += 1
+        if self._last_full_s is None:
+            self._last_full_s = start_s
+        full = self._open or start_s - self._last_full_s >= self.reader.cfg.ocr_full_interval_s
+        if full or self.reader.sees_text(rgb):
+            lines = self.reader.read(rgb)
+            self.frames_read += 1
+            self._last_full_s = start_s
+        else:
+            lines = []
+            self.frames_gated += 1
         still: list[_Open] = []
-        for line in self.reader.read(rgb):
+        for line in lines:
             key = line_key(line.text)
             span = self._match(key)
             if span is None:
