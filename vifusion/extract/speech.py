@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,13 +142,19 @@ class Transcriber:
     def transcribe_file(self, path: Path) -> Transcript:
         """Decode ``path``'s first audio track (up to ``audio_max_s``) and transcribe it, window by
         window. Never raises for bad audio: that is in the transcript's ``audio`` report."""
-        reader = AudioReader(Path(path), self.cfg.audio_max_s)
-        segments: list[Segment] = []
-        for start_s, samples in reader.windows():
-            segments += self.transcribe(samples, offset_s=start_s)
-        report = reader.report
-        reason = report.reason
-        if reason is None and not segments:
-            reason = f"{Path(path).name}: no speech heard in {report.duration_s:.1f} s of audio"
-        return Transcript(tuple(segments), report, reason)
+        return transcribe_audio(AudioReader(Path(path), self.cfg.audio_max_s), lambda: self)
+
+
+def transcribe_audio(reader: AudioReader, transcriber: Callable[[], Transcriber]) -> Transcript:
+    """What ``reader``'s track says, window by window. ``transcriber`` is called for the model
+    only where a window holds sound, so a file without audio (or with silence) never loads it."""
+    segments: list[Segment] = []
+    for start_s, samples in reader.windows():
+        if len(samples) and float(np.abs(samples).max()) >= SILENCE_PEAK:
+            segments += transcriber().transcribe(samples, offset_s=start_s)
+    report = reader.report
+    reason = report.reason
+    if reason is None and not segments:
+        reason = f"{reader.path.name}: no speech heard in {report.duration_s:.1f} s of audio"
+    return Transcript(tuple(segments), report, reason)
 
