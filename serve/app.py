@@ -432,7 +432,7 @@ class ViFusionApp:
     def job(self, job_id: str = PathParam(max_length=64)) -> dict:
         j = self.service.job(job_id)
         return {"job_id": j.id, "video_id": j.video_id, "status": j.status, "progress": round(j.progress, 4),
-                "frames_indexed": j.frames_indexed, "error": j.error}
+                "frames_indexed": j.frames_indexed, "error": j.error, "stage": j.stage, "warnings": list(j.warnings)}
 
     @api.get("/v1/videos", response_model=VideoList, responses={400: {"model": Error}})
     def videos(

@@ -43,6 +43,13 @@ class JobOut(BaseModel):
     progress: float = Field(ge=0, le=1)
     frames_indexed: int
     error: str | None
+    stage: Literal["fetching", "probing", "frames", "speech", "saving"] | None = Field(
+        None, description="what the job does now: fetching its URL, probing the file, decoding and embedding "
+        "frames (reading their on-screen text), transcribing speech, saving (the index acknowledging every row); "
+        "where it failed, when failed; null when queued or ready")
+    warnings: list[str] = Field(default_factory=list, description="what went wrong without failing the job, one "
+                                "line each: a video without audio, with silence, music only or a broken audio "
+                                "stream is indexed all the same, without speech, and says so here")
 
 
 class VideoOut(BaseModel):

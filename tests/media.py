@@ -43,3 +43,17 @@ def tiny_frames(path: Path, n: int, fps: int, container: str | None = None) -> N
                 c.mux(packet)
         for packet in s.encode(None):
             c.mux(packet)
+
+
+def audio_only(path: Path, duration_s: float) -> None:
+    """An AAC file (``.m4a``, say) of chords and no video stream."""
+    from vifusion._talks import AUDIO_RATE, music
+
+    pcm = music(duration_s)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("aac", rate=AUDIO_RATE, layout="mono")
+        for at in range(0, len(pcm), 960):
+            frame = av.AudioFrame.from_ndarray(pcm[None, at : at + 960], format="flt", layout="mono")
+            frame.sample_rate, frame.pts = AUDIO_RATE, at
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))

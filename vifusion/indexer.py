@@ -3,8 +3,10 @@
 The driver holds no features: extractor actors decode and embed, their node's aggregator
 fuses and sends the batches straight to the shard actors; the driver only routes and
 follows progress.
-A job is ``ready`` only after its shard acknowledged every frame, and a shard
-acknowledges a batch only once it is in its write-ahead log on disk. An extractor call past
+A job is ``ready`` only after its shard acknowledged every row (frames, speech segments,
+screen-text spans) and the words of its texts are in the catalog, and a shard
+acknowledges a batch only once it is in its write-ahead log on disk. The job names its
+stage as it goes and keeps the extractor's warnings (bad audio indexes the frames all the same). An extractor call past
 its deadline (``_Deadline``) fails its video, and the extractor is restarted.
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import ray
 
 from vifusion._files import StorageError, storage_reason
-from vifusion.catalog import Catalog
+from vifusion.catalog import TEXT_KINDS, Catalog
 from vifusion.config import Config
 from vifusion.extract.actor import start_extractors
 from vifusion.fusion import start_aggregators
@@ -46,6 +48,7 @@ class IndexResult:
     job_id: str | None = None
     frames: int = 0
     error: str | None = None
+    warnings: tuple[str, ...] = ()  # what went wrong without failing it (its audio, say)
 
 
 @dataclass(frozen=True)
@@ -166,8 +169,14 @@ class Indexer:
         times), after what reached the shards of it is deleted: each frame once.
         ``follow_symlinks``: False for a path stored resolved (see ``open_regular``)."""
         shard_no = shard_for(video_id, self.cfg.num_shards)
+        # A video indexed before (a requeue, a run a crash cut short) starts from nothing: its
+        # rows come again under the same ids, and none of the last run's outlives it (a
+        # transcript with fewer segments this time, say).
+        self.shards.delete_video(video_id)
         for attempt in range(_RETRIES + 1):
-            done, error, retry = self._attempt(actor, path, video_id, job_id, shard_no, on_progress, follow_symlinks)
+            warnings: list[str] = []
+            done, error, retry = self._attempt(actor, path, video_id, job_id, shard_no, on_progress, follow_symlinks,
+                                               warnings)
             if not retry or attempt == _RETRIES:
                 break
             log.warning("%s; indexing it again", error)
@@ -175,18 +184,21 @@ class Indexer:
             self._abandon(video_id)
             self.shards.delete_video(video_id)
         if error is None:
-            self.catalog.update_job(job_id, "ready", frames_indexed=done)
-            return IndexResult(str(path), "ready", video_id, job_id, frames=done)
+            self.catalog.update_job(job_id, "ready", frames_indexed=done, warnings=warnings)
+            return IndexResult(str(path), "ready", video_id, job_id, frames=done, warnings=tuple(warnings))
         # Nothing of a failed video stays searchable.
         self.shards.delete_video(video_id)
-        self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error)
-        return IndexResult(str(path), "failed", video_id, job_id, error=error)
+        for kind in TEXT_KINDS:
+            self.catalog.put_texts(video_id, kind, [])
+        self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error, warnings=warnings)
+        return IndexResult(str(path), "failed", video_id, job_id, error=error, warnings=tuple(warnings))
 
     def _attempt(self, actor: ray.actor.ActorHandle, path: Path, video_id: int, job_id: str, shard_no: int,
                  on_progress: Callable[[Progress | IndexResult], None],
-                 follow_symlinks: bool) -> tuple[int, str | None, bool]:
-        """One try: (frames done, error or None, whether the error is worth another try)."""
-        self.catalog.update_job(job_id, "decoding", progress=0.0, frames_indexed=0)
+                 follow_symlinks: bool, warnings: list[str]) -> tuple[int, str | None, bool]:
+        """One try: (frames done, error or None, whether the error is worth another try); the
+        extractor's warnings are added to ``warnings``, its texts written to the catalog."""
+        self.catalog.update_job(job_id, "decoding", progress=0.0, frames_indexed=0, stage="probing", warnings=[])
         done = 0
         try:
             ray.get(actor.device.remote())  # its models are loaded: the deadline counts this video alone
@@ -211,6 +223,13 @@ class Indexer:
                     progress = done / max(ev["frames_total"], 1)
                     self._note(self.catalog.update_job, job_id, "indexing", progress=progress, frames_indexed=done)
                     on_progress(Progress(str(path), done, ev["frames_total"]))
+                elif ev["event"] == "stage":
+                    self._note(self.catalog.update_job, job_id, "indexing", stage=ev["stage"], warnings=warnings)
+                elif ev["event"] == "warning":
+                    warnings.append(ev["warning"])
+                    self._note(self.catalog.update_job, job_id, "indexing", warnings=warnings)
+                elif ev["event"] == "texts":  # before "done": a ready video's words are all in the catalog
+                    self.catalog.put_texts(video_id, ev["kind"], ev["rows"])
                 elif ev["event"] == "done":
                     return ev["frames"], None, False
                 elif ev["event"] == "failed":

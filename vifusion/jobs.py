@@ -133,6 +133,7 @@ class JobRunner:
         path = video.media_path
         if path is None:  # a URL: fetch it first
             path = new_media_path(self.cfg, url_filename(video.source))
+            self.catalog.update_job(job_id, "decoding", stage="fetching")
             try:
                 sha, size = download(video.source, path, self.cfg)
             except (SourceError, OSError) as e:

@@ -1,9 +1,18 @@
-"""The extractor: a Ray actor that turns one video at a time into frame features.
+"""The extractor: a Ray actor that turns one video at a time into frame features, and what
+is said and written in it into text rows.
 
 decode -> embed -> hand to the node's aggregator, as a pipeline: decoding runs ahead in a
 thread, and one hand-over is in flight while the next frames are embedded, so the
 aggregator fuses and sends (``vifusion.fusion``) while this actor computes. The actor takes
 a GPU where the cluster has one and runs on the CPU otherwise.
+
+Beside the frames (``speech``, ``screen_text``): the text shown on screen is read on the
+sampled frames as they pass (``ScreenTextTracker``: only frames that changed), then the audio
+track is transcribed; each speech segment and screen-text span is embedded with the same
+sentence model as a text query and handed over like the frames, to the same shard, before
+the video's ``finish``. Their words go back to the driver in ``texts`` events, for the
+catalog. Bad audio (none, silent, broken) is a ``warning``, never a failure. The speech and
+OCR models are loaded once per actor, by the first video that needs them.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 from ray.actor import ActorHandle
 
@@ -23,6 +33,10 @@ from vifusion.config import Config
 from vifusion.fusion import AggregatorLost, Handoff
 from vifusion.placement import extractor_options
 from vifusion.types import FusedBatch
+
+EMBED_SIDE = 224  # short side of the frames the embedder takes (it crops 224 x 224)
+_TEXT_ROWS_PER_HANDOVER = 256  # a text row is a frame-wide row (zero visual columns): ~1.7 MB per 256
+TextRows = list[tuple[float, float, str]]  # (start_s, end_s, text) of a video's rows of one kind
 
 
 class Extractor:
@@ -39,42 +53,101 @@ class Extractor:
         self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
             self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+        self._transcriber: Any = None  # speech.Transcriber, loaded by the first video with sound
+        self._screen: Any = None  # screentext.ScreenReader, loaded by the first video read
 
     def device(self) -> str:
         return str(self.embedder.device)
 
+    def transcriber(self):  # -> speech.Transcriber
+        """The speech model, loaded at the first call: on this actor's GPU where CTranslate2
+        can use it, else on the CPU."""
+        if self._transcriber is None:
+            from vifusion.extract.speech import Transcriber, speech_device
+
+            gpu = self.embedder.device.type == "cuda"
+            self._transcriber = Transcriber(self.cfg, speech_device() if gpu else "cpu")
+        return self._transcriber
+
+    def screen(self):  # -> screentext.ScreenReader
+        """The OCR models, loaded at the first call: CUDA where onnxruntime has it and this
+        actor has a GPU, else the CPU."""
+        if self._screen is None:
+            from vifusion.extract.screentext import ScreenReader, ocr_device
+
+            gpu = self.embedder.device.type == "cuda"
+            self._screen = ScreenReader(self.cfg, ocr_device() if gpu else "cpu")
+        return self._screen
+
     def index_video(
         self, video_id: int, path: str, shard_no: int, follow_symlinks: bool = True
     ) -> Iterator[dict[str, Any]]:
-        """Streams events: ``probed`` (video info), ``progress`` (frames done / total),
-        then ``done`` (frames indexed) or ``failed`` (reason). Every frame of a ``done``
-        video has been acknowledged by its shard. ``follow_symlinks``: see ``open_regular``."""
+        """Streams events: ``probed`` (video info); ``stage`` (``frames``: decoding and embedding
+        the frames, reading their screen text; ``speech``: transcribing; ``saving``: waiting for
+        the shard); ``progress`` (frames done / total); ``warning`` (one line: what happened to
+        the audio); ``texts`` (one per kind, ``speech`` and ``screen``: every (start_s, end_s,
+        text) row, numbered as their vectors are, for ``Catalog.put_texts``); then ``done``
+        (frames indexed) or ``failed`` (reason). Every row of a ``done`` video (frames, speech
+        segments, screen-text spans) has been acknowledged by its shard, and the ``texts``
+        came before it. ``follow_symlinks``: see ``open_regular``."""
+        from vifusion._files import fd_path
         from vifusion.extract._prefetch import prefetch
-        from vifusion.extract.decode import DecodeError, open_sampled
+        from vifusion.extract.audio import AudioReader
+        from vifusion.extract.decode import DecodeError, open_sampled, open_video
+        from vifusion.extract.speech import transcribe_audio
 
         name = Path(path).name
+        cfg = self.cfg
         try:
-            info, total, batches = open_sampled(
-                Path(path), self.cfg.sample_fps, self.cfg.max_frames, batch=self.cfg.embed_batch,
-                follow_symlinks=follow_symlinks,
-            )
-            yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
-                   "width": info.width, "height": info.height, "frames_total": total}
-            done, handing, instance = 0, None, None
-            self.handoff.reset()
-            for frames, spans in prefetch(batches):
-                visual, semantic = self.embedder.embed_frames(frames)
-                batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
-                done += len(batch)
-                if handing is not None:
-                    instance = _same(instance, handing.result())  # back-pressure reaches this actor here
-                handing = self.handoff.submit(shard_no, batch, time.time())
-                yield {"event": "progress", "frames_done": done, "frames_total": total}
+            with open_video(Path(path), follow_symlinks) as file:
+                # Frames big enough to read text on where screen text is read; shrunk to embed.
+                side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
+                info, total, batches = open_sampled(
+                    Path(path), cfg.sample_fps, cfg.max_frames, side, cfg.embed_batch,
+                    upscale=not cfg.screen_text, file=file,
+                )
+                yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
+                       "width": info.width, "height": info.height, "frames_total": total}
+                yield {"event": "stage", "stage": "frames"}
+                tracker = self.screen().track() if cfg.screen_text else None
+                shown = []
+                done, handing, instance = 0, None, None
+                self.handoff.reset()
+                for frames, spans in prefetch(batches):
+                    visual, semantic = self.embedder.embed_frames(_shrink(frames, EMBED_SIDE))
+                    batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
+                    done += len(batch)
+                    if handing is not None:
+                        instance = _same(instance, handing.result())  # back-pressure reaches this actor here
+                    handing = self.handoff.submit(shard_no, batch, time.time())
+                    if tracker is not None:  # read while the frames' hand-over travels
+                        for rgb, (_, t0, t1) in zip(frames, spans):
+                            shown += tracker.add(rgb, t0, t1)
+                    yield {"event": "progress", "frames_done": done, "frames_total": total}
+                if tracker is not None:
+                    shown += tracker.finish()
+                texts: dict[str, TextRows] = {
+                    "screen": sorted((s.start_s, s.end_s, s.text) for s in shown), "speech": []}
+                if cfg.speech:
+                    yield {"event": "stage", "stage": "speech"}
+                    reader = AudioReader(Path(path), cfg.audio_max_s, src=fd_path(file.fileno()))
+                    transcript = transcribe_audio(reader, self.transcriber)
+                    texts["speech"] = [(s.start_s, s.end_s, s.text) for s in transcript.segments]
+                    if transcript.reason is not None:
+                        yield {"event": "warning", "warning": transcript.reason}
+            yield {"event": "stage", "stage": "saving"}
+            for kind, rows in texts.items():
+                for batch in self._text_batches(video_id, kind, rows):
+                    if handing is not None:
+                        instance = _same(instance, handing.result())
+                    handing = self.handoff.submit(shard_no, batch, time.time())
             if handing is not None:
                 instance = _same(instance, handing.result())
             _same(instance, ray.get(self.aggregator.finish.remote(video_id))[1])
             if done == 0:
                 raise DecodeError(f"{name}: no frames could be decoded")
+            for kind, rows in texts.items():
+                yield {"event": "texts", "kind": kind, "rows": rows}
             yield {"event": "done", "frames": done}
         except DecodeError as e:
             self._abandon(video_id)
@@ -85,11 +158,32 @@ class Extractor:
             self._abandon(video_id)
             yield {"event": "failed", "error": f"{name}: {_reason(e)}", "storage": storage_reason(e)}
 
+    def _text_batches(self, video_id: int, kind: str, rows: TextRows) -> Iterator[FusedBatch]:
+        """``rows`` embedded with the query model, as row batches numbered 0 onwards."""
+        for first in range(0, len(rows), _TEXT_ROWS_PER_HANDOVER):
+            part = rows[first : first + _TEXT_ROWS_PER_HANDOVER]
+            vectors = self.embedder.embed_text([text for _, _, text in part])
+            yield FusedBatch.of_texts(video_id, kind, first, [(t0, t1) for t0, t1, _ in part], vectors)
+
     def _abandon(self, video_id: int) -> None:
         """Drop a failed video's unsent frames and settle its sends; the driver then
         deletes whatever of it reached the shard."""
         self.handoff.settle()
         ray.get(self.aggregator.abandon.remote(video_id))
+
+
+def _shrink(frames: np.ndarray, side: int) -> np.ndarray:
+    """(b, h, w, 3) frames with their short side ``side`` where it is longer (area averaging,
+    as a decoder's scaler would); frames no larger are left as they are."""
+    import cv2
+
+    from vifusion.extract.decode import output_size
+
+    h, w = frames.shape[1:3]
+    if min(h, w) <= side:
+        return frames
+    size = output_size(w, h, side)
+    return np.stack([cv2.resize(f, size, interpolation=cv2.INTER_AREA) for f in frames])
 
 
 def _same(instance: str | None, now: str) -> str:
