@@ -1,6 +1,8 @@
 "use strict";
-// ViFusion web page: key prompt, search (text / image / clip), results, player, upload + job progress.
-// Every /v1 call sends the key; media and thumbnails are fetched as blobs for that reason.
+// ViFusion web page: key prompt, search (text / image / clip) in the chosen modalities, results with
+// what matched and their words, player with subtitles, upload + job progress (stage, warnings).
+// Every /v1 call sends the key; media, thumbnails and subtitles are fetched as blobs for that reason.
+// Text from the service is only ever put in the page as text (textContent, text nodes), never as HTML.
 (() => {
   const $ = (id) => document.getElementById(id);
   // The key lives in sessionStorage (gone when the tab closes) unless the user ticks "Remember"
@@ -90,8 +92,24 @@
   let searchSeq = 0;
   let thumbUrls = [];
 
+  // What a text search looks in: the ticked modalities (at least one stays ticked). An image or
+  // clip is searched by what is seen, so speech and screen text do not apply to it.
+  const MODES = ["visual", "speech", "screen"];
+  const chosenModes = () => MODES.filter((m) => $("mode-" + m).checked);
+  MODES.forEach((m) => {
+    $("mode-" + m).onchange = (ev) => {
+      if (!chosenModes().length) { ev.target.checked = true; return; } // one must stay on
+      if (lastQuery && lastQuery.text !== undefined) search({ text: lastQuery.text, modalities: chosenModes() });
+    };
+  });
+  function visualOnly(on) {
+    ["speech", "screen"].forEach((m) => { $("mode-" + m).disabled = on; });
+    $("modes").title = on ? "An image or a clip is searched by what is seen" : "";
+  }
+
   function setQueryFile(file) {
     queryFile = file;
+    visualOnly(!!file);
     const preview = $("query-preview");
     if (preview.src) URL.revokeObjectURL(preview.src), preview.removeAttribute("src");
     $("query-chip").hidden = !file;
@@ -105,7 +123,7 @@
   function searchBody(q, more) {
     const topK = $("top-k").value;
     if (q.text !== undefined) {
-      const body = { text: q.text, top_k: Number(topK) };
+      const body = { text: q.text, top_k: Number(topK), modalities: q.modalities };
       if (more) body.cursor = more;
       return { body: JSON.stringify(body), headers: { "Content-Type": "application/json" } };
     }
@@ -158,6 +176,22 @@
     return e;
   }
 
+  const MODE_NAME = { visual: "visual", speech: "speech", screen: "screen text" };
+  const MODE_HINT = { visual: "seen in the picture", speech: "said", screen: "written on screen" };
+
+  // The snippet as text with the query's words in <mark>: the service marks them "[word]".
+  function snippet(text) {
+    const p = el("p", "snippet");
+    let at = 0;
+    for (const hit of text.matchAll(/\[([^[\]]+)\]/g)) {
+      p.append(text.slice(at, hit.index), el("mark", "", hit[1]));
+      at = hit.index + hit[0].length;
+    }
+    p.append(text.slice(at));
+    p.title = p.textContent;
+    return p;
+  }
+
   function card(m) {
     const title = m.title || `Video ${m.video_id}`;
     const img = el("img", "thumb");
@@ -167,9 +201,18 @@
       box,
       el("div", "meta", [el("div", "title", title), el("span", "score", m.score.toFixed(3))]),
     ]);
+    const matched = m.matched || [];
+    if (matched.length) {
+      c.append(el("div", "matched", matched.map((k) => {
+        const b = el("span", "badge badge-" + k, MODE_NAME[k] || k);
+        b.title = "Found in what is " + (MODE_HINT[k] || k);
+        return b;
+      })));
+    }
+    if (m.snippet) c.append(snippet(m.snippet));
     c.type = "button";
     c.title = `Play ${title} from ${fmt(m.start_s)}`;
-    Object.assign(c.dataset, { videoId: m.video_id, start: m.start_s, end: m.end_s });
+    Object.assign(c.dataset, { videoId: m.video_id, start: m.start_s, end: m.end_s, matched: matched.join(",") });
     c.onclick = () => play(m, title);
     const broken = () => { box.classList.remove("loading"); box.classList.add("broken"); img.classList.add("broken"); };
     img.onload = () => box.classList.remove("loading");
@@ -184,7 +227,7 @@
   $("search-form").onsubmit = (ev) => {
     ev.preventDefault();
     const text = $("search-input").value.trim();
-    if (text) { setQueryFile(null); search({ text }); }
+    if (text) { setQueryFile(null); search({ text, modalities: chosenModes() }); }
     else if (queryFile) search({ file: queryFile });
     else $("search-input").focus();
   };
@@ -209,6 +252,52 @@
   const media = new Map(); // video_id -> Promise<object URL>
   let playSeq = 0;
 
+  // Subtitles: what is said, and what is written on screen, as two tracks. A <track> cannot send
+  // the key, so each WebVTT file is fetched with it and given to its track as a blob: URL (the
+  // CSP's media-src, which governs tracks, allows blob:). A video with no words of a kind gets no
+  // track of it; the "Subtitles" choice shows speech unless the viewer picks otherwise.
+  const TRACKS = [["speech", "Speech"], ["screen", "Screen text"]];
+  const SHOWS = { speech: ["speech"], screen: ["screen"], both: ["speech", "screen"], off: [] }; // choice -> tracks
+  let trackUrls = [];
+
+  async function subtitles(videoId, seq) {
+    const video = $("player");
+    const files = await Promise.all(TRACKS.map(([kind]) =>
+      api(`/v1/videos/${videoId}/transcript?format=vtt&kind=${kind}`).then((r) => r.text()).catch(() => "")));
+    if (seq !== playSeq) return;
+    video.querySelectorAll("track").forEach((t) => t.remove());
+    trackUrls.forEach((u) => URL.revokeObjectURL(u));
+    trackUrls = [];
+    TRACKS.forEach(([kind, label], i) => {
+      if (!files[i].includes("-->")) return; // no cues
+      const t = document.createElement("track");
+      Object.assign(t, { kind: "subtitles", label, src: URL.createObjectURL(new Blob([files[i]], { type: "text/vtt" })) });
+      t.dataset.kind = kind;
+      trackUrls.push(t.src);
+      video.append(t);
+    });
+    video.dataset.subtitlesOf = videoId; // which video's tracks these are
+    const have = new Set([...video.querySelectorAll("track")].map((t) => t.dataset.kind));
+    for (const o of $("subs").options) o.hidden = !SHOWS[o.value].every((k) => have.has(k));
+    if ($("subs").selectedOptions[0].hidden) $("subs").value = have.has("speech") ? "speech" : "off";
+    $("subs-row").hidden = have.size === 0;
+    showSubtitles();
+  }
+
+  // Every track loads its cues ("hidden"); the chosen ones are shown.
+  function showSubtitles() {
+    const pick = $("subs").value;
+    for (const t of $("player").querySelectorAll("track")) {
+      t.track.mode = pick === "both" || pick === t.dataset.kind ? "showing" : "hidden";
+    }
+  }
+  $("subs").onchange = showSubtitles;
+  // The player's own captions menu changes the tracks too: the choice follows it.
+  $("player").textTracks.onchange = () => {
+    const shown = [...$("player").querySelectorAll("track")].filter((t) => t.track.mode === "showing");
+    $("subs").value = shown.length > 1 ? "both" : shown.length ? shown[0].dataset.kind : "off";
+  };
+
   async function play(m, title) {
     const seq = ++playSeq;
     const video = $("player");
@@ -217,6 +306,7 @@
     $("player-panel").hidden = false;
     $("player-loading").hidden = false;
     video.pause();
+    subtitles(m.video_id, seq);
     if (!media.has(m.video_id)) {
       media.set(m.video_id, api(`/v1/videos/${m.video_id}/media`).then((r) => r.blob()).then((b) => URL.createObjectURL(b)));
     }
@@ -238,6 +328,12 @@
   document.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && !$("player-panel").hidden) closePlayer(); });
 
   // -- upload + job progress ------------------------------------------------------------
+  // A job's warnings: what went wrong without failing it (a video without audio, say).
+  function setWarnings(warnings) {
+    $("job-warnings").replaceChildren(...(warnings || []).map((w) => el("li", "", w)));
+    $("job-warnings").hidden = !$("job-warnings").children.length;
+  }
+
   function setJob(state, text, value) {
     $("job").hidden = false;
     $("job").dataset.status = state;
@@ -267,6 +363,9 @@
 
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const LABEL = { queued: "Queued", decoding: "Decoding", indexing: "Indexing", ready: "Ready", failed: "Failed" };
+  const STAGE = { fetching: "fetching the video", probing: "reading its format", frames: "reading frames",
+    speech: "transcribing speech", saving: "saving" };
+  const stageOf = (job) => (job.stage ? STAGE[job.stage] || job.stage : "");
 
   $("upload-form").onsubmit = async (ev) => {
     ev.preventDefault();
@@ -279,6 +378,7 @@
     $("upload-button").disabled = true;
     $("job-name").textContent = title || file.name;
     delete $("job").dataset.videoId;
+    setWarnings([]);
     setJob("uploading", "Uploading… 0%", 0);
     try {
       const accepted = await upload(form);
@@ -288,10 +388,17 @@
       for (;;) {
         const job = await (await api(`/v1/jobs/${accepted.job_id}`)).json();
         const frames = `${job.frames_indexed} frame${job.frames_indexed === 1 ? "" : "s"} indexed`;
+        const stage = stageOf(job);
+        setWarnings(job.warnings);
         if (job.status === "ready") { setJob("ready", `Ready · ${frames}`, 1); break; }
-        if (job.status === "failed") { setJob("failed", `Failed: ${job.error || "unknown error"}`, job.progress); break; }
+        if (job.status === "failed") {
+          setJob("failed", `Failed${stage ? " while " + stage : ""}: ${job.error || "unknown error"}`, job.progress);
+          break;
+        }
         const pct = job.status === "queued" ? "" : ` ${Math.round(job.progress * 100)}%`;
-        setJob(job.status, `${LABEL[job.status] || job.status}…${pct} · ${frames}`, job.status === "queued" ? null : job.progress);
+        const doing = stage ? ` · ${stage}` : "";
+        setJob(job.status, `${LABEL[job.status] || job.status}…${pct}${doing} · ${frames}`,
+          job.status === "queued" ? null : job.progress);
         await sleep(500);
       }
       $("upload-form").reset();

@@ -1,6 +1,7 @@
 """The web page (GET /) in a real browser, as a person uses it: key prompt, upload with job
-progress, text search, thumbnails, playback from a result, API errors and a wrong key; where
-the key is kept; the API docs (/docs, /redoc). All of it under the service's
+progress (its stage and warnings), text search in the chosen modalities, thumbnails, what
+matched and the words of each result, playback from a result with subtitles, API errors and a
+wrong key; where the key is kept; the API docs (/docs, /redoc). All of it under the service's
 Content-Security-Policy, with no request leaving the service.
 
 Needs Debian's chromium (/usr/bin/chromium) and the python ``playwright`` package; skipped
@@ -8,11 +9,13 @@ without them. Nothing is downloaded: the page has no external resources."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from vifusion.catalog import Catalog
 from vifusion.samples import write_video
 
 from .conftest import KEY
@@ -78,6 +81,9 @@ def test_upload_search_and_play(page, live, tmp_path):
     clip = write_video(live.root / "page-upload" / "cat-upload.mp4", ["motion", "chelsea"])
     page.set_input_files("#upload-file", str(clip.path))
     page.fill("#upload-title", "Page upload: the cat")
+    shown = record_job_status(page)
+    polled = []
+    page.on("response", lambda r: polled.append(r) if "/v1/jobs/" in r.url else None)
     page.click("#upload-button")
     video_id = None
     try:
@@ -90,6 +96,18 @@ def test_upload_search_and_play(page, live, tmp_path):
         frames = int(status.split("·")[1].split()[0])
         assert frames > 0, status
         assert page.input_value("#upload-file") == ""  # the form is reset for the next upload
+
+        # Each stage the job reported while it ran was shown; its warnings (a video without
+        # audio says so) are listed under it, as the API gives them.
+        lines = shown()
+        for job in (r.json() for r in polled):
+            if job["status"] not in ("ready", "failed") and job.get("stage"):
+                assert any(STAGES[job["stage"]] in line for line in lines), (job, lines)
+        job = live.client.get(f"/v1/jobs/{page.get_attribute('#job', 'data-job-id')}").json()
+        assert page.locator("#job-warnings li").all_inner_texts() == job.get("warnings", [])
+        assert page.locator("#job-warnings").is_visible() == bool(job.get("warnings"))
+        page.screenshot(path=str(tmp_path / "job.png"))
+        shutil.copy(tmp_path / "job.png", SHOT.with_name("vifusion-job.png"))
 
         # Search as a person would: type, press the button.
         page.fill("#search-input", "a cat")
@@ -140,6 +158,10 @@ def test_upload_search_and_play(page, live, tmp_path):
         assert abs(played["first"] - start) < 0.3, (played, start)
         assert played["now"] >= start - 0.3, (played, start)
         assert page.locator("#error").is_hidden(), page.inner_text("#error")
+        # A video with no words gets no subtitle tracks and no subtitle choice.
+        page.wait_for_function(f"() => document.getElementById('player').dataset.subtitlesOf === '{vid}'")
+        assert page.eval_on_selector("#player", "v => v.textTracks.length") == 0
+        assert page.locator("#subs-row").is_hidden()
         page.screenshot(path=str(tmp_path / "player.png"))
         shutil.copy(tmp_path / "player.png", SHOT.with_name("vifusion-player.png"))
         page.keyboard.press("Escape")
@@ -173,6 +195,166 @@ def test_search_by_image_and_clip(page, live, tmp_path, kind):
     assert int(vid) == live.ids["kitchen.mp4"], f"top result for the cat {kind} is video {vid}"
     assert float(start) < cat.end_s and float(end) > cat.start_s, (start, end)
     assert page.locator("#error").is_hidden()
+
+
+# -- what is said and written: modalities, snippets, subtitles ---------------------------
+
+STAGES = {"fetching": "fetching the video", "probing": "reading its format", "frames": "reading frames",
+          "speech": "transcribing speech", "saving": "saving"}  # as the page names a job's stage
+SAID = [(1.0, 4.0, "Our mascot Quillfeather approved the harbour budget."),
+        (5.0, 8.0, "<script>window.pwned = 1</script> is what the slide said & nothing more")]
+SHOWN = [(2.0, 6.0, "Harbour budget: three new cranes")]
+BADGE = {"visual": "visual", "speech": "speech", "screen": "screen text"}  # a modality as its badge names it
+
+
+def record_job_status(page):
+    """Record every text the job's status line shows from now on; returns a reader of them."""
+    page.evaluate("""() => {
+        window.jobLines = [];
+        const s = document.getElementById('job-status');
+        new MutationObserver(() => window.jobLines.push(s.textContent))
+            .observe(s, {childList: true, characterData: true, subtree: true});
+    }""")
+    return lambda: page.evaluate("window.jobLines")
+
+
+@pytest.fixture
+def words(live):
+    """The launch video says SAID and shows SHOWN, stored in the live service's catalog as
+    ingest stores them (keyword search finds them there); taken out again after the test."""
+    cat = Catalog(live.cfg.data_dir / "catalog.db")
+    launch = live.ids["launch.mp4"]
+    cat.put_texts(launch, "speech", SAID)
+    cat.put_texts(launch, "screen", SHOWN)
+    yield launch
+    cat.put_texts(launch, "speech", [])
+    cat.put_texts(launch, "screen", [])
+    cat.close()
+
+
+def searches(page) -> list:
+    """The /v1/search requests the page sends from now on."""
+    sent = []
+    page.on("request", lambda r: sent.append(r) if r.url.endswith("/v1/search") and r.method == "POST" else None)
+    return sent
+
+
+def search_text(page, text: str) -> None:
+    page.fill("#search-input", text)
+    page.click("#search-button")
+    wait_searched(page)
+
+
+def wait_searched(page) -> None:
+    """Wait for the search under way to be shown (the button is off while one runs)."""
+    page.wait_for_function("() => !document.getElementById('search-button').disabled"
+                           " && !document.querySelector('#results .loading')")
+
+
+def test_modality_toggles_choose_what_a_text_search_looks_in(page, live, words, tmp_path):
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    sent = searches(page)
+    assert [page.is_checked(f"#mode-{m}") for m in ("visual", "speech", "screen")] == [True, True, True]
+
+    search_text(page, "mascot Quillfeather")
+    assert json.loads(sent[-1].post_data)["modalities"] == ["visual", "speech", "screen"]
+    said = page.locator(f'#results .result[data-video-id="{words}"][data-matched*="speech"]')
+    assert said.count() == 1
+    assert said.get_attribute("data-start") == "1" and said.get_attribute("data-end") == "4"
+    badges = [b.lower() for b in said.locator(".badge").all_inner_texts()]
+    assert badges == [BADGE[m] for m in said.get_attribute("data-matched").split(",")] and "speech" in badges
+    assert said.locator(".snippet mark").all_inner_texts() == ["mascot", "Quillfeather"]
+    assert said.locator(".snippet").inner_text() == SAID[0][2]
+    page.screenshot(path=str(tmp_path / "words.png"), full_page=True)
+    shutil.copy(tmp_path / "words.png", SHOT.with_name("vifusion-words.png"))
+
+    # Unticking a modality searches again without it.
+    with page.expect_response("**/v1/search"):
+        page.uncheck("#mode-speech")
+    wait_searched(page)
+    assert json.loads(sent[-1].post_data)["modalities"] == ["visual", "screen"]
+    matched = page.locator("#results .result").evaluate_all("rs => rs.map(r => r.dataset.matched)")
+    assert matched and all("speech" not in m.split(",") for m in matched), matched
+
+    # Screen text alone: what is written on the launch video, and nothing seen.
+    page.uncheck("#mode-visual")
+    wait_searched(page)
+    search_text(page, "harbour cranes")
+    assert json.loads(sent[-1].post_data)["modalities"] == ["screen"]
+    first = page.locator("#results .result").first
+    assert first.get_attribute("data-matched") == "screen" and first.get_attribute("data-video-id") == str(words)
+    assert first.locator(".snippet mark").all_inner_texts() == ["Harbour", "cranes"]
+    assert page.locator("#results .result").count() == 1
+    # The last ticked modality stays ticked: a search must look somewhere.
+    page.click("#mode-screen")
+    assert page.is_checked("#mode-screen")
+
+    # An image is searched by what is seen: the speech and screen toggles do not apply to it.
+    from PIL import Image
+
+    from vifusion.samples import photo
+
+    query = tmp_path / "chelsea.png"
+    Image.fromarray(photo("chelsea")).save(query)
+    page.set_input_files("#query-file", str(query))
+    wait_searched(page)
+    assert "multipart/form-data" in sent[-1].headers["content-type"]
+    assert "modalities" not in sent[-1].post_data_buffer.decode("latin-1")
+    assert page.is_disabled("#mode-speech") and page.is_disabled("#mode-screen")
+    assert page.locator("#results .result").first.get_attribute("data-matched") == "visual"
+
+
+def test_a_snippet_is_shown_as_text_with_the_query_words_marked(page, live, words):
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    search_text(page, "script pwned")
+    said = page.locator(f'#results .result[data-video-id="{words}"][data-matched*="speech"]')
+    assert said.count() == 1
+    snippet = said.locator(".snippet")
+    assert snippet.inner_text() == SAID[1][2]  # the markup in the words is shown, as words
+    assert snippet.locator("mark").all_inner_texts() == ["script", "pwned", "script"]
+    assert snippet.evaluate("p => [...p.children].every(c => c.tagName === 'MARK')")  # nothing else became an element
+    assert page.locator("#results script").count() == 0
+    assert page.evaluate("window.pwned") is None
+
+
+def test_subtitles_play_with_the_video(page, live, words, tmp_path):
+    enter_key(page, KEY)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    search_text(page, "mascot Quillfeather")
+    page.locator(f'#results .result[data-video-id="{words}"][data-matched*="speech"]').click()
+    page.locator("#player-panel").wait_for(state="visible")
+    page.wait_for_function(
+        """() => {
+            const v = document.getElementById('player');
+            return v.readyState >= 2 && v.textTracks.length === 2
+                && [...v.textTracks].every(t => t.cues && t.cues.length > 0);
+        }""",
+        timeout=60_000,
+    )
+    tracks = page.eval_on_selector("#player", """v => [...v.querySelectorAll('track')].map(t => ({
+        label: t.label, src: t.src, mode: t.track.mode, cues: [...t.track.cues].map(c => [c.startTime, c.endTime, c.text])}))""")
+    assert [(t["label"], t["mode"]) for t in tracks] == [("Speech", "showing"), ("Screen text", "hidden")]
+    assert all(t["src"].startswith("blob:") for t in tracks)  # fetched with the key
+    assert tracks[0]["cues"][0] == list(SAID[0])
+    assert tracks[0]["cues"][1][2] == SAID[1][2].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert tracks[1]["cues"] == [list(SHOWN[0])]
+
+    # The choice under the player shows what it names.
+    page.locator("#subs-row").wait_for(state="visible")
+    modes = "v => [...v.textTracks].map(t => t.mode)"
+    for choice, expected in [("both", ["showing", "showing"]), ("screen", ["hidden", "showing"]),
+                             ("off", ["hidden", "hidden"]), ("speech", ["showing", "hidden"])]:
+        page.select_option("#subs", choice)
+        assert page.eval_on_selector("#player", modes) == expected, choice
+
+    # A still at 2.5 s, with the speech subtitle on it, to look at.
+    page.eval_on_selector("#player", "v => { v.pause(); v.currentTime = 2.5; }")
+    page.wait_for_function("() => { const v = document.getElementById('player');"
+                           " return !v.seeking && v.textTracks[0].activeCues.length === 1; }")
+    page.screenshot(path=str(tmp_path / "subtitles.png"))
+    shutil.copy(tmp_path / "subtitles.png", SHOT.with_name("vifusion-subtitles.png"))
 
 
 def test_api_error_is_shown(page, live, tmp_path):
