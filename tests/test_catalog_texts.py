@@ -172,6 +172,13 @@ def test_an_unknown_word_finds_its_near_spellings_at_a_lower_weight(heard):
     assert heard.keyword_search("Zorblax", fuzzy=False) == []
 
 
+def test_only_the_nearest_spellings_are_searched(heard):
+    heard.put_texts(1, "screen", [(0.0, 8.0, "Morablex merchandise")])  # three edits from "zorblax"
+    assert {(h.kind, h.n) for h in heard.keyword_search("Zorblax")} == {("speech", 0), ("speech", 2)}
+    heard.put_texts(1, "speech", [(0.0, 2.0, "Nothing like the name here.")])
+    assert [(h.kind, h.n) for h in heard.keyword_search("Zorblax")] == [("screen", 0)]  # the nearest now
+
+
 def test_near_spellings_add_to_exact_matches(heard):
     hits = heard.keyword_search("Zorblax mascot", kinds=["speech"])
     assert hits[0].n == 0  # the near name and the exact word
