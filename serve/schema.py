@@ -102,9 +102,10 @@ class Moment(BaseModel):
     title: str | None
     start_s: float
     end_s: float
-    score: float = Field(description="higher is better, comparable within one search: a text query over several "
-                         "modalities fuses their rankings (reciprocal rank fusion), one over visual alone gives "
-                         "the cosine")
+    score: float = Field(description="higher is better, comparable within one search. A text query over several "
+                         "modalities sums what each found, each scaled to 0-1 (a cosine between 'unrelated' and "
+                         "'as close as a query gets', the share of the query's words held); one over visual alone, "
+                         "an image or a clip gives the cosine")
     thumbnail_url: str
     matched: list[Modality] = Field(description="the modalities that found this moment, the strongest first")
     snippet: str | None = Field(description="the words spoken or written in this moment, the query's words between "

@@ -309,7 +309,7 @@ def test_metadata_filter_keeps_only_matching_videos(live):
 
 def test_min_score_drops_weaker_moments(live):
     everything = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20}).json()["results"]
-    floor = everything[2]["score"]
+    floor = sorted({m["score"] for m in everything})[-2]  # distinct: calibrated scores tie at 0 for the unrelated
     strong = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, "min_score": floor}).json()["results"]
     assert strong and all(m["score"] >= floor for m in strong) and len(strong) < len(everything)
 
