@@ -83,7 +83,7 @@ def test_every_feature_crosses_the_shaped_link_exactly_once(tmp_path):
         crossed = bed.rx_bytes(1) - rx
     assert got["acked"] == {str(v): 120 for v in range(1, 6)}
     assert got["by_socket"] == {"1": True, "2": True, "3": True, "4": True, "5": False}
-    assert got["vectors"] == {"visual": 600, "semantic": 600}  # none lost, none twice
+    assert got["vectors"] == {"visual": 600, "semantic": 600, "speech": 0, "screen": 0}  # none lost, none twice
     assert got["videos"] == [1, 2, 3, 4, 5]
     assert got["exact"]  # a clear link: exact fp32, bit-identical
     assert got["batches"] < 600 / 4  # fused, not one call per frame
