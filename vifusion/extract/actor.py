@@ -7,8 +7,9 @@ aggregator fuses and sends (``vifusion.fusion``) while this actor computes. The 
 a GPU where the cluster has one and runs on the CPU otherwise.
 
 Beside the frames (``speech``, ``screen_text``): the text shown on screen is read on the
-sampled frames as they pass (``ScreenTextTracker``: only frames that changed), then the audio
-track is transcribed; each speech segment and screen-text span is embedded with the same
+sampled frames as they pass (``ScreenTextTracker``: only frames that changed), and the audio
+track is transcribed on a thread of its own meanwhile (CTranslate2 works outside the GIL, on
+its own cores or the GPU); each speech segment and screen-text span is embedded with the same
 sentence model as a text query and handed over like the frames, to the same shard, before
 the video's ``finish``. Their words go back to the driver in ``texts`` events, for the
 catalog. Bad audio (none, silent, broken) is a ``warning``, never a failure. The speech and
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,7 @@ class Extractor:
             self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
         self._transcriber: Any = None  # speech.Transcriber, loaded by the first video with sound
         self._screen: Any = None  # screentext.ScreenReader, loaded by the first video read
+        self._speech_thread = ThreadPoolExecutor(1, thread_name_prefix="speech")
 
     def device(self) -> str:
         return str(self.embedder.device)
@@ -90,11 +94,8 @@ class Extractor:
         (frames indexed) or ``failed`` (reason). Every row of a ``done`` video (frames, speech
         segments, screen-text spans) has been acknowledged by its shard, and the ``texts``
         came before it. ``follow_symlinks``: see ``open_regular``."""
-        from vifusion._files import fd_path
         from vifusion.extract._prefetch import prefetch
-        from vifusion.extract.audio import AudioReader
         from vifusion.extract.decode import DecodeError, open_sampled, open_video
-        from vifusion.extract.speech import transcribe_audio
 
         name = Path(path).name
         cfg = self.cfg
@@ -108,33 +109,34 @@ class Extractor:
                 )
                 yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                        "width": info.width, "height": info.height, "frames_total": total}
-                yield {"event": "stage", "stage": "frames"}
-                tracker = self.screen().track() if cfg.screen_text else None
-                shown = []
-                done, handing, instance = 0, None, None
-                self.handoff.reset()
-                for frames, spans in prefetch(batches):
-                    visual, semantic = self.embedder.embed_frames(_shrink(frames, EMBED_SIDE))
-                    batch = FusedBatch.of_video(video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
-                    done += len(batch)
-                    if handing is not None:
-                        instance = _same(instance, handing.result())  # back-pressure reaches this actor here
-                    handing = self.handoff.submit(shard_no, batch, time.time())
-                    if tracker is not None:  # read while the frames' hand-over travels
-                        for rgb, (_, t0, t1) in zip(frames, spans):
-                            shown += tracker.add(rgb, t0, t1)
-                    yield {"event": "progress", "frames_done": done, "frames_total": total}
-                if tracker is not None:
-                    shown += tracker.finish()
-                texts: dict[str, TextRows] = {
-                    "screen": sorted((s.start_s, s.end_s, s.text) for s in shown), "speech": []}
-                if cfg.speech:
-                    yield {"event": "stage", "stage": "speech"}
-                    reader = AudioReader(Path(path), cfg.audio_max_s, src=fd_path(file.fileno()))
-                    transcript = transcribe_audio(reader, self.transcriber)
-                    texts["speech"] = [(s.start_s, s.end_s, s.text) for s in transcript.segments]
-                    if transcript.reason is not None:
-                        yield {"event": "warning", "warning": transcript.reason}
+                with self._hearing(Path(path), file) as heard:
+                    yield {"event": "stage", "stage": "frames"}
+                    tracker = self.screen().track() if cfg.screen_text else None
+                    shown = []
+                    done, handing, instance = 0, None, None
+                    self.handoff.reset()
+                    for frames, spans in prefetch(batches):
+                        visual, semantic = self.embedder.embed_frames(_shrink(frames, EMBED_SIDE))
+                        batch = FusedBatch.of_video(
+                            video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
+                        done += len(batch)
+                        if handing is not None:
+                            instance = _same(instance, handing.result())  # back-pressure reaches this actor here
+                        handing = self.handoff.submit(shard_no, batch, time.time())
+                        if tracker is not None:  # read while the frames' hand-over travels
+                            for rgb, (_, t0, t1) in zip(frames, spans):
+                                shown += tracker.add(rgb, t0, t1)
+                        yield {"event": "progress", "frames_done": done, "frames_total": total}
+                    if tracker is not None:
+                        shown += tracker.finish()
+                    texts: dict[str, TextRows] = {
+                        "screen": sorted((s.start_s, s.end_s, s.text) for s in shown), "speech": []}
+                    if heard is not None:
+                        yield {"event": "stage", "stage": "speech"}
+                        transcript = heard.result()
+                        texts["speech"] = [(s.start_s, s.end_s, s.text) for s in transcript.segments]
+                        if transcript.reason is not None:
+                            yield {"event": "warning", "warning": transcript.reason}
             yield {"event": "stage", "stage": "saving"}
             for kind, rows in texts.items():
                 for batch in self._text_batches(video_id, kind, rows):
@@ -157,6 +159,28 @@ class Extractor:
         except Exception as e:  # a bug, a dead shard or a full disk fails this video, not the actor
             self._abandon(video_id)
             yield {"event": "failed", "error": f"{name}: {_reason(e)}", "storage": storage_reason(e)}
+
+    @contextlib.contextmanager
+    def _hearing(self, path: Path, file: io.FileIO) -> Iterator[Future | None]:
+        """The video's audio transcribed on the speech thread while the caller does its frames
+        (on other cores, or the GPU): a Future of its ``Transcript``, None where speech is off.
+        On leaving, an unfinished transcription is stopped and waited for, so the file stays
+        open for it and one video's never runs into the next's."""
+        if not self.cfg.speech:
+            yield None
+            return
+        from vifusion._files import fd_path
+        from vifusion.extract.audio import AudioReader
+        from vifusion.extract.speech import transcribe_audio
+
+        stop = threading.Event()
+        reader = AudioReader(path, self.cfg.audio_max_s, src=fd_path(file.fileno()))
+        heard = self._speech_thread.submit(transcribe_audio, reader, self.transcriber, stop)
+        try:
+            yield heard
+        finally:
+            stop.set()
+            wait([heard])
 
     def _text_batches(self, video_id: int, kind: str, rows: TextRows) -> Iterator[FusedBatch]:
         """``rows`` embedded with the query model, as row batches numbered 0 onwards."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,11 +146,16 @@ class Transcriber:
         return transcribe_audio(AudioReader(Path(path), self.cfg.audio_max_s), lambda: self)
 
 
-def transcribe_audio(reader: AudioReader, transcriber: Callable[[], Transcriber]) -> Transcript:
+def transcribe_audio(
+    reader: AudioReader, transcriber: Callable[[], Transcriber], stop: threading.Event | None = None
+) -> Transcript:
     """What ``reader``'s track says, window by window. ``transcriber`` is called for the model
-    only where a window holds sound, so a file without audio (or with silence) never loads it."""
+    only where a window holds sound, so a file without audio (or with silence) never loads it.
+    ``stop`` set: no further window is transcribed (the caller has given up on the video)."""
     segments: list[Segment] = []
     for start_s, samples in reader.windows():
+        if stop is not None and stop.is_set():
+            break
         if len(samples) and float(np.abs(samples).max()) >= SILENCE_PEAK:
             segments += transcriber().transcribe(samples, offset_s=start_s)
     report = reader.report
