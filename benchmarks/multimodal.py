@@ -7,13 +7,12 @@ query finds what is seen, said and written.
    the host does not inflate it; the wall-clock figure is printed beside it.
 2. ``ocr_fps``: frames per CPU second for ``ScreenReader.read`` (RapidOCR, one thread) on a
    640x360 slide of three lines.
-
 3. Retrieval. A corpus made here, not the tests': talks (``_talks.write_talk``, espeak-ng
    speech, slides in DejaVu Sans), each saying two phrases and showing two slides, plus the
    demo's videos of photos; indexed by real ingest (speech, screen text, frames). Queries a
-   user would type, each with one right moment: a phrase only said (in other words than
-   the talk's, in part), one only written, and the demo's visual queries ("a cat"...). A
-   result is right when its video is the query's and its time overlaps the phrase's (or
+   user would type, each with one right moment: each phrase only said and each only written
+   asked twice, in some of its words and in other words (``_meaning``), and the demo's
+   visual queries ("a cat"...). A result is right when its video is the query's and its time overlaps the phrase's (or
    the slide's, or the scene's). Reported for the same index and queries:
    ``r1_all`` (R@1 over all modalities, default fusion), ``r1_visual_only`` (the same
    queries, visual search alone), ``r1_rrf`` / ``mrr_rrf`` and ``r1_calibrated`` /
@@ -21,7 +20,8 @@ query finds what is seen, said and written.
    kind of query. ``fusion`` names the default (``vifusion.search.FUSION``).
 
 Each cost is the median of ``--repeats`` runs after one warm-up. The last line is one JSON
-object. (``ingest_ratio`` comes with the ingest benchmark.)
+object. (``ingest_ratio``, frames/s with all modalities against visual only, is not measured
+here yet.)
 
 Run (from the repository root):
 
