@@ -297,14 +297,20 @@ def test_open_sampled_probes_once_and_decodes_lazily(kitchen: samples.SampleVide
     assert sum(len(spans) for _, spans in batches) == total
 
 
-def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file(kitchen: samples.SampleVideo) -> None:
+def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file(
+    kitchen: samples.SampleVideo, tmp_path: Path
+) -> None:
     """Where screen text is read the extractor decodes at a readable size, never above the
-    video's own (320x240 here), from a file it opened itself and keeps for the audio."""
+    video's own (320x240 here) nor below the embedder's, from a file it opened itself and
+    keeps for the audio."""
     from vifusion.extract.decode import open_video
 
     with open_video(kitchen.path) as file:
-        _, total, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=720, upscale=False, file=file)
+        _, total, batches = open_sampled(kitchen.path, 1.0, 3600, 720, min_short_side=224, file=file)
         shapes = {frames.shape[1:] for frames, _ in batches}
         assert shapes == {(240, 320, 3)} and not file.closed
     _, _, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=480, batch=total)
     assert next(batches)[0].shape == (total, 480, 640, 3)  # upscaled, as the embedder's frames are
+    tiny_frames(tmp_path / "tiny.mkv", 30, 10)  # 16x16: decord fails handing out that size as it is
+    _, _, batches = open_sampled(tmp_path / "tiny.mkv", 1.0, 3600, 720, min_short_side=224)
+    assert [frames.shape for frames, _ in batches] == [(3, 224, 224, 3)]

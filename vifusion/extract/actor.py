@@ -105,7 +105,7 @@ class Extractor:
                 side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
                 info, total, batches = open_sampled(
                     Path(path), cfg.sample_fps, cfg.max_frames, side, cfg.embed_batch,
-                    upscale=not cfg.screen_text, file=file,
+                    min_short_side=EMBED_SIDE if cfg.screen_text else None, file=file,
                 )
                 yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
                        "width": info.width, "height": info.height, "frames_total": total}

@@ -241,12 +241,13 @@ def open_video(path: Path, follow_symlinks: bool = True) -> io.FileIO:
 
 def open_sampled(
     path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16,
-    follow_symlinks: bool = True, *, upscale: bool = True, file: io.FileIO | None = None,
+    follow_symlinks: bool = True, *, min_short_side: int | None = None, file: io.FileIO | None = None,
 ) -> tuple[VideoInfo, int, Batches]:
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
     ``decode`` yields). DecodeError here for a file that cannot be opened at all.
     ``follow_symlinks``: False for a path stored resolved (see ``open_regular``).
-    ``upscale`` False: a video smaller than ``short_side`` keeps its own size. ``file``: the
+    ``min_short_side``: the video's own short side where it lies between this and ``short_side``
+    (decord cannot hand out some tiny sizes as they are: 16x16). ``file``: the
     video already opened (``open_video``), left open; None: opened here, closed once read."""
     path = Path(path)
     if batch < 1 or short_side < 1:
@@ -261,7 +262,9 @@ def open_sampled(
             file.close()
         raise
     samples = sample_frames(p.info, sample_fps, max_frames)
-    side = short_side if upscale else min(short_side, p.info.width, p.info.height)
+    side = short_side
+    if min_short_side is not None:
+        side = max(min_short_side, min(short_side, p.info.width, p.info.height))
     size = output_size(p.info.width, p.info.height, side)
     reader = _decode_decord if p.backend == "decord" else _decode_pyav
     batches = reader(path, samples, size, batch, fd_path(file.fileno()))
