@@ -60,6 +60,7 @@ from vifusion._files import fd_path
 from vifusion._webvtt import webvtt
 from vifusion.config import Config
 from vifusion.media import PastEnd
+from vifusion.ranking import snippet_fields
 from vifusion.runtime import tune_ray
 from vifusion.search import ClipRefused
 from vifusion.sources import MAX_TITLE_CHARS
@@ -318,7 +319,7 @@ def moments(service, page) -> list[dict]:
         {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
          "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
          "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}",
-         "matched": m.matched, "snippet": m.snippet}
+         "matched": m.matched, **snippet_fields(m.snippet)}
         for m in page.results
     ]
 

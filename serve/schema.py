@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vifusion.ranking import MODALITIES
+from vifusion.ranking import ALIASES, MODALITIES
 from vifusion.sources import MAX_TITLE_CHARS
 
 MAX_VIDEO_ID = (1 << 39) - 1  # video_id << 24 must fit an int64 vector id
@@ -88,13 +88,15 @@ class SearchRequest(BaseModel):
     modalities: list[Modality] = Field(
         list(MODALITIES), min_length=1, max_length=len(MODALITIES),
         description="what a text query searches: visual (what is seen), speech (what is said), screen (what is "
-        "written on screen); a list, or one comma-separated string (as a multipart field sends it). Default: all. "
+        "written on screen; 'text' names it too); a list, or one comma-separated string (as a multipart field sends it). Default: all. "
         "An image or clip query searches what is seen: its modalities must include visual")
 
     @field_validator("modalities", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        return [m.strip() for m in value.split(",") if m.strip()] if isinstance(value, str) else value
+        if isinstance(value, str):
+            value = [m.strip() for m in value.split(",") if m.strip()]
+        return [ALIASES.get(m, m) for m in value] if isinstance(value, list) else value
 
 
 class Moment(BaseModel):
@@ -108,8 +110,10 @@ class Moment(BaseModel):
                          "an image or a clip gives the cosine")
     thumbnail_url: str
     matched: list[Modality] = Field(description="the modalities that found this moment, the strongest first")
-    snippet: str | None = Field(description="the words spoken or written in this moment, the query's words between "
-                                "[ and ]; null where only the picture matched")
+    snippet: str | None = Field(description="the words spoken or written in this moment; null where only the "
+                                "picture matched")
+    highlights: list[tuple[int, int]] = Field(description="[start, end) character offsets of the query's words in "
+                                              "the snippet (near spellings too), in order")
 
 
 class TranscriptSegment(BaseModel):

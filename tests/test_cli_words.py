@@ -14,6 +14,7 @@ import torch
 from vifusion import cli
 from vifusion.config import Config
 from vifusion.extract.text import TextEncoder
+from vifusion.ranking import bracketed
 from vifusion.runtime import Runtime
 from vifusion.types import FusedBatch
 
@@ -54,7 +55,7 @@ def test_search_prints_what_matched_and_the_words(data, capsys):
     code, out, _ = run(capsys, "search", "--data-dir", str(data), "--json", "--in", "screen", "Porto engineers")
     top = json.loads(out.splitlines()[0])
     assert (top["start_s"], top["end_s"], top["matched"]) == (2.0, 8.0, ["screen"])
-    assert top["snippet"] == "Hiring plan: 3 [engineers] <[Porto]> & Lisbon"
+    assert bracketed(top["snippet"], top["highlights"]) == "Hiring plan: 3 [engineers] <[Porto]> & Lisbon"
 
 
 def test_search_in_screen_does_not_find_what_was_only_said(data, capsys):

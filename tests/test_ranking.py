@@ -2,7 +2,7 @@
 
 import pytest
 
-from vifusion.ranking import Candidate, fuse
+from vifusion.ranking import MARKS, Candidate, bracketed, fuse, snippet_fields
 
 
 def c(video, start, end, modality, score=1.0, snippet=None):
@@ -67,3 +67,11 @@ def test_join_gap_joins_near_spans_and_top_k_cuts():
     assert len(fuse([[c(1, 0, 2, "visual")], [c(1, 2, 2, "speech", snippet="x")]], top_k=5)) == 1
     with pytest.raises(ValueError):
         fuse([], top_k=0)
+
+
+def test_a_snippet_keeps_literal_brackets_as_text_and_gives_the_marked_words_as_spans():
+    marked = f"arr[i] = {MARKS[0]}total{MARKS[1]} + {MARKS[0]}x{MARKS[1]}"
+    fields = snippet_fields(marked)
+    assert fields == {"snippet": "arr[i] = total + x", "highlights": [[9, 14], [17, 18]]}
+    assert bracketed(fields["snippet"], fields["highlights"]) == "arr[i] = [total] + [x]"
+    assert snippet_fields(None) == {"snippet": None, "highlights": []}

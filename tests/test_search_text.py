@@ -13,6 +13,7 @@ import ray
 
 from vifusion import _talks
 from vifusion.config import Config
+from vifusion.ranking import bracketed, snippet_fields
 from vifusion.runtime import Runtime
 from vifusion.samples import photo
 from vifusion.types import FusedBatch
@@ -74,12 +75,18 @@ def spans(found) -> list[tuple[int, float, float]]:
     return [(m.video_id, m.start_s, m.end_s) for m in found]
 
 
+def show(marked: str) -> str:
+    """A library snippet (words marked with ranking.MARKS) with the marked words in [ ]."""
+    fields = snippet_fields(marked)
+    return bracketed(fields["snippet"], fields["highlights"])
+
+
 @pytest.mark.parametrize("fusion", ["rrf", "calibrated"])
 def test_a_spoken_phrase_finds_where_it_was_said(world, fusion):
     top = world.rt.searcher.text("the migration of the billing service", top_k=3, fusion=fusion)[0]
     assert (top.video_id, top.start_s, top.end_s) == (world.talk, 9.0, 14.0)
     assert top.matched[0] == "speech"
-    assert top.snippet == "Next we discuss the [migration] of the [billing] [service]."
+    assert show(top.snippet) == "Next we discuss the [migration] of the [billing] [service]."
 
 
 @pytest.mark.parametrize("fusion", ["rrf", "calibrated"])
@@ -87,7 +94,7 @@ def test_a_written_phrase_finds_where_it_was_shown(world, fusion):
     top = world.rt.searcher.text("hiring plan for engineers in Porto", top_k=3, fusion=fusion)[0]
     assert (top.video_id, top.start_s, top.end_s) == (world.talk, 14.0, 20.0)
     assert top.matched[0] == "screen"
-    assert top.snippet == "[Hiring] [plan]: three [engineers] in [Porto]"
+    assert show(top.snippet) == "[Hiring] [plan]: three [engineers] in [Porto]"
 
 
 def test_a_visual_query_finds_the_scene_and_carries_no_words(world):
@@ -99,7 +106,7 @@ def test_a_visual_query_finds_the_scene_and_carries_no_words(world):
 def test_a_name_the_speech_model_misspelt_is_found_by_its_near_spelling(world):
     top = world.rt.searcher.text("Zorblax", top_k=3, modalities=["speech"])[0]
     assert (top.video_id, top.start_s, top.end_s) == (world.talk, 4.0, 9.0)
-    assert top.snippet == "Our mascot is called [Lorblax], and everyone loved it."
+    assert show(top.snippet) == "Our mascot is called [Lorblax], and everyone loved it."
 
 
 def test_modalities_restrict_what_is_searched(world):
@@ -135,3 +142,11 @@ def test_group_by_video_and_frame(world):
 def test_any_query_string_is_a_search(world, query):
     world.rt.searcher.text(query, top_k=5)
     assert len(world.rt.catalog.texts(world.talk)) == 5  # and nothing was harmed
+
+
+def test_text_names_screen_and_unknown_modalities_are_refused():
+    from vifusion.search import check_modalities
+
+    assert check_modalities(["text", "visual"]) == ("visual", "screen")
+    with pytest.raises(ValueError):
+        check_modalities(["smell"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vifusion._files import StorageError
 from vifusion.config import Config
-from vifusion.ranking import MODALITIES, Moment
+from vifusion.ranking import MODALITIES, Moment, bracketed, snippet_fields
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -110,7 +110,7 @@ def cmd_search(
             span = f"{_clock(r['start_s'])}-{_clock(r['end_s'])}"
             print(f"{r['score']:6.3f}  {span:>15}  {','.join(r['matched']):<20}  {r['title']}  ({r['source']})")
             if r["snippet"]:
-                print(f"{'':>25}{' '.join(r['snippet'].split())}")
+                print(f"{'':>25}{' '.join(bracketed(r['snippet'], r['highlights']).split())}")
     return EXIT_OK
 
 
@@ -123,7 +123,7 @@ def _result(m: Moment, video) -> dict:
         "end_s": round(m.end_s, 3),
         "score": round(m.score, 4),
         "matched": m.matched,
-        "snippet": m.snippet,
+        **snippet_fields(m.snippet),
     }
 
 

@@ -97,6 +97,7 @@ _MAX_EXPANSIONS = 8  # near spellings searched per unknown word, the nearest (th
 # Near spellings are looked for only for words of up to _MAX_FUZZY_CHARS letters, and for at most
 # _MAX_FUZZY_WORDS unknown words of a query: each costs a scan of the index's words.
 _MAX_FUZZY_CHARS, _MAX_FUZZY_WORDS = 32, 4
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Metadata keys usable in filters: plain names only, so they can go into a JSON path safely.
 METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
@@ -387,7 +388,8 @@ class Catalog:
                 raise ValueError(f"{kind} row {i}: times {start}..{end} are not a span")
             if not isinstance(text, str):
                 raise ValueError(f"{kind} row {i}: text must be a str, got {type(text).__name__}")
-            checked.append((video_id, kind, i, start, end, text))
+            # Control characters go: search marks matched words with two of them (search.MARKS).
+            checked.append((video_id, kind, i, start, end, _CONTROL.sub(" ", text)))
         with self._conn() as c:
             c.execute("DELETE FROM texts WHERE video_id=? AND kind=?", (video_id, kind))
             c.executemany("INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vifusion._commands import EXIT_USAGE
 from vifusion.config import Config
-from vifusion.ranking import MODALITIES
+from vifusion.ranking import ALIASES, MODALITIES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,9 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 1 <= args.top_k <= 1000:
             print("vifusion search: --top-k must be between 1 and 1000", file=sys.stderr)
             return EXIT_USAGE
-        modalities = [m.strip() for m in args.modalities.split(",") if m.strip()]
+        modalities = [ALIASES.get(m.strip(), m.strip()) for m in args.modalities.split(",") if m.strip()]
         if not modalities or any(m not in MODALITIES for m in modalities):
-            print(f"vifusion search: --in takes a comma-separated list of {', '.join(MODALITIES)}; "
+            print(f"vifusion search: --in takes a comma-separated list of {', '.join(MODALITIES)} (or text for screen); "
                   f"got {args.modalities!r}", file=sys.stderr)
             return EXIT_USAGE
         if args.text is None and "visual" not in modalities:

@@ -19,11 +19,50 @@ similar frames), else its strongest frames; its ``snippet`` is that candidate's 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 RRF_K = 60  # the constant of Cormack et al. (2009): damps the weight of the very top ranks
 FUSIONS = ("rrf", "calibrated")
 MODALITIES = ("visual", "speech", "screen")  # what a moment is found by: seen, said, written
+ALIASES = {"text": "screen"}  # other names users give a modality
+
+# The query's words in a snippet are marked with two control characters, which stored text
+# never holds (the catalog drops them), so literal brackets in a slide's code stay text.
+MARKS = ("\x02", "\x03")
+
+
+def split_marks(snippet: str) -> tuple[str, list[tuple[int, int]]]:
+    """A marked snippet as its plain text and the [start, end) character spans of its marked words."""
+    text: list[str] = []
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for part in re.split(f"({MARKS[0]}[^{MARKS[1]}]*{MARKS[1]})", snippet):
+        if part.startswith(MARKS[0]):
+            word = part[1:-1]
+            spans.append((at, at + len(word)))
+            part = word
+        text.append(part)
+        at += len(part)
+    return "".join(text), spans
+
+
+def snippet_fields(marked: str | None) -> dict:
+    """A moment's words as the API and ``--json`` give them: ``snippet`` (plain text, or None)
+    and ``highlights`` (the [start, end) character spans of the query's words in it)."""
+    if marked is None:
+        return {"snippet": None, "highlights": []}
+    text, spans = split_marks(marked)
+    return {"snippet": text, "highlights": [list(s) for s in spans]}
+
+
+def bracketed(text: str, highlights: list) -> str:
+    """A snippet for a terminal: the words at ``highlights`` (as ``snippet_fields`` gives them) between [ ]."""
+    out, at = [], 0
+    for start, end in highlights:
+        out += [text[at:start], "[", text[start:end], "]"]
+        at = end
+    return "".join(out) + text[at:]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from vifusion.extract.decode import Batches, open_sampled
 from vifusion.extract.model import Embedder
 from vifusion.index import ShardSet, group_segments
 from vifusion.index.segments import group_videos
-from vifusion.ranking import FUSIONS, MODALITIES, Candidate, Moment, fuse
+from vifusion.ranking import ALIASES, FUSIONS, MARKS, MODALITIES, Candidate, Moment, fuse
 from vifusion.types import Found, SearchHit, Segment
 
 MAX_CLIP_FRAMES = 64
@@ -62,8 +62,9 @@ would shall should may might must just also if
 
 
 def check_modalities(modalities) -> tuple[str, ...]:
-    """``modalities`` as a tuple in ``MODALITIES`` order; ValueError for an unknown or none."""
-    given = list(modalities)
+    """``modalities`` as a tuple in ``MODALITIES`` order ("text" names "screen"); ValueError for
+    an unknown or none."""
+    given = [ALIASES.get(m, m) for m in modalities]
     unknown = [m for m in given if m not in MODALITIES]
     if unknown or not given:
         raise ValueError(f"modalities must be among {', '.join(MODALITIES)}; got {', '.join(map(str, given)) or 'none'}")
@@ -150,7 +151,7 @@ class Searcher:
              modalities=MODALITIES, fusion: str = FUSION) -> Found:
         """Moments for a text query in ``modalities`` (any of ``MODALITIES``), fused by
         ``fusion`` (one of ``FUSIONS``). Each moment says which modalities ``matched`` and,
-        where words matched, carries them as its ``snippet`` (the query's words between [ ]).
+        where words matched, carries them as its ``snippet`` (the query's words between ``MARKS``).
         Visual alone is one list: its moments keep their cosine scores."""
         if not query.strip():
             raise ValueError("empty text query")
@@ -178,11 +179,11 @@ class Searcher:
             hits = self.shards.search(kind, vec, depth, videos)
             missing.update(hits.missing)
             near = [h for h in hits[0] if h.score >= TEXT_MIN_COSINE]
-            rows = self.catalog.texts_at([(h.video_id, kind, h.row) for h in near], query=words)
+            rows = self.catalog.texts_at([(h.video_id, kind, h.row) for h in near], query=words, marks=MARKS)
             lists.append([Candidate(r.video_id, r.start_s, r.end_s, _calibrate(kind, h.score) if calibrated else h.score,
                                     kind, r.snippet)
                           for h in near if (r := rows.get((h.video_id, kind, h.row))) is not None])
-            found = self.catalog.keyword_search(words, kinds=[kind], video_ids=videos, limit=depth)
+            found = self.catalog.keyword_search(words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS)
             lists.append([Candidate(r.video_id, r.start_s, r.end_s, r.coverage if calibrated else r.score, kind, r.snippet)
                           for r in found])
         moments = fuse(lists, max(1, sum(map(len, lists))), method=fusion)

@@ -179,13 +179,13 @@
   const MODE_NAME = { visual: "visual", speech: "speech", screen: "screen text" };
   const MODE_HINT = { visual: "seen in the picture", speech: "said", screen: "written on screen" };
 
-  // The snippet as text with the query's words in <mark>: the service marks them "[word]".
-  function snippet(text) {
+  // The snippet as text with the query's words in <mark>, at the character spans the service gives.
+  function snippet(text, highlights) {
     const p = el("p", "snippet");
     let at = 0;
-    for (const hit of text.matchAll(/\[([^[\]]+)\]/g)) {
-      p.append(text.slice(at, hit.index), el("mark", "", hit[1]));
-      at = hit.index + hit[0].length;
+    for (const [start, end] of highlights || []) {
+      p.append(text.slice(at, start), el("mark", "", text.slice(start, end)));
+      at = end;
     }
     p.append(text.slice(at));
     p.title = p.textContent;
@@ -209,7 +209,7 @@
         return b;
       })));
     }
-    if (m.snippet) c.append(snippet(m.snippet));
+    if (m.snippet) c.append(snippet(m.snippet, m.highlights));
     c.type = "button";
     c.title = `Play ${title} from ${fmt(m.start_s)}`;
     Object.assign(c.dataset, { videoId: m.video_id, start: m.start_s, end: m.end_s, matched: matched.join(",") });

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.serve.test_words import parse_webvtt, search
+from vifusion.ranking import bracketed
 
 TALK_SAID = [(0.5, "Our new mascot is called Zorblax, and everyone loves it."),
              (7.0, "Next we discuss the migration of the billing service.")]
@@ -43,13 +44,13 @@ def test_ingested_speech_and_screen_text_are_found_where_they_are(live, talk):
     said, shown = made.said[1], made.shown[1]
     top = search(live, text="the migration of the billing service", top_k=3)[0]
     assert top["video_id"] == video_id and overlaps(top, said.start_s, said.end_s), top
-    assert "speech" in top["matched"] and "[billing]" in top["snippet"]
+    assert "speech" in top["matched"] and "[billing]" in bracketed(top["snippet"], top["highlights"])
     top = search(live, text="hiring engineers in Porto", top_k=3)[0]
     assert top["video_id"] == video_id and overlaps(top, shown.start_s, shown.end_s), top
-    assert "screen" in top["matched"] and "[Porto]" in top["snippet"]
+    assert "screen" in top["matched"] and "[Porto]" in bracketed(top["snippet"], top["highlights"])
     # said only: not found where only screen text is searched
     for m in search(live, text="the migration of the billing service", top_k=10, modalities=["screen"]):
-        assert m["matched"] == ["screen"] and "[billing]" not in m["snippet"]
+        assert m["matched"] == ["screen"] and "[billing]" not in bracketed(m["snippet"], m["highlights"])
 
 
 def test_a_made_up_name_said_once_is_found_by_keyword(live, talk):
@@ -60,7 +61,7 @@ def test_a_made_up_name_said_once_is_found_by_keyword(live, talk):
     print(f"said {said.text!r}; tiny.en wrote {heard!r}")
     top = search(live, text="Zorblax", top_k=3, modalities=["speech"])[0]
     assert top["video_id"] == video_id and overlaps(top, said.start_s, said.end_s), top
-    assert "[" in top["snippet"], top  # its words were marked: the keyword index matched, by a near spelling
+    assert top["highlights"], top  # its words were marked: the keyword index matched, by a near spelling
 
 
 def test_the_transcript_of_an_ingested_talk(live, talk):

@@ -10,6 +10,7 @@ import pytest
 
 from tests.serve.test_app import error
 from vifusion.catalog import Catalog
+from vifusion.ranking import bracketed
 
 SAID = [(1.0, 3.5, "Welcome to the Lisbon office & <b>its</b> kitchen tour."),
         (4.0, 7.0, "Our mascot Zorblax approved the quarterly budget.")]
@@ -40,7 +41,7 @@ def test_a_spoken_phrase_finds_its_moment_with_the_words(live, words):
     top = search(live, text="mascot Zorblax approved the budget", top_k=3)[0]
     assert (top["video_id"], top["start_s"], top["end_s"]) == (kitchen, 4.0, 7.0)
     assert "speech" in top["matched"]
-    assert top["snippet"] == "Our [mascot] [Zorblax] [approved] the quarterly [budget]."
+    assert bracketed(top["snippet"], top["highlights"]) == "Our [mascot] [Zorblax] [approved] the quarterly [budget]."
 
 
 def test_a_written_phrase_as_a_multipart_search_with_a_comma_list(live, words):
@@ -50,7 +51,7 @@ def test_a_written_phrase_as_a_multipart_search_with_a_comma_list(live, words):
     assert r.status_code == 200, r.text
     top = r.json()["results"][0]
     assert (top["video_id"], top["start_s"], top["end_s"], top["matched"]) == (street, 2.0, 6.0, ["screen"])
-    assert top["snippet"] == "[Hiring] plan: three [engineers] in [Porto]"
+    assert bracketed(top["snippet"], top["highlights"]) == "[Hiring] plan: three [engineers] in [Porto]"
 
 
 def test_modalities_restrict_the_search(live, words):
