@@ -43,6 +43,12 @@ def test_bad_inputs_are_named_with_reasons_and_good_videos_still_indexed(indexed
         assert why in line, line
 
 
+def test_videos_without_audio_are_indexed_and_say_so(indexed):
+    _, videos, (_, _, err) = indexed
+    for name in videos:  # the demo videos have no audio track
+        assert f"  warning: {name}: no audio track" in err.splitlines(), err
+
+
 def test_text_query_finds_the_cat_scene(indexed, capsys):
     data, videos, _ = indexed
     top = search(data, "a cat", capsys=capsys)[0]

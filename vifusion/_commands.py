@@ -51,6 +51,8 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     print(f"indexed {len(ready)} video(s), {frames} frames; skipped {len(skipped)} already indexed; failed {len(bad)}")
     for r in bad:
         print(f"  failed: {r.error}", file=sys.stderr)
+    for warning in (w for r in ready for w in r.warnings):  # indexed all the same (no audio, say)
+        print(f"  warning: {warning}", file=sys.stderr)
     return EXIT_FAILED if bad else EXIT_OK
 
 
