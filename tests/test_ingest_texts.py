@@ -5,6 +5,7 @@ catalog. Talk videos with espeak-ng speech and rendered slides (``vifusion._talk
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,20 @@ def test_deleting_a_video_removes_its_texts_and_rows(service, videos: Path) -> N
     assert service.catalog.texts(video_id) == []
     for space in ("visual", "speech", "screen"):
         assert len(service.shards.frames(space, video_id, *ALL_TIME)[0]) == 0
+
+
+def test_a_video_deleted_while_its_job_runs_leaves_no_texts(service, videos: Path) -> None:
+    talk = _talks.write_talk(videos / "short-lived.mp4", 12.0, audio="none",
+                             shown=[(0.0, 6.0, [ZORBLAX]), (6.0, 12.0, [REVENUE])])
+    doomed = service.ingest_uri(talk.path.as_uri())
+    deadline = time.monotonic() + 300
+    while service.job(doomed.job_id).stage not in ("frames", "speech", "saving"):  # under way
+        assert time.monotonic() < deadline and service.job(doomed.job_id).status != "failed"
+        if service.job(doomed.job_id).status == "ready":
+            break  # too quick to catch: deleting it now must leave nothing all the same
+        time.sleep(0.05)
+    service.delete(doomed.video_id)
+    after = _talks.write_talk(videos / "after.mp4", 2.0, audio="none")
+    _index(service, after.path)  # one extractor: the deleted video's job has ended by now
+    assert service.catalog.texts(doomed.video_id) == []
+    assert len(service.shards.frames("screen", doomed.video_id, *ALL_TIME)[0]) == 0

@@ -6,8 +6,9 @@ follows progress.
 A job is ``ready`` only after its shard acknowledged every row (frames, speech segments,
 screen-text spans) and the words of its texts are in the catalog, and a shard
 acknowledges a batch only once it is in its write-ahead log on disk. The job names its
-stage as it goes and keeps the extractor's warnings (bad audio indexes the frames all the same). An extractor call past
-its deadline (``_Deadline``) fails its video, and the extractor is restarted.
+stage as it goes and keeps the extractor's warnings (bad audio indexes the frames all the
+same). An extractor call past its deadline (``_Deadline``) fails its video, and the
+extractor is restarted.
 """
 
 from __future__ import annotations

@@ -152,6 +152,7 @@ class JobRunner:
                                  follow_symlinks=not is_path_source(video))
         if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
             self.shards.delete_video(video_id)
+            self.catalog.delete_video(video_id)  # the texts its job wrote after the delete
             return
         with self._lock:
             if result.status == "ready":
