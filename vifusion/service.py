@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from vifusion._files import StorageError, storage_writes
+from vifusion._files import StorageError, fd_path, storage_writes
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.jobs import JobRunner
@@ -222,28 +223,28 @@ class Service:
         closes it. NotFound if there is none, or if a ``file://`` video's path is now a symlink,
         a FIFO or a device (``open_video_file``): serving reads the file that was checked."""
         video = self.video(video_id)
-        try:
-            return open_video_file(video), video.media_path
-        except OSError as e:
-            raise NotFound(f"video {video_id} has no stored media: {e.strerror}") from None
+        return self._open(video), video.media_path
 
     @staticmethod
-    def _media(video: Video) -> Path:
-        path = video.media_path
-        if path is None or not path.is_file():
-            raise NotFound(f"video {video.id} has no stored media")
-        return path
+    def _open(video: Video) -> int:
+        try:
+            return open_video_file(video)
+        except OSError as e:
+            raise NotFound(f"video {video.id} has no stored media: {e.strerror}") from None
 
     def thumbnail(self, video_id: int, t: float) -> bytes:
         """A JPEG of video ``video_id`` at ``t`` seconds; PastEnd past the video's end, so
         that no time a client makes up costs a decode and a cache entry."""
         video = self.video(video_id)
-        path = self._media(video)
         if video.duration_s:
             if t > video.duration_s:
                 raise PastEnd(f"t={t:g} s is past the end of video {video_id} ({video.duration_s:g} s)")
             t = min(t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0)))  # the last frame shows until the end
-        return self.thumbnails.get(video_id, path, t)
+        fd = self._open(video)  # the checked file, as /media serves it: never a FIFO swapped in
+        try:
+            return self.thumbnails.get(video_id, Path(fd_path(fd)), t)
+        finally:
+            os.close(fd)
 
     # -- delete ------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""``/media`` serves a video from a descriptor checked to be a regular file: a ``file://``
+"""``/media`` and thumbnails read a video from a descriptor checked to be a regular file: a ``file://``
 video whose path is swapped afterwards for a symlink or a FIFO is a 404, never the file the
 name points at now (and never a request that hangs)."""
 
@@ -24,8 +24,12 @@ def test_a_file_uri_video_swapped_after_indexing_is_not_served(live, tmp_path, s
             path.symlink_to(secret)
         else:
             os.mkfifo(path)
+        why = "a symbolic link" if swap == "symlink" else "a FIFO"
         message = error(live.client.get(f"/v1/videos/{video_id}/media"), 404, "not_found")
-        assert ("a symbolic link" if swap == "symlink" else "a FIFO") in message, message
+        assert why in message, message
+        # a thumbnail not cached yet decodes the checked file too, never the swapped name
+        message = error(live.client.get(f"/v1/videos/{video_id}/thumbnail", params={"t": 1.7}), 404, "not_found")
+        assert why in message, message
     finally:
         path.unlink()
         os.replace(kept, path)

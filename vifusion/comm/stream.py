@@ -54,7 +54,6 @@ _KINDS = "fiub"  # numbers only: a header never makes the shard build an object 
 _REPLY = struct.Struct("<BqdddI")
 _OK, _BAD_INPUT, _TABLES, _STORAGE, _FAILED = range(5)
 MAX_MESSAGE_BYTES = 256 << 20  # the shard allocates what a header announces
-_READ_AHEAD = 2  # batches a connection may have read and checked, not yet applied
 _STAGED = 8  # batches a connection may have applied and not yet acknowledged
 _NO_ACK: Ack = (0, 0.0, 0.0, 0.0)
 _CONNECT_TIMEOUT_S = 5.0
@@ -90,32 +89,22 @@ class StreamServer:
 
     def _serve(self, channel: wire.Channel) -> None:
         channel.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # For the staging thread: requests read and checked. For the reply thread, in order:
-        # a batch's commit, a probe, or why a batch failed.
-        requests: queue.Queue = queue.Queue(_READ_AHEAD)
+        # For the reply thread, in order: a batch's commit, a probe, or why a batch failed.
         replies: queue.Queue = queue.Queue(_STAGED)
-        threads = [threading.Thread(target=self._stage_all, args=(requests, replies), name="shard-stream-stage", daemon=True),
-                   threading.Thread(target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True)]
-        for t in threads:
-            t.start()
+        replier = threading.Thread(target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True)
+        replier.start()
         try:
             while (request := _read_request(channel)) is not None:
-                requests.put(request)
+                if request is _PING:
+                    replies.put(self._ping)
+                    continue
+                try:
+                    replies.put(self._stage(request))
+                except Exception as e:
+                    replies.put(e)
         finally:
-            requests.put(None)
-            for t in threads:
-                t.join()
-
-    def _stage_all(self, requests: queue.Queue, replies: queue.Queue) -> None:
-        while (request := requests.get()) is not None:
-            if request is _PING:
-                replies.put(self._ping)
-                continue
-            try:
-                replies.put(self._stage(request))
-            except Exception as e:
-                replies.put(e)
-        replies.put(None)
+            replies.put(None)
+            replier.join()
 
     @staticmethod
     def _reply(channel: wire.Channel, replies: queue.Queue) -> None:
