@@ -96,7 +96,9 @@ class SearchRequest(BaseModel):
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [m.strip() for m in value.split(",") if m.strip()]
-        return [ALIASES.get(m, m) for m in value] if isinstance(value, list) else value
+        if not isinstance(value, list):
+            return value
+        return [ALIASES.get(m, m) if isinstance(m, str) else m for m in value]  # the rest fails validation
 
 
 class Moment(BaseModel):

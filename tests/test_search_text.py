@@ -150,3 +150,5 @@ def test_text_names_screen_and_unknown_modalities_are_refused():
     assert check_modalities(["text", "visual"]) == ("visual", "screen")
     with pytest.raises(ValueError):
         check_modalities(["smell"])
+    with pytest.raises(ValueError):
+        check_modalities([{}])

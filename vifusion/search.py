@@ -64,7 +64,7 @@ would shall should may might must just also if
 def check_modalities(modalities) -> tuple[str, ...]:
     """``modalities`` as a tuple in ``MODALITIES`` order ("text" names "screen"); ValueError for
     an unknown or none."""
-    given = [ALIASES.get(m, m) for m in modalities]
+    given = [ALIASES.get(m, m) if isinstance(m, str) else m for m in modalities]
     unknown = [m for m in given if m not in MODALITIES]
     if unknown or not given:
         raise ValueError(f"modalities must be among {', '.join(MODALITIES)}; got {', '.join(map(str, given)) or 'none'}")

@@ -75,7 +75,7 @@ def test_the_metadata_filter_applies_to_speech_and_screen_text(live, words):
         assert {m["video_id"] for m in found} == {live.ids["launch.mp4"]}
 
 
-@pytest.mark.parametrize("modalities", [["smell"], [], "", "visual,smell", ["visual"] * 4, [1], {"a": 1}])
+@pytest.mark.parametrize("modalities", [["smell"], [], "", "visual,smell", ["visual"] * 4, [1], {"a": 1}, [{}], [["speech"]]])
 def test_unknown_modalities_are_a_422(live, modalities):
     error(live.client.post("/v1/search", json={"text": "a cat", "modalities": modalities}), 422, "invalid_request")
 
