@@ -32,6 +32,15 @@ ALIASES = {"text": "screen"}  # other names users give a modality
 MARKS = ("\x02", "\x03")
 
 
+def relative_cut(moments: list, fraction: float) -> list:
+    """``moments`` (best first) less those scoring under ``fraction`` of the best: a query's
+    tail of weak look-alikes is noise to a reader. ``fraction`` 0 keeps all."""
+    if not moments or fraction <= 0:
+        return list(moments)
+    floor = fraction * moments[0].score
+    return [m for m in moments if m.score >= floor]
+
+
 def split_marks(snippet: str) -> tuple[str, list[tuple[int, int]]]:
     """A marked snippet as its plain text and the [start, end) character spans of its marked words."""
     text: list[str] = []
