@@ -56,6 +56,7 @@ from serve.schema import (
     VideoList,
     VideoOut,
 )
+from vifusion import _running
 from vifusion._files import fd_path
 from vifusion._webvtt import webvtt
 from vifusion.config import Config
@@ -606,6 +607,7 @@ def run(cfg: Config, host: str, port: int) -> int:
     print(f"Starting ViFusion on {cfg.data_dir} (loading models takes a few seconds)...", flush=True)
     try:
         deploy(cfg, host, port)
+        _running.announce(cfg.data_dir, host, port)  # the CLI asks this service from now on
         roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
         print(f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
               f"(Authorization: Bearer {_auth.api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
@@ -614,6 +616,7 @@ def run(cfg: Config, host: str, port: int) -> int:
         pass
     finally:
         print("Stopping ViFusion...", flush=True)
+        _running.withdraw(cfg.data_dir)
         # Deleting the app lets the replica close its service (ingest queue, shards); jobs it
         # had acknowledged but not finished run again at the next start.
         with contextlib.suppress(Exception):

@@ -1,0 +1,67 @@
+"""Where a running `vifusion serve` answers for a data dir: ``DATA_DIR/service.json``.
+
+`vifusion serve` writes it (its URL and pid) once the app is up and removes it when it
+stops. The CLI then asks that service instead of opening the data dir itself: the service
+holds the writer lock, and its shards and models are already loaded. A file left by a
+killed service is ignored, because its pid is gone or its ``/healthz`` does not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vifusion._files import whole_file
+from vifusion.config import Config
+
+FILE = "service.json"
+_HEALTH_TIMEOUT_S = 0.5  # a live service on this machine answers /healthz in milliseconds
+
+
+def announce(data_dir: Path, host: str, port: int) -> None:
+    """Say that this process serves ``data_dir`` at ``host:port`` (atomically: whole or absent)."""
+    if host in ("0.0.0.0", "::", ""):  # listening everywhere: reachable on loopback
+        host = "127.0.0.1"
+    shown = f"[{host}]" if ":" in host else host
+    with whole_file(data_dir / FILE) as f:
+        f.write(json.dumps({"url": f"http://{shown}:{port}", "pid": os.getpid()}).encode())
+
+
+def withdraw(data_dir: Path) -> None:
+    """Remove this process's announcement (another process's is left alone)."""
+    path = data_dir / FILE
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the live service announced for ``data_dir``, or None."""
+    try:
+        info = json.loads((data_dir / FILE).read_text())
+        url, pid = str(info["url"]), int(info["pid"])
+        os.kill(pid, 0)  # ProcessLookupError: it died without withdrawing
+    except PermissionError:  # alive, another user's process: ask it all the same
+        pass
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    import httpx
+
+    try:
+        ok = httpx.get(f"{url}/healthz", timeout=_HEALTH_TIMEOUT_S).status_code == 200
+    except httpx.HTTPError:
+        return None
+    return url if ok else None
+
+
+def api_key(cfg: Config) -> str | None:
+    """The key a local client uses: the configured one, else the data dir's key file."""
+    if cfg.api_key is not None:
+        return cfg.api_key.strip()
+    try:
+        return (cfg.data_dir / "api_key").read_text().strip() or None
+    except OSError:
+        return None
