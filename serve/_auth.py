@@ -109,5 +109,15 @@ class Gate:
                                   {"Retry-After": str(max(1, int(wait + 0.999)))})
         return None
 
+    def check_signed(self, client: str) -> JSONResponse | None:
+        """None if a signed media URL (``/media/...``, no key: its signature is checked by
+        its route) may be fetched now, else the 429. It draws on the media budget of its
+        address: a player asks for a range at every seek."""
+        wait = self.media_limiter.take((None, client))
+        if wait:
+            return error_response(429, "rate_limited", f"too many requests; retry in {wait:.2f} s",
+                                  {"Retry-After": str(max(1, int(wait + 0.999)))})
+        return None
+
 
 GATE = Gate()  # one per replica process

@@ -2,7 +2,7 @@
 
 Handlers parse, authenticate, rate-limit and format; the work is the library's. Every
 ``/v1`` route needs ``Authorization: Bearer <key>``; ``/healthz``, ``/metrics`` and the web
-page (``/``) do not. Errors are ``{"error": {"code", "message"}}``.
+page (``/``) do not, and ``/media/{id}`` needs a signed URL's signature instead (serve/_signed.py). Errors are ``{"error": {"code", "message"}}``.
 
 One replica owns the data dir (it holds the writer lock and runs the ingest queue).
 
@@ -40,15 +40,18 @@ from ray.serve import Application
 from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
+from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from serve import _auth, _docs, _errors, _metrics
 from serve._errors import ApiError
+from serve._signed import MediaSigner
 from serve.schema import (
     MAX_VIDEO_ID,
     Accepted,
     Error,
     Health,
     JobOut,
+    MediaUrl,
     SearchRequest,
     SearchResults,
     Transcript,
@@ -169,6 +172,10 @@ class _Front:
                 auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
                 client = (scope.get("client") or ("",))[0]  # the address alone: each connection has its own port
                 denied = _auth.GATE.check(auth, client, path)
+                if denied is not None:
+                    return await denied(scope, receive, sending)
+            elif path.startswith("/media/"):  # a signed URL: no key, its route checks the signature
+                denied = _auth.GATE.check_signed((scope.get("client") or ("",))[0])
                 if denied is not None:
                     return await denied(scope, receive, sending)
             await self.app(scope, receive, sending)
@@ -350,9 +357,29 @@ class _DescriptorResponse(FileResponse):
 
     async def __call__(self, scope, receive, send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            refused = self._refused_range(scope)
+            await (refused or super().__call__)(scope, receive, send)
         finally:
             os.close(self._fd)
+
+    def _refused_range(self, scope) -> Response | None:
+        """The error, as this API writes errors, for a Range header Starlette would refuse
+        (it answers those in plain text): 400 malformed, 416 past the end. Parsed by
+        Starlette's own reader, so what passes here is what it serves."""
+        headers = dict(scope["headers"])
+        http_range = headers.get(b"range")
+        if_range = headers.get(b"if-range")
+        if http_range is None or (if_range is not None and not self._should_use_range(if_range.decode("latin-1"))):
+            return None  # the whole file (an If-Range that does not match asks for that)
+        size = self.stat_result.st_size
+        try:
+            self._parse_range_header(http_range.decode("latin-1"), size)
+        except MalformedRangeHeader as e:
+            return _errors.error_response(400, "bad_range", f"Range header not understood: {e.content}")
+        except RangeNotSatisfiable:
+            return _errors.error_response(416, "range_not_satisfiable", f"the video has {size} bytes",
+                                          {"Content-Range": f"bytes */{size}"})
+        return None
 
 
 # -- the deployment ----------------------------------------------------------------------
@@ -369,6 +396,7 @@ class ViFusionApp:
         torch.set_num_threads(cfg.query_threads)
         self.cfg = cfg
         _auth.GATE.configure(_auth.api_key(cfg), cfg)
+        self._signer = MediaSigner(_auth.api_key(cfg), cfg.media_url_ttl_s)
         # A replica replacing this one (a redeploy) waits for it to let go of the data dir.
         self.service = Service(cfg, wait_s=120)
         # Blocking work runs here, not on Serve's event loop: a fixed pool, so threads (and
@@ -472,6 +500,25 @@ class ViFusionApp:
     @api.get("/v1/videos/{video_id}/media", response_class=FileResponse,
              responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}, 404: {"model": Error}})
     def media(self, video_id: int = VideoId) -> FileResponse:
+        fd, path = self.service.open_media(video_id)
+        return _DescriptorResponse(fd, media_type=_video_type(path))
+
+    @api.post("/v1/videos/{video_id}/media-url", response_model=MediaUrl, responses={404: {"model": Error}})
+    def media_url(self, video_id: int = VideoId) -> dict:
+        """A URL that plays the video without the key until it expires (``Config.media_url_ttl_s``):
+        for a ``<video src>``, which cannot send ``Authorization``. It opens this video only."""
+        self.service.video(video_id)  # a 404 now, not a URL that opens nothing
+        now = time.time()
+        url, exp = self._signer.url(video_id, now)
+        expires = datetime.datetime.fromtimestamp(exp, datetime.UTC).isoformat().replace("+00:00", "Z")
+        return {"url": url, "expires_at": expires, "expires_in_s": exp - int(now)}
+
+    @api.get("/media/{video_id}", response_class=FileResponse, include_in_schema=False)
+    def signed_media(self, video_id: int = VideoId, exp: str | None = Query(None, max_length=32),
+                     sig: str | None = Query(None, max_length=128)) -> FileResponse:
+        """The video of a signed URL (``media_url``), byte ranges and all; no key, but a 403
+        for a signature that is not this video's or has expired."""
+        self._signer.verify(video_id, exp, sig)
         fd, path = self.service.open_media(video_id)
         return _DescriptorResponse(fd, media_type=_video_type(path))
 

@@ -66,6 +66,13 @@ class VideoOut(BaseModel):
     error: str | None = None
 
 
+class MediaUrl(BaseModel):
+    url: str = Field(description="/media/{video_id}?exp=...&sig=...: opens the video without the key (byte "
+                     "ranges too) until expires_at; put it in a <video src>")
+    expires_at: str = Field(description="ISO 8601, UTC")
+    expires_in_s: int = Field(description="seconds from now until it expires (a client's clock may be off)")
+
+
 class VideoList(BaseModel):
     videos: list[VideoOut]
     next_cursor: str | None

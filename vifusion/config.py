@@ -144,6 +144,10 @@ class Config(BaseModel):
         100.0, gt=0, description="thumbnail and media requests per second per client, sustained")
     rate_limit_media_burst: int = Field(
         500, gt=0, description="thumbnail and media requests per client at once (a page of 50 results fetches 50)")
+    media_url_ttl_s: int = Field(
+        3600, ge=10, le=7 * 86400, description="how long a signed media URL (POST /v1/videos/{id}/media-url) opens "
+        "its video: the player fetches byte ranges of it as it plays and seeks; the web page asks for a new one "
+        "when a URL runs out mid-film")
     serve_tuned: bool = Field(
         True, description="run Ray Serve in its throughput settings: HAProxy ingress (C) instead of the Python proxy, "
         "and the app on the replica's own event loop; for a Ray that `vifusion serve` starts (on a cluster, set "
