@@ -486,6 +486,14 @@ class ViFusionApp:
         self.service.delete(video_id)
         return Response(status_code=204)
 
+    @api.post("/v1/videos/{video_id}/retry", status_code=202, response_model=Accepted,
+              responses={404: {"model": Error}, 409: {"model": Error}, 410: {"model": Error}, 507: {"model": Error}})
+    def retry(self, video_id: int = VideoId) -> dict:
+        """Index a failed video again: a new job (poll ``/v1/jobs/{job_id}``). 409 ``not_failed``
+        for a video that has not failed; 410 ``source_gone`` when its file is no longer there."""
+        job_id = self.service.retry(video_id)
+        return {"video_id": video_id, "job_id": job_id, "status": "queued"}
+
     @api.get("/v1/videos/{video_id}/thumbnail", response_class=Response,
              responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": Error}})
     def thumbnail(self, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:

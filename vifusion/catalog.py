@@ -284,14 +284,15 @@ class Catalog:
             )
         return True
 
-    def requeue(self, video_id: int, reason: str) -> str | None:
+    def requeue(self, video_id: int, reason: str, if_status: str | None = None) -> str | None:
         """Index a video again: a new queued job (the ingest queue runs it at the next start),
-        the reason kept in the video's ``error`` until it is ready. None: no such video."""
+        the reason kept in the video's ``error`` until it is ready. ``if_status``: only a video
+        in that status now (checked in the same write). None: no such video (in that status)."""
         now = time.time()
         job_id = uuid.uuid4().hex
         with self._conn() as c:
-            if c.execute("UPDATE videos SET status='queued', frames_indexed=0, error=? WHERE id=?",
-                         (reason, video_id)).rowcount == 0:
+            if c.execute("UPDATE videos SET status='queued', frames_indexed=0, error=? WHERE id=?"
+                         " AND (? IS NULL OR status=?)", (reason, video_id, if_status, if_status)).rowcount == 0:
                 return None
             c.execute(
                 "INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (?, ?, 'queued', ?, ?)",

@@ -112,6 +112,12 @@ class Client:
     def delete(self, video_id: int) -> None:
         self._call("DELETE", f"/v1/videos/{video_id}")
 
+    def retry(self, video_id: int) -> dict:
+        """Index a failed video again: ``{"video_id", "job_id", "status": "queued"}`` (``wait``
+        on the job). ApiError 409 ``not_failed`` if it has not failed, 410 ``source_gone`` if
+        its file is no longer there."""
+        return self._call("POST", f"/v1/videos/{video_id}/retry")
+
     def transcript(self, video_id: int, kind: str = "speech", vtt: bool = False) -> dict | str:
         """What a video says (``kind`` "speech"), shows written ("screen") or both ("all"):
         ``{"video_id", "segments": [{"kind", "start_s", "end_s", "text"}]}``, or with ``vtt``

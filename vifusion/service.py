@@ -263,6 +263,32 @@ class Service:
             shutil.rmtree(Path(video.media).parent, ignore_errors=True)
         self.thumbnails.drop(video_id)
 
+    # -- retry -------------------------------------------------------------------------
+
+    def retry(self, video_id: int) -> str:
+        """Queue a failed video again; its new job's id. Refused (SourceError): 409
+        ``not_failed`` for a video that has not failed (queued, running or ready: a second job
+        would index it twice), 410 ``source_gone`` for one whose file is no longer there (a
+        ``file://`` path moved or deleted): that run could only fail again. A URL whose fetch
+        failed is fetched again. Only a video still failed is requeued, so two retries at once
+        make one job."""
+        video = self.video(video_id)
+        if video.status != "failed":
+            raise SourceError("not_failed", f"video {video_id} is {video.status}; only a failed video is retried", 409)
+        if video.media_path is not None:
+            try:
+                os.close(open_video_file(video))
+            except OSError as e:
+                raise SourceError("source_gone", f"video {video_id}'s file {video.media_path.name} cannot be "
+                                  f"read ({e.strerror}): add the video again", 410) from None
+        with storage_writes(self.cfg.data_dir, "the video was not queued"):
+            job_id = self.catalog.requeue(video_id, f"retrying; the last run failed: {video.error}", if_status="failed")
+        if job_id is None:  # deleted or retried since it was read
+            video = self.video(video_id)
+            raise SourceError("not_failed", f"video {video_id} is {video.status}; only a failed video is retried", 409)
+        self.jobs.wake()
+        return job_id
+
     # -- search ------------------------------------------------------------------------
 
     def search(
