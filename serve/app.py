@@ -312,11 +312,13 @@ def _offset(cursor: str | None) -> int:
     raise ApiError(400, "invalid_cursor", "cursor is not one this service gave out")
 
 
-def _video_out(v) -> dict:
+def _video_out(v, job=None) -> dict:
+    """A video as the API gives it, with where its latest job ``job`` stands (None: none)."""
     created = datetime.datetime.fromtimestamp(v.created_at, datetime.UTC).isoformat().replace("+00:00", "Z")
     return VideoOut(
         video_id=v.id, title=v.title, metadata=v.metadata, status=v.status, duration_s=v.duration_s, fps=v.fps,
         width=v.width, height=v.height, frames_indexed=v.frames_indexed, created_at=created, error=v.error,
+        job_id=job and job.id, stage=job and job.stage, progress=round(job.progress, 4) if job else 0.0,
     ).model_dump()
 
 
@@ -474,11 +476,14 @@ class ViFusionApp:
                 raise ApiError(400, "invalid_cursor", "cursor is not one this service gave out")
             after = int(cursor)
         page, last = self.service.videos(limit, after)
-        return {"videos": [_video_out(v) for v in page], "next_cursor": None if last is None else str(last)}
+        jobs = self.service.catalog.latest_jobs([v.id for v in page])
+        return {"videos": [_video_out(v, jobs.get(v.id)) for v in page],
+                "next_cursor": None if last is None else str(last)}
 
     @api.get("/v1/videos/{video_id}", response_model=VideoOut, responses={404: {"model": Error}})
     def video(self, video_id: int = VideoId) -> dict:
-        return _video_out(self.service.video(video_id))
+        video = self.service.video(video_id)
+        return _video_out(video, self.service.catalog.latest_jobs([video_id]).get(video_id))
 
     @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response,
                 responses={404: {"model": Error}, 507: {"model": Error}})

@@ -64,6 +64,10 @@ class VideoOut(BaseModel):
     frames_indexed: int
     created_at: str = Field(description="ISO 8601, UTC")
     error: str | None = None
+    job_id: str | None = Field(None, description="its latest job (a retry makes a new one)")
+    stage: Literal["fetching", "probing", "frames", "speech", "saving"] | None = Field(
+        None, description="what its latest job does now, or where it failed (as JobOut.stage)")
+    progress: float = Field(0.0, ge=0, le=1, description="its latest job's progress")
 
 
 class MediaUrl(BaseModel):

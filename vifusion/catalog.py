@@ -366,6 +366,16 @@ class Catalog:
         row = self._conn().execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         return _job(row) if row else None
 
+    def latest_jobs(self, video_ids: list[int]) -> dict[int, Job]:
+        """Each video's newest job (a retry's, say), by video id; videos without one are left out."""
+        if not video_ids:
+            return {}
+        marks = ",".join("?" * len(video_ids))
+        rows = self._conn().execute(
+            f"SELECT * FROM jobs WHERE video_id IN ({marks}) ORDER BY created_at, rowid", video_ids
+        ).fetchall()
+        return {r["video_id"]: _job(r) for r in rows}  # the newest last, so it wins
+
     def delete_video(self, video_id: int) -> bool:
         with self._conn() as c:
             c.execute("DELETE FROM texts WHERE video_id=?", (video_id,))
