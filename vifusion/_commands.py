@@ -78,29 +78,27 @@ def _load_image(path: Path):
 
 def cmd_search(
     cfg: Config, text: str | None, image: Path | None, clip: Path | None, top_k: int, as_json: bool,
-    modalities: list[str] | None = None,
+    modalities: list[str] | None = None, group_by: str = "segment",
 ) -> int:
+    """Ask the service that serves the data dir, if one runs; else search the data dir in this
+    process, reading it (no Ray; a text query loads only the text model, without torch where
+    its ONNX export is there). With ``cfg.ray_address`` (``--address``): through Ray, whose
+    cluster may hold data this machine does not."""
+    from vifusion.client import ApiError
     from vifusion.extract.decode import DecodeError
-    from vifusion.runtime import Runtime
 
+    modalities = modalities or list(MODALITIES)
+    query = dict(text=text, image=image, clip=clip, top_k=top_k, modalities=modalities, group_by=group_by)
     try:
-        rt = Runtime(cfg)
-    except (ValueError, StorageError) as e:
+        rows = _ask_service(cfg, **query) if cfg.ray_address is None else None
+        if rows is None:
+            rows = _search_here(cfg, **query)
+    except ApiError as e:  # the service refused the query: its reason
+        print(f"vifusion search: {e.message}", file=sys.stderr)
+        return EXIT_USAGE if e.status < 500 else EXIT_FAILED
+    except (ValueError, DecodeError, StorageError) as e:
         print(f"vifusion search: {e}", file=sys.stderr)
         return EXIT_USAGE
-    with rt:
-        try:
-            if text is not None:
-                segments = rt.searcher.text(text, top_k, modalities=modalities or MODALITIES)
-            elif image is not None:
-                segments = rt.searcher.image(_load_image(image), top_k)
-            else:
-                segments = rt.searcher.clip(clip, top_k)
-        except (ValueError, DecodeError) as e:
-            print(f"vifusion search: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        videos = rt.catalog.get_videos([s.video_id for s in segments])
-    rows = [_result(s, videos.get(s.video_id)) for s in segments]
     if as_json:
         for row in rows:
             print(json.dumps(row))
@@ -114,6 +112,128 @@ def cmd_search(
             if r["snippet"]:
                 print(f"{'':>25}{' '.join(bracketed(r['snippet'], r['highlights']).split())}")
     return EXIT_OK
+
+
+_API_TOP_K = 100  # the most results the API gives in one page
+
+
+def _ask_service(cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[dict] | None:
+    """The rows from the live service announced in the data dir (``_running``); None where
+    none runs, no key is known, or it cannot be reached (then the data dir is read here).
+    ApiError where it refuses the query."""
+    from vifusion._running import api_key, running_url
+
+    if any(p is not None and not Path(p).is_file() for p in (image, clip)):
+        return None  # said here, as without a service
+    url = running_url(cfg.data_dir)
+    key = api_key(cfg) if url is not None else None
+    if key is None:
+        return None
+    import httpx
+
+    from vifusion.client import Client
+
+    options: dict = {"modalities": modalities, "group_by": group_by}
+    found: list[dict] = []
+    try:
+        with Client(url, key) as vf:
+            while len(found) < top_k:  # past one page: follow the cursor
+                page = vf.search_page(text, image=image, clip=clip, top_k=min(top_k - len(found), _API_TOP_K), **options)
+                found += page["results"]
+                if page["next_cursor"] is None:
+                    break
+                options["cursor"] = page["next_cursor"]
+    except httpx.TransportError:  # it stopped meanwhile
+        return None
+    sources = _sources(cfg, [m["video_id"] for m in found])
+    keys = ("video_id", "title", "start_s", "end_s", "score", "matched", "snippet", "highlights")
+    return [{**{k: m.get(k) for k in keys}, "source": sources.get(m["video_id"])} for m in found]
+
+
+def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
+    """Each video's source, from the catalog (the API gives titles, not where a video came from)."""
+    import sqlite3
+
+    from vifusion.catalog import Catalog
+
+    try:
+        catalog = Catalog(cfg.data_dir / "catalog.db", read_only=True)
+    except sqlite3.Error:
+        return {}
+    try:
+        return {i: v.source for i, v in catalog.get_videos(video_ids).items()}
+    finally:
+        catalog.close()
+
+
+def _search_here(cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[dict]:
+    """The rows from this process: the data dir read here (``index/local.py``), or through Ray
+    where ``cfg.ray_address`` is set. Only ready videos' moments, ``min_relative_score`` applied,
+    as the service does."""
+    if cfg.ray_address is not None:
+        from vifusion.runtime import Runtime
+
+        with Runtime(cfg) as rt:
+            return _rows(cfg, rt.catalog, _find(rt.searcher, text, image, clip, top_k, modalities, group_by))
+    import sqlite3
+
+    from vifusion.catalog import Catalog
+    from vifusion.index.local import LocalShards
+    from vifusion.search import Searcher
+
+    try:
+        catalog = Catalog(cfg.data_dir / "catalog.db", read_only=True)
+    except sqlite3.OperationalError:  # nothing was ever indexed here
+        return []
+    try:
+        embedder = _text_embedder(cfg) if text is not None else _embedder(cfg)
+        searcher = Searcher(cfg, LocalShards(cfg), embedder, catalog)
+        return _rows(cfg, catalog, _find(searcher, text, image, clip, top_k, modalities, group_by))
+    finally:
+        catalog.close()
+
+
+def _find(searcher, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[Moment]:
+    if text is not None:
+        return searcher.text(text, top_k, group_by, modalities=modalities)
+    if image is not None:
+        return searcher.image(_load_image(image), top_k, group_by)
+    return searcher.clip(clip, top_k, group_by)
+
+
+def _rows(cfg: Config, catalog, moments: list[Moment]) -> list[dict]:
+    from vifusion.ranking import relative_cut
+
+    ready = catalog.ready_ids(sorted({m.video_id for m in moments}))
+    moments = relative_cut([m for m in moments if m.video_id in ready], cfg.min_relative_score)
+    videos = catalog.get_videos([m.video_id for m in moments])
+    return [_result(m, videos.get(m.video_id)) for m in moments]
+
+
+def _text_embedder(cfg: Config):
+    """The query text model without torch (``extract/_text_onnx.py``), from the ONNX export
+    that indexing leaves in the data dir; where there is none (a data dir indexed before it
+    existed, or not writable), the torch model, which leaves the export for the next search."""
+    from vifusion.extract._text_onnx import TextEmbedder, onnx_path
+
+    path = onnx_path(cfg.data_dir / "models")
+    if path.is_file():
+        return TextEmbedder(path, cfg.query_threads)
+    return _embedder(cfg)
+
+
+def _embedder(cfg: Config):
+    """Both models, with torch (an image or a clip is embedded by the vision model)."""
+    import contextlib
+    import io
+
+    import torch
+
+    from vifusion.extract.model import Embedder
+
+    torch.set_num_threads(cfg.query_threads)
+    with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
+        return Embedder(cfg.conse_top_k, cache_dir=cfg.data_dir / "models")
 
 
 def _result(m: Moment, video) -> dict:

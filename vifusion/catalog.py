@@ -166,12 +166,19 @@ class Job:
 class Catalog:
     """Videos and jobs. Safe to share between threads of one process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        """``read_only``: a reader beside whatever writes the data dir (a search in the command
+        line's process): nothing is created or migrated; call only the methods that read.
+        sqlite3.OperationalError where there is no catalog at ``path``."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []  # every thread's connection, for close()
         self._all_lock = threading.Lock()
+        if read_only:
+            self._conn()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._conn() as c:
             c.executescript(_SCHEMA)
             columns = {r["name"] for r in c.execute("PRAGMA table_info(videos)")}
@@ -194,10 +201,13 @@ class Catalog:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             # check_same_thread off only so close() can close it; each thread uses its own.
-            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            if self.read_only:
+                conn = _connect_read_only(self.path)
+            else:
+                conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
             self._local.conn = conn
             with self._all_lock:
                 self._all.append(conn)
@@ -560,6 +570,28 @@ class Catalog:
         for conn in conns:
             conn.close()
         self._local = threading.local()
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that reads ``path`` and leaves the data dir as it found it.
+
+    Opened read-write (never created), not ``mode=ro``: a read-only connection to a WAL
+    database cannot remove the -wal and -shm files it creates, while the last read-write
+    connection to close removes them. (Not ``query_only`` either: keyword search makes a
+    temp table.) Where the file or its folder cannot be
+    written, ``mode=ro``; where even that cannot open it (no -shm there and none can be
+    made), ``immutable``, which is safe then: no writer can be at work in that folder."""
+    where = path.resolve().as_uri()
+    for mode in ("mode=rw", "mode=ro", "immutable=1"):
+        try:
+            conn = sqlite3.connect(f"{where}?{mode}", uri=True, timeout=30, check_same_thread=False)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file
+            return conn
+        except sqlite3.OperationalError as e:
+            if "no such" in str(e) or not path.is_file():
+                raise sqlite3.OperationalError(f"no catalog at {path}") from None
+            last = e
+    raise last
 
 
 def _check_kind(kind: str) -> None:

@@ -36,13 +36,17 @@ def _parser() -> argparse.ArgumentParser:
     se = sub.add_parser("search", parents=[common], help="search by text, image or clip",
                         description="Find moments. Words search what is seen (visual), said (speech) and written "
                         "on screen (screen); each result names what matched and shows the words, the query's "
-                        "between [ ]. An image or a clip searches what is seen.")
+                        "between [ ]. An image or a clip searches what is seen. Asks the running `vifusion "
+                        "serve` of the data dir if there is one, else reads the data dir in this process; "
+                        "with --address, searches through Ray (--address local: a Ray started for it).")
     se.add_argument("text", nargs="?", help="what to look for, in words")
     se.add_argument("--image", type=Path, help="an example image")
     se.add_argument("--clip", type=Path, help="an example video clip")
     se.add_argument("--in", dest="modalities", default=",".join(MODALITIES), metavar="MODALITIES",
                     help=f"comma-separated, of {', '.join(MODALITIES)} (default: all)")
     se.add_argument("--top-k", type=int, default=10)
+    se.add_argument("--group-by", choices=("segment", "video", "frame"), default="segment",
+                    help="segment: moments (default); video: each video's best moment; frame: single frames")
     se.add_argument("--json", action="store_true", help="print JSON, one object per result")
 
     tr = sub.add_parser("transcript", parents=[common], help="what a video says (or shows written on screen)")
@@ -107,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         from vifusion._commands import cmd_search
 
-        return cmd_search(cfg, args.text, args.image, args.clip, args.top_k, args.json, modalities)
+        return cmd_search(cfg, args.text, args.image, args.clip, args.top_k, args.json, modalities, args.group_by)
     if args.command == "transcript":
         from vifusion._commands import cmd_transcript
 

@@ -26,17 +26,22 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.extract.decode import Batches, open_sampled
-from vifusion.extract.model import Embedder
-from vifusion.index import ShardSet, group_segments
-from vifusion.index.segments import group_videos
+from vifusion.index.segments import group_segments, group_videos
 from vifusion.ranking import ALIASES, FUSIONS, MARKS, MODALITIES, Candidate, Moment, fuse
 from vifusion.types import Found, SearchHit, Segment
+
+if TYPE_CHECKING:  # a text search from the command line runs without torch and Ray (index/local.py)
+    from vifusion.extract.model import Embedder
+    from vifusion.extract._text_onnx import TextEmbedder
+    from vifusion.index import ShardSet
+    from vifusion.index.local import LocalShards
 
 MAX_CLIP_FRAMES = 64
 _CLIP_BATCH = 8  # sampled frames of a query clip decoded between two looks at the clock
@@ -125,7 +130,9 @@ class Searcher:
     words). ``videos``: search only these videos (None: all). Results are ``Moment``s.
     """
 
-    def __init__(self, cfg: Config, shards: ShardSet, embedder: Embedder, catalog: Catalog) -> None:
+    def __init__(self, cfg: Config, shards: ShardSet | LocalShards, embedder: Embedder | TextEmbedder,
+                 catalog: Catalog) -> None:
+        """``embedder``: a ``TextEmbedder`` serves text queries only."""
         self.cfg = cfg
         self.shards = shards
         self.embedder = embedder

@@ -10,6 +10,7 @@ Both L2-normalised, so inner product = cosine.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,10 +18,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vifusion.extract import _text_onnx
 from vifusion.extract.text import TextEncoder
 from vifusion.extract.vision import features_and_probs, load_efficientnet_lite0, preprocess
 
 CLASS_PROMPT = "a photo of a {}"
+log = logging.getLogger(__name__)
 
 
 def pick_device(prefer_gpu: bool = True) -> torch.device:
@@ -49,6 +52,8 @@ class Embedder:
         self.vision = load_efficientnet_lite0(self.device)
         self.text = TextEncoder(self.device)
         self.class_vectors = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
+        if cache_dir is not None:
+            _export_query_model(cache_dir)
 
     def _class_vectors(self, cache_dir: Path | None) -> np.ndarray:
         """Text embeddings of the class names; cached because they cost seconds on a CPU."""
@@ -85,3 +90,12 @@ class Embedder:
     def embed_text(self, texts: Sequence[str]) -> np.ndarray:
         """Query texts -> semantic vectors (n, 384)."""
         return self.text.encode(texts)
+
+
+def _export_query_model(cache_dir: Path) -> None:
+    """Leave the text model's ONNX export in ``cache_dir`` (``_text_onnx``), for text searches
+    without torch. Only a speed-up: where it cannot be made, a search embeds with torch."""
+    try:
+        _text_onnx.export(cache_dir)
+    except (OSError, ImportError, RuntimeError) as e:
+        log.warning("the query text model was not exported to ONNX (searches load torch instead): %s", e)

@@ -8,9 +8,19 @@ fans them out, ``merge_topk`` merges the per-shard results, and ``group_segments
 frame hits into moments.
 """
 
+from vifusion.index.layout import shard_for
 from vifusion.index.merge import merge_topk
-from vifusion.index.router import ShardSet, shard_for
 from vifusion.index.segments import group_segments
 from vifusion.index.shard import Shard
 
 __all__ = ["Shard", "ShardSet", "group_segments", "merge_topk", "shard_for"]
+
+
+def __getattr__(name: str):
+    """``ShardSet`` is imported on first use: it needs Ray, which a search in the command
+    line's own process (``local.py``) does without."""
+    if name == "ShardSet":
+        from vifusion.index.router import ShardSet
+
+        return ShardSet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

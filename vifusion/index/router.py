@@ -15,18 +15,16 @@ On a cluster, replicas of one shard on different nodes need the data dir on shar
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import numpy as np
 import ray
 
 from vifusion.config import Config
 from vifusion.index.batching import QueryBatcher, ShardResult
+from vifusion.index.layout import check_layout, shard_dir, shard_for  # noqa: F401 (imported from here too)
 from vifusion.index.merge import merge_topk
 from vifusion.index.replica import ShardReplica
 from vifusion.index.shard import check_queries
@@ -34,38 +32,6 @@ from vifusion.placement import shard_strategies
 from vifusion.types import SPACES, Found
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every shard beats a copy in each call
-
-
-def shard_for(video_id: int, num_shards: int) -> int:
-    """The shard that holds a video: stable across runs for a fixed ``num_shards``."""
-    if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-    return video_id % num_shards
-
-
-def shard_dir(data_dir: Path, shard_no: int) -> Path:
-    """Where shard ``shard_no`` keeps its snapshot and log."""
-    return Path(data_dir) / "index" / f"shard-{shard_no}"
-
-
-def check_layout(data_dir: Path, num_shards: int) -> None:
-    """Record the shard count of a new data dir; refuse a different one later, since
-    routing by ``video_id % num_shards`` would then look for videos on the wrong shard."""
-    path = Path(data_dir) / "index" / "layout.json"
-    if path.exists():
-        built = json.loads(path.read_text())["num_shards"]
-        if built != num_shards:
-            raise ValueError(
-                f"{data_dir} was built with {built} shards, not {num_shards}: "
-                f"use num_shards={built} (VIFUSION_NUM_SHARDS={built}) with this data dir"
-            )
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"num_shards": num_shards}))
-    os.replace(tmp, path)
-
-
 _DOWN_S = 2.0  # how long a replica that failed a search is passed over
 _MISSING = -2  # the ids of a shard that did not answer (-1: no hit), through fusion and merge
 
