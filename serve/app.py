@@ -121,6 +121,7 @@ _SEARCH_BODY = {
                 "group_by": {"type": "string", "enum": ["segment", "video", "frame"]},
                 "filter": {"type": "string", "description": "a JSON object"},
                 "min_score": {"type": "number"},
+                "min_relative_score": {"type": "number", "minimum": 0, "maximum": 1},
                 "cursor": {"type": "string"},
                 "modalities": {"type": "string", "description": "comma-separated, of visual, speech, screen"},
             }}},
@@ -592,7 +593,8 @@ class ViFusionApp:
                 raise ApiError(422, "invalid_query", "a clip of an indexed video needs start_s < end_s")
             query["stored_clip"] = (req.video_id, req.start_s, req.end_s)
         options = dict(top_k=req.top_k, group_by=req.group_by, filter=req.filter, min_score=req.min_score,
-                       offset=_offset(req.cursor), modalities=req.modalities)
+                       min_relative_score=req.min_relative_score, offset=_offset(req.cursor),
+                       modalities=req.modalities)
         pool = self._clip_pool if clip_file is not None else self._pool
         body = await asyncio.get_running_loop().run_in_executor(
             pool, functools.partial(self._search, query, clip_file, options, kinds[0]))

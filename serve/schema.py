@@ -95,6 +95,10 @@ class SearchRequest(BaseModel):
     group_by: Literal["segment", "video", "frame"] = "segment"
     filter: dict[str, str | int | float | bool] | None = Field(None, max_length=16)
     min_score: float | None = Field(None, ge=-1e6, le=1e6)
+    min_relative_score: float | None = Field(
+        None, ge=0, le=1, description="drop moments scoring under this fraction of the search's best moment (the "
+        "best of the whole ranking, so every page agrees); 0: keep them all. Default: the service's "
+        "min_relative_score setting")
     cursor: str | None = Field(None, max_length=200)
     modalities: list[Modality] = Field(
         list(MODALITIES), min_length=1, max_length=len(MODALITIES),

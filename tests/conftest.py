@@ -50,3 +50,15 @@ def indexed(ray_session, tmp_path_factory):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(args)
     return data, videos, (code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def indexed_copy(indexed, tmp_path):
+    """A copy of the `indexed` data dir, for a test that changes it (deletes, say):
+    (data_dir, {name: SampleVideo})."""
+    import shutil
+
+    data, videos, _ = indexed
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy, ignore=shutil.ignore_patterns("writer.lock", "service.json"))
+    return copy, videos

@@ -128,9 +128,13 @@ class Client:
     # -- search ------------------------------------------------------------------------
 
     def search(self, text: str | None = None, *, image: str | Path | None = None, clip: str | Path | None = None,
-               top_k: int = 10, **options: Any) -> list[dict]:
+               top_k: int = 10, min_relative_score: float | None = None, **options: Any) -> list[dict]:
         """Moments for a text query, an image file or a clip file (exactly one), best first.
-        ``options``: the API's search options (``modalities``, ``group_by``, ``filter``, ``min_score``...)."""
+        ``min_relative_score``: drop moments under this fraction of the best one's score (0:
+        keep all; None: the service's setting). ``options``: the API's other search options
+        (``modalities``, ``group_by``, ``filter``, ``min_score``...)."""
+        if min_relative_score is not None:
+            options["min_relative_score"] = min_relative_score
         return self.search_page(text, image=image, clip=clip, top_k=top_k, **options)["results"]
 
     def search_page(self, text: str | None = None, *, image: str | Path | None = None,

@@ -110,8 +110,10 @@ class Config(BaseModel):
     query_window: int = Field(2, gt=0, description="fused calls in flight per space before new queries wait to join the next")
     query_wait_ms: float = Field(5.0, ge=0, description="longest a query waits for a fused call to join")
     segment_gap_s: float = Field(0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps")
-    min_relative_score: float = Field(0.0, ge=0, le=1, description="a search drops moments scoring under this "
-                                      "fraction of its best moment's score; 0: none dropped")
+    min_relative_score: float = Field(0.3, ge=0, le=1, description="a search drops moments scoring under this "
+                                      "fraction of its best moment's score (a tail of weak look-alikes); 0: none "
+                                      "dropped. 0.3 never cut a right moment on the benchmark corpora "
+                                      "(benchmarks/cutoff.py)")
     segment_drop: float = Field(0.25, ge=0, le=1, description="a segment ends where the score falls below (1 - this) x its peak")
 
     # serve/: ingest limits and guards

@@ -40,7 +40,7 @@ from vifusion.sources import (
     title_from_name,
     url_filename,
 )
-from vifusion.ranking import Moment
+from vifusion.ranking import Moment, relative_cut
 
 MAX_OFFSET = 1000  # deepest result a cursor can reach
 
@@ -304,11 +304,15 @@ class Service:
         min_score: float | None = None,
         offset: int = 0,
         modalities: Sequence[str] = MODALITIES,
+        min_relative_score: float | None = None,
     ) -> SearchPage:
         """Moments for exactly one query kind, best first, ``top_k`` from ``offset``.
 
         Only ready videos are returned; ``filter`` keeps videos whose metadata has each
-        key -> value, in every modality; ``min_score`` drops weaker moments. A text query
+        key -> value, in every modality; ``min_score`` drops weaker moments, and
+        ``min_relative_score`` (None: ``cfg.min_relative_score``; 0: off) those scoring under
+        that fraction of the best moment of the whole ranking, not of the page, so that every
+        page of one search agrees on what is cut. A text query
         searches ``modalities`` (visual, speech, screen); an image or a clip searches what
         is seen, so its ``modalities`` must include visual.
         """
@@ -321,6 +325,10 @@ class Service:
             raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
         if not 0 <= offset <= MAX_OFFSET:
             raise ValueError(f"cursor goes past result {MAX_OFFSET}")
+        if min_relative_score is None:
+            min_relative_score = self.cfg.min_relative_score
+        if not 0 <= min_relative_score <= 1:
+            raise ValueError(f"min_relative_score must be between 0 and 1, got {min_relative_score}")
         modalities = check_modalities(modalities)
         if text is None and "visual" not in modalities:
             raise ValueError("an image or clip query searches what is seen: its modalities must include visual")
@@ -340,6 +348,7 @@ class Service:
         missing = found.missing
         ready = self.catalog.ready_ids(sorted({m.video_id for m in found}))
         found = [m for m in found if m.video_id in ready and (min_score is None or m.score >= min_score)]
+        found = relative_cut(found, min_relative_score)
         page = found[offset : offset + top_k]
         more = len(found) > offset + top_k and offset + top_k <= MAX_OFFSET
         return SearchPage(page, offset + top_k if more else None, missing)

@@ -285,10 +285,11 @@ def test_a_corrupt_clip_is_a_422(live):
 
 
 def test_group_by_video_and_frame(live):
-    by_video = live.client.post("/v1/search", json={"text": "a cat", "group_by": "video"}).json()["results"]
+    everything = {"min_relative_score": 0}  # every video and frame, however weak
+    by_video = live.client.post("/v1/search", json={"text": "a cat", "group_by": "video", **everything}).json()["results"]
     ids = [m["video_id"] for m in by_video]
     assert len(ids) == len(set(ids)) == 3 and ids[0] == live.ids["kitchen.mp4"]
-    frames = live.client.post("/v1/search", json={"text": "a cat", "group_by": "frame", "top_k": 20}).json()["results"]
+    frames = live.client.post("/v1/search", json={"text": "a cat", "group_by": "frame", "top_k": 20, **everything}).json()["results"]
     assert len(frames) == 20
     # a frame stands for its sample interval (1 s), or several when near-duplicates were merged
     spans = [m["end_s"] - m["start_s"] for m in frames]
@@ -297,7 +298,7 @@ def test_group_by_video_and_frame(live):
 
 
 def test_metadata_filter_keeps_only_matching_videos(live):
-    body = {"text": "a rocket", "group_by": "video", "filter": {"upload": True}}
+    body = {"text": "a rocket", "group_by": "video", "filter": {"upload": True}, "min_relative_score": 0}
     ids = {m["video_id"] for m in live.client.post("/v1/search", json=body).json()["results"]}
     assert ids == {live.ids["kitchen.mp4"], live.ids["street.mp4"]}
     body["filter"] = {"set": "demo", "upload": False}
@@ -308,17 +309,32 @@ def test_metadata_filter_keeps_only_matching_videos(live):
 
 
 def test_min_score_drops_weaker_moments(live):
-    everything = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20}).json()["results"]
+    everything = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, "min_relative_score": 0}).json()["results"]
     floor = sorted({m["score"] for m in everything})[-2]  # distinct: calibrated scores tie at 0 for the unrelated
-    strong = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, "min_score": floor}).json()["results"]
+    strong = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, "min_score": floor,
+                                                  "min_relative_score": 0}).json()["results"]
     assert strong and all(m["score"] >= floor for m in strong) and len(strong) < len(everything)
 
 
+def test_min_relative_score_drops_the_weak_tail_unless_a_request_says_0(live):
+    image = jpeg(frame_at(live.videos["launch.mp4"].path, 6.0))
+    for ask in (lambda extra: live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, **extra}),
+                lambda extra: live.client.post("/v1/search", files={"image": ("q.jpg", image, "image/jpeg")},
+                                               data={"top_k": "20", **{k: str(v) for k, v in extra.items()}})):
+        everything = ask({"min_relative_score": 0}).json()["results"]
+        best = everything[0]["score"]
+        cut = ask({}).json()["results"]  # the service's default
+        assert cut[0] == everything[0] and len(cut) < len(everything)
+        assert [m["score"] for m in cut] == [m["score"] for m in everything if m["score"] >= live.cfg.min_relative_score * best]
+    error(live.client.post("/v1/search", json={"text": "a cat", "min_relative_score": 1.5}), 422, "invalid_request")
+
+
 def test_cursor_pages_through_results_without_repeats(live):
-    first = live.client.post("/v1/search", json={"text": "a cat", "top_k": 3}).json()
+    query = {"text": "a cat", "min_relative_score": 0}  # a long list, weak moments too
+    first = live.client.post("/v1/search", json={**query, "top_k": 3}).json()
     assert first["next_cursor"]
-    second = live.client.post("/v1/search", json={"text": "a cat", "top_k": 3, "cursor": first["next_cursor"]}).json()
-    whole = live.client.post("/v1/search", json={"text": "a cat", "top_k": 6}).json()
+    second = live.client.post("/v1/search", json={**query, "top_k": 3, "cursor": first["next_cursor"]}).json()
+    whole = live.client.post("/v1/search", json={**query, "top_k": 6}).json()
     key = lambda m: (m["video_id"], m["start_s"], m["end_s"])  # noqa: E731
     assert [key(m) for m in first["results"] + second["results"]] == [key(m) for m in whole["results"]]
 
