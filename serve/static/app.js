@@ -1,7 +1,10 @@
 "use strict";
 // ViFusion web page: key prompt, search (text / image / clip) in the chosen modalities, results with
-// what matched and their words, player with subtitles, upload + job progress (stage, warnings).
-// Every /v1 call sends the key; media, thumbnails and subtitles are fetched as blobs for that reason.
+// what matched and their words, the library (every video, its state; delete, retry), player with
+// the search's moments on a timeline and subtitles, upload + job progress (stage, warnings).
+// Every /v1 call sends the key; thumbnails and subtitles are fetched as blobs for that reason. The
+// video plays from a signed, short-lived /media URL (a <video> cannot send the key; the key never
+// goes into a URL), so the browser fetches only the byte ranges it plays and seeks to.
 // Text from the service is only ever put in the page as text (textContent, text nodes), never as HTML.
 (() => {
   const $ = (id) => document.getElementById(id);
@@ -91,6 +94,7 @@
   let cursor = null;
   let searchSeq = 0;
   let thumbUrls = [];
+  let found = []; // the moments of the current search, every page shown (the player's timeline marks them)
 
   // What a text search looks in: the ticked modalities (at least one stays ticked). An image or
   // clip is searched by what is seen, so speech and screen text do not apply to it.
@@ -141,6 +145,7 @@
     if (!more) {
       thumbUrls.forEach((u) => URL.revokeObjectURL(u));
       thumbUrls = [];
+      found = [];
       results.replaceChildren(el("div", "empty loading", [el("span", "spinner"), " Searching…"]));
       $("results-head").textContent = "";
       $("more-button").hidden = true;
@@ -153,6 +158,7 @@
       lastQuery = q;
       cursor = page.next_cursor;
       if (!more) results.replaceChildren();
+      found.push(...page.results);
       page.results.forEach((m) => results.append(card(m)));
       const n = results.querySelectorAll(".result").length;
       const what = q.text !== undefined ? `“${q.text}”` : q.file.name;
@@ -249,8 +255,21 @@
   drop.ondrop = (ev) => { ev.preventDefault(); drop.classList.remove("over"); useFile(ev.dataTransfer.files[0]); };
 
   // -- player ---------------------------------------------------------------------------
-  const media = new Map(); // video_id -> Promise<object URL>
   let playSeq = 0;
+  let playing = null; // {videoId, at (the last time played), refreshed (a new URL was tried since it last played)}
+
+  // Signed media URLs (POST /v1/videos/{id}/media-url), by video: {url, until (ms, this browser's
+  // clock, from the service's expires_in_s)}; reused while more than a minute of one is left. A URL
+  // that runs out while playing (a long film, a long pause) is replaced: see the player's onerror.
+  const signed = new Map();
+  async function mediaUrl(videoId, fresh = false) {
+    const have = signed.get(videoId);
+    if (!fresh && have && have.until - Date.now() > 60_000) return have.url;
+    const body = await (await api(`/v1/videos/${videoId}/media-url`, { method: "POST" })).json();
+    signed.set(videoId, { url: body.url, until: Date.now() + body.expires_in_s * 1000 });
+    return body.url;
+  }
+  const absolute = (url) => new URL(url, location.href).href;
 
   // Subtitles: what is said, and what is written on screen, as two tracks. A <track> cannot send
   // the key, so each WebVTT file is fetched with it and given to its track as a blob: URL (the
@@ -298,34 +317,319 @@
     $("subs").value = shown.length > 1 ? "both" : shown.length ? shown[0].dataset.kind : "off";
   };
 
+  // Play video m.video_id from m.start_s: a search's moment (its range and score shown, the
+  // timeline marking it), or a library entry ({video_id, start_s: 0, duration_s}).
   async function play(m, title) {
     const seq = ++playSeq;
     const video = $("player");
     $("player-title").textContent = title;
-    $("player-range").textContent = `${fmt(m.start_s)}–${fmt(m.end_s)} · score ${m.score.toFixed(3)}`;
+    $("player-range").textContent = m.score !== undefined ? `${fmt(m.start_s)}–${fmt(m.end_s)} · score ${m.score.toFixed(3)}`
+      : m.duration_s ? fmt(m.duration_s) : "";
     $("player-panel").hidden = false;
     $("player-loading").hidden = false;
     video.pause();
     subtitles(m.video_id, seq);
-    if (!media.has(m.video_id)) {
-      media.set(m.video_id, api(`/v1/videos/${m.video_id}/media`).then((r) => r.blob()).then((b) => URL.createObjectURL(b)));
-    }
     let url;
-    try { url = await media.get(m.video_id); }
-    catch (err) { media.delete(m.video_id); $("player-panel").hidden = true; showError(err); return; }
+    try { url = await mediaUrl(m.video_id); }
+    catch (err) { $("player-panel").hidden = true; showError(err); return; }
     if (seq !== playSeq) return;
-    const start = () => { video.currentTime = m.start_s; video.play().catch(() => {}); $("player-loading").hidden = true; };
-    if (video.src === url && video.readyState >= 1) start();
+    playing = { videoId: m.video_id, at: m.start_s, refreshed: false };
+    marks(m);
+    load(url, m.start_s, true);
+  }
+
+  // Point the player at url and, once it knows the video, seek to `at` (and play, if `resume`).
+  function load(url, at, resume) {
+    const video = $("player");
+    const start = () => {
+      video.currentTime = at;
+      if (resume) video.play().catch(() => {});
+      $("player-loading").hidden = true;
+      layoutMarks();
+    };
+    if (video.src === absolute(url) && video.readyState >= 1) start();
     else { video.onloadedmetadata = start; video.src = url; }
   }
-  $("player").onerror = () => {
+
+  // A range request refused (the URL ran out mid-film, or the key changed): ask for a new URL
+  // once and carry on from where it was; a second error in a row is the video itself.
+  $("player").onerror = async () => {
+    const video = $("player");
+    if ($("player-panel").hidden || !playing) return;
+    if (!playing.refreshed) {
+      playing.refreshed = true;
+      const seq = playSeq, resume = !video.paused;
+      try {
+        const url = await mediaUrl(playing.videoId, true);
+        if (seq === playSeq) load(url, playing.at, resume);
+        return;
+      } catch (err) { if (seq === playSeq) showError(err); }
+    }
     $("player-loading").hidden = true;
-    if (!$("player-panel").hidden) showError(new Error("this browser cannot play the video"));
+    showError(new Error("this browser cannot play the video"));
   };
-  function closePlayer() { $("player").pause(); $("player-panel").hidden = true; playSeq++; }
+  $("player").addEventListener("playing", () => { if (playing) playing.refreshed = false; });
+  $("player").addEventListener("timeupdate", () => {
+    const video = $("player");
+    if (playing && !video.seeking) playing.at = video.currentTime;
+    followMarks();
+  });
+  $("player").addEventListener("durationchange", () => layoutMarks());
+
+  // The timeline under the video: a mark per moment of the current search in this video (the
+  // one playing highlighted); a mark is a button that seeks there. Hidden where there are none.
+  function marks(m) {
+    const bar = $("timeline");
+    const mine = found.filter((r) => r.video_id === m.video_id).sort((a, b) => a.start_s - b.start_s);
+    bar.querySelectorAll(".mark").forEach((b) => b.remove());
+    for (const r of mine) {
+      const b = el("button", "mark");
+      b.type = "button";
+      b.title = `${fmt(r.start_s)}–${fmt(r.end_s)} · score ${r.score.toFixed(3)}`;
+      b.setAttribute("aria-label", "Moment " + b.title);
+      Object.assign(b.dataset, { start: r.start_s, end: r.end_s });
+      b.onclick = () => {
+        const video = $("player");
+        video.currentTime = r.start_s;
+        video.play().catch(() => {});
+        highlight(b);
+      };
+      if (r.start_s === m.start_s && r.end_s === m.end_s) highlight(b);
+      bar.append(b);
+    }
+    bar.hidden = mine.length === 0;
+    layoutMarks();
+  }
+  function highlight(mark) {
+    $("timeline").querySelectorAll(".mark.current").forEach((b) => { b.classList.remove("current"); b.removeAttribute("aria-current"); });
+    mark.classList.add("current");
+    mark.setAttribute("aria-current", "true");
+  }
+  // Marks sit at their share of the video's length, known once it loads.
+  function layoutMarks() {
+    const d = $("player").duration;
+    if (!(d > 0)) return;
+    for (const b of $("timeline").querySelectorAll(".mark")) {
+      const start = Math.min(Number(b.dataset.start), d), end = Math.min(Number(b.dataset.end), d);
+      b.style.left = `${(100 * start) / d}%`;
+      b.style.width = `max(6px, ${(100 * (end - start)) / d}%)`;
+    }
+    followMarks();
+  }
+  // The playhead, and the mark it is in highlighted (the last one it was in stays so between marks).
+  function followMarks() {
+    const video = $("player"), d = video.duration;
+    if ($("timeline").hidden || !(d > 0)) return;
+    $("timeline-head").style.left = `${(100 * Math.min(video.currentTime, d)) / d}%`;
+    const t = video.currentTime;
+    const inside = [...$("timeline").querySelectorAll(".mark")].find((b) => t >= Number(b.dataset.start) - 0.05 && t < Number(b.dataset.end));
+    if (inside && !inside.classList.contains("current")) highlight(inside);
+  }
+
+  function closePlayer() { $("player").pause(); $("player-panel").hidden = true; playSeq++; playing = null; }
   $("player-close").onclick = closePlayer;
   $("player-panel").onclick = (ev) => { if (ev.target === $("player-panel")) closePlayer(); };
   document.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && !$("player-panel").hidden) closePlayer(); });
+
+  // -- views: search and library ----------------------------------------------------------
+  // Two tabs (arrow keys move between them, as in any tab list); the library loads when shown.
+  const VIEWS = ["search", "library"];
+  function showView(name, focus = false) {
+    for (const v of VIEWS) {
+      const on = v === name;
+      $("tab-" + v).setAttribute("aria-selected", String(on));
+      $("tab-" + v).tabIndex = on ? 0 : -1;
+      $(v + "-view").hidden = !on;
+    }
+    if (focus) $("tab-" + name).focus();
+    if (name === "library") loadLibrary();
+    else clearTimeout(libraryTimer);
+  }
+  VIEWS.forEach((v, i) => {
+    $("tab-" + v).onclick = () => showView(v);
+    $("tab-" + v).onkeydown = (ev) => {
+      const step = { ArrowRight: 1, ArrowLeft: -1 }[ev.key];
+      if (step) { ev.preventDefault(); showView(VIEWS[(i + step + VIEWS.length) % VIEWS.length], true); }
+    };
+  });
+
+  // -- library ----------------------------------------------------------------------------
+  // Every video, oldest first (GET /v1/videos and its cursor), with its state. While any is not
+  // final (queued or indexing) and the library is in view, it is asked again every 2 s. Rows are
+  // kept by video and updated in place, so a refresh moves neither focus nor a pending delete.
+  const LIBRARY_PAGE = 50;
+  const LIBRARY_POLL_MS = 2000;
+  let libraryVideos = [];
+  let libraryCursor = null;
+  let librarySeq = 0;
+  let libraryTimer = 0;
+  const libraryRows = new Map(); // video_id -> <li>
+  const libraryThumbs = new Map(); // video_id -> object URL
+  const libraryShown = () => !$("library-view").hidden && !document.hidden;
+
+  // A refresh asks for as many videos as are shown (a page at least), so none drops off the end.
+  async function loadLibrary(more = false) {
+    clearTimeout(libraryTimer);
+    const seq = ++librarySeq;
+    const limit = more ? LIBRARY_PAGE : Math.min(500, Math.max(LIBRARY_PAGE, libraryVideos.length));
+    const query = new URLSearchParams({ limit });
+    if (more && libraryCursor) query.set("cursor", libraryCursor);
+    try {
+      const page = await (await api("/v1/videos?" + query)).json();
+      if (seq !== librarySeq) return;
+      libraryVideos = more ? libraryVideos.concat(page.videos) : page.videos;
+      libraryCursor = page.next_cursor;
+      renderLibrary();
+    } catch (err) {
+      if (seq === librarySeq) showError(err);
+      return;
+    }
+    if (libraryShown() && libraryVideos.some((v) => !FINAL.has(v.status))) {
+      libraryTimer = setTimeout(() => loadLibrary(), LIBRARY_POLL_MS);
+    }
+  }
+  $("library-more").onclick = () => loadLibrary(true);
+  document.addEventListener("visibilitychange", () => {
+    if (libraryShown()) loadLibrary();
+    else clearTimeout(libraryTimer);
+  });
+
+  function renderLibrary() {
+    const list = $("library");
+    const rows = libraryVideos.map((v) => {
+      let row = libraryRows.get(v.video_id);
+      if (!row) libraryRows.set(v.video_id, (row = libraryRow(v)));
+      updateRow(row, v);
+      return row;
+    });
+    const kept = new Set(libraryVideos.map((v) => v.video_id));
+    for (const id of [...libraryRows.keys()]) if (!kept.has(id)) forgetRow(id);
+    list.querySelector(".empty")?.remove();
+    rows.forEach((row, i) => { if (list.children[i] !== row) list.insertBefore(row, list.children[i] || null); });
+    while (list.children.length > rows.length) list.lastElementChild.remove();
+    if (!rows.length) list.append(el("li", "empty", "No videos yet: add one with “Add a video”."));
+    const n = rows.length;
+    $("library-head").textContent = n ? `${n}${libraryCursor ? "+" : ""} video${n === 1 ? "" : "s"}` : "";
+    $("library-more").hidden = !libraryCursor;
+  }
+
+  function forgetRow(id) {
+    libraryRows.get(id)?.remove();
+    libraryRows.delete(id);
+    if (libraryThumbs.has(id)) URL.revokeObjectURL(libraryThumbs.get(id));
+    libraryThumbs.delete(id);
+  }
+
+  function libraryRow(v) {
+    const img = el("img", "thumb");
+    img.alt = "";
+    const row = el("li", "video-row", [
+      el("div", "thumb-box lib-thumb", [img, el("span", "range lib-duration")]),
+      el("div", "lib-info", [
+        el("div", "title"),
+        el("div", "lib-added muted"),
+        el("div", "lib-status"),
+      ]),
+      el("div", "lib-actions"),
+    ]);
+    row.dataset.videoId = v.video_id;
+    return row;
+  }
+
+  // What a video's state reads as: queued; indexing, with what its job does and how far it got;
+  // ready; failed, with where and why.
+  function statusText(v) {
+    const stage = v.stage ? STAGE[v.stage] || v.stage : "";
+    if (v.status === "ready") return `Ready · ${v.frames_indexed} frame${v.frames_indexed === 1 ? "" : "s"} indexed`;
+    if (v.status === "failed") return `Failed${stage ? " while " + stage : ""}: ${v.error || "unknown error"}`;
+    if (v.status === "queued") return "Queued";
+    return `Indexing… ${Math.round(v.progress * 100)}%${stage ? " · " + stage : ""}`;
+  }
+
+  function updateRow(row, v) {
+    const title = v.title || `Video ${v.video_id}`;
+    row.querySelector(".title").textContent = title;
+    row.querySelector(".title").title = title;
+    row.querySelector(".lib-duration").textContent = v.duration_s ? fmt(v.duration_s) : "";
+    row.querySelector(".lib-duration").hidden = !v.duration_s;
+    const added = new Date(v.created_at);
+    row.querySelector(".lib-added").textContent = `Added ${added.toLocaleDateString()} ${added.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
+    row.querySelector(".lib-status").textContent = statusText(v);
+    row.video = v;
+    if (v.status === "ready" && !libraryThumbs.has(v.video_id)) libraryThumb(row, v);
+    if (row.dataset.status !== v.status && !row.classList.contains("confirming")) {
+      row.dataset.status = v.status;
+      actions(row, v);
+    }
+  }
+
+  function libraryThumb(row, v) {
+    libraryThumbs.set(v.video_id, null); // asked for: once
+    const img = row.querySelector("img");
+    const t = Math.floor(Math.min(1, (v.duration_s || 0) / 2) * 100) / 100;
+    api(`/v1/videos/${v.video_id}/thumbnail?t=${t}`)
+      .then((r) => r.blob())
+      .then((b) => {
+        if (libraryRows.get(v.video_id) !== row) return;
+        const u = URL.createObjectURL(b);
+        libraryThumbs.set(v.video_id, u);
+        img.src = u;
+      })
+      .catch(() => row.querySelector(".lib-thumb").classList.add("broken"));
+  }
+
+  function button(text, cls, onclick, label) {
+    const b = el("button", cls, text);
+    b.type = "button";
+    b.onclick = onclick;
+    if (label) b.setAttribute("aria-label", label);
+    return b;
+  }
+
+  // A row's buttons: play (ready), retry (failed), delete (with a confirmation in the row).
+  function actions(row, v) {
+    const box = row.querySelector(".lib-actions");
+    const title = () => row.video.title || `Video ${v.video_id}`;
+    const shown = [];
+    if (v.status === "ready") {
+      shown.push(button("Play", "primary lib-play", () => play({ video_id: v.video_id, start_s: 0, duration_s: row.video.duration_s }, title()),
+        `Play ${title()}`));
+    }
+    if (v.status === "failed") shown.push(button("Retry", "lib-retry", () => retry(row, v.video_id), `Retry ${title()}`));
+    shown.push(button("Delete", "lib-delete", () => confirmDelete(row, v.video_id), `Delete ${title()}`));
+    box.replaceChildren(...shown);
+  }
+
+  function confirmDelete(row, videoId) {
+    const box = row.querySelector(".lib-actions");
+    const done = (focus) => { row.classList.remove("confirming"); actions(row, row.video); if (focus) row.querySelector(".lib-delete").focus(); };
+    const yes = button("Delete", "danger lib-confirm", async () => {
+      yes.disabled = true;
+      try {
+        await api(`/v1/videos/${videoId}`, { method: "DELETE" });
+        signed.delete(videoId);
+        libraryVideos = libraryVideos.filter((v) => v.video_id !== videoId);
+        renderLibrary();
+      } catch (err) { showError(err); done(false); }
+    });
+    const no = button("Cancel", "lib-cancel", () => done(true));
+    row.classList.add("confirming");
+    box.replaceChildren(el("span", "confirm-text", "Delete this video?"), yes, no);
+    box.onkeydown = (ev) => { if (ev.key === "Escape" && row.classList.contains("confirming")) { ev.stopPropagation(); done(true); } };
+    no.focus(); // the safe choice first
+  }
+
+  async function retry(row, videoId) {
+    const b = row.querySelector(".lib-retry");
+    if (b) b.disabled = true;
+    try {
+      await api(`/v1/videos/${videoId}/retry`, { method: "POST" });
+    } catch (err) {
+      showError(err);
+      if (b) b.disabled = false;
+    }
+    loadLibrary();
+  }
 
   // -- upload + job progress ------------------------------------------------------------
   // A job's warnings: what went wrong without failing it (a video without audio, say).
@@ -366,6 +670,7 @@
   const STAGE = { fetching: "fetching the video", probing: "reading its format", frames: "reading frames",
     speech: "transcribing speech", saving: "saving" };
   const stageOf = (job) => (job.stage ? STAGE[job.stage] || job.stage : "");
+  const FINAL = new Set(["ready", "failed"]);
 
   $("upload-form").onsubmit = async (ev) => {
     ev.preventDefault();
@@ -385,6 +690,7 @@
       $("job").dataset.videoId = accepted.video_id;
       $("job").dataset.jobId = accepted.job_id;
       setJob("queued", "Queued", null);
+      if (libraryShown()) loadLibrary(); // the new video in the library, and its progress there
       for (;;) {
         const job = await (await api(`/v1/jobs/${accepted.job_id}`)).json();
         const frames = `${job.frames_indexed} frame${job.frames_indexed === 1 ? "" : "s"} indexed`;

@@ -1,6 +1,8 @@
 """The web page (GET /) in a real browser, as a person uses it: key prompt, upload with job
 progress (its stage and warnings), text search in the chosen modalities, thumbnails, what
-matched and the words of each result, playback from a result with subtitles, API errors and a
+matched and the words of each result, playback from a result (a signed /media URL, byte
+ranges) with the search's moments on a timeline and subtitles, the library (state, play,
+retry, delete), API errors and a
 wrong key; where the key is kept; the API docs (/docs, /redoc). All of it under the service's
 Content-Security-Policy, with no request leaving the service.
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -142,15 +145,22 @@ def test_upload_search_and_play(page, live, tmp_path):
         # Play from the segment's start: the first stretch the player played begins there (a
         # player that started at 0 would pass through start_s later, so currentTime alone is no proof).
         assert start > 0, "the cat scene starts after 0 s, or the seek below proves nothing"
+        media = []
+        page.on("response", lambda r: media.append(r) if "/media/" in r.url else None)
         first.click()
         page.locator("#player-panel").wait_for(state="visible")
         page.wait_for_function(
             """() => {
                 const v = document.getElementById('player');
-                return v.src.startsWith('blob:') && v.readyState >= 2 && !v.seeking && v.played.length > 0;
+                return v.src.startsWith(location.origin + '/media/') && v.readyState >= 2 && !v.seeking
+                    && v.played.length > 0;
             }""",
             timeout=60_000,
         )
+        # It plays from a signed URL (no key in it), fetched in byte ranges.
+        src = page.eval_on_selector("#player", "v => v.src")
+        assert src.startswith(f"{live.url}/media/{vid}?") and "exp=" in src and "sig=" in src and KEY not in src, src
+        assert 206 in [r.status for r in media], [(r.status, r.url) for r in media]
         played = page.eval_on_selector(
             "#player", "v => ({first: v.played.start(0), now: v.currentTime, paused: v.paused, error: v.error})"
         )
@@ -158,6 +168,22 @@ def test_upload_search_and_play(page, live, tmp_path):
         assert abs(played["first"] - start) < 0.3, (played, start)
         assert played["now"] >= start - 0.3, (played, start)
         assert page.locator("#error").is_hidden(), page.inner_text("#error")
+
+        # Under the video, a mark per moment of this search in this video, the one playing
+        # highlighted; clicking a mark seeks to its moment.
+        moments = page.locator(f'#results .result[data-video-id="{vid}"]').evaluate_all(
+            "rs => rs.map(r => [Number(r.dataset.start), Number(r.dataset.end)]).sort((a, b) => a[0] - b[0])")
+        marks = page.locator("#timeline .mark")
+        assert page.locator("#timeline").is_visible()
+        assert marks.evaluate_all("ms => ms.map(m => [Number(m.dataset.start), Number(m.dataset.end)])") == moments
+        assert page.locator("#timeline .mark.current").get_attribute("data-start") == first.get_attribute("data-start")
+        last = marks.last
+        page.eval_on_selector("#player", "v => { v.pause(); v.currentTime = 0; }")
+        last.click()
+        last_start, last_end = float(last.get_attribute("data-start")), float(last.get_attribute("data-end"))
+        page.wait_for_function(f"() => {{ const v = document.getElementById('player'); return !v.seeking"
+                               f" && v.currentTime >= {last_start} - 0.3 && v.currentTime <= {last_end} + 1; }}")
+        assert "current" in last.get_attribute("class")
         # A video with no words gets no subtitle tracks and no subtitle choice.
         page.wait_for_function(f"() => document.getElementById('player').dataset.subtitlesOf === '{vid}'")
         assert page.eval_on_selector("#player", "v => v.textTracks.length") == 0
@@ -195,6 +221,94 @@ def test_search_by_image_and_clip(page, live, tmp_path, kind):
     assert int(vid) == live.ids["kitchen.mp4"], f"top result for the cat {kind} is video {vid}"
     assert float(start) < cat.end_s and float(end) > cat.start_s, (start, end)
     assert page.locator("#error").is_hidden()
+
+
+# -- the library -------------------------------------------------------------------------
+
+
+def job_done(live, job_id: str) -> dict:
+    """Poll a job until it is ready or failed."""
+    for _ in range(600):
+        job = live.client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in ("ready", "failed"):
+            return job
+        time.sleep(0.5)
+    raise TimeoutError(f"job {job_id} still {job['status']}")
+
+
+def row(page, video_id: int):
+    return page.locator(f'#library .video-row[data-video-id="{video_id}"]')
+
+
+def test_library_lists_plays_retries_and_deletes(page, live):
+    # A video whose job failed: a file:// video cut short.
+    path = live.root / "videos" / "page-cut-short.mp4"
+    whole = live.videos["street.mp4"].path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 3])
+    r = live.client.post("/v1/videos", json={"uri": path.as_uri(), "title": "Page: cut short"})
+    assert r.status_code == 202, r.text
+    broken = r.json()["video_id"]
+    assert job_done(live, r.json()["job_id"])["status"] == "failed"
+    try:
+        enter_key(page, KEY)
+        page.locator("#key-dialog").wait_for(state="hidden")
+        page.focus("#tab-search")
+        page.keyboard.press("ArrowRight")  # the tabs answer the keyboard
+        page.locator("#library-view").wait_for(state="visible")
+        assert page.locator("#search-view").is_hidden()
+        assert page.get_attribute("#tab-library", "aria-selected") == "true"
+
+        # An uploaded video: its title, state, length, and a thumbnail.
+        kitchen = live.client.get(f"/v1/videos/{live.ids['kitchen.mp4']}").json()
+        entry = row(page, kitchen["video_id"])
+        entry.wait_for()
+        assert entry.get_attribute("data-status") == "ready"
+        assert entry.locator(".title").inner_text() == kitchen["title"]
+        assert entry.locator(".lib-status").inner_text().startswith("Ready")
+        m, s = divmod(int(kitchen["duration_s"]), 60)
+        assert entry.locator(".lib-duration").inner_text() == f"{m}:{s:02d}"
+        assert entry.locator(".lib-added").inner_text().startswith("Added ")
+        page.wait_for_function(f"""() => {{ const i = document.querySelector('#library .video-row[data-video-id="{kitchen["video_id"]}"] img');
+            return i.complete && i.naturalWidth > 0; }}""")
+        page.screenshot(path=str(SHOT.with_name("vifusion-library.png")))
+
+        # The failed one says why; retry (its file fixed meanwhile) queues it again, and the
+        # library follows it to ready.
+        failed = row(page, broken)
+        assert failed.get_attribute("data-status") == "failed"
+        error = live.client.get(f"/v1/videos/{broken}").json()["error"]
+        assert error and error in failed.locator(".lib-status").inner_text()
+        assert failed.locator(".lib-play").count() == 0
+        shutil.copyfile(live.videos["street.mp4"].path, path)
+        with page.expect_response(f"**/v1/videos/{broken}/retry") as retried:
+            failed.locator(".lib-retry").click()
+        assert retried.value.status == 202
+        page.wait_for_selector(f'#library .video-row[data-video-id="{broken}"]:not([data-status=failed])')
+        page.wait_for_selector(f'#library .video-row[data-video-id="{broken}"][data-status=ready]', timeout=SLOW_MS)
+        assert failed.locator(".lib-status").inner_text().startswith("Ready")
+
+        # Play from the library: a signed URL, from the start; no search, so no marks.
+        entry.locator(".lib-play").click()
+        page.locator("#player-panel").wait_for(state="visible")
+        page.wait_for_function("""() => { const v = document.getElementById('player');
+            return v.src.startsWith(location.origin + '/media/') && v.readyState >= 2 && v.played.length > 0; }""")
+        assert page.locator("#timeline").is_hidden()
+        page.keyboard.press("Escape")
+        page.locator("#player-panel").wait_for(state="hidden")
+
+        # Delete asks first: Cancel keeps it, Delete removes it.
+        failed.locator(".lib-delete").click()
+        assert failed.locator(".confirm-text").is_visible()
+        page.keyboard.press("Escape")  # focus is on Cancel; Escape cancels too
+        assert failed.locator(".lib-delete").is_visible()
+        failed.locator(".lib-delete").click()
+        failed.locator(".lib-confirm").click()
+        failed.wait_for(state="detached")
+        assert live.client.get(f"/v1/videos/{broken}").status_code == 404
+        assert entry.is_visible()
+    finally:
+        live.client.delete(f"/v1/videos/{broken}")
+        path.unlink(missing_ok=True)
 
 
 # -- what is said and written: modalities, snippets, subtitles ---------------------------
