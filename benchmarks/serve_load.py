@@ -159,33 +159,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http_client(url: str, key: str):
-    import httpx
+def ingest(url: str, key: str, videos: list[Path], timeout_s: float) -> int:
+    """Index every video as a file:// uri through the API and wait for each job (SystemExit if
+    one is refused or fails); returns the frame vectors the service then holds."""
+    from vifusion.client import ApiError, Client
 
-    # trust_env=False: a proxy from the environment must not sit in front of loopback.
-    return httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {key}"}, trust_env=False)
-
-
-def ingest(url: str, key: str, videos: list[Path], timeout_s: float) -> None:
-    """POST every video as a file:// uri, then poll its job until ready (SystemExit otherwise)."""
-    with http_client(url, key) as client:
+    with Client(url, key, trust_env=False) as vf:
         jobs = {}
         for path in videos:
-            r = client.post("/v1/videos", json={"uri": path.resolve().as_uri()})
-            if r.status_code != 202:
-                raise SystemExit(f"ingest of {path} refused: {r.status_code} {r.text}")
-            jobs[path.name] = r.json()["job_id"]
+            try:
+                jobs[path.name] = vf.add_uri(path.resolve().as_uri())["job_id"]
+            except ApiError as e:
+                raise SystemExit(f"ingest of {path} refused: {e}") from None
         deadline = time.monotonic() + timeout_s
         for name, job_id in jobs.items():
-            while True:
-                job = client.get(f"/v1/jobs/{job_id}").json()
-                if job["status"] == "ready":
-                    break
-                if job["status"] == "failed":
-                    raise SystemExit(f"ingest of {name} failed: {job.get('error')}")
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"ingest of {name} still {job['status']} after {timeout_s:g} s")
-                time.sleep(0.25)
+            try:
+                job = vf.wait(job_id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=0.25)
+            except TimeoutError as e:
+                raise SystemExit(f"ingest of {name}: {e}") from None
+            if job["status"] == "failed":
+                raise SystemExit(f"ingest of {name} failed: {job.get('error')}")
+        return vf.health()["vectors"]
 
 
 # --------------------------------------------------------------------------- the load loop
@@ -335,9 +329,7 @@ def http_phase(cfg: Config, key: str, videos: list[Path], plan: Plan) -> tuple[l
     deploy(cfg, "127.0.0.1", port)
     print(f"serve up in {time.perf_counter() - t0:.1f} s; ingesting {len(videos)} videos through the API", flush=True)
     t0 = time.perf_counter()
-    ingest(url, key, videos, timeout_s=600)
-    with http_client(url, key) as client:
-        vectors = client.get("/healthz").json()["vectors"]
+    vectors = ingest(url, key, videos, timeout_s=600)
     print(f"ingested in {time.perf_counter() - t0:.1f} s: {vectors} frame vectors", flush=True)
     probe = HttpCall(url, key)
     try:

@@ -62,10 +62,10 @@ def main() -> int:
     args = ap.parse_args()
     count, load_s = (8, 30.0) if args.quick else (40, 180.0)
 
-    import httpx
     import ray
 
     from serve.app import deploy
+    from vifusion.client import ApiError, Client
 
     tmp = Path(tempfile.mkdtemp(prefix="vifusion-soak-"))
     names = list(PHOTOS)
@@ -84,8 +84,8 @@ def main() -> int:
         port = 18000 + secrets.randbelow(2000)
         url = f"http://127.0.0.1:{port}"
         deploy(cfg, "127.0.0.1", port)
-        client = httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {key}"}, trust_env=False)
-        client.post("/v1/search", json={"text": "warm up"}).raise_for_status()
+        with Client(url, key, trust_env=False) as vf:
+            vf.search("warm up")
         rss_start = actor_rss_mb()
         stop = threading.Event()
         ingest_done: dict[str, int] = {}
@@ -94,35 +94,36 @@ def main() -> int:
             with lock:
                 codes[kind][code] += 1
 
+        def call(kind: str, ok: int, fn, *args, **kwargs):
+            """``fn(...)``, its status tallied under ``kind``; None where the API refused it."""
+            try:
+                out = fn(*args, **kwargs)
+            except ApiError as e:
+                tally(kind, e.status)
+                return None
+            tally(kind, ok)
+            return out
+
         def ingest() -> None:
-            jobs = []
-            with httpx.Client(base_url=url, timeout=120, headers=client.headers, trust_env=False) as c:
-                for path in videos:
-                    with open(path, "rb") as f:
-                        r = c.post("/v1/videos", files={"file": (path.name, f, "video/mp4")})
-                    tally("upload", r.status_code)
-                    if r.status_code == 202:
-                        jobs.append(r.json()["job_id"])
+            with Client(url, key, trust_env=False) as vf:
+                jobs = [a["job_id"] for path in videos if (a := call("upload", 202, vf.upload, path))]
                 final: dict[str, str] = {}
                 while len(final) < len(jobs):
-                    for job in jobs:
-                        if job not in final:
-                            r = c.get(f"/v1/jobs/{job}")
-                            tally("job", r.status_code)
-                            if r.status_code == 200 and r.json()["status"] in ("ready", "failed"):
-                                final[job] = r.json()["status"]
+                    for job_id in jobs:
+                        if job_id not in final and (job := call("job", 200, vf.job, job_id)):
+                            if job["status"] in ("ready", "failed"):
+                                final[job_id] = job["status"]
                     time.sleep(0.5)
             ingest_done.update({s: list(final.values()).count(s) for s in ("ready", "failed")})
 
         def search(n: int) -> None:
-            with httpx.Client(base_url=url, timeout=120, headers=client.headers, trust_env=False) as c:
+            with Client(url, key, trust_env=False) as vf:
                 i = n
                 while not stop.is_set():
                     t0 = time.perf_counter()
-                    r = c.post("/v1/search", json={"text": QUERIES[i % len(QUERIES)], "top_k": 5})
+                    call("search", 200, vf.search, QUERIES[i % len(QUERIES)], top_k=5)
                     with lock:
                         latencies.append(time.perf_counter() - t0)
-                    tally("search", r.status_code)
                     i += 1
 
         t0 = time.perf_counter()
@@ -138,7 +139,6 @@ def main() -> int:
             t.join()
         elapsed = time.perf_counter() - t0
         rss_end = actor_rss_mb()
-        client.close()
         serve.shutdown()
     finally:
         ray.shutdown()

@@ -36,8 +36,9 @@ class ApiError(RuntimeError):
 class Client:
     """The API at ``url`` with API key ``key``. Use as a context manager, or ``close()`` it."""
 
-    def __init__(self, url: str, key: str, timeout_s: float = 120.0) -> None:
-        self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s,
+    def __init__(self, url: str, key: str, timeout_s: float = 120.0, trust_env: bool = True) -> None:
+        """``trust_env=False`` ignores proxy variables (a proxy must not sit in front of loopback)."""
+        self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s, trust_env=trust_env,
                                   headers={"Authorization": f"Bearer {key}"})
 
     def __enter__(self) -> Client:
@@ -58,6 +59,10 @@ class Client:
             except (ValueError, KeyError, TypeError):
                 raise ApiError(r.status_code, "http_error", r.text[:500]) from None
         return r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else r
+
+    def health(self) -> dict:
+        """``GET /healthz`` (no key needed): ``status``, ``shards``, ``vectors`` (frame vectors held)."""
+        return self._call("GET", "/healthz")
 
     # -- videos ------------------------------------------------------------------------
 

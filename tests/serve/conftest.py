@@ -5,7 +5,6 @@ fresh data dir, with the demo videos ingested through the API itself (two upload
 from __future__ import annotations
 
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import httpx
 import pytest
 from ray import serve
 
+from vifusion.client import Client
 from vifusion.config import Config
 from vifusion.samples import SampleVideo, write_demo_set
 
@@ -24,8 +24,9 @@ MAX_UPLOAD = 8 << 20  # small, so the 413 test sends little
 class Live:
     url: str
     cfg: Config
-    client: httpx.Client  # sends the key
+    client: httpx.Client  # sends the key: for tests of the HTTP itself (status codes, headers, bodies)
     anon: httpx.Client  # sends no key
+    vf: Client  # the Python client, as a user's program calls the API
     videos: dict[str, SampleVideo]
     ids: dict[str, int]  # sample name -> video_id
     root: Path  # the ingest root; the videos are in root / "videos"
@@ -36,17 +37,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_ready(client: httpx.Client, job_id: str, timeout_s: float = 300) -> dict:
-    """Poll a job until it is ready or failed; return its last state."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in ("ready", "failed"):
-            return job
-        time.sleep(0.5)
-    raise TimeoutError(f"job {job_id} still {job['status']} after {timeout_s} s")
 
 
 @pytest.fixture(scope="session")
@@ -73,24 +63,20 @@ def live(ray_session, tmp_path_factory) -> Live:
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"})
     anon = httpx.Client(base_url=url, timeout=60)
-    jobs: dict[str, str] = {}
-    ids: dict[str, int] = {}
+    vf = Client(url, KEY)
+    accepted: dict[str, dict] = {}
     for name in ("kitchen.mp4", "street.mp4"):
-        with open(videos[name].path, "rb") as f:
-            r = client.post("/v1/videos", files={"file": (name, f, "video/mp4")},
-                            data={"metadata": '{"set": "demo", "upload": true}'})
-        assert r.status_code == 202, r.text
-        jobs[name], ids[name] = r.json()["job_id"], r.json()["video_id"]
-    r = client.post("/v1/videos", json={"uri": videos["launch.mp4"].path.as_uri(), "title": "launch",
-                                        "metadata": {"set": "demo", "upload": False}})
-    assert r.status_code == 202, r.text
-    jobs["launch.mp4"], ids["launch.mp4"] = r.json()["job_id"], r.json()["video_id"]
-    for name, job_id in jobs.items():
-        assert wait_ready(client, job_id)["status"] == "ready", name
-    vectors = anon.get("/healthz").json()["vectors"]
+        accepted[name] = vf.upload(videos[name].path, metadata={"set": "demo", "upload": True})
+    accepted["launch.mp4"] = vf.add_uri(videos["launch.mp4"].path.as_uri(), title="launch",
+                                        metadata={"set": "demo", "upload": False})
+    for name, a in accepted.items():
+        assert vf.wait(a["job_id"], timeout_s=300)["status"] == "ready", name
+    ids = {name: a["video_id"] for name, a in accepted.items()}
+    vectors = vf.health()["vectors"]
     assert 0 < vectors <= 36  # 3 x 12 sampled frames, near-duplicates merged
-    yield Live(url, cfg, client, anon, videos, ids, root, vectors)
+    yield Live(url, cfg, client, anon, vf, videos, ids, root, vectors)
     client.close()
     anon.close()
+    vf.close()
     serve.delete("vifusion")
     serve.shutdown()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.serve.conftest import MAX_UPLOAD, wait_ready
+from tests.serve.conftest import MAX_UPLOAD
 from vifusion.samples import frame_at, write_clip
 
 ROUTES = [
@@ -201,7 +201,7 @@ def test_a_corrupt_upload_fails_its_own_job_with_a_reason(live):
     data = bytes(range(256)) * 64  # binary, no known signature: only the decoder can tell
     r = live.client.post("/v1/videos", files={"file": ("noise.mkv", data, "video/x-matroska")})
     assert r.status_code == 202, r.text
-    job = wait_ready(live.client, r.json()["job_id"])
+    job = live.vf.wait(r.json()["job_id"])
     assert job["status"] == "failed"
     assert job["error"] and "noise" in job["error"], job
     video = live.client.get(f"/v1/videos/{r.json()['video_id']}").json()
@@ -346,7 +346,7 @@ def test_delete_removes_a_video_from_every_later_search(live):
     with open(live.videos["kitchen.mp4"].path, "rb") as f:
         r = live.client.post("/v1/videos", files={"file": ("copy.mp4", f, "video/mp4")}, data={"title": "cat copy"})
     video_id = r.json()["video_id"]
-    assert wait_ready(live.client, r.json()["job_id"])["status"] == "ready"
+    assert live.vf.wait(r.json()["job_id"])["status"] == "ready"
     found = {m["video_id"] for m in live.client.post("/v1/search", json={"text": "a cat", "group_by": "video"}).json()["results"]}
     assert video_id in found
     assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204

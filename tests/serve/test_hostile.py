@@ -17,7 +17,6 @@ import pytest
 from PIL import Image
 
 from tests.media import huge_frame, tiny_frames, zero_timescale
-from tests.serve.conftest import wait_ready
 from tests.serve.test_app import error
 
 
@@ -92,7 +91,7 @@ def test_hostile_media_fail_their_own_jobs_with_reasons_and_odd_but_real_video_i
         assert r.status_code == 202, r.text
         jobs[name] = r.json()
     for name, reason in reasons.items():
-        job = wait_ready(live.client, jobs[name]["job_id"])
+        job = live.vf.wait(jobs[name]["job_id"])
         if reason is None:
             assert job["status"] == "ready" and job["frames_indexed"] >= 1, job
         else:
@@ -219,7 +218,7 @@ def test_an_upload_named_in_100_cjk_characters_is_stored_under_a_name_that_fits_
     assert r.status_code == 202, r.text
     video_id = r.json()["video_id"]
     try:
-        assert wait_ready(live.client, r.json()["job_id"])["status"] == "ready"
+        assert live.vf.wait(r.json()["job_id"])["status"] == "ready"
         assert live.client.get(f"/v1/videos/{video_id}").json()["title"] == stem
         stored = [p for p in (live.cfg.data_dir / "media").glob("*/*") if p.name.startswith("視頻")]
         assert len(stored) == 1 and stored[0].suffix == ".mp4" and len(stored[0].name.encode()) <= 255

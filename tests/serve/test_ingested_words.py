@@ -18,18 +18,15 @@ TALK_SHOWN = [(0.0, 6.0, ["Quarterly review"]), (6.0, 12.0, ["Hiring plan: three
 def talk(live, tmp_path_factory):
     """A talk (espeak-ng speech, slides) uploaded and indexed by the live service: its id and
     what was said and shown when."""
-    from tests.serve.conftest import wait_ready
     from vifusion import _talks
 
     if not _talks.have_espeak():
         pytest.skip("espeak-ng is not installed (Debian: apt-get install espeak-ng): no talk to index")
     made = _talks.write_talk(tmp_path_factory.mktemp("talk") / "talk.mp4", 12.0, said=TALK_SAID, shown=TALK_SHOWN)
-    with open(made.path, "rb") as f:
-        r = live.client.post("/v1/videos", files={"file": ("talk.mp4", f, "video/mp4")})
-    assert r.status_code == 202, r.text
-    assert wait_ready(live.client, r.json()["job_id"])["status"] == "ready"
-    video_id = r.json()["video_id"]
-    heard = live.client.get(f"/v1/videos/{video_id}/transcript").json()["segments"]
+    accepted = live.vf.upload(made.path)
+    assert live.vf.wait(accepted["job_id"])["status"] == "ready"
+    video_id = accepted["video_id"]
+    heard = live.vf.transcript(video_id)["segments"]
     print("tiny.en wrote:", [s["text"] for s in heard])
     yield video_id, made
     live.client.delete(f"/v1/videos/{video_id}")

@@ -4,7 +4,7 @@ failed (``stage``), through the live service."""
 from __future__ import annotations
 
 from tests.media import audio_only
-from tests.serve.conftest import Live, wait_ready
+from tests.serve.conftest import Live
 from vifusion import _talks
 
 
@@ -18,7 +18,7 @@ def _upload(live: Live, path) -> dict:
 def test_a_video_without_audio_is_ready_with_a_warning(live: Live, tmp_path) -> None:
     talk = _talks.write_talk(tmp_path / "slides.mp4", 2.0, audio="none", shown=[(0.0, 2.0, ["Quarterly revenue"])])
     queued = _upload(live, talk.path)
-    job = wait_ready(live.client, queued["job_id"])
+    job = live.vf.wait(queued["job_id"])
     try:
         assert job["status"] == "ready" and job["frames_indexed"] == 2 and job["error"] is None
         assert job["stage"] is None and job["warnings"] == ["slides.mp4: no audio track"]
@@ -30,7 +30,7 @@ def test_an_audio_only_file_fails_at_probe_saying_why(live: Live, tmp_path) -> N
     path = tmp_path / "voice.m4a"
     audio_only(path, 1.0)
     queued = _upload(live, path)
-    job = wait_ready(live.client, queued["job_id"])
+    job = live.vf.wait(queued["job_id"])
     try:
         assert job["status"] == "failed" and job["stage"] == "probing" and job["warnings"] == []
         assert job["error"].endswith("not a video (no video stream)"), job["error"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.serve.conftest import wait_ready
 from tests.serve.test_app import error
 
 NOISE = bytes(range(256)) * 16  # binary, no known signature: accepted, and its job fails at decode
@@ -16,7 +15,7 @@ def assert_titled(live, r, title: str) -> None:
     video_id = r.json()["video_id"]
     try:
         assert live.client.get(f"/v1/videos/{video_id}").json()["title"] == title
-        wait_ready(live.client, r.json()["job_id"])
+        live.vf.wait(r.json()["job_id"])
     finally:
         assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
 
