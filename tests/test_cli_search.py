@@ -105,9 +105,16 @@ def test_an_image_search_gives_the_answer_of_the_ray_path(indexed, capsys, tmp_p
     assert np.allclose([r["score"] for r in fast], [r["score"] for r in ray_path], atol=1e-4)
 
 
-def test_group_by_video_gives_each_video_once(indexed, capsys):
+def keep_all(tmp_path: Path, fraction: float = 0.0) -> str:
+    """A config file setting ``min_relative_score`` (0: no moment dropped for its score)."""
+    path = tmp_path / f"config-{fraction}.json"
+    path.write_text(json.dumps({"min_relative_score": fraction}))
+    return str(path)
+
+
+def test_group_by_video_gives_each_video_once(indexed, capsys, tmp_path):
     data, videos, _ = indexed
-    found = here(data, "--group-by", "video", "--top-k", "10", "a cat", capsys=capsys)
+    found = here(data, "--config", keep_all(tmp_path), "--group-by", "video", "--top-k", "10", "a cat", capsys=capsys)
     ids = [r["video_id"] for r in found]
     assert len(ids) == len(set(ids)) == len(videos)
     assert Path(found[0]["source"]).name == "kitchen.mp4"
@@ -126,10 +133,8 @@ def test_a_video_not_ready_is_not_found(indexed, capsys, tmp_path):
 
 def test_moments_far_below_the_best_are_dropped_when_configured(indexed, capsys, tmp_path):
     data, _, _ = indexed
-    everything = here(data, "--top-k", "20", "a rocket", capsys=capsys)
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"min_relative_score": 0.5}))
-    cut = here(data, "--config", str(config), "--top-k", "20", "a rocket", capsys=capsys)
+    everything = here(data, "--config", keep_all(tmp_path), "--top-k", "20", "a rocket", capsys=capsys)
+    cut = here(data, "--config", keep_all(tmp_path, 0.5), "--top-k", "20", "a rocket", capsys=capsys)
     assert cut == [r for r in everything if r["score"] >= 0.5 * everything[0]["score"]]
     assert len(cut) < len(everything)
 

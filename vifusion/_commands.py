@@ -84,19 +84,16 @@ def cmd_search(
     process, reading it (no Ray; a text query loads only the text model, without torch where
     its ONNX export is there). With ``cfg.ray_address`` (``--address``): through Ray, whose
     cluster may hold data this machine does not."""
-    from vifusion.client import ApiError
-    from vifusion.extract.decode import DecodeError
-
     modalities = modalities or list(MODALITIES)
     query = dict(text=text, image=image, clip=clip, top_k=top_k, modalities=modalities, group_by=group_by)
     try:
         rows = _ask_service(cfg, **query) if cfg.ray_address is None else None
         if rows is None:
             rows = _search_here(cfg, **query)
-    except ApiError as e:  # the service refused the query: its reason
-        print(f"vifusion search: {e.message}", file=sys.stderr)
+    except _Refused as e:  # by the service: its reason
+        print(f"vifusion search: {e}", file=sys.stderr)
         return EXIT_USAGE if e.status < 500 else EXIT_FAILED
-    except (ValueError, DecodeError, StorageError) as e:
+    except (ValueError, StorageError) as e:
         print(f"vifusion search: {e}", file=sys.stderr)
         return EXIT_USAGE
     if as_json:
@@ -117,10 +114,19 @@ def cmd_search(
 _API_TOP_K = 100  # the most results the API gives in one page
 
 
+class _Refused(Exception):
+    """The service refused the query (``ApiError``, kept apart so that a search without a
+    service does not import the HTTP client): its message, and its HTTP ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _ask_service(cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[dict] | None:
     """The rows from the live service announced in the data dir (``_running``); None where
     none runs, no key is known, or it cannot be reached (then the data dir is read here).
-    ApiError where it refuses the query."""
+    _Refused where it refuses the query."""
     from vifusion._running import api_key, running_url
 
     if any(p is not None and not Path(p).is_file() for p in (image, clip)):
@@ -131,7 +137,7 @@ def _ask_service(cfg: Config, text, image, clip, top_k: int, modalities: list[st
         return None
     import httpx
 
-    from vifusion.client import Client
+    from vifusion.client import ApiError, Client
 
     options: dict = {"modalities": modalities, "group_by": group_by}
     found: list[dict] = []
@@ -145,6 +151,8 @@ def _ask_service(cfg: Config, text, image, clip, top_k: int, modalities: list[st
                 options["cursor"] = page["next_cursor"]
     except httpx.TransportError:  # it stopped meanwhile
         return None
+    except ApiError as e:
+        raise _Refused(e.status, e.message) from None
     sources = _sources(cfg, [m["video_id"] for m in found])
     keys = ("video_id", "title", "start_s", "end_s", "score", "matched", "snippet", "highlights")
     return [{**{k: m.get(k) for k in keys}, "source": sources.get(m["video_id"])} for m in found]
@@ -198,7 +206,12 @@ def _find(searcher, text, image, clip, top_k: int, modalities: list[str], group_
         return searcher.text(text, top_k, group_by, modalities=modalities)
     if image is not None:
         return searcher.image(_load_image(image), top_k, group_by)
-    return searcher.clip(clip, top_k, group_by)
+    from vifusion.extract.decode import DecodeError
+
+    try:
+        return searcher.clip(clip, top_k, group_by)
+    except DecodeError as e:  # a bad clip: a usage error, as any other bad query
+        raise ValueError(str(e)) from None
 
 
 def _rows(cfg: Config, catalog, moments: list[Moment]) -> list[dict]:

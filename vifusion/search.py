@@ -32,12 +32,12 @@ import numpy as np
 
 from vifusion.catalog import Catalog
 from vifusion.config import Config
-from vifusion.extract.decode import Batches, open_sampled
 from vifusion.index.segments import group_segments, group_videos
 from vifusion.ranking import ALIASES, FUSIONS, MARKS, MODALITIES, Candidate, Moment, fuse
 from vifusion.types import Found, SearchHit, Segment
 
-if TYPE_CHECKING:  # a text search from the command line runs without torch and Ray (index/local.py)
+if TYPE_CHECKING:  # a text search from the command line runs without torch, Ray and PyAV (index/local.py)
+    from vifusion.extract.decode import Batches
     from vifusion.extract.model import Embedder
     from vifusion.extract._text_onnx import TextEmbedder
     from vifusion.index import ShardSet
@@ -104,6 +104,8 @@ def decode_clip(path: Path, cfg: Config) -> Batches:
     the clip is at fault (too long, too large a picture or too costly a codec), and sent
     again unchanged it would cost as much again, so it is not an invitation to retry.
     """
+    from vifusion.extract.decode import open_sampled
+
     t0 = time.monotonic()
     info, _, batches = open_sampled(path, cfg.sample_fps, MAX_CLIP_FRAMES, batch=_CLIP_BATCH)
     if info.duration_s > cfg.max_query_clip_s:
