@@ -341,3 +341,141 @@ def cmd_check(cfg: Config, fix: bool) -> int:
         return EXIT_OK
     print(f"{found} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
     return EXIT_FAILED
+
+
+def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:
+    """Print the videos of the data dir, from its catalog (read-only: no Ray, a service may run)."""
+    from vifusion._admin import NoCatalog, all_videos, open_catalog, video_row
+
+    try:
+        catalog = open_catalog(cfg)
+    except NoCatalog as e:
+        print(f"vifusion list: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        rows = [video_row(v) for v in all_videos(catalog, status)]
+    finally:
+        catalog.close()
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return EXIT_OK
+    if not rows:
+        print("no videos" + (f" {status}" if status else "") + f" in {cfg.data_dir}")
+        return EXIT_OK
+    print(f"{'id':>5}  {'status':<8}  {'duration':>8}  {'frames':>6}  {'added':<19}  title  (source)")
+    for r in rows:
+        duration = _clock(r["duration_s"]) if r["duration_s"] is not None else "-"
+        print(f"{r['video_id']:>5}  {r['status']:<8}  {duration:>8}  {r['frames']:>6}  {r['added']:<19}  "
+              f"{r['title']}  ({r['source']})")
+        if r["error"]:
+            print(f"{'':>7}{r['error']}")
+    return EXIT_OK
+
+
+def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
+    """Delete videos: through the service that serves the data dir if one runs, else here,
+    under the data dir's writer lock, without Ray (``_admin.Deleter``). Exit 1 if any is unknown."""
+    from vifusion._admin import Busy, Deleter, NoCatalog, open_catalog, writer_lock
+    from vifusion._running import api_key, running_url
+    from vifusion.runtime import DataDirUnwritable
+
+    url = running_url(cfg.data_dir)
+    key = api_key(cfg) if url is not None else None
+    if url is not None and key is None:
+        print(f"vifusion delete: the service at {url} serves {cfg.data_dir}, and no API key is known "
+              f"(set VIFUSION_API_KEY or put it in {cfg.data_dir / 'api_key'})", file=sys.stderr)
+        return EXIT_USAGE
+    if url is not None:
+        import httpx
+
+        from vifusion.client import ApiError
+
+        try:
+            deleted, missing = _delete_through(url, key, video_ids)
+        except ApiError as e:
+            print(f"vifusion delete: the service at {url} refused: {e.message}", file=sys.stderr)
+            return EXIT_USAGE if e.status < 500 else EXIT_FAILED
+        except httpx.HTTPError as e:
+            print(f"vifusion delete: the service at {url} did not answer ({e}); nothing more was deleted",
+                  file=sys.stderr)
+            return EXIT_FAILED
+    else:
+        try:
+            open_catalog(cfg).close()
+            with writer_lock(cfg):
+                deleter = Deleter(cfg)
+                try:
+                    deleted, missing = [], []
+                    for video_id in video_ids:
+                        (deleted if deleter.delete(video_id) else missing).append(video_id)
+                finally:
+                    deleter.close()
+        except (NoCatalog, Busy, DataDirUnwritable, ValueError, StorageError) as e:
+            print(f"vifusion delete: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    for video_id in deleted:
+        print(f"deleted video {video_id}")
+    for video_id in missing:
+        print(f"not found: video {video_id}", file=sys.stderr)
+    return EXIT_FAILED if missing else EXIT_OK
+
+
+def _delete_through(url: str, key: str, video_ids: list[int]) -> tuple[list[int], list[int]]:
+    """(deleted, not found) through the service's API; ApiError for any other refusal."""
+    from vifusion.client import ApiError, Client
+
+    deleted, missing = [], []
+    with Client(url, key) as vf:
+        for video_id in video_ids:
+            try:
+                vf.delete(video_id)
+                deleted.append(video_id)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                missing.append(video_id)
+    return deleted, missing
+
+
+def cmd_status(cfg: Config, as_json: bool) -> int:
+    """Print what the data dir holds and does: the service serving it, videos by status,
+    jobs (running, failed of late), each shard's rows, log and last snapshot. Reads only, no Ray."""
+    from vifusion._admin import NoCatalog, job_summary, open_catalog, shard_states
+    from vifusion._running import running_url
+
+    try:
+        catalog = open_catalog(cfg)
+    except NoCatalog as e:
+        print(f"vifusion status: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        videos, jobs = catalog.counts(), job_summary(catalog)
+        titles = {i: v.title for i, v in catalog.get_videos(
+            [j["video_id"] for j in jobs["running"] + jobs["recent_failures"]]).items()}
+    finally:
+        catalog.close()
+    try:
+        shards = [s.as_dict() for s in shard_states(cfg)]
+    except ValueError as e:  # another shard count, a damaged log
+        print(f"vifusion status: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    report = {"data_dir": str(cfg.data_dir), "service": running_url(cfg.data_dir), "videos": videos,
+              "jobs": jobs, "shards": shards}
+    if as_json:
+        print(json.dumps(report))
+        return EXIT_OK
+    print(f"data dir: {cfg.data_dir}")
+    print(f"service:  {'serving at ' + report['service'] if report['service'] else 'none running'}")
+    print("videos:   " + (", ".join(f"{n} {s}" for s, n in sorted(videos.items())) or "none"))
+    print("jobs:     " + ", ".join(f"{n} {s}" for s, n in jobs["counts"].items() if n or s in ("queued", "failed")))
+    for j in jobs["running"]:
+        print(f"  running  video {j['video_id']} {titles.get(j['video_id'])!r}: {j['stage'] or j['status']}, "
+              f"{j['progress']:.0%}")
+    for j in jobs["recent_failures"]:
+        print(f"  failed   video {j['video_id']} {titles.get(j['video_id'])!r} at {j['updated']}: {j['error']}")
+    for s in shards:
+        rows = ", ".join(f"{space} {n}" for space, n in s["rows"].items()) or "empty"
+        snapshot = f"last snapshot {s['snapshot_at']}" if s["snapshot_at"] else "no snapshot yet"
+        print(f"shard {s['shard']}:  {rows}; {s['videos']} video(s); log {s['log_bytes']:,} bytes; {snapshot}")
+    return EXIT_OK

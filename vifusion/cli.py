@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vifusion._commands import EXIT_USAGE
+from vifusion.catalog import JOB_STATES
 from vifusion.config import Config
 from vifusion.ranking import ALIASES, MODALITIES
 
@@ -65,6 +66,22 @@ def _parser() -> argparse.ArgumentParser:
                         help="do the catalog and the shards agree? any leftover files? (--repair fixes both)")
     ck.add_argument("--repair", action="store_true",
                     help="delete stray vectors, queue lost videos again, remove leftover media and temp files")
+
+    ls = sub.add_parser("list", parents=[common], help="the videos: id, status, duration, frames, title, source",
+                        description="List the videos of the data dir, read from its catalog (a running service "
+                        "is not disturbed); a failed one with its reason.")
+    ls.add_argument("--status", choices=JOB_STATES, help="only videos in this status")
+    ls.add_argument("--json", action="store_true", help="print JSON, one object per video")
+
+    dl = sub.add_parser("delete", parents=[common], help="delete videos: vectors, catalog entry, stored media",
+                        description="Delete videos: through the service that serves the data dir if one runs, "
+                        "else in this process (refused while another process writes to the data dir). A file "
+                        "indexed in place stays where it is; an upload or a download the data dir stored is removed.")
+    dl.add_argument("video_ids", nargs="+", type=int, metavar="VIDEO_ID")
+
+    st = sub.add_parser("status", parents=[common],
+                        help="jobs, videos by status, each shard's rows, log and last snapshot, the service")
+    st.add_argument("--json", action="store_true", help="print one JSON object")
 
     sub.add_parser("demo", parents=[common], help="make sample videos, index them, run example queries")
     return p
@@ -124,6 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vifusion._commands import cmd_check
 
         return cmd_check(cfg, args.repair)
+    if args.command == "list":
+        from vifusion._commands import cmd_list
+
+        return cmd_list(cfg, args.status, args.json)
+    if args.command == "delete":
+        from vifusion._commands import cmd_delete
+
+        return cmd_delete(cfg, args.video_ids)
+    if args.command == "status":
+        from vifusion._commands import cmd_status
+
+        return cmd_status(cfg, args.json)
     if args.command == "demo":
         from vifusion.demo import run_demo
 

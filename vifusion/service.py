@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+from vifusion._admin import remove_stored_media
 from vifusion._files import StorageError, fd_path, storage_writes
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
@@ -258,9 +259,7 @@ class Service:
         # `vifusion check --repair` removes.
         with storage_writes(self.cfg.data_dir, "the video is deleted, but its vectors stay until `vifusion check --repair`"):
             self.shards.delete_video(video_id)
-        media = self.cfg.data_dir / "media"
-        if video.media and Path(video.media).parent.parent == media:  # only files the service stored itself
-            shutil.rmtree(Path(video.media).parent, ignore_errors=True)
+        remove_stored_media(self.cfg.data_dir, video)
         self.thumbnails.drop(video_id)
 
     # -- retry -------------------------------------------------------------------------
