@@ -371,7 +371,7 @@
   $("player").addEventListener("playing", () => { if (playing) playing.refreshed = false; });
   $("player").addEventListener("timeupdate", () => {
     const video = $("player");
-    if (playing && !video.seeking) playing.at = video.currentTime;
+    if (playing && !video.seeking && video.readyState >= 1) playing.at = video.currentTime; // not a (re)load's reset to 0
     followMarks();
   });
   $("player").addEventListener("durationchange", () => layoutMarks());

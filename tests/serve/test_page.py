@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from serve._signed import MediaSigner
 from vifusion.catalog import Catalog
 from vifusion.samples import write_video
 
@@ -293,6 +294,16 @@ def test_library_lists_plays_retries_and_deletes(page, live):
         page.wait_for_function("""() => { const v = document.getElementById('player');
             return v.src.startsWith(location.origin + '/media/') && v.readyState >= 2 && v.played.length > 0; }""")
         assert page.locator("#timeline").is_hidden()
+        # A URL that runs out mid-film (the service refuses its next range: 403) is replaced,
+        # and the video goes on from where it was.
+        expired, _ = MediaSigner(KEY, 60).url(kitchen["video_id"], now=time.time() - 120)
+        page.eval_on_selector("#player", "v => { v.pause(); v.currentTime = 3; }")
+        page.wait_for_function("() => { const v = document.getElementById('player'); return !v.seeking && v.currentTime === 3; }")
+        page.eval_on_selector("#player", f"v => {{ v.src = '{expired}'; }}")
+        page.wait_for_function(f"""() => {{ const v = document.getElementById('player');
+            return v.src.includes('/media/') && !v.src.endsWith('{expired}') && v.readyState >= 2 && !v.seeking
+                && Math.abs(v.currentTime - 3) < 0.5; }}""")
+        assert page.locator("#error").is_hidden(), page.inner_text("#error")
         page.keyboard.press("Escape")
         page.locator("#player-panel").wait_for(state="hidden")
 
