@@ -1,0 +1,527 @@
+"""A discrete-event simulation of ingest on a described cluster, for one candidate placement.
+
+What runs, per video (the indexer hands each to the next free extractor, and it goes to
+shard ``video_id mod num_shards``, as ``Indexer`` and ``shard_for`` do):
+
+- **decode** (one thread, ``prefetch`` depth 2 ahead) and **embed** (torch on the node's
+  cores, or its GPU) in batches of ``embed_batch`` frames, on the extractor's node; speech
+  and screen text are CPU work on the same node (``text_cs`` per frame);
+- **hand-over** to the node aggregator, one in flight while the next batch is embedded;
+  the aggregator's thread (one core: the GIL) dedups and buffers the rows per destination;
+  ``submit`` returns only once the buffer holds less than a batch (back-pressure);
+- **fuse**: the real ``FlushPolicy.plan`` sizes batches and the window from the link's
+  statistics, the real ``FusionBuffer.due`` says when one leaves, the real ``CodecPolicy``
+  picks the codec from the statistics each acknowledgement brings;
+- **link**: the source node's uplink, first come first served, at min(uplink, the
+  destination's downlink), then half a round trip (nothing crosses a link within a node);
+- **shard**: the primary applies a batch on one core, then a group commit (one log sync
+  for every batch applied by then) acknowledges it; each replica applies it too (it reads
+  the log: CPU on its node, not in the acknowledgement's path);
+- a video is finished (its extractor takes the next) once every row of it is acknowledged.
+
+CPU is shared on each node by processor sharing: every running piece of work gets an equal
+share of the node's cores (cores x CPU share), none more than it can use (one core for a
+thread, the node's cores for torch). What it reports: frames per second over the run (the
+first video's start to the last acknowledgement, as ``benchmarks/plan.py`` measures) and the
+p50 of a row's time from embedded to acknowledged (as the aggregator's ``latency_p50_s``).
+
+Not modelled: dedup runs held open (a still scene's rows wait for the run to close), the
+per-video start (probe, opening the file), Ray's scheduling, other traffic on the links.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vifusion.comm.adaptive import CodecPolicy, Rung
+from vifusion.comm.codec import Ladder
+from vifusion.comm.link import LinkStats
+from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer
+from vifusion.fusion.policy import FlushPlan, FlushPolicy
+from vifusion.plan.model import Cluster, Node, path
+
+_LOCAL = (2e9, 50e-6)  # bytes/s and round trip within one node (loopback)
+_ROW_EXTRA = 16  # ids and times travel beside the features
+_RUNGS = tuple(Rung(c.name, c.bytes_per_row) for c in Ladder().codecs)  # fp32, fp16, int8 (no tables)
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """What each stage costs on one node type (``calibrate.py`` measures them). ``_cs``:
+    core-seconds of CPU; per frame unless said otherwise."""
+
+    decode_cs: float
+    embed_cs: float
+    embed_gpu_s: float = 0.0  # GPU seconds per frame; 0: the node embeds on its CPU
+    text_cs: float = 0.0  # speech and screen text, where enabled
+    aggregate_cs: float = 3e-5  # per row: hand-over, dedup, buffer (the aggregator's thread)
+    encode_cs: tuple[float, ...] = (0.0, 1 / 120e3, 1 / 160e3)  # per row, per ladder level
+    apply_cs: float = 4e-5  # per row, at a shard's primary and at each replica
+    message_cs: float = 3e-4  # per batch at the shard: its fixed cost
+    sync_s: float = 1e-3  # one log sync
+    dedup_ratio: float = 1.0  # rows sent per frame embedded
+    extractor_bytes: int = 2 << 30  # an extractor's memory (its models)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A placement: extractors per node (in ``Cluster.nodes()`` order), the node of every
+    replica of every shard (primary first), and the fusion size limits."""
+
+    extractors: tuple[int, ...]
+    shards: tuple[tuple[int, ...], ...]
+    fusion_min_bytes: int = 64 << 10
+    fusion_max_bytes: int = 8 << 20
+
+
+@dataclass(frozen=True)
+class Workload:
+    videos: int
+    frames_per_video: int
+    embed_batch: int = 16
+    latency_target_s: float = 0.2
+
+
+@dataclass
+class Result:
+    fps: float
+    p50_s: float
+    frames: int
+    seconds: float
+    messages: int = 0
+    codec_rows: dict[str, float] = field(default_factory=dict)
+
+
+class _Sim:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._q: list[tuple[float, int, Callable, tuple]] = []
+        self._seq = 0
+
+    def at(self, t: float, fn: Callable, *args: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._q, (t, self._seq, fn, args))
+
+    def run(self, until: float) -> None:
+        while self._q:
+            t, _, fn, args = heapq.heappop(self._q)
+            if t > until:
+                break
+            self.now = t
+            fn(*args)
+
+
+class _Cpu:
+    """Processor sharing over ``capacity`` cores; a job runs at most at its ``cap`` cores."""
+
+    def __init__(self, sim: _Sim, capacity: float) -> None:
+        self.sim, self.capacity = sim, capacity
+        self.jobs: list[list] = []  # [work left, cap, callback]
+        self.rates: list[float] = []
+        self.t = 0.0
+        self.version = 0
+
+    def add(self, work: float, cap: float, done: Callable[[], None]) -> None:
+        if work <= 0:
+            self.sim.at(self.sim.now, done)
+            return
+        self._advance()
+        self.jobs.append([work, cap, done])
+        self._schedule()
+
+    def _advance(self) -> None:
+        dt = self.sim.now - self.t
+        if dt > 0:
+            for job, rate in zip(self.jobs, self.rates):
+                job[0] -= rate * dt
+        self.t = self.sim.now
+
+    def _schedule(self) -> None:
+        self.version += 1
+        n, left = len(self.jobs), self.capacity
+        self.rates = [0.0] * n
+        for k, i in enumerate(sorted(range(n), key=lambda i: self.jobs[i][1])):
+            self.rates[i] = min(self.jobs[i][1], left / (n - k))
+            left -= self.rates[i]
+        if self.jobs:
+            wait = min(j[0] / r if r else math.inf for j, r in zip(self.jobs, self.rates))
+            self.sim.at(self.sim.now + max(wait, 0.0), self._fire, self.version)
+
+    def _fire(self, version: int) -> None:
+        if version != self.version:
+            return
+        self._advance()
+        # This fires when the soonest job ends: it is done, and any due within a nanosecond
+        # (a remainder of rounding must not schedule an event that never moves the clock).
+        left = [j[0] / r if r else math.inf for j, r in zip(self.jobs, self.rates)]
+        soonest = min(left)
+        done = [j for j, t in zip(self.jobs, left) if t <= soonest + 1e-9]
+        self.jobs = [j for j, t in zip(self.jobs, left) if t > soonest + 1e-9]
+        self._schedule()
+        for j in done:
+            j[2]()
+
+
+class _Serial:
+    """One thread on a node: its jobs one after another, each on at most one core."""
+
+    def __init__(self, cpu: _Cpu) -> None:
+        self.cpu, self.queue, self.busy = cpu, [], False
+
+    def add(self, work: float, done: Callable[[], None]) -> None:
+        self.queue.append((work, done))
+        self._next()
+
+    def _next(self) -> None:
+        if self.busy or not self.queue:
+            return
+        self.busy = True
+        work, done = self.queue.pop(0)
+
+        def finished() -> None:
+            self.busy = False
+            done()
+            self._next()
+
+        self.cpu.add(work, 1.0, finished)
+
+
+class _RowBuffer(FusionBuffer):
+    """A fusion buffer of row counts, not rows: ``due`` and ``nbytes`` are the real ones.
+    Rows are fractional (dedup keeps a share of the frames), so ``len`` rounds up."""
+
+    def __len__(self) -> int:
+        return math.ceil(self._rows - 1e-9)
+
+    def add_rows(self, rows: float, video: int, arrived: float, extracted: float) -> None:
+        self._chunks.append(_Rows(rows, video, arrived, extracted))
+        self._rows += rows
+
+    def take_rows(self, max_bytes: int) -> list[_Rows]:
+        want = min(self._rows, max(1, max_bytes // FRAME_BYTES))
+        out: list[_Rows] = []
+        while want > 1e-9 and self._chunks:
+            c = self._chunks[0]
+            n = min(c.rows, want)
+            out.append(_Rows(n, c.video, c.arrived, c.extracted))
+            c.rows -= n
+            want -= n
+            self._rows -= n
+            if c.rows <= 1e-9:
+                self._chunks.popleft()
+        return out
+
+
+@dataclass
+class _Rows:
+    rows: float
+    video: int
+    arrived: float
+    extracted: float
+
+
+class _Link:
+    """One aggregator's path to one shard: its buffer and what it knows of the path."""
+
+    def __init__(self, sim: _Sim, rate: float, rtt: float, message_cs: float) -> None:
+        self.rate, self.rtt, self.message_cs = rate, rtt, message_cs
+        self.buffer = _RowBuffer()
+        self.in_flight = 0
+        self.in_flight_bytes = 0
+        self.acked = 0
+        self.service_s = 0.0
+        self.qdelay = 0.0
+        self.urgent = False
+        self.timer: float | None = None
+        self.policy = CodecPolicy(_RUNGS, clock=lambda: sim.now)  # the simulation's clock
+
+    def stats(self, now: float) -> LinkStats:
+        measured = self.rate if self.acked else 0.0
+        oldest = self.buffer.oldest()
+        return LinkStats(
+            delivery_rate=measured, capacity=measured, path_rate=measured, logical_rate=measured,
+            min_rtt=self.rtt, queueing_delay=self.qdelay, backlog_age=now - oldest if oldest is not None else 0.0,
+            in_flight_bytes=self.in_flight_bytes, in_flight=self.in_flight, acked_bytes=0,
+            acked_messages=self.acked, service_s=self.service_s, per_message_s=self.message_cs,
+            rtt_stale=False)
+
+    def wire_ratio(self) -> float:
+        return _RUNGS[self.policy.level].bytes_per_row / _RUNGS[0].bytes_per_row
+
+
+class Simulation:
+    """One run of ``workload`` on ``cluster`` placed as ``candidate`` (``costs``: by node type)."""
+
+    def __init__(self, cluster: Cluster, costs: dict[str, StageCosts], candidate: Candidate,
+                 workload: Workload) -> None:
+        self.sim = _Sim()
+        self.nodes: list[Node] = cluster.nodes()
+        self.costs = [costs[n.type.name] for n in self.nodes]
+        self.cand, self.work = candidate, workload
+        self.cpu = [_Cpu(self.sim, n.type.cores) for n in self.nodes]
+        self.gpu = [_Cpu(self.sim, n.type.gpus) if n.type.gpus else None for n in self.nodes]
+        self.agg = [_Serial(c) for c in self.cpu]
+        self.uplink_free = [0.0] * len(self.nodes)
+        self.policy = FlushPolicy(workload.latency_target_s, min_bytes=candidate.fusion_min_bytes,
+                                  max_bytes=candidate.fusion_max_bytes)
+        self.links: dict[tuple[int, int], _Link] = {}
+        self.shard_apply = [_Serial(self.cpu[group[0]]) for group in candidate.shards]
+        self.staged: list[list] = [[] for _ in candidate.shards]
+        self.syncing = [False] * len(candidate.shards)
+        self.pending: dict[int, float] = {}  # video -> rows not yet acknowledged
+        self.finishing: dict[int, Callable[[], None]] = {}
+        self.room_waiters: dict[tuple[int, int], list[Callable[[], None]]] = {}
+        self.next_video = 0
+        self.started: list[float] = []  # when each video's extraction began, in video order
+        self.frames_done = 0
+        self.last_ack = 0.0
+        self.latencies: list[tuple[float, float]] = []  # (latency, rows)
+        self.messages = 0
+        self.codec_rows: dict[str, float] = {}
+
+    # -- driving ------------------------------------------------------------------------
+
+    def run(self, horizon_s: float = 3600.0) -> Result:
+        for i, k in enumerate(self.cand.extractors):
+            for _ in range(k):
+                _Extractor(self, i).next_video()
+        self.sim.run(horizon_s)
+        seconds = self.last_ack or self.sim.now
+        lat = sorted(self.latencies)
+        half, acc, p50 = sum(r for _, r in lat) / 2, 0.0, 0.0
+        for value, rows in lat:
+            acc += rows
+            if acc >= half:
+                p50 = value
+                break
+        return Result(self.frames_done / seconds if seconds else 0.0, p50, self.frames_done, seconds,
+                      self.messages, self.codec_rows)
+
+    def take_video(self) -> int | None:
+        if self.next_video >= self.work.videos:
+            return None
+        self.next_video += 1
+        self.started.append(self.sim.now)
+        return self.next_video  # ids from 1, as the catalog's
+
+    # -- the aggregator -------------------------------------------------------------------
+
+    def link(self, node: int, shard: int) -> _Link:
+        key = (node, shard)
+        if key not in self.links:
+            dst = self.cand.shards[shard][0]
+            rate, rtt = _LOCAL if dst == node else path(self.nodes[node].type, self.nodes[dst].type)
+            self.links[key] = _Link(self.sim, rate, rtt, self.costs[dst].message_cs)
+        return self.links[key]
+
+    def submit(self, node: int, shard: int, video: int, frames: int, extracted: float,
+               handed: Callable[[], None]) -> None:
+        costs = self.costs[node]
+
+        def aggregated() -> None:
+            rows = frames * costs.dedup_ratio
+            link = self.link(node, shard)
+            self.pending[video] = self.pending.get(video, 0.0) + rows
+            link.buffer.add_rows(rows, video, self.sim.now, extracted)
+            self.pump(node, shard)
+            self._when_room(node, shard, handed)
+
+        self.agg[node].add(frames * costs.aggregate_cs, aggregated)
+
+    def _plan(self, link: _Link) -> FlushPlan:
+        return self.policy.plan(link.stats(self.sim.now), link.wire_ratio(), by_stream=True)
+
+    def _when_room(self, node: int, shard: int, then: Callable[[], None]) -> None:
+        link = self.link(node, shard)
+        if link.buffer.nbytes < self._plan(link).max_bytes:
+            then()
+        else:
+            self.room_waiters.setdefault((node, shard), []).append(then)
+
+    def finish(self, node: int, shard: int, video: int, done: Callable[[], None]) -> None:
+        if self.pending.get(video, 0.0) <= 1e-6:
+            self.pending.pop(video, None)
+            done()
+            return
+        self.finishing[video] = done
+        link = self.link(node, shard)
+        link.urgent = True
+        self.pump(node, shard)
+
+    def pump(self, node: int, shard: int) -> None:
+        """The aggregator's pump for one destination (``Aggregator._pump_once``)."""
+        link, now = self.link(node, shard), self.sim.now
+        plan = self._plan(link)
+        idle, room = not link.in_flight, plan.window - link.in_flight
+        size = plan.max_bytes
+        if idle and link.buffer.nbytes < size:  # less than a batch leaves at once, cut in up to a window of parts
+            size = max(math.ceil(link.buffer.nbytes / room), self.cand.fusion_min_bytes)
+        while room > 0 and (link.buffer.due(plan, now, link_idle=idle) or (link.urgent and len(link.buffer))):
+            self._send(node, shard, link, link.buffer.take_rows(size))
+            room -= 1
+        if not len(link.buffer):
+            link.urgent = False
+        elif room > 0:
+            due = link.buffer.oldest() + plan.max_age_s + 1e-9  # past rounding: due() must see it due
+            if link.timer is None or link.timer > due:
+                link.timer = due
+                self.sim.at(max(due, now), self._timer, node, shard, due)
+        waiters = self.room_waiters.get((node, shard))
+        while waiters and link.buffer.nbytes < plan.max_bytes:
+            waiters.pop(0)()
+
+    def _timer(self, node: int, shard: int, due: float) -> None:
+        link = self.link(node, shard)
+        if link.timer == due:
+            link.timer = None
+            self.pump(node, shard)
+
+    def _send(self, node: int, shard: int, link: _Link, chunks: list[_Rows]) -> None:
+        rows = sum(c.rows for c in chunks)
+        level = link.policy.level
+        nbytes = int(rows * (_RUNGS[level].bytes_per_row + _ROW_EXTRA))
+        self.codec_rows[_RUNGS[level].name] = self.codec_rows.get(_RUNGS[level].name, 0.0) + rows
+        link.in_flight += 1
+        link.in_flight_bytes += nbytes
+        self.messages += 1
+        encode = rows * self.costs[node].encode_cs[min(level, len(self.costs[node].encode_cs) - 1)]
+        self.agg[node].add(encode, lambda: self._transmit(node, shard, link, chunks, rows, nbytes))
+
+    def _transmit(self, node: int, shard: int, link: _Link, chunks: list[_Rows], rows: float, nbytes: int) -> None:
+        now, dst = self.sim.now, self.cand.shards[shard][0]
+        if dst == node:
+            arrive = now + nbytes / link.rate + link.rtt / 2
+        else:
+            start = max(now, self.uplink_free[node])
+            self.uplink_free[node] = start + nbytes / link.rate
+            link.qdelay = 0.7 * link.qdelay + 0.3 * (start - now)
+            arrive = self.uplink_free[node] + link.rtt / 2
+        self.sim.at(arrive, self._receive, node, shard, link, chunks, rows, nbytes)
+
+    # -- the shard ------------------------------------------------------------------------
+
+    def _receive(self, node: int, shard: int, link: _Link, chunks: list[_Rows], rows: float, nbytes: int) -> None:
+        arrived = self.sim.now
+        group = self.cand.shards[shard]
+        costs = self.costs[group[0]]
+
+        def applied() -> None:
+            self.staged[shard].append((node, link, chunks, nbytes, arrived))
+            self._sync(shard)
+
+        self.shard_apply[shard].add(rows * costs.apply_cs + costs.message_cs, applied)
+        for replica in group[1:]:  # a replica applies what the primary logged, on its own node
+            self.cpu[replica].add(rows * self.costs[replica].apply_cs, lambda: None)
+
+    def _sync(self, shard: int) -> None:
+        if self.syncing[shard] or not self.staged[shard]:
+            return
+        self.syncing[shard] = True
+        batch, self.staged[shard] = self.staged[shard], []
+
+        def synced() -> None:
+            self.syncing[shard] = False
+            for node, link, chunks, nbytes, arrived in batch:
+                self.sim.at(self.sim.now + link.rtt / 2, self._ack, node, shard, link, chunks, nbytes,
+                            self.sim.now - arrived)
+            self._sync(shard)
+
+        self.sim.at(self.sim.now + self.costs[self.cand.shards[shard][0]].sync_s, synced)
+
+    def _ack(self, node: int, shard: int, link: _Link, chunks: list[_Rows], nbytes: int, service_s: float) -> None:
+        now = self.sim.now
+        link.in_flight -= 1
+        link.in_flight_bytes -= nbytes
+        link.service_s = service_s if not link.acked else 0.8 * link.service_s + 0.2 * service_s
+        link.acked += 1
+        link.policy.update(link.stats(now))
+        self.last_ack = now
+        for c in chunks:
+            self.latencies.append((now - c.extracted, c.rows))
+            self.pending[c.video] -= c.rows
+            if self.pending[c.video] <= 1e-6 and c.video in self.finishing:
+                self.pending.pop(c.video)
+                self.finishing.pop(c.video)()
+        self.pump(node, shard)
+
+
+class _Extractor:
+    """One extractor actor: videos one at a time, decode ahead, one hand-over in flight."""
+
+    _DEPTH = 2  # prefetch depth
+
+    def __init__(self, s: Simulation, node: int) -> None:
+        self.s, self.node = s, node
+        self.costs = s.costs[node]
+        n = s.nodes[node]
+        self.gpu = s.gpu[node] if self.costs.embed_gpu_s and n.type.gpus else None
+        self.threads = n.type.cpus
+
+    def next_video(self) -> None:
+        video = self.s.take_video()
+        if video is None:
+            return
+        self.video, self.shard = video, video % len(self.s.cand.shards)
+        frames, b = self.s.work.frames_per_video, self.s.work.embed_batch
+        self.batches = [min(b, frames - i) for i in range(0, frames, b)]
+        self.decoded = self.ready = self.embedded_n = self.handed_n = 0
+        self.decoding = self.embedding = self.handing = False
+        self.waiting: tuple[int, float] | None = None  # an embedded batch not yet handed over
+        self._decode()
+
+    def _decode(self) -> None:
+        if self.decoding or self.ready >= self._DEPTH or self.decoded >= len(self.batches):
+            return
+        self.decoding = True
+        n = self.batches[self.decoded]
+        self.s.cpu[self.node].add(n * self.costs.decode_cs, 1.0, self._decoded)
+
+    def _decoded(self) -> None:
+        self.decoding = False
+        self.decoded += 1
+        self.ready += 1
+        self._decode()
+        self._embed()
+
+    def _embed(self) -> None:
+        if self.embedding or not self.ready or self.waiting is not None:
+            return
+        self.embedding, self.ready = True, self.ready - 1
+        self._decode()
+        n = self.batches[self.embedded_n]
+        if self.gpu is not None:
+            self.s.cpu[self.node].add(n * self.costs.text_cs, 1.0, lambda: None)
+            self.gpu.add(n * self.costs.embed_gpu_s, 1.0, self._embedded)
+        else:
+            self.s.cpu[self.node].add(n * (self.costs.embed_cs + self.costs.text_cs), self.threads, self._embedded)
+
+    def _embedded(self) -> None:
+        self.embedding = False
+        self.waiting = (self.batches[self.embedded_n], self.s.sim.now)
+        self.embedded_n += 1
+        self._hand()
+
+    def _hand(self) -> None:
+        if self.handing or self.waiting is None:
+            return
+        (n, t), self.waiting = self.waiting, None
+        self.handing = True
+        self.s.submit(self.node, self.shard, self.video, n, t, self._handed)
+        self._embed()
+
+    def _handed(self) -> None:
+        self.handing = False
+        self.handed_n += 1
+        self.s.frames_done += self.batches[self.handed_n - 1]
+        if self.handed_n == len(self.batches):
+            self.s.finish(self.node, self.shard, self.video, self.next_video)
+        else:
+            self._hand()
+
+
+def simulate(cluster: Cluster, costs: dict[str, StageCosts], candidate: Candidate, workload: Workload) -> Result:
+    """Predicted frames/s and p50 of ``candidate`` for ``workload`` (see the module doc)."""
+    return Simulation(cluster, costs, candidate, workload).run()
