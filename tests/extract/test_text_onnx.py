@@ -43,6 +43,13 @@ def test_the_export_is_named_by_the_weights_and_made_once(exported):
     assert [p.name for p in exported.parent.iterdir() if p.suffix != ".lock"] == [exported.name]  # no temp left
 
 
+def test_an_export_of_other_weights_is_replaced(tmp_path):
+    stale = tmp_path / "minilm-l6-v1-0123456789abcdef.onnx"
+    stale.write_bytes(b"an export of weights since replaced")
+    made = _text_onnx.export(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == [made.name]
+
+
 def test_the_weights_hash_is_the_files(exported):
     import hashlib
 

@@ -72,6 +72,9 @@ def export(models_dir: Path) -> Path:
             data = _exported()
             with whole_file(path) as f:
                 f.write(data)
+            for old in path.parent.glob("minilm-l6-v*.onnx"):  # of other weights or an older format
+                if old != path:
+                    old.unlink(missing_ok=True)
     return path
 
 
