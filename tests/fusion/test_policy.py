@@ -1,5 +1,7 @@
 from dataclasses import replace
 
+import pytest
+
 from vifusion.comm import LinkStats
 from vifusion.fusion import FlushPolicy
 
@@ -113,3 +115,21 @@ def test_a_batch_just_past_the_inline_limit_is_cut_to_ride_inline():
     # the shard stream has no inline limit: the batch stays what the fixed cost calls for
     on_stream = policy.plan(link(rate=12.5 * MB, min_rtt=0.01, per_message_s=0.0009), by_stream=True)
     assert on_stream.max_bytes == 112_500
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(min_bytes=2 << 20, max_bytes=1 << 20), ("min_bytes=2097152", "max_bytes=1048576")),
+    (dict(min_window=8, max_window=4), ("min_window=8", "max_window=4")),
+    (dict(min_bytes=-1), ("min_bytes=-1",)),
+    (dict(min_window=0), ("min_window=0",)),
+    (dict(overhead_share=1.5), ("overhead_share=1.5",)),
+    (dict(overhead_share=0.0), ("overhead_share=0.0",)),
+    (dict(latency_target_s=0.0), ("latency_target_s=0.0",)),
+])
+def test_refuses_inverted_or_out_of_range_limits(args: dict, named: tuple[str, ...]) -> None:
+    # A policy built from nonsense would size every batch from it, silently; it says which
+    # settings disagree, with their values, when it is built.
+    with pytest.raises(ValueError) as err:
+        FlushPolicy(**args)
+    for text in named:
+        assert text in str(err.value)
