@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from vifusion._limits import ordered
 
 ENV_PREFIX = "VIFUSION_"
 
@@ -24,6 +26,11 @@ class Config(BaseModel):
     api_key: str | None = Field(
         None, description="REST API key, at least 32 characters; None: generated once into DATA_DIR/api_key")
     ray_address: str | None = Field(None, description="None: start a local Ray; 'auto' or host:port: join")
+    catalog_url: str | None = Field(
+        None, description="where the catalog lives: None, the SQLite file DATA_DIR/catalog.db (one machine); "
+        "postgresql://user@host:port/db, a PostgreSQL server every node reaches (a cluster)")
+    catalog_pool_size: int = Field(8, gt=0, description="connections a process keeps open to a PostgreSQL catalog "
+                                   "at most (threads beyond it wait for one)")
 
     # extract/
     sample_fps: float = Field(1.0, gt=0, description="frames kept per second of video")
@@ -31,7 +38,7 @@ class Config(BaseModel):
                             "id numbers at most 2^22 rows of a kind per video)")
     embed_batch: int = Field(16, gt=0, description="frames per model forward pass")
     conse_top_k: int = Field(10, gt=0, description="ImageNet classes mixed into the text-space vector")
-    num_extractors: int = Field(1, gt=0)
+    num_extractors: int = Field(1, gt=0, description="extractor actors (each loads the models once)")
     torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
     query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
     extract_deadline_base_s: float = Field(600.0, gt=0, description="an extractor call on one video must end "
@@ -93,7 +100,7 @@ class Config(BaseModel):
                                   "under data_dir/codec)")
 
     # index/
-    num_shards: int = Field(2, gt=0)
+    num_shards: int = Field(2, gt=0, description="index shards; a video's rows all go to shard video_id mod this")
     faiss_threads: int = Field(0, ge=0, description="0: one per core")
     index_exact_max: int = Field(50_000, gt=0, description="vectors per shard and space kept in an exact flat index; "
                                  "past it, a trained IVF index with index_codec vectors (approximate)")
@@ -168,6 +175,19 @@ class Config(BaseModel):
         if isinstance(v, str):
             return tuple(Path(p).expanduser() for p in v.split(os.pathsep) if p)
         return v
+
+    @model_validator(mode="after")
+    def _pairs_in_order(self) -> Config:
+        """Limits that work as a pair must not contradict each other: the error names both."""
+        ordered("fusion_min_bytes", self.fusion_min_bytes, "fusion_max_bytes", self.fusion_max_bytes)
+        # A full reading comes only with a reading, and a still picture is read only every
+        # ocr_still_interval_s: a shorter full interval could not hold on a still picture.
+        ordered("ocr_still_interval_s", self.ocr_still_interval_s, "ocr_full_interval_s", self.ocr_full_interval_s)
+        if self.ocr_gate_side:  # the gate is a cheap look at a smaller picture than a reading's
+            ordered("ocr_gate_side", self.ocr_gate_side, "ocr_frame_side", self.ocr_frame_side, strict=True)
+        # The read timeout is one rate window: a longer one would outlast the deadline.
+        ordered("fetch_rate_window_s", self.fetch_rate_window_s, "fetch_deadline_s", self.fetch_deadline_s)
+        return self
 
     @property
     def sample_interval_s(self) -> float:

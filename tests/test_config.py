@@ -1,0 +1,48 @@
+"""Config refuses settings that contradict each other or leave their range, and says which."""
+
+from __future__ import annotations
+
+import pytest
+
+from vifusion.config import Config
+
+
+def test_defaults_are_accepted() -> None:
+    Config()
+
+
+@pytest.mark.parametrize("settings, named", [
+    (dict(fusion_min_bytes=2 << 20, fusion_max_bytes=1 << 20), ("fusion_min_bytes=2097152", "fusion_max_bytes=1048576")),
+    (dict(ocr_still_interval_s=60.0, ocr_full_interval_s=30.0), ("ocr_still_interval_s=60.0", "ocr_full_interval_s=30.0")),
+    (dict(ocr_gate_side=720, ocr_frame_side=720), ("ocr_gate_side=720", "ocr_frame_side=720")),
+    (dict(fetch_rate_window_s=120.0, fetch_deadline_s=60.0), ("fetch_rate_window_s=120.0", "fetch_deadline_s=60.0")),
+])
+def test_refuses_pairs_out_of_order(settings: dict, named: tuple[str, str]) -> None:
+    with pytest.raises(ValueError) as err:
+        Config(**settings)
+    for text in named:
+        assert text in str(err.value)
+
+
+def test_pairs_in_order_are_accepted() -> None:
+    cfg = Config(fusion_min_bytes=1 << 20, fusion_max_bytes=1 << 20, ocr_still_interval_s=30.0,
+                 ocr_gate_side=0, ocr_frame_side=64, fetch_rate_window_s=60.0, fetch_deadline_s=60.0)
+    assert cfg.fusion_min_bytes == cfg.fusion_max_bytes
+
+
+def test_a_pair_split_between_file_and_environment_is_checked_whole(tmp_path) -> None:
+    file = tmp_path / "vifusion.json"
+    file.write_text('{"fusion_max_bytes": 1048576}')
+    with pytest.raises(ValueError) as err:
+        Config.load(file, env={"VIFUSION_FUSION_MIN_BYTES": "2097152"})
+    assert "fusion_min_bytes=2097152" in str(err.value) and "fusion_max_bytes=1048576" in str(err.value)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("codec_min_recall", 1.5), ("ocr_change_share", -0.1), ("min_relative_score", 2.0), ("segment_drop", 1.1),
+    ("ocr_min_confidence", 1.01), ("speech_max_no_speech_prob", -1.0), ("fusion_min_bytes", 0), ("query_window", 0),
+])
+def test_refuses_a_share_or_a_count_out_of_range(name: str, value: float) -> None:
+    with pytest.raises(ValueError) as err:
+        Config(**{name: value})
+    assert name in str(err.value) and f"input_value={value}" in str(err.value)
