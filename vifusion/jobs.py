@@ -140,7 +140,9 @@ class JobRunner:
                 shutil.rmtree(path.parent, ignore_errors=True)
                 return self._fail(job_id, video_id, f"fetching {video.source}: {e}")
             self.catalog.set_media(video_id, path, sha, size)
-        elif video.sha256 is None:  # a file:// path: hashed here, not while the client waited
+        elif video.sha256 is None or is_path_source(video):
+            # a file:// path: hashed here, not while the client waited, and on every run: a
+            # failed one's file may have been fixed or replaced since its last run
             try:
                 with open(open_video_file(video), "rb") as f:  # the file as checked, whatever its name is now
                     sha, size = hashlib.file_digest(f, "sha256").hexdigest(), os.fstat(f.fileno()).st_size

@@ -3,11 +3,13 @@ queued again with a new job; one that has not failed is a 409, one whose file is
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 
 import pytest
 
 from tests.serve.test_app import error
+from vifusion.catalog import Catalog
 from vifusion.client import ApiError, Client
 
 
@@ -51,6 +53,12 @@ def test_a_failed_video_is_indexed_again_once_its_file_is_fixed(live, vf, broken
     assert job["status"] == "ready", job
     video = vf.video(video_id)
     assert video["status"] == "ready" and video["error"] is None and video["frames_indexed"] > 0
+    # the fixed file's content hash, not the cut one's: what is indexed is what a duplicate is checked against
+    catalog = Catalog(live.cfg.data_dir / "catalog.db", read_only=True)
+    try:
+        assert catalog.get_video(video_id).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    finally:
+        catalog.close()
 
 
 def test_a_video_whose_file_is_gone_is_a_410(live, broken):
