@@ -1,6 +1,8 @@
 import itertools
 from dataclasses import replace
 
+import pytest
+
 from vifusion.comm import CodecPolicy, LinkStats, Rung
 
 LADDER = [Rung("fp32", 6656), Rung("fp16", 3328), Rung("int8", 1672), Rung("sparse", 840), Rung("pq", 416)]
@@ -132,3 +134,22 @@ def test_a_squeeze_is_met_at_once_while_the_path_rate_is_from_before_it():
     policy = CodecPolicy(LADDER, clock=clock)
     squeezed = replace(link(1.25 * MB, qdelay=0.3), path_rate=12.5 * MB)
     assert LADDER[feed(policy, clock, squeezed, 3)].name == "pq"
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(drop=0.9, sag=0.8), ("drop=0.9", "sag=0.8")),
+    (dict(sag=1.2), ("sag=1.2",)),
+    (dict(headroom=0.0), ("headroom=0.0",)),
+    (dict(receiver_bound=-0.1), ("receiver_bound=-0.1",)),
+    (dict(samples=0), ("samples=0",)),
+    (dict(delay_s=0.0), ("delay_s=0.0",)),
+    (dict(calm_s=-1.0), ("calm_s=-1.0",)),
+    (dict(backlog_s=-1.0), ("backlog_s=-1.0",)),
+])
+def test_refuses_thresholds_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:
+    # ``drop`` is the deep fall (any backlog) and ``sag`` the shallow one (an old backlog):
+    # a drop above the sag would make the sag test one that never decides anything.
+    with pytest.raises(ValueError) as err:
+        CodecPolicy(LADDER, **args)
+    for text in named:
+        assert text in str(err.value)

@@ -234,3 +234,20 @@ def test_bunched_acknowledgements_do_not_read_faster_than_the_pipe_carries():
     s = mon.stats()
     assert s.capacity == pytest.approx(carried, rel=0.1)
     assert s.delivery_rate == pytest.approx(carried, rel=0.1)
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(rate_window_s=90.0, capacity_window_s=60.0), ("rate_window_s=90.0", "capacity_window_s=60.0")),
+    (dict(rate_window_s=0.0), ("rate_window_s=0.0",)),
+    (dict(rtt_window_s=-1.0), ("rtt_window_s=-1.0",)),
+    (dict(drain_every_s=0.0), ("drain_every_s=0.0",)),
+    (dict(probe_idle_s=-0.5), ("probe_idle_s=-0.5",)),
+    (dict(small_bytes=0), ("small_bytes=0",)),
+])
+def test_refuses_windows_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:
+    # The capacity is what the link carried over the longer window, the delivery rate over
+    # the shorter: inverted, "capacity" would read less than the rate it is meant to bound.
+    with pytest.raises(ValueError) as err:
+        LinkMonitor(**args)
+    for text in named:
+        assert text in str(err.value)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from vifusion._limits import ordered, within
 from vifusion.comm.link import LinkStats
 
 
@@ -46,16 +47,25 @@ class CodecPolicy:
         rungs: Sequence[Rung],
         *,
         enabled: bool = True,
-        delay_s: float = 0.1,
-        backlog_s: float = 0.5,
-        sag: float = 0.8,
-        samples: int = 3,
-        calm_s: float = 0.75,
-        drop: float = 0.5,
-        headroom: float = 0.9,
-        receiver_bound: float = 0.5,
+        delay_s: float = 0.1,  # queueing delay (seconds) that counts as congestion
+        backlog_s: float = 0.5,  # age (seconds) of the oldest waiting item past which a sag counts
+        sag: float = 0.8,  # share of the capacity under which an old backlog counts, in [drop, 1]
+        samples: int = 3,  # congested acknowledgements in a row before escalating
+        calm_s: float = 0.75,  # seconds without congestion before each step back
+        drop: float = 0.5,  # share of the capacity under which any backlog counts, in [0, sag]
+        headroom: float = 0.9,  # share of what the link carries now a codec's bytes may fill, in (0, 1]
+        receiver_bound: float = 0.5,  # destination's busy share past which it, not the link, holds data
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        within("delay_s", delay_s, 0.0, above_low=True)
+        within("backlog_s", backlog_s, 0.0)
+        within("sag", sag, 0.0, 1.0)
+        within("drop", drop, 0.0, 1.0)
+        ordered("drop", drop, "sag", sag)
+        within("samples", samples, 1)
+        within("calm_s", calm_s, 0.0)
+        within("headroom", headroom, 0.0, 1.0, above_low=True)
+        within("receiver_bound", receiver_bound, 0.0, 1.0)
         self.rungs = list(rungs)
         self.enabled = enabled
         self.delay_s = delay_s

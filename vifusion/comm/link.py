@@ -67,6 +67,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vifusion._limits import ordered, within
 
 _PATH_MIN_BYTES = 16 << 10  # smaller messages time the call's overhead, not the path
 _RECEIVER_LIMITED = 0.5  # a message that spent more of its round trip at a busy destination
@@ -168,15 +169,21 @@ class LinkMonitor:
 
     def __init__(
         self,
-        rate_window_s: float = 1.0,
-        capacity_window_s: float = 60.0,
-        rtt_window_s: float = 30.0,
-        probe_idle_s: float = 1.0,
-        drain_every_s: float = 4.0,
+        rate_window_s: float = 1.0,  # seconds the delivery rate is the windowed max over
+        capacity_window_s: float = 60.0,  # seconds the capacity is the max over (>= rate_window_s)
+        rtt_window_s: float = 30.0,  # seconds min RTT and the per-message cost are the least over
+        probe_idle_s: float = 1.0,  # seconds idle before a probe is due
+        drain_every_s: float = 4.0,  # seconds without a quiet sample before a drain
         small_bytes: int = 64 << 10,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``small_bytes``: the size of the sender's smallest batch, which it drains with."""
+        within("rate_window_s", rate_window_s, 0.0, above_low=True)
+        ordered("rate_window_s", rate_window_s, "capacity_window_s", capacity_window_s)
+        within("rtt_window_s", rtt_window_s, 0.0, above_low=True)
+        within("probe_idle_s", probe_idle_s, 0.0)
+        within("drain_every_s", drain_every_s, 0.0, above_low=True)
+        within("small_bytes", small_bytes, 1)
         self.rate_window_s = rate_window_s
         self.capacity_window_s = capacity_window_s
         self.rtt_window_s = rtt_window_s
