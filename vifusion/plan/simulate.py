@@ -45,6 +45,7 @@ from vifusion.plan.model import Cluster, Node, path
 
 _LOCAL = (2e9, 50e-6)  # bytes/s and round trip within one node (loopback)
 _ROW_EXTRA = 16  # ids and times travel beside the features
+_WARM, _MEASURED, _MEASURED_MIN = 3, 3, 40
 _RUNGS = tuple(Rung(c.name, c.bytes_per_row) for c in Ladder().codecs)  # fp32, fp16, int8 (no tables)
 
 
@@ -79,10 +80,18 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Workload:
+    """``videos`` of ``frames_per_video`` sampled frames each. ``steady``: videos without end,
+    and the rate is the hand-overs' once the pipeline is full (each extractor has handed over
+    ``_WARM`` batches), over the next ``_MEASURED`` batches per extractor (at least
+    ``_MEASURED_MIN``): what a long ingest sees, and what the search ranks. Hand-overs wait
+    for room in the buffers, so in a full pipeline they run at the pace acknowledgements do;
+    counted in batches, the rate is known to a batch in ``_MEASURED_MIN``."""
+
     videos: int
     frames_per_video: int
     embed_batch: int = 16
     latency_target_s: float = 0.2
+    steady: bool = False
 
 
 @dataclass
@@ -104,6 +113,9 @@ class _Sim:
     def at(self, t: float, fn: Callable, *args: object) -> None:
         self._seq += 1
         heapq.heappush(self._q, (t, self._seq, fn, args))
+
+    def stop(self) -> None:
+        self._q.clear()
 
     def run(self, until: float) -> None:
         while self._q:
@@ -278,6 +290,8 @@ class Simulation:
         self.started: list[float] = []  # when each video's extraction began, in video order
         self.frames_done = 0
         self.last_ack = 0.0
+        self.handed: list[tuple[float, int]] = [(0.0, 0)]  # (time, frames handed over by then), steady runs
+        self.marks = (0, 0)
         self.latencies: list[tuple[float, float]] = []  # (latency, rows)
         self.messages = 0
         self.codec_rows: dict[str, float] = {}
@@ -288,8 +302,19 @@ class Simulation:
         for i, k in enumerate(self.cand.extractors):
             for _ in range(k):
                 _Extractor(self, i).next_video()
+        if self.work.steady:
+            extractors = sum(self.cand.extractors)
+            self.marks = (_WARM * extractors, _WARM * extractors + max(_MEASURED * extractors, _MEASURED_MIN))
+            self.sim.run(horizon_s)
+            (t0, f0), (t1, f1) = self.handed[self.marks[0]], self.handed[-1]
+            return Result((f1 - f0) / (t1 - t0) if t1 > t0 else 0.0, self._p50(), int(f1 - f0), t1 - t0,
+                          self.messages, self.codec_rows)
         self.sim.run(horizon_s)
         seconds = self.last_ack or self.sim.now
+        return Result(self.frames_done / seconds if seconds else 0.0, self._p50(), self.frames_done, seconds,
+                      self.messages, self.codec_rows)
+
+    def _p50(self) -> float:
         lat = sorted(self.latencies)
         half, acc, p50 = sum(r for _, r in lat) / 2, 0.0, 0.0
         for value, rows in lat:
@@ -297,11 +322,10 @@ class Simulation:
             if acc >= half:
                 p50 = value
                 break
-        return Result(self.frames_done / seconds if seconds else 0.0, p50, self.frames_done, seconds,
-                      self.messages, self.codec_rows)
+        return p50
 
     def take_video(self) -> int | None:
-        if self.next_video >= self.work.videos:
+        if self.next_video >= self.work.videos and not self.work.steady:
             return None
         self.next_video += 1
         self.started.append(self.sim.now)
@@ -516,6 +540,10 @@ class _Extractor:
         self.handing = False
         self.handed_n += 1
         self.s.frames_done += self.batches[self.handed_n - 1]
+        if self.s.work.steady:
+            self.s.handed.append((self.s.sim.now, self.s.frames_done))
+            if len(self.s.handed) > self.s.marks[1]:
+                self.s.sim.stop()
         if self.handed_n == len(self.batches):
             self.s.finish(self.node, self.shard, self.video, self.next_video)
         else:

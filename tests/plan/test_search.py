@@ -1,0 +1,53 @@
+"""The search: pruning never drops the best candidate, infeasible ones are never simulated."""
+
+import pytest
+
+from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.search import candidates, even_spread, search, upper_bound
+from vifusion.plan.simulate import StageCosts, Workload, simulate
+
+SLOW = NodeType("slow", 1, 2, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01)
+WEAK = NodeType("weak", 1, 2, cpu_share=0.5)
+HEAD = NodeType("head", 1, 2)
+COSTS = {t: StageCosts(decode_cs=0.005, embed_cs=0.03) for t in ("head", "slow", "weak")}
+
+
+def three_hosts() -> Cluster:
+    return Cluster((HEAD, SLOW, WEAK), "head")
+
+
+@pytest.mark.parametrize("workload", [Workload(videos=8, frames_per_video=48),
+                                      Workload(videos=0, frames_per_video=48, steady=True)])
+def test_pruning_keeps_the_best_of_a_small_space_searched_exhaustively(workload):
+    cluster = three_hosts()
+    space = list(candidates(cluster, num_shards=2, replicas=1))
+    full = search(cluster, COSTS, workload, space=space, prune=False, parallel=False)
+    pruned = search(cluster, COSTS, workload, space=space, prune=True, parallel=False)
+    assert pruned.pruned_dominated > 0 and pruned.evaluated < full.evaluated
+    assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
+
+
+def test_the_bound_is_never_below_what_the_simulation_gets():
+    cluster = three_hosts()
+    workload = Workload(videos=6, frames_per_video=32)
+    for c in list(candidates(cluster, 2, 1))[::7]:
+        if sum(c.extractors):
+            assert upper_bound(cluster, COSTS, c, workload) >= simulate(cluster, COSTS, c, workload).fps * 0.999
+
+
+def test_a_plan_beats_the_even_spread_where_one_host_is_weak_and_one_link_slow():
+    cluster = three_hosts()
+    report = search(cluster, COSTS, Workload(videos=0, frames_per_video=48, steady=True), parallel=False)
+    assert report.best.result.fps >= report.even.result.fps
+    assert report.even.candidate == even_spread(cluster, 2, 1)
+    assert report.evaluated + report.pruned == report.candidates
+
+
+def test_a_node_without_memory_for_an_extractor_gets_none():
+    tiny = NodeType("tiny", 1, 4, memory_bytes=1 << 30)  # an extractor's models need 2 GiB
+    cluster = Cluster((HEAD, tiny), "head")
+    report = search(cluster, {"head": COSTS["head"], "tiny": COSTS["head"]},
+                    Workload(videos=4, frames_per_video=32), parallel=False)
+    nodes = cluster.nodes()
+    assert all(k == 0 for n, k in zip(nodes, report.best.candidate.extractors) if n.type.name == "tiny")
+    assert report.pruned_infeasible > 0

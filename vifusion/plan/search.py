@@ -1,0 +1,259 @@
+"""The search: candidate placements, pruned, the rest simulated; the fastest wins.
+
+Candidates: how many extractors on each node type (every node of a type alike, from none
+to one per core: an extractor asks Ray for one CPU), which node type holds the shards
+(primaries and replicas spread over its nodes as ``placement.spread`` does, or over every
+node: the even spread), and the fusion size limits. Two prunings come before any
+simulation:
+
+- **infeasible**: no extractor at all, or a node's memory short of its extractors' models
+  and its shard replicas' vectors;
+- **dominated**: an upper bound on the candidate's frames/s below the best simulated so
+  far. The bound holds for every run the simulator can make: each node makes at most what
+  its decode thread, its cores (or GPUs) and its aggregator's thread allow, a node that
+  holds no shard sends all it makes over its uplink (at the smallest bytes a row the codec
+  ladder has), each shard applies on one thread, and the frames bound for a node arrive
+  through its downlink or are made there. Candidates are simulated in order of their
+  bound, so most of them never need a simulation.
+
+What is left is simulated, in parallel as Ray tasks when Ray is up (in this process
+otherwise). Ties in frames/s go to the lower p50. The fusion limits are searched for the
+three best placements only (they move frames/s by percents where placement moves it by
+times, and trying each with every placement tripled the search).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from vifusion.comm.codec import Ladder
+from vifusion.placement import spread
+from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.simulate import _MEASURED_MIN, Candidate, Result, StageCosts, Workload, simulate
+
+FUSION_LIMITS = ((64 << 10, 8 << 20), (256 << 10, 8 << 20), (64 << 10, 1 << 20))
+_SMALLEST_ROW = min(c.bytes_per_row for c in Ladder().codecs) + 16
+_AGGREGATOR_BYTES = 512 << 20
+_SHARD_ROW_BYTES = 2 * (6656 + 64)  # a row in the index (two spaces, fp32) and its ids, times, slack
+_TIE = 1e-6
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    candidate: Candidate
+    result: Result
+
+
+@dataclass
+class SearchReport:
+    best: Evaluated
+    runner_up: Evaluated | None
+    even: Evaluated
+    candidates: int
+    evaluated: int
+    pruned_infeasible: int
+    pruned_dominated: int
+    seconds: float
+    ranked: list[Evaluated] = field(default_factory=list)
+
+    @property
+    def pruned(self) -> int:
+        return self.pruned_infeasible + self.pruned_dominated
+
+
+def extractor_options(t: NodeType) -> list[int]:
+    """Extractors per node of this type: 0 to one per CPU (at most 8 choices, doubling)."""
+    most = max(int(t.cpus), 0)
+    if most <= 6:
+        return list(range(most + 1))
+    return sorted({0, 1, 2, *(2 ** i for i in range(2, int(math.log2(most)) + 1)), most})
+
+
+def candidates(cluster: Cluster, num_shards: int, replicas: int,
+               fusion: Iterable[tuple[int, int]] = FUSION_LIMITS) -> Iterable[Candidate]:
+    """Every candidate of the space (see the module doc), the even spread among them."""
+    nodes = cluster.nodes()
+    index = {n.name: i for i, n in enumerate(nodes)}
+    types = sorted(cluster.types, key=lambda t: t.name)
+    homes = [[index[n.name] for n in nodes if n.type.name == t.name] for t in types]
+    homes.append(list(range(len(nodes))))  # every node: the even spread
+    for counts in itertools.product(*(extractor_options(t) for t in types)):
+        per_type = dict(zip((t.name for t in types), counts, strict=True))
+        extractors = tuple(per_type[n.type.name] for n in nodes)
+        for home in homes:
+            shards = tuple(tuple(g) for g in spread(num_shards, replicas, home))
+            for lo, hi in fusion:
+                yield Candidate(extractors, shards, lo, hi)
+
+
+def even_spread(cluster: Cluster, num_shards: int, replicas: int) -> Candidate:
+    """What the static placement amounts to: the same number of extractors on every node
+    (what the weakest node's cores allow, at least one), shards round-robin over all nodes."""
+    nodes = cluster.nodes()
+    each = max(1, min(int(n.type.cpus) for n in nodes))
+    return Candidate(tuple(each for _ in nodes), tuple(tuple(g) for g in spread(num_shards, replicas,
+                                                                              list(range(len(nodes))))))
+
+
+def feasible(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload) -> bool:
+    nodes = cluster.nodes()
+    if not sum(c.extractors):
+        return False
+    rows = workload.videos * workload.frames_per_video / len(c.shards)
+    held = [0] * len(nodes)
+    for group in c.shards:
+        for n in group:
+            held[n] += 1
+    for i, n in enumerate(nodes):
+        need = (_AGGREGATOR_BYTES + c.extractors[i] * costs[n.type.name].extractor_bytes
+                + held[i] * rows * costs[n.type.name].dedup_ratio * _SHARD_ROW_BYTES)
+        if c.extractors[i] > n.type.cpus or need > n.type.memory_bytes:
+            return False
+    return True
+
+
+def upper_bound(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload) -> float:
+    """Frames/s no simulated run of ``c`` can exceed (see the module doc)."""
+    nodes = cluster.nodes()
+    primaries = {g[0] for g in c.shards}
+    make = []
+    for i, n in enumerate(nodes):
+        k, s, t = c.extractors[i], costs[n.type.name], n.type
+        if not k:
+            make.append(0.0)
+            continue
+        cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
+        one = _one_extractor(t, s)
+        rates = [k * one, 1 / (s.aggregate_cs or 1e-12)]
+        if s.embed_gpu_s and t.gpus:
+            rates.append(t.gpus / s.embed_gpu_s)
+        else:
+            cpu += s.embed_cs
+        rates.append(t.cores / cpu)
+        if i not in primaries:
+            rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
+        make.append(min(rates))
+    ratio = max(costs[n.type.name].dedup_ratio for n in nodes)
+    primary_nodes = sorted({g[0] for g in c.shards})
+    # Every frame is made on its shard's node or comes in through that node's downlink.
+    rate = min(sum(make), sum(make[p] + nodes[p].type.downlink / (ratio * _SMALLEST_ROW) for p in primary_nodes))
+    apply_s = [costs[nodes[g[0]].type.name].apply_cs * ratio for g in c.shards]
+    if workload.steady:  # each frame is applied by one shard, on one thread
+        return min(rate, sum(1 / (a or 1e-12) for a in apply_s))
+    total = workload.videos * workload.frames_per_video
+    seconds = total / rate if rate else math.inf
+    # An extractor indexes its videos one after another: some extractor gets at least
+    # videos / extractors of them, at no more than the fastest extractor's own rate.
+    fastest = max(_one_extractor(n.type, costs[n.type.name]) for i, n in enumerate(nodes) if c.extractors[i])
+    seconds = max(seconds, math.ceil(workload.videos / sum(c.extractors)) * workload.frames_per_video / fastest)
+    per_shard = [0] * len(c.shards)
+    for v in range(1, workload.videos + 1):
+        per_shard[v % len(c.shards)] += workload.frames_per_video
+    seconds = max([seconds, *(f * a for f, a in zip(per_shard, apply_s, strict=True))])
+    return total / seconds if seconds else math.inf
+
+
+def _one_extractor(t: NodeType, s: StageCosts) -> float:
+    """Frames/s of one extractor alone on a node of type ``t``: no more than its decode
+    thread, its embedding (torch on the node's cores, or one GPU) and the node's cores allow."""
+    embed = 1 / s.embed_gpu_s if s.embed_gpu_s and t.gpus else min(t.cpus, t.cores) / (s.embed_cs or 1e-12)
+    cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs)
+    return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))
+
+
+def _better(a: Result, b: Result | None) -> bool:
+    if b is None:
+        return True
+    if a.fps > b.fps * (1 + _TIE):
+        return True
+    return a.fps >= b.fps * (1 - _TIE) and a.p50_s < b.p50_s
+
+
+def _evaluate_chunk(cluster: Cluster, costs: dict[str, StageCosts], chunk: list[Candidate],
+                    workload: Workload) -> list[Result]:
+    return [simulate(cluster, costs, c, workload) for c in chunk]
+
+
+def search(cluster: Cluster, costs: dict[str, StageCosts], workload: Workload, *, num_shards: int = 2,
+           replicas: int = 1, space: Iterable[Candidate] | None = None, prune: bool = True,
+           parallel: bool | None = None, batch: int = 16) -> SearchReport:
+    """The best candidate of ``space`` (default: ``candidates``) for ``workload``, with the
+    runner-up and the even spread beside it. ``parallel``: simulate on Ray (None: when Ray is
+    up)."""
+    t0 = time.perf_counter()
+    if space is None:  # placements first, then the fusion limits of the best few
+        first = search(cluster, costs, workload, num_shards=num_shards, replicas=replicas, prune=prune,
+                       parallel=parallel, batch=batch,
+                       space=list(candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1])))
+        variants = [replace(e.candidate, fusion_min_bytes=lo, fusion_max_bytes=hi)
+                    for e in first.ranked[:3] for lo, hi in FUSION_LIMITS[1:]]
+        second = search(cluster, costs, workload, num_shards=num_shards, replicas=replicas, prune=False,
+                        parallel=parallel, batch=batch, space=[e.candidate for e in first.ranked[:3]] + variants)
+        return SearchReport(second.best, second.runner_up, first.even, first.candidates + len(variants),
+                            first.evaluated + len(variants), first.pruned_infeasible, first.pruned_dominated,
+                            time.perf_counter() - t0, second.ranked)
+    space = list(space)
+    even = even_spread(cluster, num_shards, replicas)
+    ok = [c for c in space if feasible(cluster, costs, c, workload)]
+    infeasible = len(space) - len(ok)
+    bounds = {c: upper_bound(cluster, costs, c, workload) for c in ok}
+    order = sorted(ok, key=lambda c: -bounds[c])
+    run = _runner(cluster, costs, workload, parallel)
+    # A steady rate is counted in whole batches over a window: it may read a batch or two
+    # above the pipeline's true rate, so a bound is given that much room before it prunes.
+    slack = 1 + 2 / _MEASURED_MIN if workload.steady else 1.0
+    done: dict[Candidate, Result] = {}
+    best: Result | None = None
+    dominated = 0
+    i = 0
+    while i < len(order):
+        chunk = []
+        while i < len(order) and len(chunk) < batch:
+            c = order[i]
+            i += 1
+            if prune and best is not None and bounds[c] * slack < best.fps * (1 - _TIE):
+                dominated += 1
+            else:
+                chunk.append(c)
+        for c, r in zip(chunk, run(chunk), strict=True):
+            done[c] = r
+            if _better(r, best):
+                best = r
+    if even not in done:  # for comparison: simulated even where pruned
+        done[even] = run([even])[0]
+        dominated -= even in bounds
+    ranked = sorted((Evaluated(c, r) for c, r in done.items() if c in bounds or c == even),
+                    key=lambda e: (-round(e.result.fps, 6), e.result.p50_s))
+    ranked = [e for e in ranked if e.candidate in bounds]  # the even spread may be infeasible
+    if not ranked:
+        raise ValueError("no feasible placement: every candidate lacks memory or CPUs for what it places")
+    return SearchReport(best=ranked[0], runner_up=ranked[1] if len(ranked) > 1 else None,
+                        even=Evaluated(even, done[even]), candidates=len(space), evaluated=len(done),
+                        pruned_infeasible=infeasible, pruned_dominated=dominated,
+                        seconds=time.perf_counter() - t0, ranked=ranked)
+
+
+def _runner(cluster: Cluster, costs: dict[str, StageCosts], workload: Workload,
+            parallel: bool | None) -> Callable[[list[Candidate]], list[Result]]:
+    import ray
+
+    if parallel is None:
+        parallel = ray.is_initialized()
+    if not parallel:
+        return lambda chunk: _evaluate_chunk(cluster, costs, chunk, workload)
+    task = ray.remote(num_cpus=1)(_evaluate_chunk)
+    refs = [ray.put(cluster), ray.put(costs), ray.put(workload)]
+    workers = max(1, int(ray.available_resources().get("CPU", 1)))
+
+    def run(chunk: list[Candidate]) -> list[Result]:
+        if not chunk:
+            return []
+        size = math.ceil(len(chunk) / workers)
+        parts = [chunk[j:j + size] for j in range(0, len(chunk), size)]
+        return [r for part in ray.get([task.remote(refs[0], refs[1], p, refs[2]) for p in parts]) for r in part]
+
+    return run
