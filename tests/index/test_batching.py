@@ -97,3 +97,16 @@ def test_a_failed_call_fails_every_query_in_it_and_the_next_call_works() -> None
         b.close()
     with pytest.raises(RuntimeError, match="closed"):
         b.search(np.zeros((1, 1), np.float32), 1)
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(max_batch=0, window=1, max_wait_s=0.01), ("max_batch=0",)),
+    (dict(max_batch=8, window=0, max_wait_s=0.01), ("window=0",)),
+    (dict(max_batch=8, window=1, max_wait_s=-1.0), ("max_wait_s=-1.0",)),
+])
+def test_refuses_limits_out_of_range(args: dict, named: tuple[str, ...]) -> None:
+    # A window of 0 would make every query wait max_wait_s, even alone: refused, not obeyed.
+    with pytest.raises(ValueError) as err:
+        QueryBatcher(FakeShards().start, **args)
+    for text in named:
+        assert text in str(err.value)

@@ -100,3 +100,11 @@ def test_rebuild_is_due_when_the_type_no_longer_suits(data) -> None:
     assert ivf.trained_n == 1000 and not ivf.needs_rebuild()
     ivf.add(ids[1000:4000], base[1000:4000])
     assert ivf.needs_rebuild()
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(nprobe=0), "nprobe=0"), (dict(exact_max=-1), "exact_max=-1"),
+])
+def test_policy_refuses_limits_out_of_range(args: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        IndexPolicy(**args)

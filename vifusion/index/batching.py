@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vifusion._limits import within
+
 ShardResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # scores (nq,k), ids (nq,k), times (nq,k,2)
 # start(queries, k) sends a fused call to every shard and returns how to wait for the results.
 Start = Callable[[np.ndarray, int], Callable[[], list[ShardResult]]]
@@ -58,6 +60,11 @@ class QueryBatcher:
     """Thread-safe; one dispatcher thread per batcher (a daemon, stopped by ``close``)."""
 
     def __init__(self, start: Start, max_batch: int, window: int, max_wait_s: float) -> None:
+        """``max_batch``: most queries in one fused call; ``window``: fused calls in flight
+        before queries wait; ``max_wait_s``: longest a query waits to join one."""
+        within("max_batch", max_batch, 1)
+        within("window", window, 1)
+        within("max_wait_s", max_wait_s, 0.0)
         self._start = start
         self.max_batch = max_batch
         self.window = window

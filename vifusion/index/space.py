@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from vifusion._limits import within
 from vifusion.index._flat import ChunkedFlat
 
 FLAT = "IDMap2,Flat"
@@ -35,11 +36,13 @@ class IndexPolicy:
     """How a space picks and searches its index: exact up to ``exact_max`` vectors, then
     IVF with ``codec`` vectors, visiting ``nprobe`` lists per search."""
 
-    exact_max: int = 50_000
-    nprobe: int = 32
-    codec: str = "SQfp16"
+    exact_max: int = 50_000  # vectors kept in an exact flat index
+    nprobe: int = 32  # inverted lists an IVF search visits
+    codec: str = "SQfp16"  # vectors in a trained index: one of CODECS
 
     def __post_init__(self) -> None:
+        within("exact_max", self.exact_max, 0)
+        within("nprobe", self.nprobe, 1)
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; expected one of {CODECS}")
 
