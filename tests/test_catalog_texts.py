@@ -2,6 +2,7 @@
 
 import sqlite3
 
+import psycopg
 import pytest
 
 from vifusion.catalog import Catalog
@@ -15,8 +16,8 @@ SLIDES = [(1.0, 8.0, "Q3 Budget: 4,200 EUR"), (8.0, 12.0, "AC/DC live at the are
 
 
 @pytest.fixture
-def cat(tmp_path) -> Catalog:
-    cat = Catalog(tmp_path / "catalog.db")
+def cat(catalog) -> Catalog:
+    cat = catalog.open()
     for title in ("talk", "other"):
         cat.add_video(f"/v/{title}.mp4", title)
     cat.put_texts(1, "speech", TALK)
@@ -100,12 +101,17 @@ def test_a_bad_row_changes_nothing(cat):
     assert [r.text for r in cat.texts(1, "speech")] == [t for _, _, t in TALK]
 
 
-def test_deleting_a_video_deletes_its_text_and_keyword_index(cat):
+def test_deleting_a_video_deletes_its_text_and_keyword_index(catalog, cat):
     assert cat.delete_video(1)
     assert cat.texts(1) == [] and cat.keyword_search("budget") == []
     assert [h.video_id for h in cat.keyword_search("weather")] == [2]
-    with sqlite3.connect(cat.path) as c:  # the index holds nothing of it either
-        c.execute("INSERT INTO texts_fts(texts_fts, rank) VALUES ('integrity-check', 1)")
+    if catalog.backend == "sqlite":
+        with sqlite3.connect(cat.path) as c:  # the index holds nothing of it either
+            c.execute("INSERT INTO texts_fts(texts_fts, rank) VALUES ('integrity-check', 1)")
+    else:  # nor the vocabulary near spellings come from
+        with psycopg.connect(catalog.url) as c:
+            assert c.execute("SELECT count(*) FROM ts_stat('SELECT tsv FROM texts') WHERE word = 'zorblax'"
+                             ).fetchone() == (0,)
 
 
 def test_dense_hits_get_their_text_with_the_query_words_marked(cat):
@@ -119,16 +125,19 @@ def test_dense_hits_get_their_text_with_the_query_words_marked(cat):
     assert cat.texts_at([]) == {}
 
 
-def test_text_survives_reopen_and_an_old_catalog_gains_the_tables(tmp_path, cat):
+def test_text_survives_reopen(catalog, cat):
     cat.close()
-    again = Catalog(cat.path)
+    again = catalog.open()
     assert [h.n for h in again.keyword_search("zorblax")] == [1]
-    again.close()
+    assert [(r.kind, r.n) for r in again.texts(1)] == [("speech", 0), ("screen", 0), ("speech", 1), ("speech", 2),
+                                                      ("screen", 1)]
 
+
+def test_an_old_sqlite_catalog_gains_the_text_tables(tmp_path):
     old = tmp_path / "old.db"
     Catalog(old).close()
     with sqlite3.connect(old) as c:  # as today's code left it: no text tables
-        c.executescript("DROP TABLE texts_fts; DROP TABLE texts;")
+        c.executescript("DROP TABLE texts_fts; DROP TABLE texts; DROP TABLE schema_version;")
         c.execute("INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)")
     upgraded = Catalog(old)
     assert upgraded.get_video(1).status == "ready" and upgraded.texts(1) == []
@@ -136,20 +145,24 @@ def test_text_survives_reopen_and_an_old_catalog_gains_the_tables(tmp_path, cat)
     assert [h.video_id for h in upgraded.keyword_search("zorblax")] == [1]
 
 
-def test_vacuum_keeps_the_keyword_index_on_its_rows(cat):
+def test_vacuum_keeps_the_keyword_index_on_its_rows(catalog, cat):
     """The index is keyed by an explicit id, which VACUUM keeps (SQLite's documents allow it
-    to renumber an implicit rowid)."""
+    to renumber an implicit rowid; PostgreSQL's VACUUM FULL rewrites the tables)."""
     cat.put_texts(1, "speech", [(0.0, 1.0, "first take")])
     cat.put_texts(1, "speech", TALK)
-    with sqlite3.connect(cat.path) as c:
-        c.execute("VACUUM")
+    if catalog.backend == "sqlite":
+        with sqlite3.connect(cat.path) as c:
+            c.execute("VACUUM")
+    else:
+        with psycopg.connect(catalog.url, autocommit=True) as c:
+            c.execute("VACUUM FULL")
     assert [(h.n, h.text) for h in cat.keyword_search("zorblax")] == [(1, TALK[1][2])]
 
 
 @pytest.fixture
-def heard(tmp_path) -> Catalog:
+def heard(catalog) -> Catalog:
     """Speech as a model wrote it down: the made-up name "Zorblax" spelt as it sounded."""
-    cat = Catalog(tmp_path / "heard.db")
+    cat = catalog.open()
     cat.add_video("/v/a.mp4", "a")
     cat.put_texts(1, "speech", [(0.0, 2.0, "Our mascot is called Lorblax, and everyone loved it."),
                                 (2.0, 4.0, "The mascot costume is blue."),

@@ -9,97 +9,43 @@ thread (sqlite3 connections must not cross threads).
 from __future__ import annotations
 
 import json
-import math
-import re
 import sqlite3
-import string
 import threading
 import time
-import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from vifusion._catalog_schema import CatalogTooNew, migrate_sqlite
+from vifusion._catalog_words import (
+    FUZZY_WEIGHT,
+    MAX_FUZZY_WORDS,
+    METADATA_KEY,
+    SNIPPET_TOKENS,
+    TEXT_KINDS,
+    check_kind,
+    check_metadata_filter,
+    checked_rows,
+    fuzzy_key,
+    letter_pairs,
+    max_edits,
+    nearest,
+    query_words,
+)
+
+if TYPE_CHECKING:
+    from vifusion.config import Config
+
+__all__ = ["FUZZY_WEIGHT", "JOB_STAGES", "JOB_STATES", "METADATA_KEY", "TEXT_KINDS", "Catalog", "CatalogTooNew",
+           "Job", "TextRow", "Video", "max_edits"]
 
 JOB_STATES = ("queued", "decoding", "indexing", "ready", "failed")
 # What a running job does: fetching its URL, probing the file, decoding and embedding frames
 # (and reading their screen text), transcribing speech, saving (the shards acknowledging it all).
 JOB_STAGES = ("fetching", "probing", "frames", "speech", "saving")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS videos (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    source TEXT NOT NULL,
-    title TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{}',
-    sha256 TEXT,
-    size_bytes INTEGER,
-    duration_s REAL,
-    fps REAL,
-    width INTEGER,
-    height INTEGER,
-    status TEXT NOT NULL,
-    frames_indexed INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    created_at REAL NOT NULL,
-    media TEXT
-);
-CREATE INDEX IF NOT EXISTS videos_sha ON videos(sha256);
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    video_id INTEGER NOT NULL REFERENCES videos(id),
-    status TEXT NOT NULL,
-    progress REAL NOT NULL DEFAULT 0,
-    frames_indexed INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    stage TEXT,
-    warnings TEXT NOT NULL DEFAULT '[]'
-);
-CREATE INDEX IF NOT EXISTS jobs_video ON jobs(video_id);
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created_at);
-"""
-# A text row's (video_id, kind, n) is its vector's id in the shards (``types.speech_id``,
-# ``screen_id``). ``id`` is the keyword index's key: an explicit INTEGER PRIMARY KEY, since
-# VACUUM may renumber an implicit rowid, which would cut the index off from its rows. The
-# triggers keep the index (external content: it stores no second copy of the text) in step.
-_TEXT_SCHEMA = """
-CREATE TABLE IF NOT EXISTS texts (
-    id INTEGER PRIMARY KEY,
-    video_id INTEGER NOT NULL REFERENCES videos(id),
-    kind TEXT NOT NULL CHECK (kind IN ('speech', 'screen')),
-    n INTEGER NOT NULL,
-    start_s REAL NOT NULL,
-    end_s REAL NOT NULL,
-    text TEXT NOT NULL,
-    UNIQUE (video_id, kind, n)
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS texts_fts USING fts5(
-    text, content='texts', content_rowid='id', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS texts_ai AFTER INSERT ON texts BEGIN
-    INSERT INTO texts_fts(rowid, text) VALUES (new.id, new.text);
-END;
-CREATE TRIGGER IF NOT EXISTS texts_ad AFTER DELETE ON texts BEGIN
-    INSERT INTO texts_fts(texts_fts, rowid, text) VALUES ('delete', old.id, old.text);
-END;
-CREATE TRIGGER IF NOT EXISTS texts_au AFTER UPDATE ON texts BEGIN
-    INSERT INTO texts_fts(texts_fts, rowid, text) VALUES ('delete', old.id, old.text);
-    INSERT INTO texts_fts(rowid, text) VALUES (new.id, new.text);
-END;
-"""
-TEXT_KINDS = ("speech", "screen")
-_MAX_QUERY_TERMS = 32  # a keyword query's words past this are ignored (each costs a posting-list scan)
-FUZZY_WEIGHT = 0.5  # a word matched by a near spelling counts this much of an exact match
-_MAX_EXPANSIONS = 8  # near spellings searched per unknown word, the nearest (then most common) first
-# Near spellings are looked for only for words of up to _MAX_FUZZY_CHARS letters, and for at most
-# _MAX_FUZZY_WORDS unknown words of a query: each costs a scan of the index's words.
-_MAX_FUZZY_CHARS, _MAX_FUZZY_WORDS = 32, 4
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-# Metadata keys usable in filters: plain names only, so they can go into a JSON path safely.
-METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
 # (NaN, stored before ingest refused it), since one such row would fail every filtered query.
 _FILTERABLE = "(CASE WHEN json_valid(metadata) THEN metadata END)"
@@ -179,23 +125,17 @@ class Catalog:
             self._conn()
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._conn() as c:
-            c.executescript(_SCHEMA)
-            columns = {r["name"] for r in c.execute("PRAGMA table_info(videos)")}
-            if "media" not in columns:  # catalogs written before uploads existed
-                c.execute("ALTER TABLE videos ADD COLUMN media TEXT")
-            job_columns = {r["name"] for r in c.execute("PRAGMA table_info(jobs)")}
-            if "stage" not in job_columns:  # catalogs written before jobs named their stages
-                c.execute("ALTER TABLE jobs ADD COLUMN stage TEXT")
-            if "warnings" not in job_columns:
-                c.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'")
-            try:
-                c.executescript(_TEXT_SCHEMA)
-            except sqlite3.OperationalError as e:
-                if "fts5" in str(e):
-                    raise RuntimeError(f"this Python's SQLite ({sqlite3.sqlite_version}) lacks FTS5, which the "
-                                       "keyword search of speech and screen text needs") from e
-                raise
+        migrate_sqlite(self.path)
+
+    @staticmethod
+    def open(cfg: Config, read_only: bool = False) -> Catalog:
+        """The catalog ``cfg`` names: PostgreSQL at ``cfg.catalog_url``, else the SQLite file
+        DATA_DIR/catalog.db. Opened for writing, it is migrated to this release's schema."""
+        if cfg.catalog_url is None:
+            return Catalog(cfg.data_dir / "catalog.db", read_only=read_only)
+        from vifusion._catalog_pg import PostgresCatalog
+
+        return PostgresCatalog(cfg.catalog_url, pool_size=cfg.catalog_pool_size, read_only=read_only)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -339,12 +279,7 @@ class Catalog:
         key -> value of ``metadata`` (equality; keys must match ``METADATA_KEY``)."""
         sql, args = "SELECT id FROM videos WHERE status='ready'", []
         for key, value in (metadata or {}).items():
-            if not METADATA_KEY.match(key):
-                raise ValueError(f"metadata key {key!r}: use letters, digits, '_', '.', '-' (1-64)")
-            if isinstance(value, (dict, list)):
-                raise ValueError(f"metadata filter {key!r}: compare with a string, number or boolean")
-            if isinstance(value, int) and not -(2**63) <= value < 2**63:  # SQLite's integers are 64-bit
-                raise ValueError(f"metadata filter {key!r}: the integer does not fit in 64 bits")
+            check_metadata_filter(key, value)
             # json_type tells 1 from true; json_extract alone would not.
             if isinstance(value, bool):
                 sql += f" AND json_type({_FILTERABLE}, ?) = ?"
@@ -367,6 +302,20 @@ class Catalog:
             f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY created_at, rowid", states
         ).fetchall()
         return [_job(r) for r in rows]
+
+    def lease_job(self) -> Job | None:
+        """Take the oldest queued job: it (and its video) move to ``decoding`` in one write,
+        so two takers never get the same job. None: nothing is queued."""
+        with self._conn() as c:
+            row = c.execute(
+                "UPDATE jobs SET status='decoding', error=NULL, updated_at=? WHERE id ="
+                " (SELECT id FROM jobs WHERE status='queued' ORDER BY created_at, rowid LIMIT 1) RETURNING *",
+                (time.time(),)).fetchone()
+            if row is None:
+                return None
+            c.execute("UPDATE videos SET status='decoding', frames_indexed=?, error=NULL WHERE id=?",
+                      (row["frames_indexed"], row["video_id"]))
+        return _job(row)
 
     def counts(self) -> dict[str, int]:
         """Videos per status."""
@@ -400,17 +349,7 @@ class Catalog:
         its last run's rows. Row i is ``n = i``, the number its vector carries
         (``FusedBatch.of_texts(video_id, kind, 0, ...)`` over the same rows, in order).
         Returns the rows stored."""
-        _check_kind(kind)
-        checked = []
-        for i, row in enumerate(rows):
-            start, end, text = row
-            start, end = float(start), float(end)
-            if not (math.isfinite(start) and math.isfinite(end) and 0 <= start <= end):
-                raise ValueError(f"{kind} row {i}: times {start}..{end} are not a span")
-            if not isinstance(text, str):
-                raise ValueError(f"{kind} row {i}: text must be a str, got {type(text).__name__}")
-            # Control characters go: search marks matched words with two of them (search.MARKS).
-            checked.append((video_id, kind, i, start, end, _CONTROL.sub(" ", text)))
+        checked = checked_rows(video_id, kind, rows)
         with self._conn() as c:
             c.execute("DELETE FROM texts WHERE video_id=? AND kind=?", (video_id, kind))
             c.executemany("INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",
@@ -421,7 +360,7 @@ class Catalog:
         """A video's text rows (one kind, or both), in time order: a transcript."""
         sql, args = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?", [video_id]
         if kind is not None:
-            _check_kind(kind)
+            check_kind(kind)
             sql += " AND kind=?"
             args.append(kind)
         rows = self._conn().execute(sql + " ORDER BY start_s, end_s, kind, n", args).fetchall()
@@ -446,8 +385,8 @@ class Catalog:
             raise ValueError(f"limit must be >= 1, got {limit}")
         kinds = list(kinds)
         for kind in kinds:
-            _check_kind(kind)
-        words = _query_words(query)
+            check_kind(kind)
+        words = query_words(query)
         if not words or not kinds:
             return []
         where, args = f"t.kind IN ({','.join('?' * len(kinds))})", list(kinds)
@@ -465,7 +404,7 @@ class Catalog:
             return []
         rows = self._conn().execute(
             "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
-            " snippet(texts_fts, 0, ?, ?, '…', 16) AS snippet"
+            f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet"
             " FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
             " WHERE texts_fts MATCH ? AND t.id IN (SELECT value FROM json_each(?))",
             (marks[0], marks[1], " OR ".join(exact + spelt), json.dumps(list(scores)))).fetchall()
@@ -501,7 +440,7 @@ class Catalog:
 
     def _near_spellings(self, words: list[str]) -> dict[str, list[str]]:
         """For each of ``words`` that no row holds and that is letters only (at most
-        ``_MAX_FUZZY_WORDS`` such words): the index's words (as stemmed there) nearest to it,
+        ``MAX_FUZZY_WORDS`` such words): the index's words (as stemmed there) nearest to it,
         within ``max_edits``, the most common first. Only the nearest: a word one edit away
         is the likelier reading, and the farther ones would mostly be other words.
 
@@ -513,23 +452,19 @@ class Catalog:
         out: dict[str, list[str]] = {}
         tried = 0
         for w in words:
-            key = _fold(w.strip(string.punctuation))
-            d = max_edits(key)
-            if (not d or not key.isalpha() or len(key) > _MAX_FUZZY_CHARS or tried == _MAX_FUZZY_WORDS
+            if ((fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS
                     or c.execute("SELECT 1 FROM texts_fts WHERE texts_fts MATCH ? LIMIT 1", (_phrase(w),)).fetchone()):
                 continue
+            key, d = fuzzy
             tried += 1
-            pairs = sorted({key[i : i + 2] for i in range(len(key) - 1)})
+            pairs = letter_pairs(key)
             sql = "SELECT term, doc FROM temp.texts_vocab WHERE length(term) BETWEEN ? AND ?"
             args: list[Any] = [len(key) - d, len(key) + d]
             if len(pairs) > 2 * d:
                 sql += " AND (" + " + ".join(["(instr(term, ?) > 0)"] * len(pairs)) + ") >= ?"
                 args += [*pairs, len(pairs) - 2 * d]
-            found = [(dist, -doc, term) for term, doc in c.execute(sql, args)
-                     if (dist := _edits(key, term, d)) <= d]
-            if found:
-                nearest = min(found)[0]
-                out[w] = [term for dist, _, term in sorted(found)[:_MAX_EXPANSIONS] if dist == nearest]
+            if found := nearest(key, d, c.execute(sql, args).fetchall()):
+                out[w] = found
         return out
 
     def texts_at(self, keys: Iterable[tuple[int, str, int]], query: str | None = None,
@@ -547,7 +482,7 @@ class Catalog:
         c = self._conn()
         found = {r["id"]: r for r in c.execute(sql, (json.dumps(keys),))}
         marked: dict[int, str] = {}
-        words = _query_words(query) if query is not None else []
+        words = query_words(query) if query is not None else []
         if words and found:
             near = self._near_spellings(words)
             match = " OR ".join([_phrase(w) for w in words] + [_phrase(t) for ts in near.values() for t in ts])
@@ -594,57 +529,9 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     raise last
 
 
-def _check_kind(kind: str) -> None:
-    if kind not in TEXT_KINDS:
-        raise ValueError(f"unknown text kind {kind!r}; expected one of {TEXT_KINDS}")
-
-
-def _query_words(query: str) -> list[str]:
-    """A user's query as keyword search reads it: its whitespace-separated parts that hold a
-    letter or digit (control characters dropped: FTS5 ends a string at NUL), each once
-    (ignoring case), at most ``_MAX_QUERY_TERMS``."""
-    words: dict[str, str] = {}
-    for part in str(query).split():
-        part = "".join(ch for ch in part if ch.isprintable())
-        if any(ch.isalnum() for ch in part):
-            words.setdefault(part.casefold(), part)
-        if len(words) == _MAX_QUERY_TERMS:
-            break
-    return list(words.values())
-
-
 def _phrase(word: str) -> str:
     """``word`` as one quoted FTS5 phrase (a '"' doubled): never syntax."""
     return '"' + word.replace('"', '""') + '"'
-
-
-def _fold(word: str) -> str:
-    """Lower case without diacritics, as the index's tokenizer (unicode61) keeps words."""
-    return "".join(ch for ch in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(ch))
-
-
-def max_edits(word: str) -> int:
-    """Edits allowed between an unknown query word and an index word: none under 4 letters
-    (short words are all near each other), 1 up to 5, 2 at 6, 3 from 7 on. Generous for long
-    words: a speech model writes a name it does not know as it hears it, and tiny.en wrote
-    the spoken "Zorblax" as "Lorblax", "Norblax", "Boroblax" and "Morablex" (1 to 3 edits)."""
-    n = len(word)
-    return 0 if n < 4 else 1 if n < 6 else 2 if n < 7 else 3
-
-
-def _edits(a: str, b: str, limit: int) -> int:
-    """The Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it must exceed ``limit``."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, start=1):
-        cur = [i]
-        for j, cb in enumerate(b, start=1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        if min(cur) > limit:
-            return limit + 1
-        prev = cur
-    return min(prev[-1], limit + 1)
 
 
 def _job(row: sqlite3.Row) -> Job:

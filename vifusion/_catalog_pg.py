@@ -1,0 +1,426 @@
+"""The catalog in PostgreSQL (``catalog_url``): the SQLite catalog's methods and answers, for
+a cluster whose nodes share no disk.
+
+Connections come from a pool (psycopg 3), each in autocommit: a write that returns has been
+committed (PostgreSQL's ``synchronous_commit`` makes that durable); writes of several
+statements run in one transaction. Jobs are leased with ``FOR UPDATE SKIP LOCKED``, so any
+number of processes can take jobs without taking one twice.
+
+Keyword search gives SQLite's answers without FTS5: the text is cut into tokens here as FTS5's
+unicode61 cuts it (``_catalog_words.tokens``), each token stemmed by PostgreSQL's English
+Snowball stemmer (stop words kept, as FTS5 keeps them), and stored as a ``tsvector`` of
+stems at their positions with a GIN index that finds the rows holding a query's phrases.
+BM25, snippets and coverage are computed here from those positions, as FTS5 computes them.
+Stems can differ from FTS5's Porter stemmer on a few words (Snowball is Porter's successor).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from vifusion._catalog_schema import migrate_postgres
+from vifusion._catalog_words import (
+    FUZZY_WEIGHT,
+    MAX_FUZZY_WORDS,
+    SNIPPET_TOKENS,
+    TEXT_KINDS,
+    bm25,
+    check_kind,
+    check_metadata_filter,
+    checked_rows,
+    fuzzy_key,
+    letter_pairs,
+    marked,
+    nearest,
+    phrase_starts,
+    query_words,
+    tokens,
+)
+from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, Job, TextRow, Video
+
+_JOB = "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings"
+_MAX_LEXEME_BYTES = 2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
+_Phrase = tuple[str, ...]  # a query word as stems in order; () where it can match nothing
+
+
+class PostgresCatalog(Catalog):
+    """Videos, jobs and texts in PostgreSQL. Safe to share between threads and processes."""
+
+    def __init__(self, url: str, pool_size: int = 8, read_only: bool = False) -> None:
+        """``read_only``: nothing is created or migrated, and the connections refuse writes.
+        Fails at once (psycopg.OperationalError) where the server cannot be reached."""
+        import psycopg
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        info = psycopg.conninfo.conninfo_to_dict(url)
+        self.url = url
+        self.where = (f"postgresql://{info.get('user', '')}@{info.get('host', '')}:{info.get('port', 5432)}"
+                      f"/{info.get('dbname', '')}")  # the URL without its password, for messages
+        self.path = None
+        self.read_only = read_only
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if read_only:
+            kwargs["options"] = "-c default_transaction_read_only=on"
+        with psycopg.connect(url, connect_timeout=10, **kwargs) as conn:  # a clear error now, not a pool timeout
+            if not read_only:
+                migrate_postgres(conn, self.where)
+            elif conn.execute("SELECT to_regclass('schema_version') AS t").fetchone()["t"] is None:
+                raise sqlite3.OperationalError(f"no catalog at {self.where}")
+        # Each connection is checked as it is handed out: one the server dropped (a restart,
+        # a failover) is replaced, not returned to fail the caller's statement.
+        self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, kwargs=kwargs, open=True,
+                                    check=ConnectionPool.check_connection, name="vifusion-catalog")
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self._pool.connection() as c:
+            return c.execute(sql, args).fetchall()
+
+    def _row(self, sql: str, args: Sequence[Any] = ()) -> dict[str, Any] | None:
+        rows = self._rows(sql, args)
+        return rows[0] if rows else None
+
+    def _write(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one write; the rows it touched."""
+        with self._pool.connection() as c:
+            return c.execute(sql, args).rowcount
+
+    # -- videos and jobs -------------------------------------------------------------
+
+    def add_video(self, source: str, title: str, metadata: dict[str, Any] | None = None, sha256: str | None = None,
+                  size_bytes: int | None = None, media: Any = None) -> tuple[int, str]:
+        now = time.time()
+        job_id = uuid.uuid4().hex
+        meta = json.dumps(metadata or {}, allow_nan=False)  # filters read it as jsonb, which has no NaN
+        with self._pool.connection() as c, c.transaction():
+            video_id = c.execute(
+                "INSERT INTO videos (source, title, metadata, sha256, size_bytes, status, created_at, media)"
+                " VALUES (%s, %s, %s, %s, %s, 'queued', %s, %s) RETURNING id",
+                (source, title, meta, sha256, size_bytes, now, None if media is None else str(media))).fetchone()["id"]
+            c.execute("INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (%s, %s, 'queued', %s, %s)",
+                      (job_id, video_id, now, now))
+        return video_id, job_id
+
+    def set_video_info(self, video_id: int, duration_s: float, fps: float, width: int, height: int) -> None:
+        self._write("UPDATE videos SET duration_s=%s, fps=%s, width=%s, height=%s WHERE id=%s",
+                    (duration_s, fps, width, height, video_id))
+
+    def set_media(self, video_id: int, media: Any, sha256: str, size_bytes: int) -> None:
+        self._write("UPDATE videos SET media=%s, sha256=%s, size_bytes=%s WHERE id=%s",
+                    (str(media), sha256, size_bytes, video_id))
+
+    def update_job(self, job_id: str, status: str, progress: float | None = None, frames_indexed: int | None = None,
+                   error: str | None = None, stage: str | None = None, warnings: Sequence[str] | None = None) -> bool:
+        if status not in JOB_STATES:
+            raise ValueError(f"unknown job status {status!r}")
+        if stage is not None and stage not in JOB_STAGES:
+            raise ValueError(f"unknown job stage {stage!r}")
+        now = time.time()
+        with self._pool.connection() as c, c.transaction():
+            row = c.execute("SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=%s FOR UPDATE",
+                            (job_id,)).fetchone()
+            if row is None:
+                return False
+            progress = 1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
+            stage = None if status in ("queued", "ready") else (row["stage"] if stage is None else stage)
+            noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
+            c.execute("UPDATE jobs SET status=%s, progress=%s, frames_indexed=%s, error=%s, updated_at=%s, stage=%s,"
+                      " warnings=%s WHERE id=%s", (status, progress, frames, error, now, stage, noted, job_id))
+            c.execute("UPDATE videos SET status=%s, frames_indexed=%s, error=%s WHERE id=%s",
+                      (status, frames, error, row["video_id"]))
+        return True
+
+    def requeue(self, video_id: int, reason: str, if_status: str | None = None) -> str | None:
+        now = time.time()
+        job_id = uuid.uuid4().hex
+        with self._pool.connection() as c, c.transaction():
+            if c.execute("UPDATE videos SET status='queued', frames_indexed=0, error=%s WHERE id=%s"
+                         " AND (%s::text IS NULL OR status=%s)", (reason, video_id, if_status, if_status)).rowcount == 0:
+                return None
+            c.execute("INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (%s, %s, 'queued', %s, %s)",
+                      (job_id, video_id, now, now))
+        return job_id
+
+    def lease_job(self) -> Job | None:
+        """Take the oldest queued job that no other taker holds (SKIP LOCKED: a second taker
+        passes over the row the first has locked, and gets the next one)."""
+        with self._pool.connection() as c, c.transaction():
+            row = c.execute(
+                "WITH next AS (SELECT id FROM jobs WHERE status='queued' ORDER BY created_at, seq LIMIT 1"
+                " FOR UPDATE SKIP LOCKED)"
+                f" UPDATE jobs j SET status='decoding', error=NULL, updated_at=%s FROM next WHERE j.id = next.id"
+                f" RETURNING {', '.join('j.' + col for col in _JOB.split(', '))}", (time.time(),)).fetchone()
+            if row is None:
+                return None
+            c.execute("UPDATE videos SET status='decoding', frames_indexed=%s, error=NULL WHERE id=%s",
+                      (row["frames_indexed"], row["video_id"]))
+        return _job(row)
+
+    def get_video(self, video_id: int) -> Video | None:
+        row = self._row("SELECT * FROM videos WHERE id=%s", (video_id,))
+        return _video(row) if row else None
+
+    def get_videos(self, video_ids: list[int]) -> dict[int, Video]:
+        if not video_ids:
+            return {}
+        return {r["id"]: _video(r) for r in self._rows("SELECT * FROM videos WHERE id = ANY(%s)", (list(video_ids),))}
+
+    def find_ready(self, sha256: str) -> Video | None:
+        row = self._row("SELECT * FROM videos WHERE sha256=%s AND status='ready' ORDER BY id LIMIT 1", (sha256,))
+        return _video(row) if row else None
+
+    def list_videos(self, limit: int = 100, after_id: int = 0) -> list[Video]:
+        return [_video(r) for r in self._rows("SELECT * FROM videos WHERE id > %s ORDER BY id LIMIT %s",
+                                              (after_id, limit))]
+
+    def ready_ids(self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None) -> set[int]:
+        """As SQLite's: jsonb equality tells 1 from "1" and from true, and a missing key
+        from a null."""
+        sql, args = "SELECT id FROM videos WHERE status='ready'", []
+        for key, value in (metadata or {}).items():
+            check_metadata_filter(key, value)
+            sql += " AND (metadata::jsonb -> %s) = %s::jsonb"
+            args += [key, json.dumps(value)]
+        if video_ids is not None:
+            if not video_ids:
+                return set()
+            sql += " AND id = ANY(%s)"
+            args.append(list(video_ids))
+        return {r["id"] for r in self._rows(sql, args)}
+
+    def jobs_in(self, states: tuple[str, ...]) -> list[Job]:
+        return [_job(r) for r in self._rows(f"SELECT {_JOB} FROM jobs WHERE status = ANY(%s) ORDER BY created_at, seq",
+                                            (list(states),))]
+
+    def counts(self) -> dict[str, int]:
+        return {r["status"]: r["n"] for r in self._rows("SELECT status, count(*) AS n FROM videos GROUP BY status")}
+
+    def get_job(self, job_id: str) -> Job | None:
+        row = self._row(f"SELECT {_JOB} FROM jobs WHERE id=%s", (job_id,))
+        return _job(row) if row else None
+
+    def latest_jobs(self, video_ids: list[int]) -> dict[int, Job]:
+        if not video_ids:
+            return {}
+        rows = self._rows(f"SELECT {_JOB} FROM jobs WHERE video_id = ANY(%s) ORDER BY created_at, seq",
+                          (list(video_ids),))
+        return {r["video_id"]: _job(r) for r in rows}  # the newest last, so it wins
+
+    def delete_video(self, video_id: int) -> bool:
+        with self._pool.connection() as c, c.transaction():
+            c.execute("DELETE FROM texts WHERE video_id=%s", (video_id,))
+            c.execute("DELETE FROM jobs WHERE video_id=%s", (video_id,))
+            return c.execute("DELETE FROM videos WHERE id=%s", (video_id,)).rowcount > 0
+
+    # -- speech and screen text ------------------------------------------------------
+
+    def put_texts(self, video_id: int, kind: str, rows: Sequence[tuple[float, float, str]]) -> int:
+        checked = checked_rows(video_id, kind, rows)
+        cut = [[tok for _, _, tok in tokens(row[5])] for row in checked]
+        with self._pool.connection() as c, c.transaction():
+            stems = _stems(c, {tok for toks in cut for tok in toks})
+            c.execute("DELETE FROM texts WHERE video_id=%s AND kind=%s", (video_id, kind))
+            with c.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO texts (video_id, kind, n, start_s, end_s, text, tsv, n_tokens)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s::tsvector, %s)",
+                    [(*row, _tsvector(toks, stems), len(toks)) for row, toks in zip(checked, cut, strict=True)])
+        return len(checked)
+
+    def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
+        sql, args = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=%s", [video_id]
+        if kind is not None:
+            check_kind(kind)
+            sql += " AND kind=%s"
+            args.append(kind)
+        return [TextRow(**r) for r in self._rows(sql + " ORDER BY start_s, end_s, kind, n", args)]
+
+    def keyword_search(self, query: str, kinds: Iterable[str] = TEXT_KINDS, video_ids: Iterable[int] | None = None,
+                       limit: int = 50, marks: tuple[str, str] = ("[", "]"), fuzzy: bool = True) -> list[TextRow]:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        kinds = list(kinds)
+        for kind in kinds:
+            check_kind(kind)
+        words = query_words(query)
+        if not words or not kinds:
+            return []
+        where, args = "t.kind = ANY(%s)", [kinds]
+        if video_ids is not None:
+            where += " AND t.video_id = ANY(%s)"
+            args.append([int(v) for v in video_ids])
+        with self._pool.connection() as c:
+            phrases = _phrases(c, words)
+            near = _near_spellings(c, words, phrases) if fuzzy else {}
+            exact = [phrases[w] for w in words]
+            spelt = [(t,) for terms in near.values() for t in terms]
+            stats = c.execute("SELECT count(*) AS n, coalesce(sum(n_tokens), 0) AS length FROM texts").fetchone()
+            total, mean = stats["n"], (stats["length"] / stats["n"] if stats["n"] else 0.0)
+            scores = _bm25(c, exact, where, args, limit, total, mean)
+            for i, score in _bm25(c, spelt, where, args, limit, total, mean).items():
+                scores[i] = scores.get(i, 0.0) + FUZZY_WEIGHT * score
+            if not scores:
+                return []
+            found = _with_stems(c, list(scores))
+        out = []
+        for i, (r, seq) in found.items():
+            held = 0.0
+            for w in words:
+                if phrase_starts(seq, phrases[w]):
+                    held += 1.0
+                elif any(phrase_starts(seq, (t,)) for t in near.get(w, ())):
+                    held += FUZZY_WEIGHT
+            spans = _spans(seq, exact + spelt)
+            out.append(TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"], scores[i],
+                               marked(r["text"], spans, marks, SNIPPET_TOKENS), held / len(words)))
+        out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
+        return out[:limit]
+
+    def texts_at(self, keys: Iterable[tuple[int, str, int]], query: str | None = None,
+                 marks: tuple[str, str] = ("[", "]")) -> dict[tuple[int, str, int], TextRow]:
+        keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
+        if not keys:
+            return {}
+        with self._pool.connection() as c:
+            ids = [r["id"] for r in c.execute(
+                "SELECT t.id FROM texts t JOIN unnest(%s::bigint[], %s::text[], %s::int[]) AS k(v, kind, n)"
+                " ON t.video_id = k.v AND t.kind = k.kind AND t.n = k.n",
+                ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall()]
+            found = _with_stems(c, ids)
+            words = query_words(query) if query is not None else []
+            phrases: list[_Phrase] = []
+            if words and found:
+                by_word = _phrases(c, words)
+                near = _near_spellings(c, words, by_word)
+                phrases = [by_word[w] for w in words] + [(t,) for ts in near.values() for t in ts]
+        out = {}
+        for r, seq in found.values():
+            row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])
+            if query is not None:
+                row = replace(row, snippet=marked(row.text, _spans(seq, phrases), marks))
+            out[(row.video_id, row.kind, row.n)] = row
+        return out
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _stems(c: Any, toks: Iterable[str]) -> dict[str, str]:
+    """Each token's stem: English Snowball's, or the token itself where the stemmer drops it
+    (a stop word: FTS5 keeps those, and so does this index)."""
+    toks = [t for t in toks if len(t.encode()) <= _MAX_LEXEME_BYTES]
+    if not toks:
+        return {}
+    rows = c.execute("SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(%s::text[]) AS t",
+                     (toks,)).fetchall()
+    return {r["t"]: r["stem"] for r in rows}
+
+
+def _quote(stem: str) -> str:
+    """A stem as a tsvector / tsquery literal word: quoted, never syntax."""
+    return "'" + stem.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _tsvector(toks: list[str], stems: dict[str, str]) -> str:
+    """A row's index entry: each token's stem at its position (1-based), as a tsvector literal.
+    A token too long to index is left out; the positions after it stay where they are."""
+    at: dict[str, list[str]] = {}
+    for i, tok in enumerate(toks, start=1):
+        if tok in stems:
+            at.setdefault(stems[tok], []).append(str(i))
+    return " ".join(f"{_quote(stem)}:{','.join(pos)}" for stem, pos in at.items())
+
+
+def _phrases(c: Any, words: list[str]) -> dict[str, _Phrase]:
+    """Each query word as the stems of its tokens, in order (FTS5 reads a word with
+    punctuation inside, ``AC/DC``, as the phrase "ac dc"); () for a word that can match nothing."""
+    cut = {w: [tok for _, _, tok in tokens(w)] for w in words}
+    stems = _stems(c, {tok for toks in cut.values() for tok in toks})
+    return {w: tuple(stems[t] for t in toks) if toks and all(t in stems for t in toks) else () for w, toks in cut.items()}
+
+
+def _tsquery(phrases: Sequence[_Phrase]) -> str | None:
+    """A tsquery finding rows holding any of ``phrases`` (None: none can match)."""
+    parts = ["(" + " <-> ".join(map(_quote, p)) + ")" for p in phrases if p]
+    return " | ".join(parts) or None
+
+
+def _near_spellings(c: Any, words: list[str], phrases: dict[str, _Phrase]) -> dict[str, list[str]]:
+    """SQLite's ``_near_spellings``: the index's stems nearest to each unknown word, from the
+    index's vocabulary (``ts_stat``: each stem and the rows holding it), with the same
+    letter-pair filter in SQL before the edit distance is measured here."""
+    out: dict[str, list[str]] = {}
+    tried = 0
+    for w in words:
+        if (fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS:
+            continue
+        if (q := _tsquery([phrases[w]])) and c.execute("SELECT 1 FROM texts WHERE tsv @@ %s::tsquery LIMIT 1",
+                                                       (q,)).fetchone():
+            continue
+        key, d = fuzzy
+        tried += 1
+        pairs = letter_pairs(key)
+        sql = "SELECT word, ndoc FROM ts_stat('SELECT tsv FROM texts') WHERE length(word) BETWEEN %s AND %s"
+        args: list[Any] = [len(key) - d, len(key) + d]
+        if len(pairs) > 2 * d:
+            sql += " AND (" + " + ".join(["(strpos(word, %s) > 0)::int"] * len(pairs)) + ") >= %s"
+            args += [*pairs, len(pairs) - 2 * d]
+        if found := nearest(key, d, [(r["word"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]):
+            out[w] = found
+    return out
+
+
+def _bm25(c: Any, phrases: list[_Phrase], where: str, args: list[Any], limit: int, total: int,
+          mean: float) -> dict[int, float]:
+    """Text row id -> BM25 score of the ``limit`` best rows (by score, then video, time, n)
+    among those ``where`` admits holding any of ``phrases``; each phrase's row count is over
+    the whole index, as FTS5 counts it."""
+    if (q := _tsquery(phrases)) is None:
+        return {}
+    counts = c.execute("SELECT " + ", ".join(
+        f"count(*) FILTER (WHERE tsv @@ %s::tsquery) AS c{i}" for i in range(len(phrases))) +
+        " FROM texts WHERE tsv @@ %s::tsquery", [_tsquery([p]) or "''" for p in phrases] + [q]).fetchone()
+    df = [counts[f"c{i}"] for i in range(len(phrases))]
+    ids = [r["id"] for r in c.execute(f"SELECT t.id FROM texts t WHERE t.tsv @@ %s::tsquery AND {where}",
+                                      [q, *args]).fetchall()]
+    scored = []
+    for i, (r, seq) in _with_stems(c, ids).items():
+        tf = [len(phrase_starts(seq, p)) for p in phrases]
+        scored.append((-bm25(tf, df, total, r["n_tokens"], mean), r["video_id"], r["start_s"], r["n"], i))
+    return {i: -s for s, _, _, _, i in sorted(scored)[:limit]}
+
+
+def _with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[frozenset[str]]]]:
+    """Text rows by id, each with its tokens' stems in order (from its index entry)."""
+    if not ids:
+        return {}
+    rows = {r["id"]: r for r in c.execute(
+        "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(%s)", (ids,))}
+    seqs: dict[int, list[set[str]]] = {i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()}
+    for r in c.execute("SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u"
+                       " WHERE t.id = ANY(%s)", (ids,)):
+        seq = seqs[r["id"]]
+        for p in r["positions"]:
+            if p <= len(seq):
+                seq[p - 1].add(r["lexeme"])
+    return {i: (rows[i], [frozenset(s) for s in seqs[i]]) for i in rows}
+
+
+def _spans(seq: list[frozenset[str]], phrases: Sequence[_Phrase]) -> list[tuple[int, int]]:
+    """The token spans (first, past last) where any of ``phrases`` occurs."""
+    return [(i, i + len(p)) for p in phrases if p for i in phrase_starts(seq, p)]
+
+
+def _job(row: dict[str, Any]) -> Job:
+    return Job(**{**row, "warnings": tuple(json.loads(row["warnings"]))})
+
+
+def _video(row: dict[str, Any]) -> Video:
+    return Video(**{**row, "metadata": json.loads(row["metadata"])})

@@ -1,0 +1,222 @@
+"""The catalog's schema, one list of migrations per database, applied in order.
+
+``schema_version`` holds one row per migration applied (its number, when). Opening a catalog
+for writing applies the ones it lacks, each list's step i taking version i - 1 to i, all in
+one transaction with a lock held (two processes opening at once migrate once). A catalog
+written by a later release (a version past the list) is refused: this code would not know
+its tables. A step is never edited once released; a change is a new step at the end.
+
+SQLite's step 1 brings a catalog of any release before versioning (no ``schema_version``)
+to the schema of that time, so today's data dirs open and migrate in place.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class CatalogTooNew(RuntimeError):
+    """The catalog was migrated by a later release than this one."""
+
+
+_SQLITE_TABLES = """
+CREATE TABLE IF NOT EXISTS videos (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    source TEXT NOT NULL,
+    title TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    sha256 TEXT,
+    size_bytes INTEGER,
+    duration_s REAL,
+    fps REAL,
+    width INTEGER,
+    height INTEGER,
+    status TEXT NOT NULL,
+    frames_indexed INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at REAL NOT NULL,
+    media TEXT
+);
+CREATE INDEX IF NOT EXISTS videos_sha ON videos(sha256);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    video_id INTEGER NOT NULL REFERENCES videos(id),
+    status TEXT NOT NULL,
+    progress REAL NOT NULL DEFAULT 0,
+    frames_indexed INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    stage TEXT,
+    warnings TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS jobs_video ON jobs(video_id);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created_at);
+"""
+# A text row's (video_id, kind, n) is its vector's id in the shards (``types.speech_id``,
+# ``screen_id``). ``id`` is the keyword index's key: an explicit INTEGER PRIMARY KEY, since
+# VACUUM may renumber an implicit rowid, which would cut the index off from its rows. The
+# triggers keep the index (external content: it stores no second copy of the text) in step.
+_SQLITE_TEXTS = """
+CREATE TABLE IF NOT EXISTS texts (
+    id INTEGER PRIMARY KEY,
+    video_id INTEGER NOT NULL REFERENCES videos(id),
+    kind TEXT NOT NULL CHECK (kind IN ('speech', 'screen')),
+    n INTEGER NOT NULL,
+    start_s REAL NOT NULL,
+    end_s REAL NOT NULL,
+    text TEXT NOT NULL,
+    UNIQUE (video_id, kind, n)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS texts_fts USING fts5(
+    text, content='texts', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS texts_ai AFTER INSERT ON texts BEGIN
+    INSERT INTO texts_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS texts_ad AFTER DELETE ON texts BEGIN
+    INSERT INTO texts_fts(texts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS texts_au AFTER UPDATE ON texts BEGIN
+    INSERT INTO texts_fts(texts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO texts_fts(rowid, text) VALUES (new.id, new.text);
+END;
+"""
+
+
+def _sqlite_script(c: sqlite3.Connection, script: str) -> None:
+    """Run ``script`` statement by statement inside the caller's transaction (executescript
+    would commit first)."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            c.execute(buf)
+            buf = ""
+
+
+def _sqlite_1(c: sqlite3.Connection) -> None:
+    """The schema as it stood when versions began, from any earlier release's catalog."""
+    _sqlite_script(c, _SQLITE_TABLES)
+    columns = {r[1] for r in c.execute("PRAGMA table_info(videos)")}
+    if "media" not in columns:  # catalogs written before uploads existed
+        c.execute("ALTER TABLE videos ADD COLUMN media TEXT")
+    job_columns = {r[1] for r in c.execute("PRAGMA table_info(jobs)")}
+    if "stage" not in job_columns:  # catalogs written before jobs named their stages
+        c.execute("ALTER TABLE jobs ADD COLUMN stage TEXT")
+    if "warnings" not in job_columns:
+        c.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'")
+    try:
+        _sqlite_script(c, _SQLITE_TEXTS)
+    except sqlite3.OperationalError as e:
+        if "fts5" in str(e):
+            raise RuntimeError(f"this Python's SQLite ({sqlite3.sqlite_version}) lacks FTS5, which the "
+                               "keyword search of speech and screen text needs") from e
+        raise
+
+
+SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1]
+
+# PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
+# rowid does. ``texts.tsv`` is the keyword index's entry of a row: its tokens' stems at their
+# positions, made by the catalog (``_catalog_pg``), so the words are cut as SQLite's FTS5 cuts
+# them; ``n_tokens`` is the row's length for BM25. Metadata stays text (as the user sent it,
+# keys in order); filters read it as jsonb.
+_POSTGRES_1 = """
+CREATE TABLE videos (
+    id BIGSERIAL PRIMARY KEY,
+    source TEXT NOT NULL,
+    title TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    sha256 TEXT,
+    size_bytes BIGINT,
+    duration_s DOUBLE PRECISION,
+    fps DOUBLE PRECISION,
+    width INTEGER,
+    height INTEGER,
+    status TEXT NOT NULL,
+    frames_indexed BIGINT NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    media TEXT
+);
+CREATE INDEX videos_sha ON videos(sha256);
+CREATE INDEX videos_status ON videos(status, id);
+CREATE TABLE jobs (
+    seq BIGSERIAL NOT NULL,
+    id TEXT PRIMARY KEY,
+    video_id BIGINT NOT NULL REFERENCES videos(id),
+    status TEXT NOT NULL,
+    progress DOUBLE PRECISION NOT NULL DEFAULT 0,
+    frames_indexed BIGINT NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    stage TEXT,
+    warnings TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX jobs_video ON jobs(video_id);
+CREATE INDEX jobs_status ON jobs(status, created_at, seq);
+CREATE TABLE texts (
+    id BIGSERIAL PRIMARY KEY,
+    video_id BIGINT NOT NULL REFERENCES videos(id),
+    kind TEXT NOT NULL CHECK (kind IN ('speech', 'screen')),
+    n INTEGER NOT NULL,
+    start_s DOUBLE PRECISION NOT NULL,
+    end_s DOUBLE PRECISION NOT NULL,
+    text TEXT NOT NULL,
+    tsv TSVECTOR NOT NULL,
+    n_tokens INTEGER NOT NULL,
+    UNIQUE (video_id, kind, n)
+);
+CREATE INDEX texts_tsv ON texts USING GIN (tsv);
+"""
+POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1]
+_PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
+
+
+def migrate_sqlite(path: Any, migrations: list[Callable[[sqlite3.Connection], None]] = SQLITE_MIGRATIONS) -> int:
+    """Bring the SQLite catalog at ``path`` to the last version; returns it. One connection of
+    its own, in autocommit mode, so that the steps and their record are one transaction."""
+    c = sqlite3.connect(path, timeout=30, isolation_level=None)
+    try:
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("BEGIN IMMEDIATE")  # the write lock: another opener waits, then finds it done
+        try:
+            c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+            have = _current(c.execute("SELECT max(version) FROM schema_version").fetchone()[0], migrations, path)
+            for version in range(have + 1, len(migrations) + 1):
+                migrations[version - 1](c)
+                c.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+    finally:
+        c.close()
+    return len(migrations)
+
+
+def migrate_postgres(conn: Any, where: str, migrations: list[str] = POSTGRES_MIGRATIONS) -> int:
+    """Bring the PostgreSQL catalog ``conn`` reaches to the last version; returns it. Under
+    a transaction-wide advisory lock, so concurrent openers (API replicas starting) queue."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version"
+                     " (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+        have = _current(conn.execute("SELECT max(version) AS v FROM schema_version").fetchone()["v"], migrations, where)
+        for version in range(have + 1, len(migrations) + 1):
+            conn.execute(migrations[version - 1])
+            conn.execute("INSERT INTO schema_version VALUES (%s, %s)", (version, time.time()))
+    return len(migrations)
+
+
+def _current(found: int | None, migrations: list, where: Any) -> int:
+    have = found or 0
+    if have > len(migrations):
+        raise CatalogTooNew(f"the catalog at {where} is at schema version {have}; this release of vifusion "
+                            f"knows versions up to {len(migrations)}: run a release at least as new")
+    return have
