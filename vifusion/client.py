@@ -1,9 +1,12 @@
 """A small typed client for the REST API.
 
-Example::
+Example, against ``vifusion serve`` on its default port and data dir::
+
+    from pathlib import Path
 
     from vifusion.client import Client
 
+    key = Path("vifusion-data/api_key").read_text().strip()  # or VIFUSION_API_KEY where set
     with Client("http://127.0.0.1:8000", key) as vf:
         job = vf.upload("holiday.mp4", title="Holiday")
         vf.wait(job["job_id"])

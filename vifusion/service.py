@@ -105,7 +105,22 @@ class SearchPage:
 
 
 class Service:
-    """Use as a context manager. Starts the ingest queue (resuming interrupted jobs)."""
+    """Everything the REST API does, in-process. Use it as a context manager: it starts Ray
+    (or joins ``cfg.ray_address``), takes the data dir's writer lock and starts the ingest
+    queue (resuming interrupted jobs); leaving the block stops them. Ingest, then search::
+
+        import time
+
+        from vifusion.config import Config
+        from vifusion.service import Service
+
+        with Service(Config(data_dir="vifusion-data")) as svc, open("holiday.mp4", "rb") as f:
+            queued = svc.ingest_upload(f, "holiday.mp4", title="Holiday")
+            while svc.job(queued.job_id).status not in ("ready", "failed"):
+                time.sleep(0.5)
+            for m in svc.search(text="a cat on a sofa", top_k=3).results:
+                print(m.video_id, m.start_s, m.end_s, round(m.score, 3))
+    """
 
     def __init__(self, cfg: Config, wait_s: float = 0.0) -> None:
         """``wait_s``: how long to wait for the data dir's previous writer to stop."""
