@@ -413,9 +413,9 @@ def _with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[
     return {i: (rows[i], [frozenset(s) for s in seqs[i]]) for i in rows}
 
 
-def _spans(seq: list[frozenset[str]], phrases: Sequence[_Phrase]) -> list[tuple[int, int]]:
-    """The token spans (first, past last) where any of ``phrases`` occurs."""
-    return [(i, i + len(p)) for p in phrases if p for i in phrase_starts(seq, p)]
+def _spans(seq: list[frozenset[str]], phrases: Sequence[_Phrase]) -> list[tuple[int, int, int]]:
+    """The token spans (first, past last, which phrase) where any of ``phrases`` occurs."""
+    return [(i, i + len(p), k) for k, p in enumerate(phrases) if p for i in phrase_starts(seq, p)]
 
 
 def _job(row: dict[str, Any]) -> Job:

@@ -164,21 +164,18 @@ def bm25(tf: Sequence[int], df: Sequence[int], rows: int, length: int, mean_leng
     return score
 
 
-def marked(text: str, spans: Sequence[tuple[int, int]], marks: tuple[str, str], window: int | None = None) -> str:
-    """``text`` with the matched token ``spans`` (index of first, index past last) between
-    ``marks``, overlapping ones merged, as FTS5's highlight() marks them; with ``window``,
-    cut to that many tokens around the most matched ones, '…' where it was cut (snippet())."""
+def marked(text: str, spans: Sequence[tuple[int, int, int]], marks: tuple[str, str], window: int | None = None) -> str:
+    """``text`` with the matched token ``spans`` (index of first, index past last, which
+    phrase) between ``marks``, overlapping ones merged, as FTS5's highlight() marks them; with
+    ``window``, cut to that many tokens where FTS5's snippet() cuts (``_snippet_start``),
+    '…' where it was cut."""
     toks = tokens(text)
     first, last = 0, len(toks)
     if window is not None and len(toks) > window:
-        hit = [0] * len(toks)
-        for a, b in spans:
-            for i in range(a, b):
-                hit[i] = 1
-        best = max(range(len(toks) - window + 1), key=lambda s: (sum(hit[s : s + window]), -s))
-        first, last = best, best + window
+        first = _snippet_start(text, toks, sorted(spans), window)
+        last = first + window
     merged: list[list[int]] = []
-    for a, b in sorted(spans):
+    for a, b, _ in sorted(spans):
         a, b = max(a, first), min(b, last)
         if a >= b:
             continue
@@ -194,3 +191,36 @@ def marked(text: str, spans: Sequence[tuple[int, int]], marks: tuple[str, str], 
         at = toks[b - 1][1]
     out.append(text[at:end])
     return ("…" if begin else "") + "".join(out) + ("…" if end < len(text) else "")
+
+
+def _snippet_start(text: str, toks: list[tuple[int, int, str]], spans: list[tuple[int, int, int]], window: int) -> int:
+    """The first token of FTS5's snippet: of the windows starting at each match (moved to
+    centre the matches they hold) and at the start of the sentence before each match, the
+    one scoring most, 1000 for each phrase it holds and 1 for each repeat, a sentence start
+    scoring 100 more (120 the text's start). A sentence starts after '.' or ':' and a space."""
+    n = len(toks)
+    starts = [0] + [i for i in range(1, n) if (before := text[: toks[i][0]].rstrip(" \t\r\n")) != text[: toks[i][0]]
+                    and before.endswith((".", ":"))]
+
+    def score(begin: int) -> tuple[int, int, int]:
+        seen: set[int] = set()
+        total, first, end = 0, -1, 0
+        for a, b, k in spans:
+            if begin <= a < begin + window:
+                total += 1 if k in seen else 1000
+                seen.add(k)
+                first = a if first < 0 else first
+                end = b
+        return total, first, end
+
+    best, best_start = 0, 0
+    for a, _, _ in spans:
+        total, first, end = score(a)
+        if total > best:
+            best, best_start = total, max(0, min(first - int((window - (end - first)) / 2), n - window))
+        sentence = max(s for s in starts if s <= a)
+        if sentence < a:
+            total = score(sentence)[0] + (120 if sentence == 0 else 100)
+            if total > best:
+                best, best_start = total, sentence
+    return best_start
