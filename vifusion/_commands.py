@@ -479,3 +479,43 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
         snapshot = f"last snapshot {s['snapshot_at']}" if s["snapshot_at"] else "no snapshot yet"
         print(f"shard {s['shard']}:  {rows}; {s['videos']} video(s); log {s['log_bytes']:,} bytes; {snapshot}")
     return EXIT_OK
+
+
+def cmd_plan(cfg: Config, cluster_yaml: Path | None, links: list[str], apply: bool, as_json: bool,
+             recalibrate: bool = False) -> int:
+    """``vifusion plan``: see ``vifusion.plan``."""
+    from vifusion.plan import calibrate, model, planner
+
+    if (cluster_yaml is None) == (cfg.ray_address is None):
+        print("vifusion plan: give CLUSTER.yaml or --address (a running cluster), not both", file=sys.stderr)
+        return EXIT_USAGE
+    live = None
+    try:
+        if cluster_yaml is not None:
+            cluster = model.from_yaml(cluster_yaml)
+        else:
+            import ray
+
+            ray.init(address=cfg.ray_address, log_to_driver=False)
+            cluster, live = model.from_ray()
+        for link in links:
+            name, _, spec = link.partition("=")
+            rate, _, rtt = spec.partition("/")
+            cluster = cluster.with_link(name, rate, float(rtt) if rtt else None)
+    except (OSError, ValueError) as e:
+        print(f"vifusion plan: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    costs = calibrate.calibrate(cfg, cluster, live, refresh=recalibrate)
+    try:
+        report, plan = planner.make_plan(cfg, cluster, costs, live)
+    except ValueError as e:
+        print(f"vifusion plan: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    where = planner.apply(cfg, plan) if apply else None
+    if as_json:
+        print(json.dumps({**planner.report_json(cluster, report, plan), "applied": str(where) if where else None}))
+        return EXIT_OK
+    for line in planner.report_lines(cluster, report):
+        print(line)
+    print(f"applied: {where} (the next ingest places by it)" if where else "not applied (--apply writes it)")
+    return EXIT_OK

@@ -83,6 +83,17 @@ def _parser() -> argparse.ArgumentParser:
                         help="jobs, videos by status, each shard's rows, log and last snapshot, the service")
     st.add_argument("--json", action="store_true", help="print one JSON object")
 
+    pl = sub.add_parser("plan", parents=[common], help="where to run extractors and shards: placement by simulation",
+                        description="Measure each stage on each node type, simulate ingest for candidate placements "
+                        "(extractors per node, where the shards go, fusion sizes) and print the fastest, the runner-up "
+                        "and the even spread. CLUSTER.yaml: a `ray up` config (links and CPU shares from its node "
+                        "types' vifusion-* labels or --link); or --address auto: the running cluster.")
+    pl.add_argument("cluster_yaml", nargs="?", type=Path, metavar="CLUSTER.yaml")
+    pl.add_argument("--link", action="append", default=[], metavar="TYPE=RATE[/RTT_MS]",
+                    help="a node type's link, e.g. shard_mem=20mbit/10 (repeat for more)")
+    pl.add_argument("--apply", action="store_true", help="write the plan to DATA_DIR/plan.json, where the runtime reads it")
+    pl.add_argument("--recalibrate", action="store_true", help="measure the stages again (cached per node type)")
+    pl.add_argument("--json", action="store_true", help="print one JSON object")
     sub.add_parser("demo", parents=[common], help="make sample videos, index them, run example queries")
     return p
 
@@ -153,6 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vifusion._commands import cmd_status
 
         return cmd_status(cfg, args.json)
+    if args.command == "plan":
+        from vifusion._commands import cmd_plan
+
+        return cmd_plan(cfg, args.cluster_yaml, args.link, args.apply, args.json, args.recalibrate)
     if args.command == "demo":
         from vifusion.demo import run_demo
 

@@ -39,6 +39,9 @@ class Config(BaseModel):
     embed_batch: int = Field(16, gt=0, description="frames per model forward pass")
     conse_top_k: int = Field(10, gt=0, description="ImageNet classes mixed into the text-space vector")
     num_extractors: int = Field(1, gt=0, description="extractor actors (each loads the models once)")
+    use_plan: bool = Field(True, description="place extractors and shard replicas, and set the fusion size "
+                           "limits, as DATA_DIR/plan.json says where it exists (`vifusion plan --apply`); "
+                           "its extractors replace num_extractors")
     torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
     query_threads: int = Field(1, gt=0, description="threads embedding a query (tiny work: more threads only wait on each other)")
     extract_deadline_base_s: float = Field(600.0, gt=0, description="an extractor call on one video must end "
@@ -188,6 +191,11 @@ class Config(BaseModel):
         # The read timeout is one rate window: a longer one would outlast the deadline.
         ordered("fetch_rate_window_s", self.fetch_rate_window_s, "fetch_deadline_s", self.fetch_deadline_s)
         return self
+
+    def updated(self, changes: Mapping[str, Any]) -> Config:
+        """A copy with ``changes``, checked as a new Config is (``model_copy`` checks nothing:
+        a live setting of -1, or a pair inverted, would slip through it)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
 
     @property
     def sample_interval_s(self) -> float:

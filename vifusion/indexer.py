@@ -31,6 +31,7 @@ from vifusion.config import Config
 from vifusion.extract.actor import start_extractors
 from vifusion.fusion import start_aggregators
 from vifusion.index import ShardSet, shard_for
+from vifusion.placement import load_plan
 
 _RETRIES = 2  # more tries for a video whose extractor or aggregator died under it
 log = logging.getLogger(__name__)
@@ -110,6 +111,9 @@ class Indexer:
     """Runs indexing jobs on a pool of extractor actors."""
 
     def __init__(self, cfg: Config, catalog: Catalog, shards: ShardSet) -> None:
+        plan = load_plan(cfg.data_dir) if cfg.use_plan else None
+        if plan is not None:  # the plan's fusion size limits (``vifusion plan --apply``)
+            cfg = cfg.model_copy(update={k: plan[k] for k in ("fusion_min_bytes", "fusion_max_bytes")})
         self.cfg = cfg
         self.catalog = catalog
         self.shards = shards

@@ -12,11 +12,21 @@
   equal share of the ``extract`` resource where nodes carry it (CPU nodes set aside for
   decoding and embedding), otherwise any node with a free CPU.
 - **Aggregators**: one per node, pinned there (``vifusion.fusion.start_aggregators``).
+
+A plan (``vifusion plan --apply``: ``DATA_DIR/plan.json``) overrides the first two: each
+extractor and each shard replica pinned to the node it names, found by its IP (a plan made
+on the running cluster) or as the i-th node of its type (one made from the ``ray up`` YAML:
+nodes of a type look alike to Ray by their CPUs, GPUs and custom resources). A plan whose
+nodes are not all there, or made for another number of shards, is not used (logged), and the
+rules above place everything.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -24,6 +34,67 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
+PLAN_FILE = "plan.json"
+log = logging.getLogger(__name__)
+
+
+def load_plan(data_dir: Path) -> dict[str, Any] | None:
+    """The applied plan (``vifusion plan --apply``), or None."""
+    path = Path(data_dir) / PLAN_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def signature(resources: dict[str, float]) -> list[float]:
+    """What tells node types apart to Ray: CPUs, GPUs and the custom placement resources."""
+    return [float(resources.get(k, 0)) for k in ("CPU", "GPU", EXTRACT_RESOURCE, SHARD_RESOURCE)]
+
+
+def plan_nodes(plan: dict[str, Any]) -> dict[str, str] | None:
+    """Plan node name -> live node id; None (logged) when some plan node is not there."""
+    alive = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: n["NodeID"])
+    by_ip = {n["NodeManagerAddress"]: n["NodeID"] for n in alive}
+    head = next((n["NodeID"] for n in alive if n["Resources"].get("node:__internal_head__")), None)
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for node in plan["nodes"]:
+        if node.get("ip"):
+            found = by_ip.get(node["ip"])
+        elif node.get("head"):
+            found = head
+        else:
+            found = next((n["NodeID"] for n in alive if n["NodeID"] not in taken and n["NodeID"] != head
+                          and signature(n["Resources"]) == node["signature"]), None)
+        if found is None:
+            log.warning("plan node %s is not in the cluster: the plan is not used", node["name"])
+            return None
+        taken.add(found)
+        out[node["name"]] = found
+    return out
+
+
+def planned_shard_strategies(plan: dict[str, Any] | None, num_shards: int,
+                             replicas: int) -> list[list[NodeAffinitySchedulingStrategy]] | None:
+    """The plan's node for every replica of every shard; None where it does not apply."""
+    if plan is None:
+        return None
+    if len(plan["shards"]) != num_shards or any(len(g) != replicas for g in plan["shards"]):
+        log.warning("the plan is for %d shards of %d replicas: not used for the shards",
+                    len(plan["shards"]), len(plan["shards"][0]) if plan["shards"] else 0)
+        return None
+    nodes = plan_nodes(plan)
+    if nodes is None:
+        return None
+    return [[NodeAffinitySchedulingStrategy(nodes[name], soft=False) for name in group] for group in plan["shards"]]
+
+
+def planned_extractors(plan: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """Ray options of each extractor the plan places (one CPU each, on its node); None where
+    it does not apply."""
+    nodes = plan_nodes(plan) if plan is not None else None
+    if nodes is None:
+        return None
+    return [{"num_cpus": 1, "scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[n["name"]], soft=False)}
+            for n in plan["nodes"] for _ in range(n["extractors"])]
 
 
 def spread(num_shards: int, replicas: int, nodes: list[str]) -> list[list[str]]:

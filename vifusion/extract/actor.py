@@ -34,7 +34,7 @@ from ray.actor import ActorHandle
 from vifusion._files import storage_reason
 from vifusion.config import Config
 from vifusion.fusion import AggregatorLost, Handoff
-from vifusion.placement import extractor_options
+from vifusion.placement import extractor_options, load_plan, planned_extractors
 from vifusion.types import FusedBatch
 
 EMBED_SIDE = 224  # short side of the frames the embedder takes (it crops 224 x 224)
@@ -224,7 +224,12 @@ def _reason(e: Exception) -> str:
 
 
 def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[ActorHandle]:
-    """``cfg.num_extractors`` actors, on GPUs where the cluster has them (``placement.py``)."""
+    """``cfg.num_extractors`` actors, on GPUs where the cluster has them; or those an applied
+    plan places, each on its node (``placement.py``)."""
     # max_restarts: a dead extractor comes back (models reloaded); the indexer retries its video.
-    cls = ray.remote(Extractor).options(**extractor_options(cfg.num_extractors), max_restarts=-1)
+    cls = ray.remote(Extractor)
+    planned = planned_extractors(load_plan(cfg.data_dir) if cfg.use_plan else None)
+    if planned:
+        return [cls.options(**options, max_restarts=-1).remote(cfg, aggregators) for options in planned]
+    cls = cls.options(**extractor_options(cfg.num_extractors), max_restarts=-1)
     return [cls.remote(cfg, aggregators) for _ in range(cfg.num_extractors)]

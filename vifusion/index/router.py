@@ -28,7 +28,7 @@ from vifusion.index.layout import check_layout, shard_dir, shard_for  # noqa: F4
 from vifusion.index.merge import merge_topk
 from vifusion.index.replica import ShardReplica
 from vifusion.index.shard import check_queries
-from vifusion.placement import shard_strategies
+from vifusion.placement import load_plan, planned_shard_strategies, shard_strategies
 from vifusion.types import SPACES, Found
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every shard beats a copy in each call
@@ -65,7 +65,9 @@ class ShardSet:
             num_cpus=0, max_concurrency=1, max_restarts=-1, max_task_retries=-1,
             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
-        where = shard_strategies(cfg.num_shards, cfg.shard_replicas)
+        where = (planned_shard_strategies(load_plan(cfg.data_dir) if cfg.use_plan else None, cfg.num_shards,
+                                          cfg.shard_replicas)
+                 or shard_strategies(cfg.num_shards, cfg.shard_replicas))
         self._replicas: list[list[ray.actor.ActorHandle]] = []
         self._down: dict[tuple[int, int], float] = {}
         self._turn = itertools.count()

@@ -1,0 +1,148 @@
+"""What each stage costs on a node type, from a short real run of the code that does it.
+
+On a generated video (``samples.write_video``: pans, zooms and moving shapes), with the
+configuration's sampling: decoding (``open_sampled``, the decode thread's CPU time),
+embedding (``Embedder.embed_frames``: the process's CPU time, or the wall time on a GPU),
+reading screen text where it is on (``ScreenReader``), the aggregator's dedup
+(``TemporalDedup``: its CPU time a row, and the share of rows it keeps), and a shard's apply
+and log sync (``Shard.stage`` and ``commit`` into a temporary directory). Costs are
+core-seconds, so they carry over between machines with the same cores whatever their number.
+Speech is not measured: generated videos have no sound (``text_cs`` counts screen text only).
+
+``calibrate`` runs this once per node type: as a Ray task on a node of that type on a live
+cluster, here for a cluster not yet started (its node types are taken to have this
+machine's cores, and no GPU is measured). Results are cached under ``DATA_DIR/plan/``, per
+node type and model settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from vifusion.config import Config
+from vifusion.plan.model import Cluster, Node
+from vifusion.plan.simulate import StageCosts
+
+_PHOTOS = ("coffee", "rocket", "motion", "astronaut")
+
+
+def _key(cfg: Config) -> str:
+    """What the costs depend on besides the node: sampling, model settings, what is read."""
+    parts = (cfg.sample_fps, cfg.embed_batch, cfg.conse_top_k, cfg.screen_text, cfg.ocr_frame_side,
+             cfg.dedup_cosine if cfg.fusion else 2.0, "efficientnet_lite0+MiniLM")
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
+
+
+def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
+    """Run each stage on this machine and return what it cost."""
+    import torch
+
+    from vifusion.extract.actor import EMBED_SIDE, _shrink
+    from vifusion.extract.decode import open_sampled
+    from vifusion.extract.model import Embedder, pick_device
+    from vifusion.fusion.dedup import TemporalDedup
+    from vifusion.index.shard import Shard
+    from vifusion.samples import write_video
+    from vifusion.types import FusedBatch
+
+    torch.set_num_threads(cfg.torch_threads or cfg.threads)
+    with tempfile.TemporaryDirectory(prefix="vf-calibrate-") as tmp:
+        video = write_video(Path(tmp) / "v.mp4", _PHOTOS, scene_s=scene_s).path
+        side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
+        fps = max(cfg.sample_fps, 4.0)  # enough frames to time, whatever the sampling
+        _, total, batches = open_sampled(video, fps, cfg.max_frames, side, cfg.embed_batch,
+                                         min_short_side=EMBED_SIDE if cfg.screen_text else None)
+        decoded, t = [], time.process_time()  # decord decodes on threads of its own
+        for frames, spans in batches:
+            decoded.append((frames, spans))
+        decode_cs = (time.process_time() - t) / total
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+        gpu = embedder.device.type == "cuda"
+        embedder.embed_frames(_shrink(decoded[0][0], EMBED_SIDE))  # warm up
+        rows, t, w = [], time.process_time(), time.perf_counter()
+        for frames, spans in decoded:
+            visual, semantic = embedder.embed_frames(_shrink(frames, EMBED_SIDE))
+            rows.append(FusedBatch.of_video(1, sum(len(r) for r in rows), [(a, b) for _, a, b in spans],
+                                            visual, semantic))
+        embed_cs, embed_wall = (time.process_time() - t) / total, (time.perf_counter() - w) / total
+
+        text_cs = 0.0
+        if cfg.screen_text:
+            from vifusion.extract.screentext import ScreenReader
+
+            tracker = ScreenReader(cfg, "cuda" if gpu else "cpu").track()
+            t = time.process_time()
+            for frames, spans in decoded:
+                for rgb, (_, a, b) in zip(frames, spans, strict=True):
+                    tracker.add(rgb, a, b)
+            tracker.finish()
+            text_cs = (time.process_time() - t) / total
+
+        dedup = TemporalDedup(cfg.dedup_cosine if cfg.fusion else 2.0)
+        t, kept = time.thread_time(), 0
+        for batch in rows:
+            kept += len(dedup.push(batch))
+        kept += len(dedup.close(1))
+        aggregate_cs = (time.thread_time() - t) / total
+
+        shard = Shard(0, Path(tmp) / "shard", cfg)
+        one = FusedBatch.concat(rows)
+        small = one.rows(slice(0, 1))
+        t = time.process_time()
+        for _ in range(20):
+            shard.stage(FusedBatch(small.ids, small.times, small.features))  # a new batch id each
+        message_cs = (time.process_time() - t) / 20
+        t = time.process_time()
+        seq = shard.stage(FusedBatch(one.ids, one.times, one.features))[1]
+        apply_cs = max((time.process_time() - t - message_cs) / len(one), 0.0)
+        syncs = [shard.commit(shard.stage(FusedBatch(small.ids, small.times, small.features))[1])
+                 for _ in range(10)]
+        shard.commit(seq)
+        sync_s = float(np.median(syncs))
+    return StageCosts(decode_cs=decode_cs, embed_cs=0.0 if gpu else embed_cs, embed_gpu_s=embed_wall if gpu else 0.0,
+                      text_cs=text_cs, aggregate_cs=aggregate_cs, apply_cs=apply_cs, message_cs=message_cs,
+                      sync_s=sync_s, dedup_ratio=max(kept, 1) / total)
+
+
+def calibrate(cfg: Config, cluster: Cluster, live: list[Node] | None = None,
+              refresh: bool = False) -> dict[str, StageCosts]:
+    """Costs per node type: cached, or measured (on a live node of the type where there is
+    one, else here)."""
+    out: dict[str, StageCosts] = {}
+    cache = cfg.data_dir / "plan"
+    here: StageCosts | None = None
+    for t in cluster.types:
+        path = cache / f"calibration-{t.name}-{_key(cfg)}.json"
+        if path.exists() and not refresh:
+            raw = json.loads(path.read_text())
+            out[t.name] = StageCosts(**{**raw, "encode_cs": tuple(raw["encode_cs"])})
+            continue
+        node = next((n for n in live or [] if n.type.name == t.name and n.node_id), None)
+        if node is not None:
+            out[t.name] = _on_node(cfg, node.node_id)
+        else:
+            here = here or measure(cfg)
+            out[t.name] = here
+        cache.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(out[t.name])))
+    return out
+
+
+def _on_node(cfg: Config, node_id: str) -> StageCosts:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(measure).options(num_cpus=1,
+                                       scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+    return ray.get(task.remote(cfg))

@@ -1,0 +1,106 @@
+"""`vifusion plan`: describe, calibrate, search, print; with ``--apply``, write the plan where
+the runtime reads it (``DATA_DIR/plan.json``, ``vifusion.placement``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from vifusion.config import Config
+from vifusion.placement import PLAN_FILE, signature
+from vifusion.plan.model import Cluster, Node
+from vifusion.plan.search import Evaluated, SearchReport, search
+from vifusion.plan.simulate import StageCosts, Workload
+
+VIDEO_S = 600.0  # the steady workload: videos this long, without end
+
+
+def workload(cfg: Config, video_s: float = VIDEO_S) -> Workload:
+    frames = max(1, min(cfg.max_frames, round(video_s * cfg.sample_fps)))
+    return Workload(videos=0, frames_per_video=frames, embed_batch=cfg.embed_batch,
+                    latency_target_s=cfg.fusion_latency_target_s, steady=True)
+
+
+def make_plan(cfg: Config, cluster: Cluster, costs: dict[str, StageCosts], live: list[Node] | None = None,
+              parallel: bool | None = None) -> tuple[SearchReport, dict[str, Any]]:
+    """Search the cluster's placements; the report and the plan as ``plan.json`` holds it."""
+    report = search(cluster, costs, workload(cfg), num_shards=cfg.num_shards, replicas=cfg.shard_replicas,
+                    parallel=parallel)
+    return report, plan_document(cluster, report.best, live)
+
+
+def plan_document(cluster: Cluster, chosen: Evaluated, live: list[Node] | None = None) -> dict[str, Any]:
+    nodes = cluster.nodes()
+    ips = {n.name: n.ip for n in live or []}
+    c = chosen.candidate
+    return {
+        "version": 1,
+        "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "nodes": [{"name": n.name, "type": n.type.name, "head": n.type.name == cluster.head, "ip": ips.get(n.name),
+                   "signature": signature({"CPU": n.type.cpus, "GPU": n.type.gpus, **n.type.resources}),
+                   "extractors": c.extractors[i]} for i, n in enumerate(nodes)],
+        "shards": [[nodes[i].name for i in group] for group in c.shards],
+        "fusion_min_bytes": c.fusion_min_bytes,
+        "fusion_max_bytes": c.fusion_max_bytes,
+        "predicted_fps": round(chosen.result.fps, 2),
+        "predicted_p50_s": round(chosen.result.p50_s, 4),
+    }
+
+
+def apply(cfg: Config, plan: dict[str, Any]) -> Path:
+    """Write the plan where the runtime reads it (atomically: temp file, fsync, rename)."""
+    from vifusion._files import fsync_dir
+
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    path = cfg.data_dir / PLAN_FILE
+    tmp = path.with_name(f".{PLAN_FILE}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(plan, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(cfg.data_dir)
+    return path
+
+
+def describe(cluster: Cluster, e: Evaluated) -> str:
+    """One line: extractors per node (nodes alike folded), where the shards are, fusion limits."""
+    nodes = cluster.nodes()
+    parts, i = [], 0
+    while i < len(nodes):
+        j = i
+        while j + 1 < len(nodes) and nodes[j + 1].type is nodes[i].type and \
+                e.candidate.extractors[j + 1] == e.candidate.extractors[i]:
+            j += 1
+        names = nodes[i].name if i == j else f"{nodes[i].name}..{nodes[j].index}"
+        parts.append(f"{names}: {e.candidate.extractors[i]}")
+        i = j + 1
+    shards = ", ".join("+".join(nodes[n].name for n in g) for g in e.candidate.shards)
+    return (f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
+            f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
+            f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms")
+
+
+def report_lines(cluster: Cluster, report: SearchReport) -> list[str]:
+    lines = [f"chosen:    {describe(cluster, report.best)}"]
+    if report.runner_up is not None:
+        lines.append(f"runner-up: {describe(cluster, report.runner_up)}")
+    lines.append(f"even:      {describe(cluster, report.even)}")
+    gain = report.best.result.fps / report.even.result.fps if report.even.result.fps else float("inf")
+    lines.append(f"predicted {gain:.2f}x the even spread; {report.candidates} candidates: {report.evaluated} "
+                 f"simulated, {report.pruned_infeasible} infeasible, {report.pruned_dominated} dominated; "
+                 f"searched in {report.seconds:.2f} s")
+    return lines
+
+
+def report_json(cluster: Cluster, report: SearchReport, plan: dict[str, Any]) -> dict[str, Any]:
+    def one(e: Evaluated | None) -> dict[str, Any] | None:
+        return None if e is None else {**plan_document(cluster, e), "made": None}
+
+    return {"plan": plan, "runner_up": one(report.runner_up), "even": one(report.even),
+            "candidates": report.candidates, "candidates_evaluated": report.evaluated,
+            "candidates_pruned": report.pruned, "pruned_infeasible": report.pruned_infeasible,
+            "pruned_dominated": report.pruned_dominated, "search_s": round(report.seconds, 3)}
