@@ -35,10 +35,9 @@ class Busy(RuntimeError):
 
 def open_catalog(cfg: Config) -> Catalog:
     """The catalog, read-only; NoCatalog where there is none."""
-    path = cfg.data_dir / "catalog.db"
-    if not path.is_file():
+    if cfg.catalog_url is None and not (cfg.data_dir / "catalog.db").is_file():
         raise NoCatalog(f"no catalog in {cfg.data_dir} (is this the data dir?)")
-    return Catalog(path, read_only=True)
+    return Catalog.open(cfg, read_only=True)
 
 
 def all_videos(catalog: Catalog, status: str | None = None) -> list[Video]:
@@ -90,7 +89,7 @@ class Deleter:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.catalog = Catalog(cfg.data_dir / "catalog.db")
+        self.catalog = Catalog.open(cfg)
         self._built = built_shards(cfg.data_dir)
         if self._built is not None:
             refuse_other_count(cfg.data_dir, self._built, cfg.num_shards)

@@ -165,7 +165,7 @@ def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
     from vifusion.catalog import Catalog
 
     try:
-        catalog = Catalog(cfg.data_dir / "catalog.db", read_only=True)
+        catalog = Catalog.open(cfg, read_only=True)
     except sqlite3.Error:
         return {}
     try:
@@ -190,7 +190,7 @@ def _search_here(cfg: Config, text, image, clip, top_k: int, modalities: list[st
     from vifusion.search import Searcher
 
     try:
-        catalog = Catalog(cfg.data_dir / "catalog.db", read_only=True)
+        catalog = Catalog.open(cfg, read_only=True)
     except sqlite3.OperationalError:  # nothing was ever indexed here
         return []
     try:
@@ -272,11 +272,10 @@ def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
     from vifusion._webvtt import webvtt
     from vifusion.catalog import Catalog
 
-    path = cfg.data_dir / "catalog.db"
-    if not path.is_file():
+    if cfg.catalog_url is None and not (cfg.data_dir / "catalog.db").is_file():
         print(f"vifusion transcript: no catalog in {cfg.data_dir} (is this the data dir?)", file=sys.stderr)
         return EXIT_USAGE
-    catalog = Catalog(path)
+    catalog = Catalog.open(cfg)
     try:
         if catalog.get_video(video_id) is None:
             print(f"vifusion transcript: no video {video_id} in {cfg.data_dir}", file=sys.stderr)

@@ -95,10 +95,8 @@ class JobRunner:
                 while self._stalled:
                     self.catalog.update_job(self._stalled[0], "queued", progress=0.0, frames_indexed=0)
                     self._stalled.pop(0)
-                jobs = self.catalog.jobs_in(("queued",))
-                if jobs:
-                    self.catalog.update_job(jobs[0].id, "decoding")
-                    return jobs[0].id, jobs[0].video_id
+                if (job := self.catalog.lease_job()) is not None:
+                    return job.id, job.video_id
                 self._wake.wait(timeout=2.0)
         return None
 

@@ -93,7 +93,7 @@ class Runtime:
         self.catalog: Catalog | None = None
         try:
             with storage_writes(cfg.data_dir, "it cannot be opened"):
-                self.catalog = Catalog(cfg.data_dir / "catalog.db")
+                self.catalog = Catalog.open(cfg)
                 self.shards = ShardSet(cfg)
         except BaseException:
             self._release()
