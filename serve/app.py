@@ -413,8 +413,9 @@ class ViFusionApp:
 
     def reconfigure(self, user_config: dict) -> None:
         """Live settings (``serve deploy`` with a new ``user_config``): the rate limits
-        (``rate_limit_rps``, ``rate_limit_burst``, ``rate_limit_media_rps``, ``rate_limit_media_burst``)."""
-        _auth.GATE.set_limits(self.cfg.model_copy(update=user_config))
+        (``rate_limit_rps``, ``rate_limit_burst``, ``rate_limit_media_rps``, ``rate_limit_media_burst``),
+        checked as at start: a value out of range, or a misspelt name, fails the deploy."""
+        _auth.GATE.set_limits(self.cfg.updated(user_config))
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

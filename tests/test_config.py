@@ -46,3 +46,16 @@ def test_refuses_a_share_or_a_count_out_of_range(name: str, value: float) -> Non
     with pytest.raises(ValueError) as err:
         Config(**{name: value})
     assert name in str(err.value) and f"input_value={value}" in str(err.value)
+
+
+def test_an_update_is_checked_as_a_new_config_is(tmp_path) -> None:
+    # Live settings (Serve's user_config) arrive as changes to a running Config.
+    cfg = Config(data_dir=tmp_path, rate_limit_rps=10.0)
+    assert cfg.updated({"rate_limit_burst": 7}) == cfg.model_copy(update={"rate_limit_burst": 7})
+    with pytest.raises(ValueError, match="rate_limit_rps"):
+        cfg.updated({"rate_limit_rps": -1})
+    with pytest.raises(ValueError) as err:
+        cfg.updated({"fusion_min_bytes": 16 << 20})
+    assert "fusion_min_bytes=16777216" in str(err.value) and "fusion_max_bytes=8388608" in str(err.value)
+    with pytest.raises(ValueError, match="rate_limit_rsp"):
+        cfg.updated({"rate_limit_rsp": 5})  # a misspelt setting is not quietly ignored
