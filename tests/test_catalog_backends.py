@@ -189,3 +189,28 @@ def test_both_databases_find_the_same_rows_in_the_same_order(tmp_path, postgres_
         for p in places:
             p.close()
 
+
+
+def test_the_command_line_reads_the_catalog_catalog_url_names(postgres_url, tmp_path, monkeypatch, capsys):
+    """VIFUSION_CATALOG_URL reaches the commands that open the catalog: `vifusion list` and
+    `vifusion transcript` read PostgreSQL, and the data dir holds no catalog.db."""
+    import json
+
+    from vifusion import cli
+
+    place = CatalogPlace("postgres", tmp_path, postgres_url)
+    try:
+        cat = place.open()
+        vid, job = cat.add_video("/v/talk.mp4", "talk")
+        cat.put_texts(vid, "speech", [(0.0, 2.0, "Hello from PostgreSQL.")])
+        cat.update_job(job, "ready", frames_indexed=3)
+        monkeypatch.setenv("VIFUSION_CATALOG_URL", place.url)
+        data = tmp_path / "data"
+        assert cli.main(["list", "--json", "--data-dir", str(data)]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(r["video_id"], r["title"], r["status"], r["frames"]) for r in rows] == [(vid, "talk", "ready", 3)]
+        assert cli.main(["transcript", "--data-dir", str(data), str(vid)]) == 0
+        assert "Hello from PostgreSQL." in capsys.readouterr().out
+        assert not (data / "catalog.db").exists()
+    finally:
+        place.close()
