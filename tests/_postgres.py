@@ -46,21 +46,34 @@ class PostgresServer:
                                   capture_output=True, text=True, timeout=120, cwd=self.root, **self._as)
             if made.returncode != 0:
                 raise RuntimeError(f"initdb failed ({made.returncode}): {made.stderr[-2000:]}")
+            self.bin_dir = bin_dir
             for _ in range(5):  # a port found free can be taken before the server binds it: try another
                 self.port = _free_port()
-                self.proc = subprocess.Popen(
-                    [str(bin_dir / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
-                     "-k", str(self.root), "-c", "fsync=off", "-c", "max_connections=200"],
-                    stdout=subprocess.DEVNULL, stderr=open(self.root / "log", "wb"), cwd=self.root, **self._as)
-                if self._ready(bin_dir):
+                if self._start():
                     break
-                self._end()
             else:
                 raise RuntimeError(f"PostgreSQL did not start: {(self.root / 'log').read_text()[-2000:]}")
         except BaseException:
             self.stop()
             raise
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _start(self) -> bool:
+        self.proc = subprocess.Popen(
+            [str(self.bin_dir / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
+             "-k", str(self.root), "-c", "fsync=off", "-c", "max_connections=200"],
+            stdout=subprocess.DEVNULL, stderr=open(self.root / "log", "ab"), cwd=self.root, **self._as)
+        if self._ready(self.bin_dir):
+            return True
+        self._end()
+        return False
+
+    def restart(self) -> None:
+        """Stop the server as a crash does (immediate shutdown: no checkpoint, its sessions
+        cut; the next start recovers from the WAL) and start it again on the same port."""
+        self._end(signal.SIGQUIT)
+        if not self._start():
+            raise RuntimeError(f"PostgreSQL did not start again: {(self.root / 'log').read_text()[-2000:]}")
 
     def _copy(self, bin_dir: Path) -> Path:
         """The wheel's PostgreSQL copied into this server's folder, laid out as installed (its
@@ -82,9 +95,10 @@ class PostgresServer:
             time.sleep(0.1)
         return False
 
-    def _end(self) -> None:
+    def _end(self, how: signal.Signals = signal.SIGINT) -> None:
+        """Stop the server: SIGINT, PostgreSQL's fast shutdown (sessions end, a checkpoint)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # fast shutdown: sessions end, the server exits
+            self.proc.send_signal(how)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:

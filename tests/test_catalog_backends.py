@@ -214,3 +214,24 @@ def test_the_command_line_reads_the_catalog_catalog_url_names(postgres_url, tmp_
         assert not (data / "catalog.db").exists()
     finally:
         place.close()
+
+
+def test_a_server_restart_loses_no_acknowledged_write_and_the_catalog_reconnects(tmp_path):
+    """The catalog's PostgreSQL crashes and starts again: what was acknowledged is
+    there after, and the same Catalog carries on: the pool replaces the connections the
+    server cut instead of handing them out."""
+    from tests._postgres import PostgresServer, binaries
+
+    server = PostgresServer(binaries())
+    try:
+        cat = Catalog.open(Config(data_dir=tmp_path, catalog_url=server.url))
+        vid, job = cat.add_video("/v/a.mp4", "a")
+        cat.put_texts(vid, "speech", [(0.0, 1.0, "acknowledged before the restart")])
+        cat.update_job(job, "ready", frames_indexed=5)
+        server.restart()
+        assert (cat.get_video(vid).status, cat.get_video(vid).frames_indexed) == ("ready", 5)
+        assert [h.video_id for h in cat.keyword_search("restart")] == [vid]
+        assert cat.add_video("/v/b.mp4", "b")[0] > vid  # never an id in use (a crash may skip some)
+        cat.close()
+    finally:
+        server.stop()
