@@ -113,7 +113,7 @@ class Indexer:
     def __init__(self, cfg: Config, catalog: Catalog, shards: ShardSet) -> None:
         plan = load_plan(cfg.data_dir) if cfg.use_plan else None
         if plan is not None:  # the plan's fusion size limits (``vifusion plan --apply``)
-            cfg = cfg.model_copy(update={k: plan[k] for k in ("fusion_min_bytes", "fusion_max_bytes")})
+            cfg = cfg.updated({k: plan[k] for k in ("fusion_min_bytes", "fusion_max_bytes")})
         self.cfg = cfg
         self.catalog = catalog
         self.shards = shards

@@ -1,0 +1,229 @@
+"""Placement by simulation against the even spread, on a heterogeneous three-host bed.
+
+The network test bed (``deploy/netbed.py``), a delay line of 10 ms on every link: host 0
+(the head, the driver) on 1 Gbit, host 1 on 20 Mbit, host 2 on 1 Gbit with a smaller CPU
+share. Every host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max``, or v1
+``cpu.cfs_quota_us`` where only v1 has the cpu controller), so the three hosts share this
+machine's cores as the planner is told they do. The stages are calibrated here
+(``calibrate.measure``), the bed is described to the planner as three node types, and:
+
+- **plan**: the search's choice, applied (``DATA_DIR/plan.json``), then a real ingest of
+  generated videos (``Runtime`` -> ``Indexer``: decode, embed, aggregate, shard);
+- **even**: the even spread (the same extractors on every host, shards round-robin), applied
+  the same way, on the same videos, in the same run.
+
+Frames/s per mode are frames indexed over the wall time from the first job's start to the
+last one's acknowledgement, models loaded; ``predicted_fps`` is the simulation of the chosen
+plan on the same videos. ``search_s``, ``candidates_evaluated`` and ``candidates_pruned``
+are for a described 16-node cluster (4 node types), with these stage costs.
+
+Run:  sudo .venv/bin/python benchmarks/plan.py [--quick]
+It ends with one line of JSON holding every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import run_benchmark  # noqa: E402
+
+PHOTOS = ["coffee", "chelsea", "rocket", "astronaut", "hubble", "motorcycle", "camera", "coins", "ihc", "retina"]
+RATES = ("1gbit", "20mbit", "1gbit")
+CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
+DELAY_MS = 10.0
+CFG = {"speech": False, "screen_text": False, "num_shards": 2}
+
+
+def drive(spec: dict) -> None:
+    """In host 0: index the videos with the plan written in the data dir; print the figures."""
+    import ray
+
+    from vifusion.config import Config
+    from vifusion.runtime import Runtime
+
+    ray.init(address=spec["address"], log_to_driver=False)
+    cfg = Config(data_dir=Path(spec["data"]), ray_address=spec["address"], sample_fps=spec["sample_fps"], **CFG)
+    with Runtime(cfg, writer=True) as rt:
+        ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
+        t0 = time.perf_counter()
+        results = rt.indexer.index_files([Path(f) for f in spec["videos"]])
+        wall = time.perf_counter() - t0
+        extractors = len(rt.indexer.extractors)
+    frames = sum(r.frames for r in results if r.status == "ready")
+    print("RESULT " + json.dumps({"videos_ready": sum(r.status == "ready" for r in results), "frames": frames,
+                                  "seconds": wall, "frames_per_s": frames / wall, "extractors": extractors}),
+          flush=True)
+
+
+class _Cgroups:
+    """One CPU cgroup per host, ``cores`` each; processes moved in after they start (their
+    children, Ray's workers, are born inside)."""
+
+    def __init__(self, name: str, cores: tuple[float, ...]) -> None:
+        v2 = Path("/sys/fs/cgroup")
+        self.v2 = "cpu" in (v2 / "cgroup.controllers").read_text().split() if (v2 / "cgroup.controllers").exists() \
+            else False
+        base = v2 if self.v2 else v2 / "cpu"
+        if not self.v2 and not (base / "cpu.cfs_quota_us").exists():
+            raise RuntimeError("no cpu cgroup controller (v2 cpu.max or v1 cpu.cfs_quota_us) here")
+        self.dirs = [base / f"{name}-h{i}" for i in range(len(cores))]
+        for d, c in zip(self.dirs, cores, strict=True):
+            d.mkdir(exist_ok=True)
+            if self.v2:
+                (d / "cpu.max").write_text(f"{int(c * 100000)} 100000")
+            else:
+                (d / "cpu.cfs_period_us").write_text("100000")
+                (d / "cpu.cfs_quota_us").write_text(str(int(c * 100000)))
+
+    def move(self, host: int, pids: set[int]) -> None:
+        for pid in pids:
+            try:
+                (self.dirs[host] / "cgroup.procs").write_text(str(pid))
+            except OSError:
+                pass  # gone already
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def _ns_pids(ns: str) -> set[int]:
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def sixteen_nodes():
+    from vifusion.plan.model import Cluster, NodeType
+
+    return Cluster((NodeType("head", 1, 4, memory_bytes=16 << 30),
+                    NodeType("gpu", 4, 4, gpus=1, memory_bytes=16 << 30),
+                    NodeType("mem", 8, 8, memory_bytes=64 << 30, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01),
+                    NodeType("small", 3, 2, memory_bytes=8 << 30, cpu_share=0.5)), "head")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter videos (about a minute)")
+    ap.add_argument("--drive", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.drive:
+        drive(json.loads(args.drive))
+        return 0
+
+    from _common import machine
+
+    from deploy.netbed import NetBed, available
+    from vifusion.config import Config
+    from vifusion.plan.calibrate import measure
+    from vifusion.plan.model import Cluster, Node, NodeType
+    from vifusion.plan.planner import plan_document
+    from vifusion.plan.search import Evaluated, even_spread, search
+    from vifusion.plan.simulate import Workload, simulate
+    from vifusion.runtime import RAY_TUNED
+    from vifusion.samples import write_video
+
+    if (reason := available()) is not None:
+        print(f"plan benchmark needs the network test bed: {reason}", file=sys.stderr)
+        return 2
+    count, scene_s, fps = (4, 2.0, 4.0) if args.quick else (12, 4.0, 4.0)
+    work = Path(tempfile.mkdtemp(prefix="vf-plan-bench-"))
+    groups = None
+    try:
+        videos = [write_video(work / f"v{i}.mp4", (PHOTOS[i % len(PHOTOS)], PHOTOS[(i + 3) % len(PHOTOS)], "motion"),
+                              scene_s=scene_s).path for i in range(count)]
+        frames_per_video = round(3 * scene_s * fps)
+        cfg = Config(data_dir=work / "calibration", sample_fps=fps, **CFG)
+        costs_here = measure(cfg)
+
+        # The 16-node cluster: how long the search takes, how much it prunes.
+        big = sixteen_nodes()
+        big_report = search(big, {t.name: costs_here for t in big.types},
+                            Workload(0, round(600 * fps), steady=True), num_shards=2, parallel=False)
+
+        with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS) as bed:
+            for i, rate in enumerate(RATES):
+                bed.set_rate(i, rate)
+            groups = _Cgroups(bed.bed, CORES)
+            address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
+            for i, host in enumerate(bed.hosts):
+                groups.move(i, _ns_pids(host.name))
+            types = tuple(NodeType(f"h{i}", 1, 2, cpu_share=c / 2, uplink=_bps(r) / 8, downlink=1e9 / 8,
+                                   rtt_s=2 * DELAY_MS / 1e3) for i, (r, c) in enumerate(zip(RATES, CORES, strict=True)))
+            cluster = Cluster(types, "h0")
+            costs = {t.name: costs_here for t in types}
+            live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
+            # Planned for these videos: with a few videos, which extractor gets the last one
+            # matters as much as the steady rate (an extractor on the weak host holds it up).
+            finite = Workload(count, frames_per_video)
+            t0 = time.perf_counter()
+            report = search(cluster, costs, finite, num_shards=2, parallel=False)
+            bed_search_s = time.perf_counter() - t0
+            modes = {"plan": report.best.candidate, "even": even_spread(cluster, 2, 1)}
+            res = {}
+            for mode, candidate in modes.items():
+                predicted = simulate(cluster, costs, candidate, finite)
+                data = work / f"data-{mode}"
+                data.mkdir()
+                doc = plan_document(cluster, Evaluated(candidate, predicted), live)
+                (data / "plan.json").write_text(json.dumps(doc))
+                spec = {"address": address, "videos": [str(v) for v in videos], "data": str(data),
+                        "sample_fps": fps}
+                proc = bed.exec(0, [sys.executable, __file__, "--drive", json.dumps(spec)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                groups.move(0, {proc.pid})
+                stdout, stderr = proc.communicate(timeout=1200)
+                result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
+                if result is None:
+                    raise RuntimeError(f"the driver failed ({mode}):\n{stderr[-3000:]}")
+                res[mode] = json.loads(result) | {"predicted_fps": round(predicted.fps, 2),
+                                                  "placement": {"extractors": list(candidate.extractors),
+                                                                "shards": [list(g) for g in candidate.shards]}}
+        for mode, r in res.items():
+            print(f"  {mode:>4}: {r['frames']} frames of {r['videos_ready']} videos in {r['seconds']:.1f} s = "
+                  f"{r['frames_per_s']:.1f} frames/s (predicted {r['predicted_fps']:.1f}); {r['placement']}",
+                  flush=True)
+        plan, even = res["plan"], res["even"]
+        out = {
+            "benchmark": "plan", "quick": args.quick, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
+            "bed": {"rates": RATES, "delay_ms": DELAY_MS, "cores": CORES}, "videos": count, "sample_fps": fps,
+            "predicted_fps": plan["predicted_fps"], "measured_fps": round(plan["frames_per_s"], 2),
+            "plan_error": round(abs(plan["predicted_fps"] - plan["frames_per_s"]) / plan["frames_per_s"], 3),
+            "even_predicted_fps": even["predicted_fps"], "even_measured_fps": round(even["frames_per_s"], 2),
+            "chosen_over_even": round(plan["frames_per_s"] / even["frames_per_s"], 3),
+            "bed_search_s": round(bed_search_s, 3),
+            "search_s": round(big_report.seconds, 3), "candidates_evaluated": big_report.evaluated,
+            "candidates_pruned": big_report.pruned, "candidates": big_report.candidates, "modes": res,
+        }
+        print(json.dumps(out))
+    finally:
+        if groups is not None:
+            groups.remove()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _bps(rate: str) -> float:
+    from vifusion.plan.model import rate_bps
+
+    return rate_bps(rate)
+
+
+if __name__ == "__main__":
+    run_benchmark(main, "plan benchmark")
