@@ -180,9 +180,10 @@ class Searcher:
             hits = self.shards.search("semantic", vec, self._frames_to_fetch(top_k), videos)
             missing.update(hits.missing)
             runs = self._group(hits[0], depth, "frame" if group_by == "frame" else "segment")
-            lists.append([Candidate(s.video_id, s.start_s, s.end_s,
-                                    _calibrate("semantic", s.score) if calibrated else s.score, "visual")
-                          for s in runs])
+            seen = [Candidate(s.video_id, s.start_s, s.end_s,
+                              _calibrate("semantic", s.score) if calibrated else s.score, "visual") for s in runs]
+            # calibrated 0 is "unrelated": such frames neither make a moment nor count as matched
+            lists.append([c for c in seen if c.score > 0] if calibrated else seen)
         words = keywords(query)
         for kind in (m for m in ("speech", "screen") if m in modalities):
             hits = self.shards.search(kind, vec, depth, videos)
