@@ -4,7 +4,10 @@ alike on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import psycopg
@@ -148,8 +151,14 @@ def test_an_unreachable_server_is_named_at_once(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(psycopg.OperationalError, match=str(port)):
-        Catalog.open(Config(data_dir=tmp_path, catalog_url=f"postgresql://vifusion@127.0.0.1:{port}/vifusion"))
+    url = f"postgresql://vifusion:secret@127.0.0.1:{port}/vifusion"
+    with pytest.raises(ValueError, match=f"cannot reach the catalog at postgresql://vifusion@127.0.0.1:{port}/"):
+        Catalog.open(Config(data_dir=tmp_path, catalog_url=url))
+    for argv in (["list"], ["status"], ["search", "a cat"]):  # one line, no traceback, no password
+        run = subprocess.run([sys.executable, "-m", "vifusion.cli", *argv, "--data-dir", str(tmp_path)],
+                             env={**os.environ, "VIFUSION_CATALOG_URL": url}, capture_output=True, text=True)
+        assert run.returncode == 2 and "cannot reach the catalog" in run.stderr, (argv, run.stderr)
+        assert "Traceback" not in run.stderr and "secret" not in run.stderr
 
 
 SPOKEN = [

@@ -42,7 +42,7 @@ from vifusion._catalog_words import (
     query_words,
     tokens,
 )
-from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, Job, TextRow, Video
+from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, CatalogUnreachable, Job, TextRow, Video
 
 _JOB = "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings"
 _MAX_LEXEME_BYTES = 2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
@@ -54,7 +54,7 @@ class PostgresCatalog(Catalog):
 
     def __init__(self, url: str, pool_size: int = 8, read_only: bool = False) -> None:
         """``read_only``: nothing is created or migrated, and the connections refuse writes.
-        Fails at once (psycopg.OperationalError) where the server cannot be reached."""
+        Fails at once (CatalogUnreachable) where the server cannot be reached."""
         import psycopg
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
@@ -68,7 +68,11 @@ class PostgresCatalog(Catalog):
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
         if read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
-        with psycopg.connect(url, connect_timeout=10, **kwargs) as conn:  # a clear error now, not a pool timeout
+        try:  # a clear error now, not a pool timeout
+            conn = psycopg.connect(url, connect_timeout=10, **kwargs)
+        except psycopg.OperationalError as e:
+            raise CatalogUnreachable(f"cannot reach the catalog at {self.where}: {str(e).strip()}") from None
+        with conn:
             if not read_only:
                 migrate_postgres(conn, self.where)
             elif conn.execute("SELECT to_regclass('schema_version') AS t").fetchone()["t"] is None:

@@ -51,6 +51,10 @@ JOB_STAGES = ("fetching", "probing", "frames", "speech", "saving")
 _FILTERABLE = "(CASE WHEN json_valid(metadata) THEN metadata END)"
 
 
+class CatalogUnreachable(ValueError):
+    """The catalog's database server cannot be reached."""
+
+
 @dataclass(frozen=True)
 class Video:
     id: int

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vifusion._commands import EXIT_USAGE
+from vifusion.catalog import CatalogUnreachable
 from vifusion.catalog import JOB_STATES
 from vifusion.config import Config
 from vifusion.ranking import ALIASES, MODALITIES
@@ -116,6 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # pydantic says which value is wrong
         print(f"vifusion: bad configuration: {e}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        return _dispatch(args, cfg)
+    except CatalogUnreachable as e:  # a cluster's PostgreSQL down or misnamed: one line, no traceback
+        print(f"vifusion {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
     if args.command == "index":
         from vifusion._commands import cmd_index
 
