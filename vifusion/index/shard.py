@@ -1,18 +1,14 @@
 """One index shard: a ``SpaceIndex`` per vector space plus each row's time span, made
 durable by a write-ahead log and snapshots.
 
-A row's id says its kind (``types.kind_of``) and so its spaces: a frame is in ``visual``
-and ``semantic``; a speech segment in ``speech`` and an on-screen text span in ``screen``
-(their semantic columns). All kinds share the one id -> time table, so a time lookup and a
-delete by video cover them all.
-
-Every add and delete is logged before it is applied, and synced before it is
-acknowledged. Snapshots (every space's index, times, the last log seq) are written atomically
-(temp file + rename) when the log has grown past ``cfg.snapshot_log_bytes`` (and half the
-last snapshot's size), in a background thread when ``background`` is set; the log segments
-they cover are then deleted. Start-up = last snapshot + replay of the log after it. Index
-types change with size (see ``space.py``); rebuilds run off the write path, with the
-writes that arrive meanwhile re-applied to the new index before it replaces the old one.
+A row's kind picks its spaces (``_rows.py``); all kinds share the one id -> time table, so
+a time lookup and a delete by video cover them all. Every add and delete is logged before
+it is applied, and synced before it is acknowledged. A snapshot (``_snapshot.py``) is
+written when the log has grown past ``cfg.snapshot_log_bytes`` (and half the last
+snapshot's size); the log it covers is then deleted. Start-up = last snapshot + replay of
+the log after it. Index types change with size (``space.py``); rebuilds run off the write
+path, with the writes that arrive meanwhile re-applied to the new index before it replaces
+the old one. With ``background``, snapshots and rebuilds run on a worker thread (``_upkeep.py``).
 
 A shard directory has one writer (``writer=True``, the primary replica). Readers
 (followers) load the same snapshot + log and then apply the writer's operations, in seq
@@ -23,11 +19,7 @@ Limits: a rebuild or a snapshot briefly holds about twice the index memory.
 
 from __future__ import annotations
 
-import os
-import queue
-import tempfile
 import threading
-import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -35,38 +27,21 @@ import faiss
 import numpy as np
 
 from vifusion.config import Config
+from vifusion.index import _snapshot
+from vifusion.index._rows import COLUMNS, DIMS, SPACES_OF_KIND, by_kind, check_batch, check_queries
+from vifusion.index._snapshot import SNAPSHOT
+from vifusion.index._upkeep import Task, Worker
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion._files import fsync_dir
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
-from vifusion.types import (FRAME, FRAME_BITS, FRAME_SPACES, KIND_OF_SPACE, KIND_SHIFT, SCREEN, SEMANTIC_DIM,
-                            SPACES, SPEECH, TEXT_SPACES, VISUAL_DIM, FusedBatch, kind_of)
+from vifusion.types import FRAME_BITS, KIND_OF_SPACE, KIND_SHIFT, SPACES, FusedBatch, kind_of
 
-DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM, "speech": SEMANTIC_DIM, "screen": SEMANTIC_DIM}
-# A space's vectors are these columns of its rows (``FusedBatch.space``).
-_COLUMNS = {"visual": "visual", "semantic": "semantic", "speech": "semantic", "screen": "semantic"}
-_SPACES_OF_KIND = {FRAME: FRAME_SPACES, SPEECH: ("speech",), SCREEN: ("screen",)}
-SNAPSHOT = "snapshot.npz"
+__all__ = ["DIMS", "SNAPSHOT", "WAL_DIR", "Shard", "check_queries"]
+
 WAL_DIR = "wal"
-_TMP_PREFIX = ".snapshot-"
-_TMP_SUFFIX = ".tmp"
-_FORMAT = 4  # 4: the speech and screen spaces (older snapshots load with them empty)
 # Batch ids remembered for idempotent re-sends (kept in snapshots too): senders keep only a
 # few batches in flight, and a re-applied batch is an upsert of the same ids anyway.
 _SEEN_BATCHES = 1 << 14
 _LOAD_TRIES = 5  # a reader racing the writer's snapshot + log clean-up starts over
-
-
-def check_queries(space: str, queries: np.ndarray, k: int) -> np.ndarray:
-    """Validate a search request; return the queries as C-contiguous float32 (nq, d)."""
-    if space not in DIMS:
-        raise ValueError(f"unknown space {space!r}; expected one of {SPACES}")
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    queries = np.asarray(queries)
-    d = DIMS[space]
-    if queries.ndim != 2 or queries.shape[1] != d:
-        raise ValueError(f"{space} queries must have shape (nq, {d}), got {queries.shape}")
-    return np.ascontiguousarray(queries, dtype=np.float32)
 
 
 class Shard:
@@ -89,17 +64,13 @@ class Shard:
         self._use_threads()
         self.directory.mkdir(parents=True, exist_ok=True)
         if writer:
-            self._remove_stray_temps()
+            _snapshot.remove_stray_temps(self.directory)
         self._capture: dict[str, list[tuple]] = {}  # per space being rebuilt: ops since it began
         self._load_state()
         self._wal = WriteAheadLog(self.directory / WAL_DIR, after=self.seq) if writer else None
         if self._wal is not None and self._wal.last_seq != self.seq:
             raise LogCorrupt(f"{self.directory}: log ends at seq {self._wal.last_seq}, replay reached {self.seq}")
-        self._tasks: queue.Queue | None = None
-        self._pending: set = set()
-        if background:
-            self._tasks = queue.Queue()
-            threading.Thread(target=self._work, name=f"shard-{shard_no}-upkeep", daemon=True).start()
+        self._worker = Worker(f"shard {shard_no}", f"shard-{shard_no}-upkeep", self._run) if background else None
         self._upkeep()
 
     # -- writes (the writer) ----------------------------------------------------------
@@ -120,7 +91,7 @@ class Shard:
         (a crash in between loses it, unacknowledged: its sender sends it again). Returns the
         frames held and the seq to commit (a batch seen before: the latest, which covers
         it whether or not its first copy is durable yet)."""
-        self._check_batch(batch)
+        check_batch(batch)
         with self._lock:
             if batch.batch_id not in self._seen:
                 self._apply(self._log(batch), batch)
@@ -156,37 +127,16 @@ class Shard:
         if self._wal is None:
             raise RuntimeError("only the writer snapshots")
         with self._snapshot_lock:
-            path = self.directory / SNAPSHOT
             with self._lock:
-                if self.seq == self._snapshot_seq and path.exists():
+                if self.seq == self._snapshot_seq and (self.directory / SNAPSHOT).exists():
                     return
                 seq = self.seq
-                ids, times = self._flat_times()
-                parts = {
-                    "format": np.int64(_FORMAT), "shard": np.int64(self.shard_no), "seq": np.int64(seq),
-                    "ids": ids, "times": times, "batches": np.array(list(self._seen), dtype=np.str_),
-                }
-                for space, sp in self._spaces.items():
-                    blobs = sp.serialize()
-                    parts[space] = np.concatenate(blobs)
-                    parts[f"{space}_blobs"] = np.array([len(b) for b in blobs], np.int64)
-                    parts[f"{space}_factory"] = np.str_(sp.factory)
-                    parts[f"{space}_trained"] = np.int64(sp.trained_n)
+                parts = _snapshot.pack(self.shard_no, seq, self._times, list(self._seen), self._spaces)
                 self._wal.rotate()
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    np.savez(f, **parts)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            fsync_dir(self.directory)
+            size = _snapshot.write(self.directory, parts)
             with self._lock:
                 self._snapshot_seq = seq
-                self._snapshot_size = path.stat().st_size
+                self._snapshot_size = size
                 self._wal.drop_through(seq)
 
     # -- writes (readers) -------------------------------------------------------------
@@ -273,8 +223,8 @@ class Shard:
 
     def wait_idle(self) -> None:
         """Return once the background work scheduled so far is done (for tests and shutdown)."""
-        if self._tasks is not None:
-            self._tasks.join()
+        if self._worker is not None:
+            self._worker.wait_idle()
 
     # -- applying operations (under the lock) -----------------------------------------
 
@@ -306,11 +256,11 @@ class Shard:
         ids, times = ids[keep], np.asarray(batch.times, np.float32)[keep]
         present = np.fromiter((self._has(int(i)) for i in ids), bool, len(ids))
         self._remove(ids[present])
-        for kind, mine in _by_kind(ids):
+        for kind, mine in by_kind(ids):
             rows = keep if mine is None else keep[mine]
             kind_ids = ids if mine is None else ids[mine]
-            for space in _SPACES_OF_KIND[kind]:
-                vecs = np.ascontiguousarray(batch.space(_COLUMNS[space])[rows], dtype=np.float32)
+            for space in SPACES_OF_KIND[kind]:
+                vecs = np.ascontiguousarray(batch.space(COLUMNS[space])[rows], dtype=np.float32)
                 self._spaces[space].add(kind_ids, vecs)
                 if space in self._capture:
                     self._capture[space].append(("add", kind_ids, vecs))
@@ -318,9 +268,9 @@ class Shard:
             self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
 
     def _remove(self, ids: np.ndarray) -> None:
-        for kind, mine in _by_kind(ids):
+        for kind, mine in by_kind(ids):
             kind_ids = ids if mine is None else ids[mine]
-            for space in _SPACES_OF_KIND[kind]:
+            for space in SPACES_OF_KIND[kind]:
                 self._spaces[space].remove(kind_ids)
                 if space in self._capture:
                     self._capture[space].append(("remove", kind_ids))
@@ -349,24 +299,12 @@ class Shard:
             ):
                 wanted.append(("snapshot", None))
         for task in wanted:
-            if self._tasks is None:
+            if self._worker is None:
                 self._run(task)
-            elif task not in self._pending:
-                self._pending.add(task)
-                self._tasks.put(task)
+            else:
+                self._worker.schedule(task)
 
-    def _work(self) -> None:
-        while True:
-            task = self._tasks.get()
-            try:
-                self._pending.discard(task)
-                self._run(task)
-            except Exception as e:  # keep serving; the next write schedules it again
-                print(f"shard {self.shard_no}: {task[0]} failed: {e!r}", flush=True)
-            finally:
-                self._tasks.task_done()
-
-    def _run(self, task: tuple[str, str | None]) -> None:
+    def _run(self, task: Task) -> None:
         kind, space = task
         if kind == "snapshot":
             self.snapshot()
@@ -418,7 +356,7 @@ class Shard:
             try:
                 path = self.directory / SNAPSHOT
                 if path.exists():
-                    self._load_snapshot(path)
+                    self._take(_snapshot.read(path, self._policy))
                 gap = False
                 for seq, op in replay(self.directory / WAL_DIR, self.seq):
                     if seq != self.seq + 1:
@@ -433,66 +371,13 @@ class Shard:
                 raise LogCorrupt(f"{self.directory}: the log has a gap after seq {self.seq}")
         raise LogCorrupt(f"{self.directory}: no consistent snapshot + log after {_LOAD_TRIES} tries")
 
-    def _load_snapshot(self, path: Path) -> None:
-        if not zipfile.is_zipfile(path):
-            raise ValueError(f"{path}: not a shard snapshot (not an .npz archive)")
-        with np.load(path, allow_pickle=False) as z:
-            missing = {"format", "ids", "times", *FRAME_SPACES} - set(z.files)
-            if missing:
-                raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
-            fmt = int(z["format"])
-            if fmt not in (1, 2, 3, _FORMAT):
-                raise ValueError(f"{path}: snapshot format {fmt}, expected {_FORMAT}")
-            if fmt >= 4 and (missing := set(TEXT_SPACES) - set(z.files)):
-                raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
-            spaces = {}
-            for space, d in DIMS.items():
-                if space not in z.files:  # before format 4: no text rows yet
-                    spaces[space] = SpaceIndex(d, self._policy)
-                    continue
-                # Format 1 (before the log) held flat indexes only.
-                factory = str(z[f"{space}_factory"]) if fmt >= 2 else "IDMap2,Flat"
-                trained = int(z[f"{space}_trained"]) if fmt >= 2 else 0
-                blob = z[space]
-                # Format 3 holds a flat space as one blob per chunk, end to end.
-                sizes = z[f"{space}_blobs"].tolist() if f"{space}_blobs" in z.files else [len(blob)]
-                if sum(sizes) != len(blob):
-                    raise ValueError(f"{path}: {space} index blobs do not add up")
-                blobs = np.split(blob, np.cumsum(sizes)[:-1])
-                try:
-                    spaces[space] = SpaceIndex.deserialize(blobs, d, self._policy, factory, trained)
-                except RuntimeError as e:  # FAISS reports a bad index blob as RuntimeError
-                    raise ValueError(f"{path}: unreadable {space} index: {e}") from e
-                except ValueError as e:
-                    raise ValueError(f"{path}: {space} {e}") from e
-            ids, times = z["ids"], z["times"]
-            seq = int(z["seq"]) if fmt >= 2 else 0
-            seen = z["batches"].tolist() if fmt >= 2 else []
-        kinds = kind_of(ids)
-        for space, sp in spaces.items():
-            if not np.array_equal(np.sort(sp.all_ids()), np.sort(ids[kinds == KIND_OF_SPACE[space]])):
-                raise ValueError(f"{path}: {space} index ids do not match the stored times")
-        self._spaces = spaces
-        for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
-            self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
-        self._seen = OrderedDict.fromkeys(seen)
-        self.seq = self._snapshot_seq = seq
-        self._snapshot_size = path.stat().st_size
+    def _take(self, loaded: _snapshot.Loaded) -> None:
+        self._spaces, self._times = loaded.spaces, loaded.times
+        self._seen = OrderedDict.fromkeys(loaded.seen)
+        self.seq = self._snapshot_seq = loaded.seq
+        self._snapshot_size = loaded.size
 
     # -- helpers ------------------------------------------------------------------------
-
-    def _check_batch(self, batch: FusedBatch) -> None:
-        n = len(batch.ids)
-        ids = np.asarray(batch.ids)
-        if ids.shape != (n,) or np.shape(batch.times) != (n, 2) or batch.features.shape != (n, VISUAL_DIM + SEMANTIC_DIM):
-            raise ValueError(
-                f"malformed batch {batch.batch_id}: ids {ids.shape}, times {np.shape(batch.times)}, "
-                f"features {batch.features.shape}"
-            )
-        if n and (ids < 0).any():
-            raise ValueError(f"batch {batch.batch_id} has negative vector ids")
-        if n and (kind_of(ids) == 1).any():
-            raise ValueError(f"batch {batch.batch_id} has vector ids of no row kind (kind bits 01)")
 
     def _use_threads(self) -> None:
         # Ray workers run with OMP_NUM_THREADS=1, and the OpenMP setting is per thread, so set
@@ -506,31 +391,3 @@ class Shard:
     def _has(self, vector_id: int) -> bool:
         frames = self._times.get(vector_id >> FRAME_BITS)
         return frames is not None and vector_id in frames
-
-    def _flat_times(self) -> tuple[np.ndarray, np.ndarray]:
-        n = sum(len(v) for v in self._times.values())
-        ids = np.empty(n, dtype=np.int64)
-        times = np.empty((n, 2), dtype=np.float32)
-        pos = 0
-        for frames in self._times.values():
-            m = len(frames)
-            ids[pos : pos + m] = np.fromiter(frames.keys(), np.int64, m)
-            times[pos : pos + m] = np.array(list(frames.values()), dtype=np.float32).reshape(m, 2)
-            pos += m
-        return ids, times
-
-    def _remove_stray_temps(self) -> None:
-        # A crash mid-snapshot leaves a temp file that was never renamed into place.
-        for p in self.directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
-            p.unlink(missing_ok=True)
-
-
-def _by_kind(ids: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
-    """The row kinds among ``ids``, each with the mask of its rows (None: all of them, the
-    usual batch of one kind, which then needs no copy)."""
-    if not len(ids):
-        return []
-    kinds = kind_of(ids)
-    if kinds[0] == kinds[-1] and (kinds == kinds[0]).all():
-        return [(int(kinds[0]), None)]
-    return [(int(k), kinds == k) for k in np.unique(kinds)]
