@@ -59,3 +59,21 @@ def test_an_update_is_checked_as_a_new_config_is(tmp_path) -> None:
     assert "fusion_min_bytes=16777216" in str(err.value) and "fusion_max_bytes=8388608" in str(err.value)
     with pytest.raises(ValueError, match="rate_limit_rsp"):
         cfg.updated({"rate_limit_rsp": 5})  # a misspelt setting is not quietly ignored
+
+
+def test_sparse_keep_takes_a_pair_one_share_or_the_environment() -> None:
+    assert Config().codec_sparse_keep == (0.4, 0.8)
+    assert Config(codec_sparse_keep=0.5).codec_sparse_keep == (0.5, 0.5)
+    assert Config.load(env={"VIFUSION_CODEC_SPARSE_KEEP": "0.3,0.6"}).codec_sparse_keep == (0.3, 0.6)
+    assert Config.load(env={"VIFUSION_CODEC_SPARSE_KEEP": "0.5"}).codec_sparse_keep == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("keep, named", [
+    ((0.0, 0.5), "codec_sparse_keep (visual)=0.0"),
+    ((0.5, 1.2), "codec_sparse_keep (semantic)=1.2"),
+    ((1.0, 1.0), "keeps all 1664 dimensions"),  # that is int8: no rung below it
+])
+def test_sparse_keep_out_of_range_is_refused_naming_it(keep: tuple[float, float], named: str) -> None:
+    with pytest.raises(ValueError) as err:
+        Config(codec_sparse_keep=keep)
+    assert named in str(err.value)

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from vifusion._limits import ordered
+from vifusion._limits import ordered, within
+from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
 
 ENV_PREFIX = "VIFUSION_"
 
@@ -101,6 +102,10 @@ class Config(BaseModel):
                                     "where their recall@10 on held-out rows of this data reaches this")
     codec_train_rows: int = Field(4096, gt=0, description="rows the pq / sparse tables are trained on (once, saved "
                                   "under data_dir/codec)")
+    codec_sparse_keep: tuple[float, float] = Field((0.4, 0.8), description="share of each space's dimensions "
+                                                   "(visual, semantic) the sparse codec sends, in (0, 1]: those "
+                                                   "with the most energy in the training rows; it costs the kept "
+                                                   "dims + 8 bytes a row, and must stay under int8's 1672")
 
     # index/
     num_shards: int = Field(2, gt=0, description="index shards; a video's rows all go to shard video_id mod this")
@@ -177,6 +182,30 @@ class Config(BaseModel):
         # From the environment: VIFUSION_INGEST_ROOTS=/srv/videos:/mnt/nas (like PATH).
         if isinstance(v, str):
             return tuple(Path(p).expanduser() for p in v.split(os.pathsep) if p)
+        return v
+
+    @field_validator("codec_sparse_keep", mode="before")
+    @classmethod
+    def _keep_pair(cls, v: Any) -> Any:
+        # From the environment: VIFUSION_CODEC_SPARSE_KEEP=0.4,0.8; one number keeps that share of both.
+        if isinstance(v, str):
+            v = [float(p) for p in v.split(",")]
+        if isinstance(v, int | float):
+            v = (v, v)
+        if isinstance(v, list | tuple) and len(v) == 1:
+            v = (v[0], v[0])
+        return v
+
+    @field_validator("codec_sparse_keep")
+    @classmethod
+    def _keep_in_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        for space, keep in zip(("visual", "semantic"), v, strict=True):
+            within(f"codec_sparse_keep ({space})", keep, 0.0, 1.0, above_low=True)
+        # Sparse sends its kept dims as int8 with int8's scales: keeping them all would make it
+        # int8 again, not a smaller rung below it on the ladder.
+        kept = sum(max(1, round(k * d)) for k, d in zip(v, (VISUAL_DIM, SEMANTIC_DIM), strict=True))
+        if kept >= VISUAL_DIM + SEMANTIC_DIM:
+            raise ValueError(f"codec_sparse_keep={v!r} keeps all {kept} dimensions: that is int8, not sparse")
         return v
 
     @model_validator(mode="after")

@@ -273,3 +273,16 @@ def test_ladder_and_tables_pickle(ladder, held_out):
     tables = pickle.loads(pickle.dumps(ladder.tables))
     assert tables.version == ladder.tables.version
     assert np.array_equal(Ladder(tables).decode(pickle.loads(pickle.dumps(e))), ladder.decode(e))
+
+
+def test_with_keep_chooses_the_masks_train_would_and_keeps_pq(tables):
+    x = clustered(1000, seed=1)[0]
+    other = tables.with_keep(x, (0.25, 0.5))
+    assert [len(m) for m in other.masks] == [320, 192]
+    assert all(np.array_equal(a, b) for a, b in zip(other.pq, tables.pq))
+    assert other.version != tables.version
+    assert Ladder(other).get("sparse").bytes_per_row == 320 + 192 + 8
+    # the same masks training with that keep picks (training spends its time on pq)
+    assert all(np.array_equal(a, b) for a, b in zip(tables.with_keep(x, (0.4, 0.8)).masks, tables.masks))
+    with pytest.raises(ValueError, match="keep"):
+        tables.with_keep(x, 1.5)

@@ -187,3 +187,21 @@ def test_speech_and_screen_text_rows_travel_with_the_frames_to_the_videos_shard(
     assert ray.get(shards[1].frames.remote("screen", 21, 0, 100))[0].tolist() == [[0, 6]]
     assert ray.get(shards[1].frames.remote("visual", 21, 0, 100))[0].tolist() == [[0, 6]]
     assert ray.get(shards[0].video_ids.remote()) == []
+
+
+def test_the_tables_it_trains_keep_the_configured_sparse_share(tmp_path, shards):
+    """codec_sparse_keep reaches the sparse codec: the tables trained from the rows passing
+    (and saved for the next start) keep that share of each space's dims."""
+    from vifusion.comm import Ladder, SharedTables
+
+    cfg = Config(data_dir=tmp_path, dedup_cosine=1.01, codec_train_rows=320, codec_sparse_keep=(0.25, 0.5))
+    agg = ray.remote(Aggregator).options(max_concurrency=16).remote(cfg, shards)
+    ray.get(agg.submit.remote(0, frames(30, 320)))
+    assert ray.get(agg.finish.remote(30))[0] == 320
+    deadline = time.monotonic() + 120
+    while not (found := sorted((tmp_path / "codec").glob("tables-*.npz"))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    tables = SharedTables.load(found[0])
+    assert [len(m) for m in tables.masks] == [320, 192]  # 0.25 x 1280, 0.5 x 384
+    assert Ladder(tables).get("sparse").bytes_per_row == 320 + 192 + 8
+    ray.kill(agg)

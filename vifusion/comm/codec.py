@@ -260,6 +260,22 @@ def _per_space(v: Any) -> tuple[Any, Any]:
 
 
 
+def _keeps(keep: float | tuple[float, float]) -> tuple[float, float]:
+    """The sparse keep ratio per space; ValueError outside (0, 1]."""
+    keeps = _per_space(keep)
+    if not all(0 < k <= 1 for k in keeps):
+        raise ValueError(f"keep must be a fraction in (0, 1], got {keep}")
+    return keeps
+
+
+def _mask(xs: np.ndarray, keep: float) -> np.ndarray:
+    """The sparse mask of one space: the ``keep`` share of its dims with the largest mean
+    square over the sample ``xs`` (at least one), sorted int32 indices."""
+    energy = np.einsum("ij,ij->j", xs, xs, dtype=np.float64)
+    k = max(1, round(keep * xs.shape[1]))
+    return np.sort(np.argsort(-energy, kind="stable")[:k]).astype(np.int32)
+
+
 @dataclass(frozen=True, eq=False)
 class SharedTables:
     """What every node must hold to use ``sparse`` and ``pq``: one version of
@@ -309,9 +325,7 @@ class SharedTables:
         x = _rows(features)
         if len(x) < _PQ_KSUB:
             raise ValueError(f"training needs at least {_PQ_KSUB} rows, got {len(x)}")
-        keeps = _per_space(keep)
-        if not all(0 < k <= 1 for k in keeps):
-            raise ValueError(f"keep must be a fraction in (0, 1], got {keep}")
+        keeps = _keeps(keep)
         subs = _per_space(pq_dims_per_sub)
         if not all(isinstance(s, int) and s >= 2 and d % s == 0 for s, d in zip(subs, _SPACE_DIMS)):
             raise ValueError(f"pq_dims_per_sub {pq_dims_per_sub} must be >= 2 and divide {_SPACE_DIMS}")
@@ -319,15 +333,22 @@ class SharedTables:
         masks, pq = [], []
         for lo, d, kf, sub in zip(_SPACE_LO, _SPACE_DIMS, keeps, subs):
             xs = np.ascontiguousarray(x[:, lo:lo + d])
-            energy = np.einsum("ij,ij->j", xs, xs, dtype=np.float64)
-            k = max(1, round(kf * d))
-            masks.append(np.sort(np.argsort(-energy, kind="stable")[:k]).astype(np.int32))
+            masks.append(_mask(xs, kf))
             q = faiss.ProductQuantizer(d, d // sub, _PQ_BITS)
             q.cp.seed = seed
             q.cp.min_points_per_centroid = 1  # small samples are fine here; spare the warning
             q.train(xs)
             pq.append(faiss.vector_to_array(q.centroids).reshape(q.M, _PQ_KSUB, q.dsub))
         return cls.of(tuple(pq), tuple(masks))
+
+    def with_keep(self, features: np.ndarray, keep: float | tuple[float, float]) -> SharedTables:
+        """These tables with the sparse masks chosen again from ``features`` to keep ``keep``
+        (as :meth:`train` chooses them), the pq codebooks as they are: a keep ratio tried
+        without the seconds of k-means that training pq costs."""
+        x = _rows(features)
+        _space_absmax(x, _FULL)  # NaN/inf check
+        masks = tuple(_mask(x[:, lo:lo + d], kf) for lo, d, kf in zip(_SPACE_LO, _SPACE_DIMS, _keeps(keep)))
+        return SharedTables.of(self.pq, masks)
 
     def save(self, directory: Path) -> Path:
         """Write ``<directory>/tables-<version>.npz`` atomically (temp file, fsync, rename)."""

@@ -243,7 +243,7 @@ class Aggregator:
 
     def _train(self, rows: np.ndarray) -> None:
         held_out = max(len(rows) // 5, 1)
-        tables = SharedTables.train(rows[held_out:])
+        tables = SharedTables.train(rows[held_out:], keep=self.cfg.codec_sparse_keep)
         quality = recall_at_k(Ladder(tables), rows[:held_out])
         path = tables.save(self.cfg.data_dir / "codec")
         path.with_suffix(".json").write_text(json.dumps(quality))
