@@ -1,0 +1,75 @@
+"""What the catalog stores and answers with, whichever database holds it: a video, a job
+and its states, a speech or screen text row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JOB_STATES = ("queued", "decoding", "indexing", "ready", "failed")
+# What a running job does: fetching its URL, probing the file, decoding and embedding frames
+# (and reading their screen text), transcribing speech, saving (the shards acknowledging it all).
+JOB_STAGES = ("fetching", "probing", "frames", "speech", "saving")
+
+
+class CatalogUnreachable(ValueError):
+    """The catalog's database server cannot be reached."""
+
+
+@dataclass(frozen=True)
+class Video:
+    id: int
+    source: str
+    title: str
+    metadata: dict[str, Any]
+    sha256: str | None
+    size_bytes: int | None
+    duration_s: float | None
+    fps: float | None
+    width: int | None
+    height: int | None
+    status: str
+    frames_indexed: int
+    error: str | None
+    created_at: float
+    media: str | None  # the local file to decode and serve; None: ``source`` is that file
+
+    @property
+    def media_path(self) -> Path | None:
+        """The video file on this machine, if there is one yet (a URL is fetched by its job)."""
+        if self.media:
+            return Path(self.media)
+        return None if "://" in self.source else Path(self.source)
+
+
+@dataclass(frozen=True)
+class TextRow:
+    """A speech segment or on-screen text span. From a search, ``score`` is its BM25 score
+    (higher = better), ``snippet`` its words around the query's, those marked, and
+    ``coverage`` the share of the query's words it holds (0-1); from ``texts_at`` with a
+    query, ``snippet`` is the whole text with the query's words marked."""
+
+    video_id: int
+    kind: str  # speech | screen
+    n: int
+    start_s: float
+    end_s: float
+    text: str
+    score: float | None = None
+    snippet: str | None = None
+    coverage: float | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    video_id: int
+    status: str
+    progress: float
+    frames_indexed: int
+    error: str | None
+    created_at: float
+    updated_at: float
+    stage: str | None = None  # one of JOB_STAGES while it runs, the one it failed in; None queued or ready
+    warnings: tuple[str, ...] = ()  # what went wrong without failing it (its audio, say), one line each
