@@ -3,8 +3,9 @@ real rows (issue 37): where it crosses the 0.99 gate, and whether the ladder sho
 
 The tables' pq codebooks are trained once on the rows ``benchmarks/fusion.py`` trains them
 on; for each keep ratio only the masks are chosen again (``SharedTables.with_keep``). A
-space's mask and scales are its own, so one ratio given to both spaces gives both curves.
-Per ratio:
+space's mask and scales are its own: each space is swept alone, the other at its default
+share (``Config.codec_sparse_keep``), which also keeps sparse above pq on the ladder. Per
+ratio:
 
 - ``gate``: ``recall_at_k`` on the held-out training video, the worse space (what the
   fusion benchmark hands the aggregator as its tables' quality, and what the aggregator
@@ -14,9 +15,10 @@ Per ratio:
   ``--rows`` replayed rows (``make_rows``, what the fusion benchmark sends) stored sparse,
   against the same rows in fp32 (what that benchmark reports as ``recall_video_at_10``).
 
-int8 is the limit of keep 1.0 (the kept dims travel as int8) and is given for reference.
-The ladder should reach sparse on these features only at a keep where the gate passes and
-its bytes are well under int8's (1672 a row).
+int8 is sparse keeping every dim of both spaces, given for reference. The ladder should
+reach sparse on these features only at a keep where the gate passes and its bytes are well
+under int8's (1672 a row): the JSON gives the cheapest pair where each measure reaches the
+gate in both spaces, its bytes and its gate.
 
 Run:  .venv/bin/python benchmarks/sparse_keep.py [--quick]
 It ends with one line of JSON.
@@ -38,32 +40,32 @@ from _common import machine, run_benchmark
 from fusion import FRAMES_PER_SOURCE, K, _source, make_rows, real_rows
 
 from vifusion.comm import Ladder, SharedTables
-from vifusion.comm.codec import recall_at_k
+from vifusion.comm.codec import Codec, recall_at_k
 from vifusion.config import Config
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
 
 GATE = Config().codec_min_recall
 SPACES = {"visual": (0, VISUAL_DIM), "semantic": (VISUAL_DIM, VISUAL_DIM + SEMANTIC_DIM)}
-KEEPS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+KEEPS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def _top(q: np.ndarray, db: np.ndarray) -> np.ndarray:
     return np.argsort(-(q @ db.T), axis=1)[:, :K]
 
 
-def recalls(decoded: np.ndarray, exact: np.ndarray, queries: np.ndarray, frames: np.ndarray,
-            frames_decoded: np.ndarray, ids: np.ndarray, sources: int) -> dict[str, dict[str, float]]:
-    """Per space: frame-level recall@10 over ``frames``, video-level over the replayed rows."""
-    out = {}
-    for space, (lo, hi) in SPACES.items():
-        q = queries[:, lo:hi]
-        f_exact, f_got = _top(q, frames[:, lo:hi]), _top(q, frames_decoded[:, lo:hi])
-        frame = np.mean([len(set(a) & set(b)) / K for a, b in zip(f_exact, f_got, strict=True)])
-        v_exact, v_got = _top(q, exact[:, lo:hi]), _top(q, decoded[:, lo:hi])
-        video = np.mean([len(set(_source(ids[b], sources)) & set(_source(ids[a], sources)))
-                         / len(set(_source(ids[a], sources))) for a, b in zip(v_exact, v_got, strict=True)])
-        out[space] = {"frame": round(float(frame), 4), "video": round(float(video), 4)}
-    return out
+def recall(space: str, codec: Codec, r: dict, ids: np.ndarray, exact: np.ndarray) -> dict[str, float]:
+    """One space's frame-level recall@10 over the pool's real frames and video-level recall@10
+    over the replayed rows, stored through ``codec``, against fp32."""
+    lo, hi = SPACES[space]
+    q = r["queries"][:, lo:hi]
+    pool = codec.decode(codec.encode(r["pool"]))[:, lo:hi]
+    frame = np.mean([len(set(a) & set(b)) / K for a, b in
+                     zip(_top(q, r["pool"][:, lo:hi]), _top(q, pool), strict=True)])
+    sources = len(r["pool"]) // FRAMES_PER_SOURCE
+    got = _top(q, codec.decode(codec.encode(exact))[:, lo:hi])
+    video = np.mean([len(set(_source(ids[b], sources)) & set(_source(ids[a], sources)))
+                     / len(set(_source(ids[a], sources))) for a, b in zip(_top(q, exact[:, lo:hi]), got, strict=True)])
+    return {"frame": round(float(frame), 4), "video": round(float(video), 4)}
 
 
 def main() -> int:
@@ -77,49 +79,47 @@ def main() -> int:
     base = SharedTables.train(r["train"])
     train_s = time.perf_counter() - t0
     ids, exact = make_rows(r["pool"], r["next_row"], 0, rows)
-    sources = len(r["pool"]) // FRAMES_PER_SOURCE
-    int8 = Ladder().get("int8")
-    curve = []
-    for keep in (*KEEPS, 1.0):
-        if keep < 1.0:
-            tables = base.with_keep(r["train"], keep)
-            codec = Ladder(tables).get("sparse")
-            gate = recall_at_k(Ladder(tables), r["held_out"])["sparse"]
-        else:  # keep 1.0 is int8
-            codec, gate = int8, recall_at_k(Ladder(), r["held_out"])["int8"]
-        point = {"keep": keep, "codec": codec.name, "bytes_per_row": codec.bytes_per_row, "gate": round(gate, 4),
-                 **recalls(codec.decode(codec.encode(exact)), exact, r["queries"], r["pool"],
-                           codec.decode(codec.encode(r["pool"])), ids, sources)}
-        curve.append(point)
-        print(f"  keep {keep:4.2f}  {codec.bytes_per_row:5d} B/row  gate {gate:.3f}  "
-              + "  ".join(f"{s} frame/video {point[s]['frame']:.3f}/{point[s]['video']:.3f}" for s in SPACES),
-              flush=True)
     default = Config().codec_sparse_keep
-    default_gate = recall_at_k(Ladder(base.with_keep(r["train"], default)), r["held_out"])["sparse"]
+
+    def sparse(pair: tuple[float, float]) -> tuple[Codec, float]:
+        tables = base.with_keep(r["train"], pair)
+        return Ladder(tables).get("sparse"), recall_at_k(Ladder(tables), r["held_out"])["sparse"]
+
+    curves: dict[str, list[dict]] = {}
+    for i, space in enumerate(SPACES):
+        curves[space] = []
+        for keep in KEEPS:  # this space's share; the other at its default
+            pair = (keep, default[1]) if i == 0 else (default[0], keep)
+            codec, gate = sparse(pair)
+            point = {"keep": keep, "pair": list(pair), "bytes_per_row": codec.bytes_per_row, "gate": round(gate, 4),
+                     **recall(space, codec, r, ids, exact)}
+            curves[space].append(point)
+            print(f"  {space:8s} keep {keep:4.2f} (pair {pair[0]:.2f},{pair[1]:.2f}, {codec.bytes_per_row:4d} B/row)"
+                  f"  frame {point['frame']:.3f}  video {point['video']:.3f}  gate {gate:.3f}", flush=True)
+    int8 = Ladder().get("int8")
+    reference = {"bytes_per_row": int8.bytes_per_row,
+                 "gate": round(recall_at_k(Ladder(), r["held_out"])["int8"], 4),
+                 **{s: recall(s, int8, r, ids, exact) for s in SPACES}}
+    print(f"  int8 {reference}", flush=True)
+    crosses = {s: {m: next((p["keep"] for p in c if p[m] >= GATE), None) for m in ("frame", "video")}
+               for s, c in curves.items()}
     report = {"benchmark": "sparse_keep", "quick": args.quick, "machine": machine(),
               "date": time.strftime("%Y-%m-%d"), "rows": rows, "tables_train_s": round(train_s, 1),
-              "gate": GATE, "curve": curve, **crossings(curve), "default_keep": list(default),
-              "default_gate": round(default_gate, 4), "ladder_uses_default": default_gate >= GATE}
+              "gate": GATE, "curves": curves, "int8": reference, "crosses": crosses}
+    _, report["default_gate"] = sparse(default)
+    report["default_keep"] = list(default)
+    report["ladder_uses_default"] = report["default_gate"] >= GATE
+    for measure in ("video", "frame"):  # the cheapest pair where the measure reaches the gate in both spaces
+        pair = tuple(crosses[s][measure] for s in SPACES)
+        if None in pair or pair == (1.0, 1.0):
+            report[f"{measure}_keep"] = None  # only int8 (every dim) reaches it
+            continue
+        codec, gate = sparse(pair)
+        report[f"{measure}_keep"] = {"pair": list(pair), "bytes_per_row": codec.bytes_per_row,
+                                     "bytes_over_int8": round(codec.bytes_per_row / int8.bytes_per_row, 3),
+                                     "gate": round(gate, 4), "ladder_uses_it": gate >= GATE}
     print(json.dumps(report))
     return 0
-
-
-def crossings(curve: list[dict]) -> dict:
-    """Where each measure first reaches the gate per space (None: not below keep 1.0), and
-    the cheapest keep pair whose video recall reaches it in both spaces."""
-    sparse = [p for p in curve if p["codec"] == "sparse"]
-    out: dict = {"crosses": {}}
-    for space, d in zip(SPACES, (VISUAL_DIM, SEMANTIC_DIM), strict=True):
-        out["crosses"][space] = {m: next((p["keep"] for p in sparse if p[space][m] >= GATE), None)
-                                 for m in ("frame", "video")}
-    pair = [out["crosses"][s]["video"] for s in SPACES]
-    if None not in pair:
-        kept = sum(max(1, round(k * d)) for k, d in zip(pair, (VISUAL_DIM, SEMANTIC_DIM), strict=True))
-        out["video_keep"] = pair
-        out["video_keep_bytes_per_row"] = kept + 8
-        out["video_keep_bytes_over_int8"] = round((kept + 8) / Ladder().get("int8").bytes_per_row, 3)
-    out["gate_crosses_at"] = next((p["keep"] for p in sparse if p["gate"] >= GATE), None)
-    return out
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ def test_sparse_keep_takes_a_pair_one_share_or_the_environment() -> None:
     ((0.0, 0.5), "codec_sparse_keep (visual)=0.0"),
     ((0.5, 1.2), "codec_sparse_keep (semantic)=1.2"),
     ((1.0, 1.0), "keeps all 1664 dimensions"),  # that is int8: no rung below it
+    ((0.2, 0.2), "keeps 333 dimensions, no more than pq's 352"),  # no rung above pq
 ])
 def test_sparse_keep_out_of_range_is_refused_naming_it(keep: tuple[float, float], named: str) -> None:
     with pytest.raises(ValueError) as err:

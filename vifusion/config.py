@@ -105,7 +105,10 @@ class Config(BaseModel):
     codec_sparse_keep: tuple[float, float] = Field((0.4, 0.8), description="share of each space's dimensions "
                                                    "(visual, semantic) the sparse codec sends, in (0, 1]: those "
                                                    "with the most energy in the training rows; it costs the kept "
-                                                   "dims + 8 bytes a row, and must stay under int8's 1672")
+                                                   "dims + 8 bytes a row, between pq's 360 and int8's 1672. "
+                                                   "The ladder uses it only where its measured recall reaches "
+                                                   "codec_min_recall: on the benchmark's frames from (0.8, 0.8) "
+                                                   "(benchmarks/sparse_keep.py)")
 
     # index/
     num_shards: int = Field(2, gt=0, description="index shards; a video's rows all go to shard video_id mod this")
@@ -201,11 +204,16 @@ class Config(BaseModel):
     def _keep_in_range(cls, v: tuple[float, float]) -> tuple[float, float]:
         for space, keep in zip(("visual", "semantic"), v, strict=True):
             within(f"codec_sparse_keep ({space})", keep, 0.0, 1.0, above_low=True)
-        # Sparse sends its kept dims as int8 with int8's scales: keeping them all would make it
-        # int8 again, not a smaller rung below it on the ladder.
+        # Sparse is the rung between int8 and pq on the ladder (each rung smaller than the one
+        # above): it sends its kept dims as int8 with int8's scales, so keeping them all would
+        # make it int8 again, and keeping no more dims than pq sends codes (one a sub-quantizer:
+        # 8 visual, 2 semantic dims each, the tables' defaults) would make it no larger than pq.
         kept = sum(max(1, round(k * d)) for k, d in zip(v, (VISUAL_DIM, SEMANTIC_DIM), strict=True))
         if kept >= VISUAL_DIM + SEMANTIC_DIM:
             raise ValueError(f"codec_sparse_keep={v!r} keeps all {kept} dimensions: that is int8, not sparse")
+        if kept <= (pq := VISUAL_DIM // 8 + SEMANTIC_DIM // 2):
+            raise ValueError(f"codec_sparse_keep={v!r} keeps {kept} dimensions, no more than pq's {pq} codes: "
+                             "sparse would be no larger than pq")
         return v
 
     @model_validator(mode="after")
