@@ -27,26 +27,23 @@ p50 of a row's time from embedded to acknowledged (as the aggregator's ``latency
 
 Not modelled: dedup runs held open (a still scene's rows wait for the run to close), the
 per-video start (probe, opening the file), Ray's scheduling, other traffic on the links.
+The event engine is ``_events.py``; the buffer and link models are ``_paths.py``.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vifusion.comm.adaptive import CodecPolicy, Rung
-from vifusion.comm.codec import Ladder
-from vifusion.comm.link import LinkStats
-from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
+from vifusion.plan._events import Cpu, Serial, Sim
+from vifusion.plan._paths import RUNGS, Link, Rows
 from vifusion.plan.model import Cluster, Node, path
 
 _LOCAL = (2e9, 50e-6)  # bytes/s and round trip within one node (loopback)
 _ROW_EXTRA = 16  # ids and times travel beside the features
 _WARM, _MEASURED, _MEASURED_MIN = 3, 3, 40
-_RUNGS = tuple(Rung(c.name, c.bytes_per_row) for c in Ladder().codecs)  # fp32, fp16, int8 (no tables)
 
 
 @dataclass(frozen=True)
@@ -104,183 +101,23 @@ class Result:
     codec_rows: dict[str, float] = field(default_factory=dict)
 
 
-class _Sim:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._q: list[tuple[float, int, Callable, tuple]] = []
-        self._seq = 0
-
-    def at(self, t: float, fn: Callable, *args: object) -> None:
-        self._seq += 1
-        heapq.heappush(self._q, (t, self._seq, fn, args))
-
-    def stop(self) -> None:
-        self._q.clear()
-
-    def run(self, until: float) -> None:
-        while self._q:
-            t, _, fn, args = heapq.heappop(self._q)
-            if t > until:
-                break
-            self.now = t
-            fn(*args)
-
-
-class _Cpu:
-    """Processor sharing over ``capacity`` cores; a job runs at most at its ``cap`` cores."""
-
-    def __init__(self, sim: _Sim, capacity: float) -> None:
-        self.sim, self.capacity = sim, capacity
-        self.jobs: list[list] = []  # [work left, cap, callback]
-        self.rates: list[float] = []
-        self.t = 0.0
-        self.version = 0
-
-    def add(self, work: float, cap: float, done: Callable[[], None]) -> None:
-        if work <= 0:
-            self.sim.at(self.sim.now, done)
-            return
-        self._advance()
-        self.jobs.append([work, cap, done])
-        self._schedule()
-
-    def _advance(self) -> None:
-        dt = self.sim.now - self.t
-        if dt > 0:
-            for job, rate in zip(self.jobs, self.rates):
-                job[0] -= rate * dt
-        self.t = self.sim.now
-
-    def _schedule(self) -> None:
-        self.version += 1
-        n, left = len(self.jobs), self.capacity
-        self.rates = [0.0] * n
-        for k, i in enumerate(sorted(range(n), key=lambda i: self.jobs[i][1])):
-            self.rates[i] = min(self.jobs[i][1], left / (n - k))
-            left -= self.rates[i]
-        if self.jobs:
-            wait = min(j[0] / r if r else math.inf for j, r in zip(self.jobs, self.rates))
-            self.sim.at(self.sim.now + max(wait, 0.0), self._fire, self.version)
-
-    def _fire(self, version: int) -> None:
-        if version != self.version:
-            return
-        self._advance()
-        # This fires when the soonest job ends: it is done, and any due within a nanosecond
-        # (a remainder of rounding must not schedule an event that never moves the clock).
-        left = [j[0] / r if r else math.inf for j, r in zip(self.jobs, self.rates)]
-        soonest = min(left)
-        done = [j for j, t in zip(self.jobs, left) if t <= soonest + 1e-9]
-        self.jobs = [j for j, t in zip(self.jobs, left) if t > soonest + 1e-9]
-        self._schedule()
-        for j in done:
-            j[2]()
-
-
-class _Serial:
-    """One thread on a node: its jobs one after another, each on at most one core."""
-
-    def __init__(self, cpu: _Cpu) -> None:
-        self.cpu, self.queue, self.busy = cpu, [], False
-
-    def add(self, work: float, done: Callable[[], None]) -> None:
-        self.queue.append((work, done))
-        self._next()
-
-    def _next(self) -> None:
-        if self.busy or not self.queue:
-            return
-        self.busy = True
-        work, done = self.queue.pop(0)
-
-        def finished() -> None:
-            self.busy = False
-            done()
-            self._next()
-
-        self.cpu.add(work, 1.0, finished)
-
-
-class _RowBuffer(FusionBuffer):
-    """A fusion buffer of row counts, not rows: ``due`` and ``nbytes`` are the real ones.
-    Rows are fractional (dedup keeps a share of the frames), so ``len`` rounds up."""
-
-    def __len__(self) -> int:
-        return math.ceil(self._rows - 1e-9)
-
-    def add_rows(self, rows: float, video: int, arrived: float, extracted: float) -> None:
-        self._chunks.append(_Rows(rows, video, arrived, extracted))
-        self._rows += rows
-
-    def take_rows(self, max_bytes: int) -> list[_Rows]:
-        want = min(self._rows, max(1, max_bytes // FRAME_BYTES))
-        out: list[_Rows] = []
-        while want > 1e-9 and self._chunks:
-            c = self._chunks[0]
-            n = min(c.rows, want)
-            out.append(_Rows(n, c.video, c.arrived, c.extracted))
-            c.rows -= n
-            want -= n
-            self._rows -= n
-            if c.rows <= 1e-9:
-                self._chunks.popleft()
-        return out
-
-
-@dataclass
-class _Rows:
-    rows: float
-    video: int
-    arrived: float
-    extracted: float
-
-
-class _Link:
-    """One aggregator's path to one shard: its buffer and what it knows of the path."""
-
-    def __init__(self, sim: _Sim, rate: float, rtt: float, message_cs: float) -> None:
-        self.rate, self.rtt, self.message_cs = rate, rtt, message_cs
-        self.buffer = _RowBuffer()
-        self.in_flight = 0
-        self.in_flight_bytes = 0
-        self.acked = 0
-        self.service_s = 0.0
-        self.qdelay = 0.0
-        self.urgent = False
-        self.timer: float | None = None
-        self.policy = CodecPolicy(_RUNGS, clock=lambda: sim.now)  # the simulation's clock
-
-    def stats(self, now: float) -> LinkStats:
-        measured = self.rate if self.acked else 0.0
-        oldest = self.buffer.oldest()
-        return LinkStats(
-            delivery_rate=measured, capacity=measured, path_rate=measured, logical_rate=measured,
-            min_rtt=self.rtt, queueing_delay=self.qdelay, backlog_age=now - oldest if oldest is not None else 0.0,
-            in_flight_bytes=self.in_flight_bytes, in_flight=self.in_flight, acked_bytes=0,
-            acked_messages=self.acked, service_s=self.service_s, per_message_s=self.message_cs,
-            rtt_stale=False)
-
-    def wire_ratio(self) -> float:
-        return _RUNGS[self.policy.level].bytes_per_row / _RUNGS[0].bytes_per_row
-
-
 class Simulation:
     """One run of ``workload`` on ``cluster`` placed as ``candidate`` (``costs``: by node type)."""
 
     def __init__(self, cluster: Cluster, costs: dict[str, StageCosts], candidate: Candidate,
                  workload: Workload) -> None:
-        self.sim = _Sim()
+        self.sim = Sim()
         self.nodes: list[Node] = cluster.nodes()
         self.costs = [costs[n.type.name] for n in self.nodes]
         self.cand, self.work = candidate, workload
-        self.cpu = [_Cpu(self.sim, n.type.cores) for n in self.nodes]
-        self.gpu = [_Cpu(self.sim, n.type.gpus) if n.type.gpus else None for n in self.nodes]
-        self.agg = [_Serial(c) for c in self.cpu]
+        self.cpu = [Cpu(self.sim, n.type.cores) for n in self.nodes]
+        self.gpu = [Cpu(self.sim, n.type.gpus) if n.type.gpus else None for n in self.nodes]
+        self.agg = [Serial(c) for c in self.cpu]
         self.uplink_free = [0.0] * len(self.nodes)
         self.policy = FlushPolicy(workload.latency_target_s, min_bytes=candidate.fusion_min_bytes,
                                   max_bytes=candidate.fusion_max_bytes)
-        self.links: dict[tuple[int, int], _Link] = {}
-        self.shard_apply = [_Serial(self.cpu[group[0]]) for group in candidate.shards]
+        self.links: dict[tuple[int, int], Link] = {}
+        self.shard_apply = [Serial(self.cpu[group[0]]) for group in candidate.shards]
         self.staged: list[list] = [[] for _ in candidate.shards]
         self.syncing = [False] * len(candidate.shards)
         self.pending: dict[int, float] = {}  # video -> rows not yet acknowledged
@@ -333,12 +170,12 @@ class Simulation:
 
     # -- the aggregator -------------------------------------------------------------------
 
-    def link(self, node: int, shard: int) -> _Link:
+    def link(self, node: int, shard: int) -> Link:
         key = (node, shard)
         if key not in self.links:
             dst = self.cand.shards[shard][0]
             rate, rtt = _LOCAL if dst == node else path(self.nodes[node].type, self.nodes[dst].type)
-            self.links[key] = _Link(self.sim, rate, rtt, self.costs[dst].message_cs)
+            self.links[key] = Link(self.sim, rate, rtt, self.costs[dst].message_cs)
         return self.links[key]
 
     def submit(self, node: int, shard: int, video: int, frames: int, extracted: float,
@@ -355,7 +192,7 @@ class Simulation:
 
         self.agg[node].add(frames * costs.aggregate_cs, aggregated)
 
-    def _plan(self, link: _Link) -> FlushPlan:
+    def _plan(self, link: Link) -> FlushPlan:
         return self.policy.plan(link.stats(self.sim.now), link.wire_ratio(), by_stream=True)
 
     def _when_room(self, node: int, shard: int, then: Callable[[], None]) -> None:
@@ -403,18 +240,18 @@ class Simulation:
             link.timer = None
             self.pump(node, shard)
 
-    def _send(self, node: int, shard: int, link: _Link, chunks: list[_Rows]) -> None:
+    def _send(self, node: int, shard: int, link: Link, chunks: list[Rows]) -> None:
         rows = sum(c.rows for c in chunks)
         level = link.policy.level
-        nbytes = int(rows * (_RUNGS[level].bytes_per_row + _ROW_EXTRA))
-        self.codec_rows[_RUNGS[level].name] = self.codec_rows.get(_RUNGS[level].name, 0.0) + rows
+        nbytes = int(rows * (RUNGS[level].bytes_per_row + _ROW_EXTRA))
+        self.codec_rows[RUNGS[level].name] = self.codec_rows.get(RUNGS[level].name, 0.0) + rows
         link.in_flight += 1
         link.in_flight_bytes += nbytes
         self.messages += 1
         encode = rows * self.costs[node].encode_cs[min(level, len(self.costs[node].encode_cs) - 1)]
         self.agg[node].add(encode, lambda: self._transmit(node, shard, link, chunks, rows, nbytes))
 
-    def _transmit(self, node: int, shard: int, link: _Link, chunks: list[_Rows], rows: float, nbytes: int) -> None:
+    def _transmit(self, node: int, shard: int, link: Link, chunks: list[Rows], rows: float, nbytes: int) -> None:
         now, dst = self.sim.now, self.cand.shards[shard][0]
         if dst == node:
             arrive = now + nbytes / link.rate + link.rtt / 2
@@ -427,7 +264,7 @@ class Simulation:
 
     # -- the shard ------------------------------------------------------------------------
 
-    def _receive(self, node: int, shard: int, link: _Link, chunks: list[_Rows], rows: float, nbytes: int) -> None:
+    def _receive(self, node: int, shard: int, link: Link, chunks: list[Rows], rows: float, nbytes: int) -> None:
         arrived = self.sim.now
         group = self.cand.shards[shard]
         costs = self.costs[group[0]]
@@ -455,7 +292,7 @@ class Simulation:
 
         self.sim.at(self.sim.now + self.costs[self.cand.shards[shard][0]].sync_s, synced)
 
-    def _ack(self, node: int, shard: int, link: _Link, chunks: list[_Rows], nbytes: int, service_s: float) -> None:
+    def _ack(self, node: int, shard: int, link: Link, chunks: list[Rows], nbytes: int, service_s: float) -> None:
         now = self.sim.now
         link.in_flight -= 1
         link.in_flight_bytes -= nbytes
