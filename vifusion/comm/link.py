@@ -1,62 +1,27 @@
 """Link monitor: what one sender sees of the path to one destination, measured from the
 transfers themselves.
 
-Every message is stamped when it is sent; the destination's acknowledgement carries how long
-it spent serving the message, and how long it has spent serving calls of any kind in all (a
-running total), so the network part of a round trip is ``ack - send - the destination's
-busy time in between`` with no clock shared between nodes. A message that waited at a busy
-destination behind the ones before it, or behind a search, has not waited in the network:
-compressing cannot help a destination that is the bottleneck (``receiver_share``). From
-those stamps:
+Each message is stamped when sent; its acknowledgement carries the destination's time
+serving it and its running total of busy time, so the network part of a round trip is
+``ack - send - the destination's busy time in between``, with no clock shared between nodes.
+From those stamps (rates in bytes/s, times in seconds):
 
-- **delivery rate**: BBR's rate sample (bytes acknowledged between a message's send and its
-  ack, over that interval, or over the interval in which they were sent where that is
-  longer: acknowledgements that come bunched, of messages that queued at the destination,
-  read faster than anything was sent; at 1 Gbit they read 1.1-1.5 Gbit/s), kept as a
-  windowed max; samples taken while the sender had
-  nothing queued (app-limited), or of messages that spent most of their round trip waiting
-  at a busy destination (receiver-limited), only ever raise it, since they show demand or
-  the destination, not the link; with no sample in the window, the newest one stands;
-- **min RTT**: the smallest network round trip over a window, from *quiet* messages: small
-  ones sent with nothing ahead of them (the path without this sender's queue, or a large
-  message's own time on the wire; see below);
-- **queueing delay**: a network round trip minus min RTT, minus the time the bytes ahead of
-  it and its own bytes need at the link's recent capacity (a 1 MiB message is not "queued"
-  for its own bytes); it grows when the link carries less than it did, or queues build;
-- **path rate**: a message's bytes / (RTT - min RTT), from messages sent with nothing ahead
-  of them (so no wait behind others, at the link or at the receiver): a bottleneck estimate
-  that stays valid while the sender is app-limited (sending compressed data that fits), so
-  the sender can tell when a squeezed link has recovered;
-- **logical rate**: the same deliveries counted in uncompressed bytes, windowed max over the
-  capacity window: the throughput the sender's data needs to keep what it had;
-- **backlog age**: how long the oldest item waiting at the sender has waited (the sender
-  reports it, since only it knows its queue);
-- **receiver share**: the part of recent round trips the destination spent busy (smoothed);
-  near 1 the destination, not the link, holds the data back;
-- **per-message cost**: the larger of the send call and what a small message costs the
-  destination, as it reports it (its CPU time applying it, stretched by the time its
-  thread has lately waited for a core, so that a busy machine sizes larger batches; and a
-  log sync each message waits for alone, as an actor call does; on the shard stream one
-  sync serves every batch staged by then, so it is no cost per message), the least over
-  the round-trip window. The two run in different processes at the same time (the sender
-  calls while the destination serves the message before), so a message costs the
-  pipeline the slower one, not their sum: when the destination's part was its log sync,
-  pinned batch sizes at 1 Gbit fitted a fixed cost of 0.25-0.5 ms, where the sum read
-  0.7-0.8 and sized batches twice as large. Both parts grow with a message's bytes, so
-  only a small message shows the part no batch size amortises: counted from every
-  message, a larger batch measured a larger "fixed" cost, which sized a larger batch, up
-  to the largest allowed (at 1 Gbit 3-4 MiB through the object store where 0.3 MiB
-  inline carried as much, at a tenth of the latency).
+- **delivery rate**: BBR's rate sample as a windowed max; app-limited and receiver-limited
+  samples only ever raise it;
+- **min RTT**: the least network round trip over a window, from *quiet* messages (small,
+  nothing ahead of them); ``rtt_stale`` once the last is older than ``drain_every_s``, so
+  the sender drains to one ``small_bytes`` message (BBR's PROBE_RTT);
+- **queueing delay**: a round trip minus min RTT and the time its bytes and those ahead of
+  it need at the recent capacity;
+- **path rate**: bytes / (RTT - min RTT) of messages sent alone, valid while app-limited;
+- **logical rate**: deliveries in uncompressed bytes, windowed max;
+- **backlog age**: the oldest item waiting at the sender (the sender reports it);
+- **receiver share**: the smoothed part of round trips the destination spent busy;
+- **per-message cost**: the larger (not the sum) of the send call and a small message's
+  cost at the destination, the least over the round-trip window.
 
-When nothing has been sent for ``probe_idle_s`` the sender should send a tiny probe
-(``due_probe``) so that min RTT stays current on an idle link.
-
-Under steady load min RTT has the opposite problem: every message waits behind the ones
-sent before it, so no sample shows the path without a queue, and a window sized from such a
-"min" keeps the queue it measured (it only grows). So min RTT counts only quiet samples;
-when the last one is older than ``drain_every_s``, ``rtt_stale`` tells the sender to drain
-to one small message (``small_bytes``) in flight for one round trip (BBR's PROBE_RTT),
-which costs about a round trip of a partly idle link every few seconds.
+An idle link gets a tiny probe after ``probe_idle_s`` (``due_probe``). Why each rule, and
+the figures: docs/benchmarks.md, "How the link monitor measures".
 """
 
 from __future__ import annotations

@@ -1,41 +1,18 @@
-"""The fusion policy: how many bytes a fused transfer carries, how long an item may wait for
-it, and how many transfers may be in flight, per destination, from the link's statistics.
+"""The fusion policy: per destination, from the link's statistics, the bytes a fused
+transfer carries (B), how long an item may wait for it (T), and the transfers in flight.
 
-- **B (bytes)**: enough that the fixed cost of a message (the send call and the receiver's
-  per-message work, measured from small messages, ``link.py``) is under ``overhead_share``
-  of its transfer time at the link's capacity (not the delivery rate of the last second:
-  smaller batches carry less, and a B sized from what they carried can shrink itself to the
-  least); but no more than a quarter of the latency target's worth of what the link
-  delivers now, and within [``min_bytes``, ``max_bytes``]. A B just past the size a message
-  can ride inline in the actor call (``inline_bytes``, up to twice it) is cut to fit: the
-  object store's extra round trips cost more than a few more KiB per message save (not on
-  the shard stream, which has no such step).
-- **T (age)**: a quarter of the latency target: a slow trickle still goes out in time.
-- **window**: one bandwidth-delay product and one small message (``min_bytes``), in
-  messages of B, rounded up: the rate of the pipe's slowest stage (the link's capacity, or
-  the receiver's B / service time where that is less) x a batch's round trip (min RTT +
-  the receiver's service time + the fixed per-message cost + the time by which a batch
-  outlasts, on the wire, the small message that timed min RTT); within [``min_window``,
-  ``max_window``]. Every message past that only waits in a queue (Little's law: latency =
-  bytes in flight / rate): at 1 Gbit, pinned 512 KiB batches carried as much with two in
-  flight as with three or four, at 13.5 ms against 17 and 18.6; a gain of 1.5 plus one
-  message had kept four or five 1 MiB batches in flight (p50 45 ms). The small message
-  more is the probe and the slack: a window that holds only what the link was measured to
-  carry can never measure more (at 100 Mbit a window of two 64 KiB messages measured 63
-  Mbit/s and kept it), and one round trip's jitter leaves it idle (a BDP of 2.8 such
-  messages in a window of three carried 86% of the line, against 94% with four). Where B
-  is large that slack is a fraction of a message, not the whole one (two 1 MiB batches
-  more at 1 Gbit were 20 ms of p50). The window is sized from the capacity, not from what
-  the window itself let through, so it cannot talk itself down. Two, the least, keeps one
-  message at the receiver while the next travels.
+- **B** (wire bytes): big enough that a message's fixed cost (``per_message_s``) is at most
+  ``overhead_share`` of its transfer time at the link's capacity; at most a quarter of the
+  latency target's worth of the delivery rate; within [``min_bytes``, ``max_bytes``]. A B
+  within twice ``inline_bytes`` is cut to ride inline in the actor call (not on the stream).
+- **T**: a quarter of the latency target.
+- **window**: one bandwidth-delay product (the slowest stage's rate x a batch's round trip)
+  plus one ``min_bytes`` message, in messages of B, rounded up; within [``min_window``,
+  ``max_window``]. Sized from the capacity, so it cannot talk itself down.
+- A link's first message, and any while its min RTT is stale (``rtt_stale``), goes alone at
+  ``min_bytes``: it re-measures the path and the per-message cost.
 
-While the link's min RTT is stale (``LinkStats.rtt_stale``: no message has gone out alone
-for a while) the plan is one small message (``min_bytes``) in flight: the queue drains and
-the next message measures the path itself, and the per-message cost (``link.py``). The
-first message on a link goes out that way too.
-
-B is counted in the bytes that cross the link: when the link carries compressed data, a
-batch gathers more rows for the same B (``wire_ratio``).
+Why each rule: docs/benchmarks.md, "How the fusion policy's rules were found".
 """
 
 from __future__ import annotations
