@@ -1,13 +1,6 @@
 """How much longer CPU work takes than its CPU time on a busy machine: the time a thread
-spends runnable, waiting for a core.
-
-A thread's CPU time is what its work costs on a core of its own. Where other processes want
-the cores too (the shard, the node aggregator and the extractors of one host, or anything
-else the machine runs), each slice of the work also waits its turn. Linux keeps, per thread,
-the time spent on a core and the time spent waiting in the run queue
-(``/proc/thread-self/schedstat``); a thread waiting for a lock, the GIL or a socket is
-asleep, not runnable, and none of that is counted.
-"""
+spends runnable, waiting for a core, from Linux's per-thread run-queue wait
+(``/proc/thread-self/schedstat``). Waiting for a lock, the GIL or a socket is not counted."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Checks for settings: a value in its range, and paired limits in order.
-
-Each refusal is a ValueError that names the settings and their values, so a wrong setting is
-found where it was given, not by what it later does to a stage.
-"""
+"""Checks for settings; a refusal is a ValueError naming the settings and their values."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Fusion: per-frame features in, large fused transfers out, one stream per destination.
-
-``Aggregator`` (one Ray actor per node, ``start_aggregators``) merges the local extractors'
-frames (handed over through its local socket, ``Handoff``), drops temporal near-duplicates
-(``TemporalDedup``) and flushes per-destination ``FusionBuffer`` s by the ``FlushPolicy``;
-``comm/`` moves and encodes what it sends.
-"""
+``Aggregator`` (one per node) dedups its extractors' frames and flushes a ``FusionBuffer``
+per destination as the ``FlushPolicy`` plans."""
 
 from vifusion.fusion.aggregator import Aggregator, start_aggregators
 from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer
