@@ -146,11 +146,11 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
             print("vifusion search: an image or a clip searches what is seen: --in must include visual",
                   file=sys.stderr)
             return EXIT_USAGE
-        from vifusion._commands import cmd_search
+        from vifusion._commands_search import cmd_search
 
         return cmd_search(cfg, args.text, args.image, args.clip, args.top_k, args.json, modalities, args.group_by)
     if args.command == "transcript":
-        from vifusion._commands import cmd_transcript
+        from vifusion._commands_search import cmd_transcript
 
         return cmd_transcript(cfg, args.video_id, args.kind, args.vtt)
     if args.command == "serve":
