@@ -10,7 +10,8 @@ Keyword search gives SQLite's answers without FTS5: the text is cut into tokens 
 unicode61 cuts it (``_catalog_words.tokens``), each token stemmed by PostgreSQL's English
 Snowball stemmer (stop words kept, as FTS5 keeps them), and stored as a ``tsvector`` of
 stems at their positions with a GIN index that finds the rows holding a query's phrases.
-BM25, snippets and coverage are computed here from those positions, as FTS5 computes them.
+BM25, snippets and coverage are computed from those positions, as FTS5 computes them
+(``_catalog_pg_words.py``).
 Stems can differ from FTS5's Porter stemmer on a few words (Snowball is Porter's successor).
 """
 
@@ -24,20 +25,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from vifusion import _catalog_pg_words as pg_words
 from vifusion._catalog_schema import migrate_postgres
 from vifusion._catalog_words import (
     FUZZY_WEIGHT,
-    MAX_FUZZY_WORDS,
     SNIPPET_TOKENS,
     TEXT_KINDS,
-    bm25,
     check_kind,
     check_metadata_filter,
     checked_rows,
-    fuzzy_key,
-    letter_pairs,
     marked,
-    nearest,
     phrase_starts,
     query_words,
     tokens,
@@ -45,8 +42,6 @@ from vifusion._catalog_words import (
 from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, CatalogUnreachable, Job, TextRow, Video
 
 _JOB = "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings"
-_MAX_LEXEME_BYTES = 2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
-_Phrase = tuple[str, ...]  # a query word as stems in order; () where it can match nothing
 
 
 class PostgresCatalog(Catalog):
@@ -229,13 +224,13 @@ class PostgresCatalog(Catalog):
         checked = checked_rows(video_id, kind, rows)
         cut = [[tok for _, _, tok in tokens(row[5])] for row in checked]
         with self._pool.connection() as c, c.transaction():
-            stems = _stems(c, {tok for toks in cut for tok in toks})
+            stems = pg_words.stems_of(c, {tok for toks in cut for tok in toks})
             c.execute("DELETE FROM texts WHERE video_id=%s AND kind=%s", (video_id, kind))
             with c.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO texts (video_id, kind, n, start_s, end_s, text, tsv, n_tokens)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s::tsvector, %s)",
-                    [(*row, _tsvector(toks, stems), len(toks)) for row, toks in zip(checked, cut, strict=True)])
+                    [(*row, pg_words.tsvector(toks, stems), len(toks)) for row, toks in zip(checked, cut, strict=True)])
         return len(checked)
 
     def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
@@ -261,18 +256,18 @@ class PostgresCatalog(Catalog):
             where += " AND t.video_id = ANY(%s)"
             args.append([int(v) for v in video_ids])
         with self._pool.connection() as c:
-            phrases = _phrases(c, words)
-            near = _near_spellings(c, words, phrases) if fuzzy else {}
+            phrases = pg_words.phrases(c, words)
+            near = pg_words.near_spellings(c, words, phrases) if fuzzy else {}
             exact = [phrases[w] for w in words]
             spelt = [(t,) for terms in near.values() for t in terms]
             stats = c.execute("SELECT count(*) AS n, coalesce(sum(n_tokens), 0) AS length FROM texts").fetchone()
             total, mean = stats["n"], (stats["length"] / stats["n"] if stats["n"] else 0.0)
-            scores = _bm25(c, exact, where, args, limit, total, mean)
-            for i, score in _bm25(c, spelt, where, args, limit, total, mean).items():
+            scores = pg_words.bm25_scores(c, exact, where, args, limit, total, mean)
+            for i, score in pg_words.bm25_scores(c, spelt, where, args, limit, total, mean).items():
                 scores[i] = scores.get(i, 0.0) + FUZZY_WEIGHT * score
             if not scores:
                 return []
-            found = _with_stems(c, list(scores))
+            found = pg_words.with_stems(c, list(scores))
         out = []
         for i, (r, seq) in found.items():
             held = 0.0
@@ -281,7 +276,7 @@ class PostgresCatalog(Catalog):
                     held += 1.0
                 elif any(phrase_starts(seq, (t,)) for t in near.get(w, ())):
                     held += FUZZY_WEIGHT
-            spans = _spans(seq, exact + spelt)
+            spans = pg_words.spans(seq, exact + spelt)
             out.append(TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"], scores[i],
                                marked(r["text"], spans, marks, SNIPPET_TOKENS), held / len(words)))
         out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
@@ -297,129 +292,23 @@ class PostgresCatalog(Catalog):
                 "SELECT t.id FROM texts t JOIN unnest(%s::bigint[], %s::text[], %s::int[]) AS k(v, kind, n)"
                 " ON t.video_id = k.v AND t.kind = k.kind AND t.n = k.n",
                 ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall()]
-            found = _with_stems(c, ids)
+            found = pg_words.with_stems(c, ids)
             words = query_words(query) if query is not None else []
-            phrases: list[_Phrase] = []
+            phrases: list[pg_words.Phrase] = []
             if words and found:
-                by_word = _phrases(c, words)
-                near = _near_spellings(c, words, by_word)
+                by_word = pg_words.phrases(c, words)
+                near = pg_words.near_spellings(c, words, by_word)
                 phrases = [by_word[w] for w in words] + [(t,) for ts in near.values() for t in ts]
         out = {}
         for r, seq in found.values():
             row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])
             if query is not None:
-                row = replace(row, snippet=marked(row.text, _spans(seq, phrases), marks))
+                row = replace(row, snippet=marked(row.text, pg_words.spans(seq, phrases), marks))
             out[(row.video_id, row.kind, row.n)] = row
         return out
 
     def close(self) -> None:
         self._pool.close()
-
-
-def _stems(c: Any, toks: Iterable[str]) -> dict[str, str]:
-    """Each token's stem: English Snowball's, or the token itself where the stemmer drops it
-    (a stop word: FTS5 keeps those, and so does this index)."""
-    toks = [t for t in toks if len(t.encode()) <= _MAX_LEXEME_BYTES]
-    if not toks:
-        return {}
-    rows = c.execute("SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(%s::text[]) AS t",
-                     (toks,)).fetchall()
-    return {r["t"]: r["stem"] for r in rows}
-
-
-def _quote(stem: str) -> str:
-    """A stem as a tsvector / tsquery literal word: quoted, never syntax."""
-    return "'" + stem.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _tsvector(toks: list[str], stems: dict[str, str]) -> str:
-    """A row's index entry: each token's stem at its position (1-based), as a tsvector literal.
-    A token too long to index is left out; the positions after it stay where they are."""
-    at: dict[str, list[str]] = {}
-    for i, tok in enumerate(toks, start=1):
-        if tok in stems:
-            at.setdefault(stems[tok], []).append(str(i))
-    return " ".join(f"{_quote(stem)}:{','.join(pos)}" for stem, pos in at.items())
-
-
-def _phrases(c: Any, words: list[str]) -> dict[str, _Phrase]:
-    """Each query word as the stems of its tokens, in order (FTS5 reads a word with
-    punctuation inside, ``AC/DC``, as the phrase "ac dc"); () for a word that can match nothing."""
-    cut = {w: [tok for _, _, tok in tokens(w)] for w in words}
-    stems = _stems(c, {tok for toks in cut.values() for tok in toks})
-    return {w: tuple(stems[t] for t in toks) if toks and all(t in stems for t in toks) else () for w, toks in cut.items()}
-
-
-def _tsquery(phrases: Sequence[_Phrase]) -> str | None:
-    """A tsquery finding rows holding any of ``phrases`` (None: none can match)."""
-    parts = ["(" + " <-> ".join(map(_quote, p)) + ")" for p in phrases if p]
-    return " | ".join(parts) or None
-
-
-def _near_spellings(c: Any, words: list[str], phrases: dict[str, _Phrase]) -> dict[str, list[str]]:
-    """SQLite's ``_near_spellings``: the index's stems nearest to each unknown word, from the
-    index's vocabulary (``ts_stat``: each stem and the rows holding it), with the same
-    letter-pair filter in SQL before the edit distance is measured here."""
-    out: dict[str, list[str]] = {}
-    tried = 0
-    for w in words:
-        if (fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS:
-            continue
-        if (q := _tsquery([phrases[w]])) and c.execute("SELECT 1 FROM texts WHERE tsv @@ %s::tsquery LIMIT 1",
-                                                       (q,)).fetchone():
-            continue
-        key, d = fuzzy
-        tried += 1
-        pairs = letter_pairs(key)
-        sql = "SELECT word, ndoc FROM ts_stat('SELECT tsv FROM texts') WHERE length(word) BETWEEN %s AND %s"
-        args: list[Any] = [len(key) - d, len(key) + d]
-        if len(pairs) > 2 * d:
-            sql += " AND (" + " + ".join(["(strpos(word, %s) > 0)::int"] * len(pairs)) + ") >= %s"
-            args += [*pairs, len(pairs) - 2 * d]
-        if found := nearest(key, d, [(r["word"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]):
-            out[w] = found
-    return out
-
-
-def _bm25(c: Any, phrases: list[_Phrase], where: str, args: list[Any], limit: int, total: int,
-          mean: float) -> dict[int, float]:
-    """Text row id -> BM25 score of the ``limit`` best rows (by score, then video, time, n)
-    among those ``where`` admits holding any of ``phrases``; each phrase's row count is over
-    the whole index, as FTS5 counts it."""
-    if (q := _tsquery(phrases)) is None:
-        return {}
-    counts = c.execute("SELECT " + ", ".join(
-        f"count(*) FILTER (WHERE tsv @@ %s::tsquery) AS c{i}" for i in range(len(phrases))) +
-        " FROM texts WHERE tsv @@ %s::tsquery", [_tsquery([p]) or "''" for p in phrases] + [q]).fetchone()
-    df = [counts[f"c{i}"] for i in range(len(phrases))]
-    ids = [r["id"] for r in c.execute(f"SELECT t.id FROM texts t WHERE t.tsv @@ %s::tsquery AND {where}",
-                                      [q, *args]).fetchall()]
-    scored = []
-    for i, (r, seq) in _with_stems(c, ids).items():
-        tf = [len(phrase_starts(seq, p)) for p in phrases]
-        scored.append((-bm25(tf, df, total, r["n_tokens"], mean), r["video_id"], r["start_s"], r["n"], i))
-    return {i: -s for s, _, _, _, i in sorted(scored)[:limit]}
-
-
-def _with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[frozenset[str]]]]:
-    """Text rows by id, each with its tokens' stems in order (from its index entry)."""
-    if not ids:
-        return {}
-    rows = {r["id"]: r for r in c.execute(
-        "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(%s)", (ids,))}
-    seqs: dict[int, list[set[str]]] = {i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()}
-    for r in c.execute("SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u"
-                       " WHERE t.id = ANY(%s)", (ids,)):
-        seq = seqs[r["id"]]
-        for p in r["positions"]:
-            if p <= len(seq):
-                seq[p - 1].add(r["lexeme"])
-    return {i: (rows[i], [frozenset(s) for s in seqs[i]]) for i in rows}
-
-
-def _spans(seq: list[frozenset[str]], phrases: Sequence[_Phrase]) -> list[tuple[int, int, int]]:
-    """The token spans (first, past last, which phrase) where any of ``phrases`` occurs."""
-    return [(i, i + len(p), k) for k, p in enumerate(phrases) if p for i in phrase_starts(seq, p)]
 
 
 def _job(row: dict[str, Any]) -> Job:
