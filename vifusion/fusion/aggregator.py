@@ -1,33 +1,22 @@
 """The node aggregator: one Ray actor per node, between its extractors and the shards.
 
-The host-level stand-in for in-network aggregation (ViFusion): every extractor on a node
-hands its frames here (through a local socket, ``handoff.py``; by actor call a hand-over
-costs several times the CPU), so the node sends one fused stream per destination shard
-instead of one per extractor. On the way, consecutive near-duplicate frames of a video
-become one vector (``dedup.py``). A pump thread sends each destination's buffer when it is due (by the
-fusion policy's size and age, ``policy.py``, or at once on an idle link, ``buffer.py``) and
-the link's window has room; the transport (``comm/``)
-encodes with the codec its link calls for, and sends on the shard stream (a TCP connection
-to the shard's primary, ``comm/stream.py``) or by actor call. Another thread collects acknowledgements, so the
-pump is free the moment rows come in (while it waited for an acknowledgement, a window of
-four carried one message at a time), and extractors go on decoding and embedding
-(communication overlaps computation).
+The host-level stand-in for in-network aggregation: every extractor on a node hands its
+frames here (a local socket, ``handoff.py``), so the node sends one fused stream per
+destination shard instead of one per extractor; consecutive near-duplicate frames of a video
+become one vector (``dedup.py``). A pump thread sends each destination's buffer when it is
+due (``policy.py``, ``buffer.py``) and the link's window has room, through the transport
+(``comm/``); another thread collects acknowledgements, so the pump never waits for one.
 
-A video is finished (``finish``) once every row of it is acknowledged by its shard, that
-is, in the shard's write-ahead log. ``submit`` blocks while a destination's buffer holds
-a full batch, before and after adding its rows: extractors slow down to what the link
-carries instead of filling memory, and rows handed over wait behind at most one batch plus
-a window in flight (the latency under load).
-
-PQ and sparse codecs need tables trained from real rows: given none, the aggregator loads
-the newest ones under ``data_dir/codec`` or trains them, in the background, once
-``codec_train_rows`` rows have passed, and saves them there with their measured quality
-(recall@10 on held-out rows): a table codec below ``codec_min_recall`` is never picked.
+A video is finished (``finish``) once every row of it is in its shard's write-ahead log.
+``submit`` blocks while a destination's buffer holds a full batch (back-pressure: a row
+waits behind at most one batch plus a window in flight). Table codecs (PQ, sparse) use the
+newest tables under ``data_dir/codec``, else ones trained here from the first
+``codec_train_rows`` rows (``_codec_tables.py``); one whose recall@10 is below
+``codec_min_recall`` is never picked. Why: docs/benchmarks.md, "The node aggregator".
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -35,7 +24,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,9 +32,11 @@ from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from vifusion._files import StorageError, storage_reason
-from vifusion.comm.codec import Ladder, SharedTables, recall_at_k
+from vifusion.comm.codec import SharedTables
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
+from vifusion.fusion._codec_tables import newest_tables, train_tables
+from vifusion.fusion._ring import Ring
 from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.handoff import HandoffServer
@@ -83,10 +73,10 @@ class Aggregator:
         self._counts: Counter[str] = Counter()
         self._codec_rows: Counter[str] = Counter()
         self._codec_bytes: Counter[str] = Counter()
-        self._latencies = _Ring(100_000)
+        self._latencies = Ring(100_000)
         adaptive = cfg.compression == "adaptive"
         if tables is None and adaptive:
-            tables, quality = _newest_tables(cfg.data_dir / "codec")
+            tables, quality = newest_tables(cfg.data_dir / "codec")
         self._tables = tables
         self._quality = quality or {}
         self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
@@ -242,11 +232,7 @@ class Aggregator:
             threading.Thread(target=self._train, args=(rows,), name="aggregator-train", daemon=True).start()
 
     def _train(self, rows: np.ndarray) -> None:
-        held_out = max(len(rows) // 5, 1)
-        tables = SharedTables.train(rows[held_out:], keep=self.cfg.codec_sparse_keep)
-        quality = recall_at_k(Ladder(tables), rows[:held_out])
-        path = tables.save(self.cfg.data_dir / "codec")
-        path.with_suffix(".json").write_text(json.dumps(quality))
+        tables, quality = train_tables(rows, self.cfg.codec_sparse_keep, self.cfg.data_dir / "codec")
         with self._lock:
             self._new_tables, self._quality = tables, quality
 
@@ -379,42 +365,12 @@ def _send_failed(d: Delivery) -> Exception:
     return StorageError(reason, message) if reason else RuntimeError(message)
 
 
-class _Ring:
-    """The last ``size`` values of a stream (latencies), without a Python object each."""
-
-    def __init__(self, size: int) -> None:
-        self._a = np.zeros(size)
-        self._n = 0
-
-    def __len__(self) -> int:
-        return min(self._n, len(self._a))
-
-    def extend(self, x: np.ndarray) -> None:
-        x = x[-len(self._a):]
-        at = self._n % len(self._a)
-        head = min(len(x), len(self._a) - at)
-        self._a[at:at + head] = x[:head]
-        self._a[:len(x) - head] = x[head:]
-        self._n += len(x)
-
-    def values(self) -> np.ndarray:
-        return self._a[:len(self)]
-
-
 def _handoff_server(submit: Callable[..., str], name: str) -> HandoffServer | None:
     try:
         return HandoffServer(submit, name)
     except OSError as e:  # no abstract Unix sockets here (not Linux): actor calls only
         log.info("no local hand-over socket: %s", e)
         return None
-
-
-def _newest_tables(directory: Path) -> tuple[SharedTables | None, dict[str, float]]:
-    found = sorted(Path(directory).glob("tables-*.npz"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        return None, {}
-    quality = found[-1].with_suffix(".json")
-    return SharedTables.load(found[-1]), json.loads(quality.read_text()) if quality.exists() else {}
 
 
 def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, ActorHandle]:
