@@ -310,22 +310,23 @@ def drive(spec: dict) -> None:
         ray.get(shard.stats.remote())
         replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row,
                                                                                             sparse_tables)
+        agg = ray.remote(Aggregator).options(resources={"host0": 1}, num_cpus=0, max_concurrency=16).remote(
+            cfg, [shard], tables, spec["quality"]) if policy.startswith("4") else None
+        # Every actor up before the clocks start: the squeeze's times count from the sender's
+        # start, and an actor's start (a second or two here) would shift them.
+        ray.get([replayer.__ray_ready__.remote(), *([agg.stats.remote()] if agg else [])])
         tx0 = _counter(dev, "tx_bytes")
         cpu0 = _cpu()
         busy0, t0 = ray.get(shard.stats.remote())["busy_s"], time.monotonic()
         squeeze = spec.get("squeeze")
         timer = threading.Thread(target=_squeeze, args=(spec, squeeze), daemon=True) if squeeze else None
-        if policy.startswith("4"):
-            agg = ray.remote(Aggregator).options(resources={"host0": 1}, num_cpus=0,
-                                                 max_concurrency=16).remote(cfg, [shard], tables, spec["quality"])
-            if timer:
-                timer.start()
+        if timer:
+            timer.start()
+        if agg:
             out = ray.get(replayer.run_vifusion.remote(agg, spec["duration"], OFFERED.get(policy),
                                                        cfg.fusion_local_handoff))
         else:
             p = POLICIES[policy.split("@")[0]]
-            if timer:
-                timer.start()
             out = ray.get(replayer.run_fixed.remote(shard, p["rows"], p["age"], p["window"], spec["duration"],
                                                     OFFERED.get(policy), p.get("codec", "fp32")))
             out["codec"] = p.get("codec", "fp32")
@@ -339,7 +340,7 @@ def drive(spec: dict) -> None:
         results[run] = out
         ray.kill(shard)
         ray.kill(replayer)
-        if policy.startswith("4"):
+        if agg:
             ray.kill(agg)
         shutil.rmtree(work, ignore_errors=True)
     print("RESULT " + json.dumps(results), flush=True)
@@ -710,6 +711,8 @@ def ratios(links: dict) -> dict:
                 best = _best_codec(entry["policies"], during)
                 r["squeeze_best_codec"] = best
                 r["squeeze_fps_4_over_best_codec"] = _ratio(during["4"], during[best]) if best else None
+                # the same condition on (4)'s side: its adaptive ladder may pick int8 too
+                r["squeeze_recall_4"] = min(entry["policies"]["4"]["recall_video_at_10"].values())
             r["back_to_fp32_s"] = entry["squeeze"]["back_to_fp32_s"]
         if r:
             out[name] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
