@@ -9,27 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from vifusion._admin import remove_stored_media
 from vifusion._files import StorageError, fd_path, storage_writes
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
+from vifusion._ingest_checks import check_metadata, shape, title_for
 from vifusion.config import Config
 from vifusion.jobs import JobRunner
 from vifusion.media import PastEnd, ThumbnailCache
 from vifusion.runtime import Runtime
 from vifusion.search import GROUP_BY, MODALITIES, check_modalities
 from vifusion.sources import (
-    MAX_TITLE_CHARS,
     SNIFF_BYTES,
     SourceError,
     check_url,
@@ -38,7 +36,6 @@ from vifusion.sources import (
     resolve_file_uri,
     save_capped,
     sniff,
-    title_from_name,
     url_filename,
 )
 from vifusion.ranking import Moment, relative_cut
@@ -51,44 +48,6 @@ __all__ = ["Ingested", "NotFound", "SearchPage", "Service", "StorageError"]
 
 class NotFound(LookupError):
     """No such video or job (or it was deleted)."""
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class _Shape(NamedTuple):
-    depth: int  # how deep objects and arrays nest ({"a": 1} is 1)
-    keys: int  # keys in every object, all told
-    text_ok: bool  # no key or string holds a lone surrogate
-
-
-def _shape(value: Any) -> _Shape:
-    """The shape of parsed JSON, walked without recursion (it may nest a thousand deep)."""
-    depth = keys = 0
-    text_ok = True
-    stack = [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, str):
-            text_ok = text_ok and not _SURROGATE.search(v)
-        elif isinstance(v, dict | list):
-            depth = max(depth, d + 1)
-            if isinstance(v, dict):
-                keys += len(v)
-                stack.extend((k, d) for k in v)
-                v = v.values()
-            stack.extend((x, d + 1) for x in v)
-    return _Shape(depth, keys, text_ok)
-
-
-def _title(given: str | None, name: str | None) -> str:
-    """The client's title as given, else one from the file's name. A title longer than
-    ``MAX_TITLE_CHARS`` is refused (SourceError, 422); a blank one counts as none."""
-    if given is None or not given.strip():
-        return title_from_name(name, "video")
-    if len(given) > MAX_TITLE_CHARS:
-        raise SourceError("invalid_title", f"title is {len(given)} characters; the limit is {MAX_TITLE_CHARS}", 422)
-    return given
 
 
 @dataclass(frozen=True)
@@ -142,8 +101,8 @@ class Service:
     ) -> Ingested:
         """Store an uploaded video under the data dir and queue its job. Refuses (SourceError)
         an empty upload, one over the size limit, and one that is plainly not a video."""
-        self._check_metadata(metadata)
-        title = _title(title, filename)
+        check_metadata(metadata, self.cfg)
+        title = title_for(title, filename)
         head = data.read(SNIFF_BYTES)
         if not head:
             raise SourceError("empty_file", "the upload is empty (0 bytes)")
@@ -164,46 +123,18 @@ class Service:
         """Queue a ``file://`` path (inside the ingest roots) or an ``http(s)://`` URL
         (public addresses only unless configured). Only checks here: the job fetches a URL
         and hashes the file, so a large one does not hold up the answer."""
-        self._check_metadata(metadata)
+        check_metadata(metadata, self.cfg)
         if uri.startswith("file:"):
             path = resolve_file_uri(uri, self.cfg.ingest_roots)
-            return self._queue(str(path), _title(title, path.name), metadata, None, None)
+            return self._queue(str(path), title_for(title, path.name), metadata, None, None)
         check_url(uri, self.cfg.allow_private_urls)
-        return self._queue(uri, _title(title, url_filename(uri)), metadata, None, None)
+        return self._queue(uri, title_for(title, url_filename(uri)), metadata, None, None)
 
     def _queue(self, source, title, metadata, sha, size, media: Path | None = None) -> Ingested:
         with storage_writes(self.cfg.data_dir, "the video was not queued"):
             video_id, job_id = self.catalog.add_video(source, title, metadata, sha256=sha, size_bytes=size, media=media)
         self.jobs.wake()
         return Ingested(video_id, job_id)
-
-    def _check_metadata(self, metadata: dict[str, Any] | None) -> None:
-        """Refuse (SourceError) metadata that the catalog could store but not give back or
-        filter on: nested deeper than ``max_metadata_depth`` (the JSON encoder of a listing
-        stops at about 250 levels), more than ``max_metadata_keys`` keys, text with a lone
-        surrogate (UTF-8 cannot hold it), NaN or Infinity (SQLite's JSON functions refuse them).
-        The shape is walked first, without recursion: json.dumps recurses."""
-        if metadata is None:
-            return
-        if not isinstance(metadata, dict):
-            raise SourceError("invalid_metadata", "metadata must be a JSON object")
-        shape = _shape(metadata)
-        if shape.depth > self.cfg.max_metadata_depth:
-            raise SourceError("metadata_too_deep", f"metadata nests {shape.depth} levels deep; the limit is "
-                              f"{self.cfg.max_metadata_depth}", 422)
-        if shape.keys > self.cfg.max_metadata_keys:
-            raise SourceError("metadata_too_many_keys", f"metadata has {shape.keys} keys; the limit is "
-                              f"{self.cfg.max_metadata_keys}", 422)
-        if not shape.text_ok:
-            raise SourceError("invalid_metadata", "metadata holds text with a lone surrogate (not valid Unicode)", 422)
-        try:
-            size = len(json.dumps(metadata, allow_nan=False))
-        except ValueError:
-            raise SourceError("invalid_metadata", "metadata holds NaN or Infinity (not JSON numbers)", 422) from None
-        if size > self.cfg.max_metadata_bytes:
-            raise SourceError(
-                "metadata_too_large", f"metadata is {size} bytes as JSON; the limit is {self.cfg.max_metadata_bytes}", 413
-            )
 
     # -- reads -------------------------------------------------------------------------
 
@@ -228,10 +159,10 @@ class Service:
 
     def _shown(self, video: Video) -> Video:
         """``video`` with the metadata a client can be given: keys stored before ingest
-        checked metadata (``_check_metadata``) whose values nest too deep or hold a lone
+        checked metadata (``check_metadata``) whose values nest too deep or hold a lone
         surrogate are left out (the answer's JSON could not hold them), the rest are kept."""
         shown = {k: v for k, v in video.metadata.items()
-                 if (s := _shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok}
+                 if (s := shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok}
         return video if len(shown) == len(video.metadata) else dataclasses.replace(video, metadata=shown)
 
     def open_media(self, video_id: int) -> tuple[int, Path]:
