@@ -1,13 +1,10 @@
 """The catalog's schema, one list of migrations per database, applied in order.
 
-``schema_version`` holds one row per migration applied (its number, when). Opening a catalog
-for writing applies the ones it lacks, each list's step i taking version i - 1 to i, all in
-one transaction with a lock held (two processes opening at once migrate once). A catalog
-written by a later release (a version past the list) is refused: this code would not know
-its tables. A step is never edited once released; a change is a new step at the end.
-
-SQLite's step 1 brings a catalog of any release before versioning (no ``schema_version``)
-to the schema of that time, so today's data dirs open and migrate in place.
+``schema_version`` holds one row per migration applied. Opening a catalog for writing
+applies the ones it lacks (step i takes version i - 1 to i) in one transaction under a lock,
+so two processes opening at once migrate once. A catalog of a later release is refused. A
+released step is never edited: a change is a new step. SQLite's step 1 brings a catalog of
+any release before versioning to the schema of that time, so old data dirs migrate in place.
 """
 
 from __future__ import annotations

@@ -55,19 +55,13 @@ class SqliteTexts:
 
     def keyword_search(self, query: str, kinds: Iterable[str] = TEXT_KINDS, video_ids: Iterable[int] | None = None,
                        limit: int = 50, marks: tuple[str, str] = ("[", "]"), fuzzy: bool = True) -> list[TextRow]:
-        """Text rows holding any of the query's words (stemmed: "budgets" finds "budget"),
-        best BM25 first (rows with more of the words, and rarer ones, rank higher), at most
+        """Text rows holding any of the query's words (stemmed), best BM25 first, at most
         ``limit``; only ``kinds``, and only ``video_ids`` when given. Each carries its BM25
         score, a snippet with the matched words between ``marks``, and its ``coverage``.
-
-        With ``fuzzy``, a query word that no row holds is looked for by its near spellings
-        among the index's words (``max_edits``): a speech model spells a name it does not
-        know as it hears it ("Zorblax" written "Lorblax"). A near match counts
-        ``FUZZY_WEIGHT`` of an exact one, in the score and in the coverage.
-
-        Any string is a safe query: each whitespace-separated part of it is one quoted FTS5
-        phrase (``AC/DC`` is the phrase "AC DC"), so quotes, operators and brackets in it are
-        words or nothing, never syntax. A query with no words finds nothing."""
+        With ``fuzzy``, a word no row holds is looked for by its near spellings
+        (``max_edits``: a speech model spells an unknown name as it hears it), a near match
+        counting ``FUZZY_WEIGHT`` of an exact one. Any string is a safe query: each
+        whitespace-separated part is one quoted FTS5 phrase, never syntax."""
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         kinds = list(kinds)

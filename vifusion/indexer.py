@@ -1,14 +1,10 @@
 """Job orchestration: videos in, indexed frames out, every step recorded in the catalog.
 
-The driver holds no features: extractor actors decode and embed, their node's aggregator
-fuses and sends the batches straight to the shard actors; the driver only routes and
-follows progress.
-A job is ``ready`` only after its shard acknowledged every row (frames, speech segments,
-screen-text spans) and the words of its texts are in the catalog, and a shard
-acknowledges a batch only once it is in its write-ahead log on disk. The job names its
-stage as it goes and keeps the extractor's warnings (bad audio indexes the frames all the
-same). An extractor call past its deadline (``_Deadline``) fails its video, and the
-extractor is restarted.
+The driver holds no features: extractors decode and embed, their node's aggregator sends
+the batches to the shards; the driver routes and follows progress. A job is ``ready`` only
+once its shard acknowledged every row (in its write-ahead log) and its texts' words are in
+the catalog. A job names its stage as it goes and keeps the extractor's warnings; an
+extractor call past its deadline (``_Deadline``) fails its video and restarts the extractor.
 """
 
 from __future__ import annotations

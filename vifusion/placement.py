@@ -1,24 +1,18 @@
 """Where actors run on a cluster.
 
 - **Shards**: replica ``r`` of shard ``n`` on node ``(n + r) mod N`` of the shard nodes (those
-  with the ``shard`` resource that deploy/cluster.yaml gives memory-heavy workers; every alive
-  node where none has it), so primaries spread over nodes and a shard's replicas sit on
-  different nodes whenever there are enough. The affinity is hard: Ray 2.60's soft affinity
-  put replicas on other nodes even while the chosen one was up (measured on the test bed).
-  So a replica restarts on its own node; one whose node is gone stays down until the service
-  starts again and places it anew.
-- **Extractors**: a GPU each where the cluster has as many as extractors, otherwise an equal
-  share of the GPUs there are (so every extractor lands on a GPU node). Without GPUs, an
-  equal share of the ``extract`` resource where nodes carry it (CPU nodes set aside for
-  decoding and embedding), otherwise any node with a free CPU.
+  with the ``shard`` resource; every alive node where none has it), so primaries spread and a
+  shard's replicas sit on different nodes where there are enough. The affinity is hard (Ray's
+  soft affinity moved replicas off nodes that were up): a replica restarts on its own node,
+  and one whose node is gone stays down until the service starts again.
+- **Extractors**: a GPU each where there are as many as extractors, else an equal share of
+  the GPUs; without GPUs an equal share of the ``extract`` resource where nodes carry it,
+  else any node with a free CPU.
 - **Aggregators**: one per node, pinned there (``vifusion.fusion.start_aggregators``).
 
-A plan (``vifusion plan --apply``: ``DATA_DIR/plan.json``) overrides the first two: each
-extractor and each shard replica pinned to the node it names, found by its IP (a plan made
-on the running cluster) or as the i-th node of its type (one made from the ``ray up`` YAML:
-nodes of a type look alike to Ray by their CPUs, GPUs and custom resources). A plan whose
-nodes are not all there, or made for another number of shards, is not used (logged), and the
-rules above place everything.
+A plan (``vifusion plan --apply``: ``DATA_DIR/plan.json``) pins each extractor and shard
+replica to the node it names, by IP or as the i-th node of its type; a plan whose nodes are
+not all there, or made for another number of shards, is not used (logged).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """One ranking of moments from several ranked lists (visual concepts, speech, screen text,
-dense and keyword).
+dense and keyword), whose scores are not comparable (a cosine, a BM25). ``FUSIONS``:
+``rrf`` scores a moment the sum of ``1 / (k + rank)`` over its lists (ranks only);
+``calibrated`` the sum of each candidate's score mapped to [0, 1] by the caller.
 
-Each list ranks candidates by its own score, and the scores of different lists are not
-comparable (a cosine, a BM25). Two ways to fuse them (``FUSIONS``):
-
-- ``rrf``, reciprocal rank fusion: a moment scores the sum of ``1 / (k + rank)`` over the
-  lists it appears in, so a moment two lists agree on rises above one only one list found.
-  Ranks only: how good the top of a list is does not count.
-- ``calibrated``: the caller maps each candidate's score to [0, 1] (it knows what a cosine
-  of its space or a keyword match means) and a moment scores the sum of those.
-
-Candidates of one video whose time spans overlap (or come within ``join_gap_s``) are one
-moment. The strongest candidate seeds it; weaker ones that overlap add their list's share
-(once per list) and their modality to ``matched``. A moment spans its strongest candidate
-with words (speech or screen text: the words place a moment more exactly than a run of
-similar frames), else its strongest frames; its ``snippet`` is that candidate's words.
+Candidates of one video whose spans overlap (or come within ``join_gap_s``) are one moment:
+the strongest seeds it, weaker ones add their list's share (once per list) and their
+modality to ``matched``. A moment spans its strongest candidate with words, else its
+strongest frames; its ``snippet`` is that candidate's words.
 """
 
 from __future__ import annotations

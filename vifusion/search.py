@@ -1,24 +1,13 @@
 """Queries -> moments. Text searches what is seen (the semantic space of the frames), said
 (speech segments) and written (on-screen text spans); an image or a clip the visual space.
 
-A text query builds up to five ranked lists, each of moments: frames whose concepts match
-(ConSE), speech segments and screen-text spans near it in meaning (dense) and those holding
-its words (keyword, BM25, near spellings of unknown words), and fuses them into one ranking
-(``vifusion.ranking``). Calibrated scores are the default (``FUSION``): on the benchmark
-corpus of talks and the demo's scenes (benchmarks/multimodal.py; figures in
-docs/benchmarks.md) they put the right moment first far more often than reciprocal rank
-fusion, and never less often for any kind of query. Ranks alone cannot tell a close match
-that one list found from the best of an unrelated list (a phrase said in other words,
-found only by its meaning, tied with the top frame of a query about something else); a
-cosine or a share of the query's words can. A dense text hit enters its list only when it is about the query (cosine over
-``TEXT_MIN_COSINE``): the nearest of unrelated sentences is still nearest.
-
-A clip query is aligned in time: every sampled frame of the clip votes for
-(video, offset) pairs, and the offset most of the clip agrees on wins, so a clip
-finds the stretch of video it was cut from, not just one frame that looks alike.
-
-Results come as ``Found``: a list of moments whose ``missing`` names the shards that could
-not answer (a partial answer).
+A text query builds up to five ranked lists of moments (frames by concept, ConSE; speech
+and screen text by meaning, dense, and by words, keyword) and fuses them into one ranking
+(``vifusion.ranking``), by calibrated scores (``FUSION``) by default. A dense text hit
+counts only above ``TEXT_MIN_COSINE``. A clip is aligned in time: each sampled frame votes
+for (video, offset) pairs, and the offset most of the clip agrees on wins. Results come as
+``Found``, whose ``missing`` names shards that did not answer (a partial answer). Why:
+docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations
@@ -95,15 +84,10 @@ class ClipRefused(ValueError):
 
 
 def decode_clip(path: Path, cfg: Config) -> Batches:
-    """A query clip's sampled frames, as ``decode`` yields them, within the clip caps.
-
-    A clip longer than ``cfg.max_query_clip_s`` is refused once probed (the probe reads
-    packets, decodes nothing). Decoding stops, refused, once it has taken longer than
-    ``cfg.query_clip_decode_budget_s``; the clock is read between batches of
-    ``_CLIP_BATCH`` frames, so one batch may overrun it. Both are ClipRefused with a 422:
-    the clip is at fault (too long, too large a picture or too costly a codec), and sent
-    again unchanged it would cost as much again, so it is not an invitation to retry.
-    """
+    """A query clip's sampled frames, as ``decode`` yields them, within the clip caps: one
+    longer than ``cfg.max_query_clip_s`` (probed, not decoded) or taking longer than
+    ``cfg.query_clip_decode_budget_s`` to decode (checked every ``_CLIP_BATCH`` frames) is
+    ClipRefused, a 422: the clip is at fault, and sent again it would cost as much again."""
     from vifusion.extract.decode import open_sampled
 
     t0 = time.monotonic()

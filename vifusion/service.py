@@ -251,16 +251,12 @@ class Service:
         modalities: Sequence[str] = MODALITIES,
         min_relative_score: float | None = None,
     ) -> SearchPage:
-        """Moments for exactly one query kind, best first, ``top_k`` from ``offset``.
-
-        Only ready videos are returned; ``filter`` keeps videos whose metadata has each
-        key -> value, in every modality; ``min_score`` drops weaker moments, and
-        ``min_relative_score`` (None: ``cfg.min_relative_score``; 0: off) those scoring under
-        that fraction of the best moment of the whole ranking, not of the page, so that every
-        page of one search agrees on what is cut. A text query
-        searches ``modalities`` (visual, speech, screen); an image or a clip searches what
-        is seen, so its ``modalities`` must include visual.
-        """
+        """Moments for exactly one query kind, best first, ``top_k`` from ``offset``, of ready
+        videos only. ``filter`` keeps videos whose metadata has each key -> value;
+        ``min_score`` drops weaker moments, ``min_relative_score`` (None: the config's; 0:
+        off) those under that fraction of the whole ranking's best, so every page agrees on
+        the cut. A text query searches ``modalities``; an image or a clip what is seen (so
+        its ``modalities`` must include visual)."""
         given = [q for q in (text, image, clip, stored_clip) if q is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of text, image, clip, or video_id + start_s + end_s")

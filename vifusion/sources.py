@@ -1,16 +1,12 @@
-"""Where a video comes from: an upload, a ``file://`` path, or an ``http(s)://`` URL.
-
-Each source is checked before anything is queued, so a bad one gets a clear refusal at once:
-- an upload is sniffed from its first bytes: text, images and documents are refused;
-  unknown binary data is let through and its job fails with the decoder's reason;
-- a ``file://`` path must resolve (symlinks followed) inside one of ``Config.ingest_roots``,
-  to a regular file; it is stored resolved, and every later read (hash, decoder, ``/media``)
-  opens it through no symlink and reads that one descriptor (``open_video_file``), so a path
-  swapped after its check for a symlink, a FIFO or a device is refused, not followed;
+"""Where a video comes from: an upload, a ``file://`` path, or an ``http(s)://`` URL, each
+checked before anything is queued, so a bad one is refused at once:
+- an upload is sniffed from its first bytes: text, images and documents are refused
+  (unknown binary data passes, and its job fails with the decoder's reason);
+- a ``file://`` path must resolve inside one of ``Config.ingest_roots`` to a regular file;
+  every later read opens it through no symlink (``open_video_file``);
 - an ``http(s)://`` host must resolve only to public addresses unless
-  ``Config.allow_private_urls``; the check is made again when the job fetches it and on
-  every redirect, and the fetch connects to the checked address, so a name cannot be
-  pointed at a private address in between (DNS rebinding); a fetch that goes on past
+  ``Config.allow_private_urls``, checked again at fetch and on every redirect, and the
+  fetch connects to the checked address (no DNS rebinding); a fetch past
   ``Config.fetch_deadline_s`` or slower than ``Config.fetch_min_rate_bps`` fails its job.
 """
 

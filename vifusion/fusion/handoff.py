@@ -1,22 +1,13 @@
-"""The hand-over from an extractor to its node's aggregator, through a local socket.
+"""The hand-over from an extractor to its node's aggregator, through a local socket: the first
+hop stays on one host, so it goes without Ray, at a fraction of an actor call's CPU.
 
-Every frame crosses two hops on its way to a shard: extractor -> node aggregator, then the
-fused stream -> the shard's node. An actor call costs about 1 ms of CPU empty and 3 ms at
-500 KiB, on the caller, the callee and Ray together (``benchmarks/ray_calls.py``), and the
-first hop stays on one host, so it does not need Ray: the aggregator listens on a Unix
-socket (Linux's abstract namespace, which exists per network namespace, so only processes
-on its own host see it), and an extractor writes its rows there as raw arrays, read
-straight into the arrays the aggregator keeps (``benchmarks/handoff.py`` measures the three
-ways).
-
-The socket's address and a per-instance secret come from the aggregator by an actor call,
-which Ray's token authenticates; both ends prove the secret on connecting and every message
-carries a tag under a key of that connection (``comm/wire.py``), so the socket lets in no
-one the cluster would not, and a hand-over altered or replayed on it is never applied. The
-reply carries the aggregator's instance id as the actor call does, so a restart is noticed
-the same way; a connection that closes under a hand-over (or whose reply fails its tag)
-raises ``AggregatorLost``. Where the socket cannot be reached (not Linux, or the extractor
-on another host) the hand-over is an actor call as before.
+The aggregator listens on a Unix socket in Linux's abstract namespace (seen only on its
+host); an extractor writes its rows there as raw arrays (``comm/wire.py``: a per-instance
+secret proved on connecting, every message tagged). The reply carries the aggregator's
+instance id, so a restart is noticed as with an actor call; a connection that closes under a
+hand-over, or a reply that fails its tag, raises ``AggregatorLost``. Where the socket cannot
+be reached the hand-over is an actor call. Figures: docs/benchmarks.md, "Design notes moved
+from docstrings".
 """
 
 from __future__ import annotations

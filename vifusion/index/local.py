@@ -1,13 +1,10 @@
-"""Every shard of a data dir, read in this process: what ``vifusion search`` searches when
-no service serves the data dir, without starting Ray and its shard actors for one query.
+"""Every shard of a data dir, read in this process: what ``vifusion search`` searches when no
+service serves the data dir, without Ray.
 
-Each shard is loaded as a reader (``Shard(writer=False)``): its snapshot, then its log
-replayed, and nothing written: no lock taken, no torn tail cut off, no directory made for a
-shard that has none yet (it holds nothing). A writer may be appending meanwhile (`vifusion
-index`): a record it has not finished reads as the log's end, so the search sees the
-data dir as of a moment during the load. The results are those of ``ShardSet.search``
-(the same per-shard search, the same ``merge_topk``); ``missing`` is always empty, since
-every shard here answers or the load fails.
+Each shard loads as a reader (``Shard(writer=False)``: snapshot, then log, nothing written).
+A writer appending meanwhile is seen as of a moment during the load (a record it has not
+finished reads as the log's end). Results are those of ``ShardSet.search``; ``missing`` is
+always empty, since every shard here answers or the load fails.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """One replica of one shard, as a Ray actor.
 
 The primary (replica 0) owns the shard directory: it logs every write, applies it, and
-forwards it with its log seq to the other replicas before acknowledging, so an
-acknowledged write is durable and on every live replica. The others load the same
-snapshot + log on start (Ray restarts a replica that dies, and a restart is exactly
-that catch-up) and apply what the primary forwards, in seq order.
-
-The primary also takes fused batches on its shard stream (``comm/stream.py``), a TCP
-connection that costs senders a fraction of an actor call; its batches are served by a
-thread of the stream server, so every call takes the replica's lock: one at a time, as
-the actor's single call slot alone ensured before. A stream batch is applied with its log
-record written and synced after, on another thread, while the next batch is read and
-applied (a group commit, ``WriteAheadLog.sync``); it is acknowledged and forwarded only
-once synced, so a search may see it a few milliseconds before it is durable.
+forwards it with its log seq to the other replicas before acknowledging, so an acknowledged
+write is durable and on every live replica. The others load snapshot + log on start (a
+restart is that catch-up) and apply what the primary forwards, in seq order. The primary
+also takes batches on its shard stream (``comm/stream.py``), every call under the replica's
+lock; a stream batch is applied, then synced beside the next one (a group commit) and
+acknowledged and forwarded only once synced: a search may see it a few ms before it is durable.
 """
 
 from __future__ import annotations
@@ -61,14 +55,11 @@ class ShardReplica:
 
     # writes: the primary
     def receive(self, wire: WireBatch) -> Ack:
-        """A batch off the wire: decode it (the shard stores what it decodes) and add it.
-        Returns the vectors held, and for the sender's link monitor: the seconds spent
-        applying it, what it cost this shard (the CPU seconds of applying it, stretched by
-        the recent wait for a core, ``_corewait.py``, and here, one call at a time, the
-        log's sync: each batch waits for its own), and the seconds spent serving calls so
-        far in all. The sync is not counted as serving: on the shard stream it runs beside
-        the next batch (``_stage``), and the sender sees it as part of the round trip, in
-        min RTT too, as it saw the wire."""
+        """A batch off the wire, decoded and added. Returns the vectors held and, for the
+        sender's link monitor: seconds spent applying it, its cost here (CPU seconds
+        stretched by the wait for a core, ``_corewait.py``, plus its own log sync), and the
+        seconds spent serving calls in all (the sync not counted: the sender sees it in the
+        round trip, as on the shard stream where it runs beside the next batch)."""
         n, service, cost, busy = self._stage(wire)()
         return n, service, cost + self.shard.last_sync_s, busy
 

@@ -1,15 +1,11 @@
 """Route videos to shards and fan searches out to the Ray shard replicas.
 
-Each shard runs as ``cfg.shard_replicas`` actors (see ``replica.py``), spread over nodes
-where there are several. Writes go to the primary, which forwards them to the others;
-searches go round-robin to the replicas, and a search that meets a dead replica is
-re-sent to another one (Ray restarts the dead one from snapshot + log). Concurrent
-searches of one space (visual, semantic, speech, screen) are fused into one call per
-shard (``batching.py``).
-
-Limits: a video's shard is ``video_id % num_shards``, so a data dir is tied to the shard
-count it was built with (recorded in ``index/layout.json``; another count is refused).
-On a cluster, replicas of one shard on different nodes need the data dir on shared storage.
+Each shard runs as ``cfg.shard_replicas`` actors (``replica.py``), spread over nodes. Writes
+go to the primary; searches go round-robin, one that meets a dead replica is re-sent to
+another, and concurrent searches of one space are fused into one call per shard
+(``batching.py``). Limits: a video's shard is ``video_id % num_shards``, so a data dir is
+tied to its shard count (``index/layout.json``; another is refused); replicas of one shard
+on different nodes need the data dir on shared storage.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """The shard's write-ahead log: every add and delete is on disk (fsynced) before it is
 acknowledged, so a crash loses nothing a sender was told had landed.
 
-Writing and syncing are apart (``write``, ``sync``), so the shard can take the next batch
-while the last one syncs, and one fdatasync serves every record written by then (a group
-commit): under load the sync was half the shard's time per batch, in series with the next.
-A sync that fails leaves the log refusing every later write: the records since the last
-good one may not be on disk, and a retry can report success without them (Linux drops
-the dirty pages a failed write-back left), so nothing more is acknowledged until a restart
-reads back what the disk really holds.
+``write`` and ``sync`` are apart: one fdatasync serves every record written by then (a
+group commit). A sync that fails leaves the log refusing every later write until a restart
+reads back what the disk really holds (a retry can report success without the records).
 
 Layout: ``<shard dir>/wal/<first seq>.log`` segments, each a header then records
-``[length u32][crc32 u32][seq u64][payload]``. Sequence numbers start at 1 and never repeat
-in one shard's history. A snapshot records the last seq it contains; start-up replays the
-records after it, and ``drop_through`` deletes segments a snapshot made redundant.
+``[length u32][crc32 u32][seq u64][payload]``; seqs start at 1 and never repeat in a
+shard's history. ``drop_through`` deletes segments a snapshot made redundant.
 
-Limits: one writer per directory (the shard's primary replica; readers only ``replay``).
-A record torn by a crash at the end of the last segment is detected by its length or CRC
-and cut off. Damage anywhere else is reported as an error (file and byte), never skipped:
-in the last segment too, when a whole record follows the damaged one (a torn tail has
-nothing valid after it; cutting there would drop acknowledged records and reuse their seqs).
+Limits: one writer per directory (readers only ``replay``). A record torn at the end of the
+last segment is cut off; damage anywhere else is an error naming file and byte, never
+skipped. Why: docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
 """A discrete-event simulation of ingest on a described cluster, for one candidate placement.
 
-What runs, per video (the indexer hands each to the next free extractor, and it goes to
-shard ``video_id mod num_shards``, as ``Indexer`` and ``shard_for`` do):
+Per video (the next free extractor takes it; shard ``video_id mod num_shards``): **decode**
+(one thread, two ahead) and **embed** (torch on the node's cores, or its GPU) in batches of
+``embed_batch`` frames, speech and screen text as CPU work (``text_cs`` a frame); **hand-over**
+to the node aggregator (one in flight; its one core dedups and buffers; ``submit`` blocks
+while a batch is buffered); **fuse** by the real ``FlushPolicy``, ``FusionBuffer.due`` and
+``CodecPolicy``; **link** first come first served at min(uplink, downlink), plus half a
+round trip; **shard**: the primary applies a batch on one core, a group commit acknowledges
+it, each replica applies it too. A video is finished once every row of it is acknowledged.
 
-- **decode** (one thread, ``prefetch`` depth 2 ahead) and **embed** (torch on the node's
-  cores, or its GPU) in batches of ``embed_batch`` frames, on the extractor's node; speech
-  and screen text are CPU work on the same node (``text_cs`` per frame);
-- **hand-over** to the node aggregator, one in flight while the next batch is embedded;
-  the aggregator's thread (one core: the GIL) dedups and buffers the rows per destination;
-  ``submit`` returns only once the buffer holds less than a batch (back-pressure);
-- **fuse**: the real ``FlushPolicy.plan`` sizes batches and the window from the link's
-  statistics, the real ``FusionBuffer.due`` says when one leaves, the real ``CodecPolicy``
-  picks the codec from the statistics each acknowledgement brings;
-- **link**: the source node's uplink, first come first served, at min(uplink, the
-  destination's downlink), then half a round trip (nothing crosses a link within a node);
-- **shard**: the primary applies a batch on one core, then a group commit (one log sync
-  for every batch applied by then) acknowledges it; each replica applies it too (it reads
-  the log: CPU on its node, not in the acknowledgement's path);
-- a video is finished (its extractor takes the next) once every row of it is acknowledged.
-
-CPU is shared on each node by processor sharing: every running piece of work gets an equal
-share of the node's cores (cores x CPU share), none more than it can use (one core for a
-thread, the node's cores for torch). What it reports: frames per second over the run (the
-first video's start to the last acknowledgement, as ``benchmarks/plan.py`` measures) and the
-p50 of a row's time from embedded to acknowledged (as the aggregator's ``latency_p50_s``).
-
-Not modelled: dedup runs held open (a still scene's rows wait for the run to close), the
-per-video start (probe, opening the file), Ray's scheduling, other traffic on the links.
+CPU on a node is shared equally among the running work (processor sharing), none more than
+it can use. Reports frames per second over the run and the p50 of a row's embedded ->
+acknowledged time (as ``benchmarks/plan.py`` and the aggregator measure them). Not modelled:
+dedup runs held open, per-video start, Ray's scheduling, other traffic on the links.
 The event engine is ``_events.py``; the buffer and link models are ``_paths.py``.
 """
 
