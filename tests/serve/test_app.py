@@ -285,7 +285,9 @@ def test_a_corrupt_clip_is_a_422(live):
 
 
 def test_group_by_video_and_frame(live):
-    everything = {"min_relative_score": 0}  # every video and frame, however weak
+    # visual only keeps its cosines, so every video and frame is listed, however weak (fused
+    # text search leaves out what no list found related)
+    everything = {"min_relative_score": 0, "modalities": ["visual"]}
     by_video = live.client.post("/v1/search", json={"text": "a cat", "group_by": "video", **everything}).json()["results"]
     ids = [m["video_id"] for m in by_video]
     assert len(ids) == len(set(ids)) == 3 and ids[0] == live.ids["kitchen.mp4"]
@@ -309,10 +311,10 @@ def test_metadata_filter_keeps_only_matching_videos(live):
 
 
 def test_min_score_drops_weaker_moments(live):
-    everything = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, "min_relative_score": 0}).json()["results"]
-    floor = sorted({m["score"] for m in everything})[-2]  # distinct: calibrated scores tie at 0 for the unrelated
-    strong = live.client.post("/v1/search", json={"text": "a cat", "top_k": 20, "min_score": floor,
-                                                  "min_relative_score": 0}).json()["results"]
+    query = {"text": "a cat", "top_k": 20, "min_relative_score": 0, "modalities": ["visual"]}  # raw cosines: many
+    everything = live.client.post("/v1/search", json=query).json()["results"]
+    floor = sorted({m["score"] for m in everything})[-2]
+    strong = live.client.post("/v1/search", json={**query, "min_score": floor}).json()["results"]
     assert strong and all(m["score"] >= floor for m in strong) and len(strong) < len(everything)
 
 
@@ -330,7 +332,7 @@ def test_min_relative_score_drops_the_weak_tail_unless_a_request_says_0(live):
 
 
 def test_cursor_pages_through_results_without_repeats(live):
-    query = {"text": "a cat", "min_relative_score": 0}  # a long list, weak moments too
+    query = {"text": "a cat", "min_relative_score": 0, "modalities": ["visual"]}  # a long list, weak moments too
     first = live.client.post("/v1/search", json={**query, "top_k": 3}).json()
     assert first["next_cursor"]
     second = live.client.post("/v1/search", json={**query, "top_k": 3, "cursor": first["next_cursor"]}).json()
