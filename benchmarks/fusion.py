@@ -161,9 +161,10 @@ class Replayer:
         self.pool, self.next_row, self.tables = pool, next_row, tables
 
     def run_fixed(self, shard, rows: int, age: float, window: int, duration: float,
-                  rate: float | None = None, codec: str = "fp32") -> dict:
+                  rate: float | None = None, codec: str = "fp32", offset: int = 0) -> dict:
         """A plain Ray sender: batches of ``rows`` (or ``age`` old), ``window`` in flight.
         ``rate``: rows are produced on that schedule (open loop), else as fast as it sends.
+        ``offset``: the first row replayed (senders side by side replay stretches apart).
         ``codec``: every batch sent encoded with it (to the shard's ``receive``, which decodes
         it; the table codecs with this replayer's tables), fp32 as it is (to ``add``)."""
         import ray
@@ -217,7 +218,7 @@ class Replayer:
                     send(held)
                     held = 0
                 idle_until(produced)
-            ids, x = make_rows(self.pool, self.next_row, made, CHUNK)
+            ids, x = make_rows(self.pool, self.next_row, offset + made, CHUNK)
             made += CHUNK
             buf_ids.append(ids)
             buf_x.append(x)
@@ -235,9 +236,9 @@ class Replayer:
         return {"made": made, "acks": acks, "latency": np.concatenate(latencies).tolist() if latencies else []}
 
     def run_vifusion(self, aggregator, duration: float, rate: float | None = None, local: bool = True,
-                     poll_s: float = 0.25) -> dict:
-        """Through the node aggregator, as extractors hand frames over (``rate``: as in
-        ``run_fixed``; ``local``: by its local socket, else by actor call)."""
+                     poll_s: float = 0.25, offset: int = 0) -> dict:
+        """Through the node aggregator, as extractors hand frames over (``rate``, ``offset``:
+        as in ``run_fixed``; ``local``: by its local socket, else by actor call)."""
         import ray
 
         from vifusion.fusion import Handoff
@@ -264,7 +265,7 @@ class Replayer:
             due = t0 + made / rate if rate else None
             if due:
                 time.sleep(max(due - time.time(), 0))
-            ids, x = make_rows(self.pool, self.next_row, made, CHUNK)
+            ids, x = make_rows(self.pool, self.next_row, offset + made, CHUNK)
             made += CHUNK
             batch = FusedBatch(ids, np.zeros((CHUNK, 2), np.float32), x)
             videos.update(np.unique(ids >> FRAME_BITS).tolist())
