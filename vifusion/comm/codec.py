@@ -21,55 +21,26 @@ pq      4      360 (*)    codebook quantization error; no per-element bound
 Spaces are coded separately wherever it matters (a scale, a mask, a quantizer per space),
 so the 384-d semantic space is never drowned by the 1280-d visual one.
 
-Norms: int8, sparse and pq decode each space to the original's L2 norm (int8 and sparse fold
-it into the scale they send anyway; pq sends it). Frames of one scene score within ~1e-4
-of each other, and an error of that size in a row's norm reorders them; with the norm kept,
-the reconstruction's error is mostly orthogonal to the row and ranking barely moves.
-Measured on real frames (frame-level recall@10 vs fp32, semantic space): int8 0.86 -> 0.99,
-sparse (keep 0.5) 0.42 -> 0.96, pq (8 dims per sub-quantizer) 0.71 -> 0.86. fp16 stays a
-plain cast (norm error <= 1e-4 on real rows; fixing it would cost 8 bytes a row).
+Norms: int8, sparse and pq decode each space to the original's L2 norm (an error of ~1e-4
+in a row's norm reorders the near-tied frames of one scene); fp16 stays a plain cast.
+Measured recall per codec: docs/benchmarks.md, "The codecs, measured".
 
-``sparse`` and ``pq`` need :class:`SharedTables` (the masks and codebooks), trained once from
-real rows and known to every node; a payload carries the tables' version (a content hash)
-and a node holding other tables refuses it rather than decoding garbage.
-
-Measured on 1,536 real frames (12 videos; tables trained on 6 videos, tested on the other
-6, both ways); recall@10 vs the fp32 database, queries the held-out frames; "video" counts
-the distinct videos among the top 10; encode/decode on one core:
-
-======  =====  ======  ===========  ================  ================
-codec   B/row  ratio   enc rows/s   visual frame/vid  semantic frame/vid
-======  =====  ======  ===========  ================  ================
-fp16    3328   2x      120k         0.999 / 0.999     0.974 / 0.995
-int8    1672   4x      160k         0.993 / 0.998     0.989 / 0.997
-sparse  827    8x      130k         0.935 / 0.979     0.976 / 0.995
-pq      360    18.5x   30k          0.926 / 0.976     0.963 / 0.990
-======  =====  ======  ===========  ================  ================
-
-(Frame-level misses are near-ties: counting a hit whose true score is within 1e-3 of the
-true 10th, int8 scores 1.000 in both spaces.)
+``sparse`` and ``pq`` need :class:`SharedTables` (``comm/tables.py``), known to every node; a
+payload carries the tables' version and a node holding other tables refuses it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
 
-from vifusion._files import fsync_dir
-from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
+from vifusion.comm._layout import _D, _FULL, _PQ_BITS, _SPACE_DIMS, _SPACE_LO, _rows, _space_absmax
+from vifusion.comm.tables import SharedTables
 
-_D = VISUAL_DIM + SEMANTIC_DIM
-_SPACE_DIMS = (VISUAL_DIM, SEMANTIC_DIM)
-_SPACE_LO = (0, VISUAL_DIM)  # first column of each space in a fused row
-_PQ_BITS = 8
-_PQ_KSUB = 1 << _PQ_BITS
 _FP16_MAX = 65504.0
 
 
@@ -129,26 +100,6 @@ class Codec(ABC):
         return f"<codec {self.name}{v} level={self.level} {self.bytes_per_row} B/row>"
 
 
-def _rows(x: np.ndarray) -> np.ndarray:
-    """``x`` as a C-contiguous float32 (n, D) matrix (no copy when it already is one)."""
-    x = np.asarray(x)
-    if x.ndim != 2 or x.shape[1] != _D:
-        raise ValueError(f"expected an (n, {_D}) feature matrix, got shape {x.shape}")
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def _space_absmax(x: np.ndarray, bounds: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """(n, len(bounds)) max |x| per row over each column range; ValueError on NaN/inf."""
-    amax = np.zeros((len(x), len(bounds)), np.float32)
-    if len(x):
-        for i, (lo, hi) in enumerate(bounds):
-            if hi > lo:
-                amax[:, i] = np.abs(x[:, lo:hi]).max(axis=1)
-    if not np.isfinite(amax).all():  # NaN propagates through max: one check covers both
-        raise ValueError("features hold NaN or inf")
-    return amax
-
-
 def _space_norms(x: np.ndarray, bounds: tuple[tuple[int, int], ...]) -> np.ndarray:
     """(n, len(bounds)) float32 L2 norm per row over each column range."""
     out = np.empty((len(x), len(bounds)), np.float32)
@@ -185,7 +136,6 @@ def _int8_dequantize(q: np.ndarray, scales: np.ndarray, bounds: tuple[tuple[int,
     return out
 
 
-_FULL = tuple((lo, lo + d) for lo, d in zip(_SPACE_LO, _SPACE_DIMS))
 
 
 class _Fp32(Codec):
@@ -237,141 +187,6 @@ class _Int8(Codec):
     def decode(self, e: Encoded) -> np.ndarray:
         q, scales = self._payload(e, (((e.rows, _D), np.int8), ((e.rows, 2), np.float32)))
         return _int8_dequantize(q, scales, _FULL)
-
-
-# -- shared tables ------------------------------------------------------------------------
-
-def _content_version(pq: tuple[np.ndarray, ...], masks: tuple[np.ndarray, ...]) -> str:
-    """Short content hash: nodes holding the same tables agree, any difference shows."""
-    h = hashlib.sha256(b"vifusion-codec-tables-1")
-    for a in (*pq, *masks):
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:12]
-
-
-def _per_space(v: Any) -> tuple[Any, Any]:
-    """One value for both spaces, or a (visual, semantic) pair."""
-    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-    if len(pair) != len(_SPACE_DIMS):
-        raise ValueError(f"expected one value or one per space (visual, semantic), got {v!r}")
-    return pair
-
-
-
-
-def _keeps(keep: float | tuple[float, float]) -> tuple[float, float]:
-    """The sparse keep ratio per space; ValueError outside (0, 1]."""
-    keeps = _per_space(keep)
-    if not all(0 < k <= 1 for k in keeps):
-        raise ValueError(f"keep must be a fraction in (0, 1], got {keep}")
-    return keeps
-
-
-def _mask(xs: np.ndarray, keep: float) -> np.ndarray:
-    """The sparse mask of one space: the ``keep`` share of its dims with the largest mean
-    square over the sample ``xs`` (at least one), sorted int32 indices."""
-    energy = np.einsum("ij,ij->j", xs, xs, dtype=np.float64)
-    k = max(1, round(keep * xs.shape[1]))
-    return np.sort(np.argsort(-energy, kind="stable")[:k]).astype(np.int32)
-
-
-@dataclass(frozen=True, eq=False)
-class SharedTables:
-    """What every node must hold to use ``sparse`` and ``pq``: one version of
-
-    - ``pq``: per space (visual, semantic), the product quantizer's centroids, float32
-      ``(M, 256, dims_per_sub)`` (M sub-quantizers over consecutive dims, 8-bit codes);
-    - ``masks``: per space, the sorted kept-dimension indices (int32, within the space).
-
-    ``version`` is the content hash of both; the constructor checks it.
-    """
-
-    version: str
-    pq: tuple[np.ndarray, np.ndarray]
-    masks: tuple[np.ndarray, np.ndarray]
-
-    def __post_init__(self) -> None:
-        for d, c, m in zip(_SPACE_DIMS, self.pq, self.masks, strict=True):
-            if c.ndim != 3 or c.shape[1] != _PQ_KSUB or c.shape[0] * c.shape[2] != d or c.dtype != np.float32:
-                raise ValueError(f"pq centroids of shape {c.shape} ({c.dtype}) do not fit a {d}-d space")
-            if (m.ndim != 1 or m.dtype != np.int32 or not 0 < len(m) <= d
-                    or m[0] < 0 or m[-1] >= d or (np.diff(m) <= 0).any()):
-                raise ValueError(f"a mask must be sorted unique int32 indices within the {d}-d space")
-        if self.version != _content_version(self.pq, self.masks):
-            raise ValueError(f"tables version {self.version} does not match their content")
-
-    @classmethod
-    def of(cls, pq: tuple[np.ndarray, np.ndarray], masks: tuple[np.ndarray, np.ndarray]) -> SharedTables:
-        """Tables from their arrays, versioned by content."""
-        pq = tuple(np.ascontiguousarray(c, np.float32) for c in pq)
-        masks = tuple(np.ascontiguousarray(m, np.int32) for m in masks)
-        return cls(_content_version(pq, masks), pq, masks)
-
-    @classmethod
-    def train(cls, features: np.ndarray, *, keep: float | tuple[float, float] = (0.4, 0.8),
-              pq_dims_per_sub: int | tuple[int, int] = (8, 2), seed: int = 0) -> SharedTables:
-        """Train from a sample of real ``(n, D)`` rows (n >= 256; some thousands is plenty).
-
-        Both parameters take one value for both spaces or a (visual, semantic) pair.
-        ``keep``: fraction of a space's dims its sparse mask keeps, those with the largest
-        mean square over the sample; sparse costs ``kept dims + 8`` bytes per row.
-        ``pq_dims_per_sub``: dims per 8-bit sub-quantizer (must divide the space's dims: 2,
-        4, 8, ...); pq costs ``sum(dims / pq_dims_per_sub) + 8`` bytes per row. The defaults
-        (measured on real frames, see the module doc) give sparse 827 and pq 360 bytes per
-        row. Deterministic for a given sample and seed. Takes ~15-25 s on one core for 4,096
-        rows (faiss k-means, 352 sub-quantizers): train once, then :meth:`save`.
-        """
-        x = _rows(features)
-        if len(x) < _PQ_KSUB:
-            raise ValueError(f"training needs at least {_PQ_KSUB} rows, got {len(x)}")
-        keeps = _keeps(keep)
-        subs = _per_space(pq_dims_per_sub)
-        if not all(isinstance(s, int) and s >= 2 and d % s == 0 for s, d in zip(subs, _SPACE_DIMS)):
-            raise ValueError(f"pq_dims_per_sub {pq_dims_per_sub} must be >= 2 and divide {_SPACE_DIMS}")
-        _space_absmax(x, _FULL)  # NaN/inf check
-        masks, pq = [], []
-        for lo, d, kf, sub in zip(_SPACE_LO, _SPACE_DIMS, keeps, subs):
-            xs = np.ascontiguousarray(x[:, lo:lo + d])
-            masks.append(_mask(xs, kf))
-            q = faiss.ProductQuantizer(d, d // sub, _PQ_BITS)
-            q.cp.seed = seed
-            q.cp.min_points_per_centroid = 1  # small samples are fine here; spare the warning
-            q.train(xs)
-            pq.append(faiss.vector_to_array(q.centroids).reshape(q.M, _PQ_KSUB, q.dsub))
-        return cls.of(tuple(pq), tuple(masks))
-
-    def with_keep(self, features: np.ndarray, keep: float | tuple[float, float]) -> SharedTables:
-        """These tables with the sparse masks chosen again from ``features`` to keep ``keep``
-        (as :meth:`train` chooses them), the pq codebooks as they are: a keep ratio tried
-        without the seconds of k-means that training pq costs."""
-        x = _rows(features)
-        _space_absmax(x, _FULL)  # NaN/inf check
-        masks = tuple(_mask(x[:, lo:lo + d], kf) for lo, d, kf in zip(_SPACE_LO, _SPACE_DIMS, _keeps(keep)))
-        return SharedTables.of(self.pq, masks)
-
-    def save(self, directory: Path) -> Path:
-        """Write ``<directory>/tables-<version>.npz`` atomically (temp file, fsync, rename)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"tables-{self.version}.npz"
-        tmp = directory / f".{path.name}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, version=np.array(self.version), pq_visual=self.pq[0], pq_semantic=self.pq[1],
-                     mask_visual=self.masks[0], mask_semantic=self.masks[1])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(directory)
-        return path
-
-    @classmethod
-    def load(cls, path: Path) -> SharedTables:
-        """Read tables written by :meth:`save`; ValueError if the content does not match its
-        recorded version (a corrupt or hand-edited file)."""
-        with np.load(Path(path), allow_pickle=False) as z:
-            return cls(str(z["version"]), (z["pq_visual"], z["pq_semantic"]),
-                       (z["mask_visual"], z["mask_semantic"]))
 
 
 # -- table codecs -------------------------------------------------------------------------
