@@ -128,8 +128,18 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def _rate_bps(rate: str) -> float:
     """A tc rate ("100mbit", "1gbit", "500kbps") in bits per second."""
-    units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-             "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+    units = {
+        "bit": 1,
+        "kbit": 1e3,
+        "mbit": 1e6,
+        "gbit": 1e9,
+        "tbit": 1e12,
+        "bps": 8,
+        "kbps": 8e3,
+        "mbps": 8e6,
+        "gbps": 8e9,
+        "tbps": 8e12,
+    }
     match = re.fullmatch(r"([0-9.]+)\s*([a-z]*)", rate.strip().lower())
     if not match or (match[2] or "bit") not in units:
         raise ValueError(f"not a tc rate: {rate!r}")
@@ -221,8 +231,14 @@ def available(delay: bool = True) -> str | None:
 class NetBed:
     """N hosts in network namespaces, shaped links, optional delay line and Ray (see module doc)."""
 
-    def __init__(self, hosts: int = 2, rate: str = "100mbit", delay_ms: float = 0.0,
-                 mtu: int | None = None, prefix: str = "vfnb") -> None:
+    def __init__(
+        self,
+        hosts: int = 2,
+        rate: str = "100mbit",
+        delay_ms: float = 0.0,
+        mtu: int | None = None,
+        prefix: str = "vfnb",
+    ) -> None:
         if not 1 <= hosts <= 250:
             raise ValueError("hosts must be in 1..250")
         _rate_bps(rate)  # fail early on a typo
@@ -246,8 +262,9 @@ class NetBed:
         """Create namespaces, links and shaping (and the delay line if delay_ms > 0)."""
         try:
             self._claim()
-            self.hosts = [Host(f"{self.bed}-h{i}", f"{SUBNET}.{i + 1}", f"host{i}")
-                          for i in range(self._n)]
+            self.hosts = [
+                Host(f"{self.bed}-h{i}", f"{SUBNET}.{i + 1}", f"host{i}") for i in range(self._n)
+            ]
             for host in self.hosts:
                 _run("ip", "netns", "add", host.name)
                 _run("ip", "-n", host.name, "link", "set", "lo", "up")
@@ -259,8 +276,17 @@ class NetBed:
                 # A default route lets Ray find the node's address the usual way (the source
                 # address of a route to the outside) in a driver started inside a host.
                 _run("ip", "-n", host.name, "route", "add", "default", "dev", self._dev)
-                _run("tc", "-n", host.name, "qdisc", "add", "dev", self._dev, "root",
-                     *_tbf(self.rate, self.mtu))
+                _run(
+                    "tc",
+                    "-n",
+                    host.name,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    self._dev,
+                    "root",
+                    *_tbf(self.rate, self.mtu),
+                )
         except BaseException:
             self.down()
             raise
@@ -284,8 +310,25 @@ class NetBed:
         _run("ip", "-n", sw, "link", "set", "br0", "up")
         for i, host in enumerate(self.hosts):
             # Created inside the host namespace, its peer moved straight to the switch.
-            _run("ip", "-n", host.name, "link", "add", "eth0", "mtu", str(self.mtu), "type",
-                 "veth", "peer", "name", f"h{i}", "mtu", str(self.mtu), "netns", sw)
+            _run(
+                "ip",
+                "-n",
+                host.name,
+                "link",
+                "add",
+                "eth0",
+                "mtu",
+                str(self.mtu),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"h{i}",
+                "mtu",
+                str(self.mtu),
+                "netns",
+                sw,
+            )
             _run("ip", "-n", sw, "link", "set", f"h{i}", "master", "br0", "up")
             _run("ip", "-n", host.name, "addr", "add", f"{host.ip}/24", "dev", "eth0")
             _run("ip", "-n", host.name, "link", "set", "eth0", "up")
@@ -298,8 +341,14 @@ class NetBed:
         argv = [sys.executable, str(DELAY_LINE), "--delay-ms", str(self.delay_ms)]
         argv += [f"{host.name}={host.ip}" for host in self.hosts]
         # stdin stays a pipe we hold: the line exits when it closes, even if we are SIGKILLed.
-        line = self._exec_ns(f"{self.bed}-sw", argv, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self._exec_ns(
+            f"{self.bed}-sw",
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if line.stdout.readline().strip() != "ready":
             line.wait(5)
             raise RuntimeError(f"delay line failed: {line.stderr.read().strip()}")
@@ -326,8 +375,17 @@ class NetBed:
     def rate_argv(self, host: int, rate: str) -> list[str]:
         """The command `set_rate` runs, for a process that changes the rate itself (root,
         any namespace): e.g. a driver that squeezes a link on its own schedule."""
-        return ["tc", "-n", self.hosts[host].name, "qdisc", "replace", "dev", self._dev, "root",
-                *_tbf(rate, self.mtu)]
+        return [
+            "tc",
+            "-n",
+            self.hosts[host].name,
+            "qdisc",
+            "replace",
+            "dev",
+            self._dev,
+            "root",
+            *_tbf(rate, self.mtu),
+        ]
 
     @property
     def link_device(self) -> str:
@@ -355,9 +413,15 @@ class NetBed:
     def ray_temp_dir(self) -> Path:
         return Path(f"/tmp/{self.bed}-ray")
 
-    def start_ray(self, num_cpus: int = 2, env: dict[str, str] | None = None,
-                  object_store_memory: int = 256 << 20, timeout: float = 90.0,
-                  resources: list[dict[str, float]] | None = None, dashboard: bool = False) -> str:
+    def start_ray(
+        self,
+        num_cpus: int = 2,
+        env: dict[str, str] | None = None,
+        object_store_memory: int = 256 << 20,
+        timeout: float = 90.0,
+        resources: list[dict[str, float]] | None = None,
+        dashboard: bool = False,
+    ) -> str:
         """Start a Ray head in host 0 and a worker node in every other host; wait until all
         are alive and return the GCS address "ip:port". `env` is added to the environment of
         every Ray process. The object store is small by default: every node of every bed on
@@ -373,16 +437,41 @@ class NetBed:
         for i, host in enumerate(self.hosts):
             temp = self.ray_temp_dir / f"h{i}"
             temp.mkdir(parents=True, exist_ok=True)
-            argv = [ray, "start", "--block", "--disable-usage-stats",
-                    "--node-ip-address", host.ip, "--num-cpus", str(num_cpus),
-                    "--resources", json.dumps({host.resource: 100, **((resources or [])[i:i + 1] or [{}])[0]}),
-                    "--object-store-memory", str(object_store_memory),
-                    "--node-manager-port", "6381", "--object-manager-port", "6382",
-                    "--min-worker-port", "20000", "--max-worker-port", "20999",
-                    "--temp-dir", str(temp)]
+            argv = [
+                ray,
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                "--node-ip-address",
+                host.ip,
+                "--num-cpus",
+                str(num_cpus),
+                "--resources",
+                json.dumps({host.resource: 100, **((resources or [])[i : i + 1] or [{}])[0]}),
+                "--object-store-memory",
+                str(object_store_memory),
+                "--node-manager-port",
+                "6381",
+                "--object-manager-port",
+                "6382",
+                "--min-worker-port",
+                "20000",
+                "--max-worker-port",
+                "20999",
+                "--temp-dir",
+                str(temp),
+            ]
             head = ["--head", "--port", str(RAY_PORT)] + (
-                ["--include-dashboard=true", "--dashboard-host", host.ip, "--dashboard-port", str(DASHBOARD_PORT)]
-                if dashboard else ["--include-dashboard=false"])
+                [
+                    "--include-dashboard=true",
+                    "--dashboard-host",
+                    host.ip,
+                    "--dashboard-port",
+                    str(DASHBOARD_PORT),
+                ]
+                if dashboard
+                else ["--include-dashboard=false"]
+            )
             argv += head if i == 0 else ["--address", address]
             with open(self.ray_temp_dir / f"start-h{i}.log", "w") as log:
                 self.exec(i, argv, env=full_env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -393,12 +482,15 @@ class NetBed:
 
     def _wait_nodes(self, address: str, want: int, timeout: float, env: dict[str, str]) -> None:
         argv = [sys.executable, "-c", _WAIT_NODES, address, str(want), str(timeout)]
-        waiter = self.exec(0, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+        waiter = self.exec(
+            0, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         out, _ = waiter.communicate()
         if waiter.returncode != 0:
-            logs = "\n".join(f"{p.name}: {p.read_text()[-2000:]}"
-                             for p in sorted(self.ray_temp_dir.glob("start-h*.log")))
+            logs = "\n".join(
+                f"{p.name}: {p.read_text()[-2000:]}"
+                for p in sorted(self.ray_temp_dir.glob("start-h*.log"))
+            )
             raise RuntimeError(f"Ray did not come up: {out.strip()[-2000:]}\n{logs}")
 
     # -- tearing down ---------------------------------------------------------------------
@@ -473,8 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_ray:
             address = bed.start_ray(args.num_cpus)
             env = " ".join(f"{k}={v}" for k, v in bed.ray_env.items())
-            print(f"ray address {address}\ndriver: {env} ip netns exec {bed.hosts[0].name} "
-                  f"python driver.py  # ray.init(address={address!r})")
+            print(
+                f"ray address {address}\ndriver: {env} ip netns exec {bed.hosts[0].name} "
+                f"python driver.py  # ray.init(address={address!r})"
+            )
         print("up; Ctrl-C tears down", flush=True)
         try:
             signal.pause()

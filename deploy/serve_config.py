@@ -65,7 +65,10 @@ def serve_config(data_dir: str = CLUSTER_DATA_DIR) -> dict[str, Any]:
                 "import_path": f"{vf.build.__module__}:{vf.build.__name__}",
                 "args": args,
                 "logging_config": dict(vf.SERVE_LOGGING),
-                "deployments": [deployment_to_schema(d).model_dump(exclude_unset=True) for d in built.deployments],
+                "deployments": [
+                    deployment_to_schema(d).model_dump(exclude_unset=True)
+                    for d in built.deployments
+                ],
             }
         ],
     }
@@ -77,7 +80,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m deploy.serve_config", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m deploy.serve_config", description=__doc__.splitlines()[0]
+    )
     p.add_argument("-o", "--output", type=Path, help="write here (default: print)")
     args = p.parse_args(argv)
     text = render()

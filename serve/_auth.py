@@ -36,10 +36,14 @@ def api_key(cfg: Config) -> str:
     key in the file was put there by someone: refused, the file left as it is.
     """
     if cfg.api_key is not None:
-        key = cfg.api_key.strip()  # as the bearer token is read: a stray newline must not lock everyone out
+        key = (
+            cfg.api_key.strip()
+        )  # as the bearer token is read: a stray newline must not lock everyone out
         if len(key) < MIN_KEY_CHARS:
-            raise WeakKey(f"the configured API key (VIFUSION_API_KEY or api_key) has {len(key)} characters; "
-                          f"it needs at least {MIN_KEY_CHARS}: set a longer one, or unset it to use a generated one")
+            raise WeakKey(
+                f"the configured API key (VIFUSION_API_KEY or api_key) has {len(key)} characters; "
+                f"it needs at least {MIN_KEY_CHARS}: set a longer one, or unset it to use a generated one"
+            )
         return key
     path = cfg.data_dir / "api_key"
     key = path.read_text().strip() if path.exists() else ""
@@ -47,8 +51,10 @@ def api_key(cfg: Config) -> str:
         key = secrets.token_urlsafe(32)
         _write_private(path, key + "\n")
     elif len(key) < MIN_KEY_CHARS:
-        raise WeakKey(f"the API key in {path} has {len(key)} characters; it needs at least {MIN_KEY_CHARS}: "
-                      f"delete the file to have a new key generated at the next start, or write a longer one there")
+        raise WeakKey(
+            f"the API key in {path} has {len(key)} characters; it needs at least {MIN_KEY_CHARS}: "
+            f"delete the file to have a new key generated at the next start, or write a longer one there"
+        )
     return key
 
 
@@ -98,15 +104,27 @@ class Gate:
         remote address, ``path`` the one the router matches (without a route prefix)."""
         scheme, _, given = authorization.partition(" ")
         given = given.strip()
-        if (self._key is None or not given or scheme.lower() != "bearer"
-                or not secrets.compare_digest(given.encode(), self._key)):
-            return error_response(401, "unauthorized", "missing or wrong API key (Authorization: Bearer <key>)",
-                                  {"WWW-Authenticate": "Bearer"})
+        if (
+            self._key is None
+            or not given
+            or scheme.lower() != "bearer"
+            or not secrets.compare_digest(given.encode(), self._key)
+        ):
+            return error_response(
+                401,
+                "unauthorized",
+                "missing or wrong API key (Authorization: Bearer <key>)",
+                {"WWW-Authenticate": "Bearer"},
+            )
         limiter = self.media_limiter if _MEDIA.fullmatch(path) else self.limiter
         wait = limiter.take((given, client))
         if wait:
-            return error_response(429, "rate_limited", f"too many requests; retry in {wait:.2f} s",
-                                  {"Retry-After": str(max(1, int(wait + 0.999)))})
+            return error_response(
+                429,
+                "rate_limited",
+                f"too many requests; retry in {wait:.2f} s",
+                {"Retry-After": str(max(1, int(wait + 0.999)))},
+            )
         return None
 
     def check_signed(self, client: str) -> JSONResponse | None:
@@ -115,8 +133,12 @@ class Gate:
         address: a player asks for a range at every seek."""
         wait = self.media_limiter.take((None, client))
         if wait:
-            return error_response(429, "rate_limited", f"too many requests; retry in {wait:.2f} s",
-                                  {"Retry-After": str(max(1, int(wait + 0.999)))})
+            return error_response(
+                429,
+                "rate_limited",
+                f"too many requests; retry in {wait:.2f} s",
+                {"Retry-After": str(max(1, int(wait + 0.999)))},
+            )
         return None
 
 

@@ -59,4 +59,8 @@ def install(api: FastAPI) -> None:
     def asset(name: str) -> Response:
         if name not in _FILES:
             raise ApiError(404, "not_found", f"no docs file {name!r}")
-        return Response(_read(name), media_type=_FILES[name][1], headers={"Cache-Control": "public, max-age=86400"})
+        return Response(
+            _read(name),
+            media_type=_FILES[name][1],
+            headers={"Cache-Control": "public, max-age=86400"},
+        )

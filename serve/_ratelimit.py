@@ -40,7 +40,9 @@ class RateLimiter:
     def _prune(self, now: float) -> None:
         """Drop the buckets that have refilled: many clients must not grow memory forever."""
         full_after = self.burst / self.rate
-        self._buckets = {k: (t, last) for k, (t, last) in self._buckets.items() if now - last < full_after}
+        self._buckets = {
+            k: (t, last) for k, (t, last) in self._buckets.items() if now - last < full_after
+        }
 
     def __len__(self) -> int:
         return len(self._buckets)

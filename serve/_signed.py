@@ -14,7 +14,9 @@ import time
 
 from serve._errors import ApiError
 
-_CONTEXT = b"vifusion media url"  # what the derived secret is for: no other use of the key signs with it
+_CONTEXT = (
+    b"vifusion media url"  # what the derived secret is for: no other use of the key signs with it
+)
 _MAX_SIG_CHARS = 64  # a SHA-256 MAC in base64url is 43
 
 
@@ -32,14 +34,27 @@ class MediaSigner:
         exp = int(now if now is not None else time.time()) + self.ttl_s
         return f"/media/{video_id}?exp={exp}&sig={self._sig(video_id, exp)}", exp
 
-    def verify(self, video_id: int, exp: str | None, sig: str | None, now: float | None = None) -> None:
+    def verify(
+        self, video_id: int, exp: str | None, sig: str | None, now: float | None = None
+    ) -> None:
         """Raise a 403 unless ``sig`` signs ``video_id`` until ``exp`` and ``exp`` is still
         ahead. The signature is checked first (in constant time), so a URL someone made up
         learns nothing, not even whether its time has passed."""
-        if not exp or not sig or not exp.isascii() or not exp.isdigit() or len(exp) > 12 or len(sig) > _MAX_SIG_CHARS:
+        if (
+            not exp
+            or not sig
+            or not exp.isascii()
+            or not exp.isdigit()
+            or len(exp) > 12
+            or len(sig) > _MAX_SIG_CHARS
+        ):
             raise ApiError(403, "bad_signature", "this media URL is not one the service signed")
         if not hmac.compare_digest(sig.encode(), self._sig(video_id, int(exp)).encode()):
             raise ApiError(403, "bad_signature", "this media URL is not one the service signed")
         if int(exp) <= (now if now is not None else time.time()):
-            raise ApiError(403, "expired", "this media URL has expired; ask for a new one (POST "
-                           f"/v1/videos/{video_id}/media-url)")
+            raise ApiError(
+                403,
+                "expired",
+                "this media URL has expired; ask for a new one (POST "
+                f"/v1/videos/{video_id}/media-url)",
+            )

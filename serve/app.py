@@ -96,11 +96,17 @@ VideoId = PathParam(ge=1, le=MAX_VIDEO_ID)
 _UPLOAD_BODY = {
     "requestBody": {
         "content": {
-            "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
-                "file": {"type": "string", "format": "binary"},
-                "title": {"type": "string", "maxLength": MAX_TITLE_CHARS},
-                "metadata": {"type": "string", "description": "a JSON object"},
-            }}},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "title": {"type": "string", "maxLength": MAX_TITLE_CHARS},
+                        "metadata": {"type": "string", "description": "a JSON object"},
+                    },
+                }
+            },
             "application/json": {"schema": VideoByUri.model_json_schema()},
         },
         "required": True,
@@ -110,21 +116,29 @@ _SEARCH_BODY = {
     "requestBody": {
         "content": {
             "application/json": {"schema": SearchRequest.model_json_schema()},
-            "multipart/form-data": {"schema": {"type": "object", "properties": {
-                "image": {"type": "string", "format": "binary"},
-                "clip": {"type": "string", "format": "binary"},
-                "text": {"type": "string", "minLength": 1, "maxLength": 1000},
-                "video_id": {"type": "integer", "minimum": 1},
-                "start_s": {"type": "number", "minimum": 0},
-                "end_s": {"type": "number", "exclusiveMinimum": 0},
-                "top_k": {"type": "integer", "minimum": 1, "maximum": 100},
-                "group_by": {"type": "string", "enum": ["segment", "video", "frame"]},
-                "filter": {"type": "string", "description": "a JSON object"},
-                "min_score": {"type": "number"},
-                "min_relative_score": {"type": "number", "minimum": 0, "maximum": 1},
-                "cursor": {"type": "string"},
-                "modalities": {"type": "string", "description": "comma-separated, of visual, speech, screen"},
-            }}},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "image": {"type": "string", "format": "binary"},
+                        "clip": {"type": "string", "format": "binary"},
+                        "text": {"type": "string", "minLength": 1, "maxLength": 1000},
+                        "video_id": {"type": "integer", "minimum": 1},
+                        "start_s": {"type": "number", "minimum": 0},
+                        "end_s": {"type": "number", "exclusiveMinimum": 0},
+                        "top_k": {"type": "integer", "minimum": 1, "maximum": 100},
+                        "group_by": {"type": "string", "enum": ["segment", "video", "frame"]},
+                        "filter": {"type": "string", "description": "a JSON object"},
+                        "min_score": {"type": "number"},
+                        "min_relative_score": {"type": "number", "minimum": 0, "maximum": 1},
+                        "cursor": {"type": "string"},
+                        "modalities": {
+                            "type": "string",
+                            "description": "comma-separated, of visual, speech, screen",
+                        },
+                    },
+                }
+            },
         },
         "required": True,
     }
@@ -135,9 +149,12 @@ _SEARCH_BODY = {
 # this origin's storage), no framing, no type sniffing, no referrer. Inline styles are allowed
 # for Swagger UI and ReDoc (/docs, /redoc); they cannot run script.
 _SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-     b"img-src 'self' data: blob:; media-src 'self' blob:; worker-src 'self' blob:; connect-src 'self'; "
-     b"object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        b"img-src 'self' data: blob:; media-src 'self' blob:; worker-src 'self' blob:; connect-src 'self'; "
+        b"object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
@@ -170,8 +187,12 @@ class _Front:
         try:
             path = get_route_path(scope)
             if path == "/v1" or path.startswith("/v1/"):
-                auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
-                client = (scope.get("client") or ("",))[0]  # the address alone: each connection has its own port
+                auth = next(
+                    (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), ""
+                )
+                client = (scope.get("client") or ("",))[
+                    0
+                ]  # the address alone: each connection has its own port
                 denied = _auth.GATE.check(auth, client, path)
                 if denied is not None:
                     return await denied(scope, receive, sending)
@@ -181,7 +202,9 @@ class _Front:
                     return await denied(scope, receive, sending)
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", "other")  # the route template, set by the router
+            route = getattr(
+                scope.get("route"), "path", "other"
+            )  # the route template, set by the router
             _metrics.METRICS.observe(route, scope["method"], status, time.perf_counter() - t0)
 
 
@@ -243,7 +266,9 @@ async def _json_body(request: Request, limit: int) -> Any:
 
 async def _form(request: Request, limit: int, max_field: int):
     try:
-        return await _limit_body(request, limit).form(max_files=2, max_fields=16, max_part_size=max_field)
+        return await _limit_body(request, limit).form(
+            max_files=2, max_fields=16, max_part_size=max_field
+        )
     except _TooLarge:
         raise ApiError(413, "too_large", f"upload over the {limit}-byte limit") from None
     except (MultiPartException, StarletteHTTPException) as e:  # Starlette wraps the parser's errors
@@ -277,7 +302,9 @@ def _model(cls, data: Any):
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        msg = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()[:5])
+        msg = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()[:5]
+        )
         raise ApiError(422, "invalid_request", msg) from None
 
 
@@ -287,18 +314,32 @@ def _image(data: bytes) -> np.ndarray:
     try:
         with Image.open(io.BytesIO(data)) as im:
             if im.width * im.height > _MAX_IMAGE_PIXELS:
-                raise ApiError(413, "too_large", f"image is {im.width}x{im.height}; the limit is {_MAX_IMAGE_PIXELS} pixels")
+                raise ApiError(
+                    413,
+                    "too_large",
+                    f"image is {im.width}x{im.height}; the limit is {_MAX_IMAGE_PIXELS} pixels",
+                )
             return np.asarray(im.convert("RGB"))
     except UnidentifiedImageError:
-        raise ApiError(422, "invalid_image", "not a readable image (send JPEG, PNG, WebP, GIF, BMP or TIFF)") from None
+        raise ApiError(
+            422, "invalid_image", "not a readable image (send JPEG, PNG, WebP, GIF, BMP or TIFF)"
+        ) from None
     except Image.DecompressionBombError:
-        raise ApiError(413, "too_large", f"image is over the {_MAX_IMAGE_PIXELS}-pixel limit") from None
+        raise ApiError(
+            413, "too_large", f"image is over the {_MAX_IMAGE_PIXELS}-pixel limit"
+        ) from None
     except (OSError, ValueError) as e:  # truncated or corrupt data in a known format
-        raise ApiError(422, "invalid_image", f"image cannot be decoded: {type(e).__name__}") from None
+        raise ApiError(
+            422, "invalid_image", f"image cannot be decoded: {type(e).__name__}"
+        ) from None
 
 
 def _cursor(offset: int | None) -> str | None:
-    return None if offset is None else base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
+    return (
+        None
+        if offset is None
+        else base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
+    )
 
 
 def _offset(cursor: str | None) -> int:
@@ -315,11 +356,26 @@ def _offset(cursor: str | None) -> int:
 
 def _video_out(v, job=None) -> dict:
     """A video as the API gives it, with where its latest job ``job`` stands (None: none)."""
-    created = datetime.datetime.fromtimestamp(v.created_at, datetime.UTC).isoformat().replace("+00:00", "Z")
+    created = (
+        datetime.datetime.fromtimestamp(v.created_at, datetime.UTC)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
     return VideoOut(
-        video_id=v.id, title=v.title, metadata=v.metadata, status=v.status, duration_s=v.duration_s, fps=v.fps,
-        width=v.width, height=v.height, frames_indexed=v.frames_indexed, created_at=created, error=v.error,
-        job_id=job and job.id, stage=job and job.stage, progress=round(job.progress, 4) if job else 0.0,
+        video_id=v.id,
+        title=v.title,
+        metadata=v.metadata,
+        status=v.status,
+        duration_s=v.duration_s,
+        fps=v.fps,
+        width=v.width,
+        height=v.height,
+        frames_indexed=v.frames_indexed,
+        created_at=created,
+        error=v.error,
+        job_id=job and job.id,
+        stage=job and job.stage,
+        progress=round(job.progress, 4) if job else 0.0,
     ).model_dump()
 
 
@@ -327,10 +383,16 @@ def moments(service, page) -> list[dict]:
     """A search page's results as the API returns them (titles from the catalog)."""
     videos = service.catalog.get_videos([m.video_id for m in page.results])
     return [
-        {"video_id": m.video_id, "title": videos[m.video_id].title if m.video_id in videos else None,
-         "start_s": round(m.start_s, 3), "end_s": round(m.end_s, 3), "score": round(m.score, 4),
-         "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}",
-         "matched": m.matched, **snippet_fields(m.snippet)}
+        {
+            "video_id": m.video_id,
+            "title": videos[m.video_id].title if m.video_id in videos else None,
+            "start_s": round(m.start_s, 3),
+            "end_s": round(m.end_s, 3),
+            "score": round(m.score, 4),
+            "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}",
+            "matched": m.matched,
+            **snippet_fields(m.snippet),
+        }
         for m in page.results
     ]
 
@@ -345,8 +407,14 @@ def _thumbnail_t(moment, video) -> float:
 
 
 def _video_type(path: Path) -> str:
-    return {".webm": "video/webm", ".mkv": "video/x-matroska", ".mov": "video/quicktime", ".avi": "video/x-msvideo",
-            ".ogv": "video/ogg", ".gif": "image/gif"}.get(path.suffix.lower(), "video/mp4")
+    return {
+        ".webm": "video/webm",
+        ".mkv": "video/x-matroska",
+        ".mov": "video/quicktime",
+        ".avi": "video/x-msvideo",
+        ".ogv": "video/ogg",
+        ".gif": "image/gif",
+    }.get(path.suffix.lower(), "video/mp4")
 
 
 class _DescriptorResponse(FileResponse):
@@ -372,16 +440,24 @@ class _DescriptorResponse(FileResponse):
         headers = dict(scope["headers"])
         http_range = headers.get(b"range")
         if_range = headers.get(b"if-range")
-        if http_range is None or (if_range is not None and not self._should_use_range(if_range.decode("latin-1"))):
+        if http_range is None or (
+            if_range is not None and not self._should_use_range(if_range.decode("latin-1"))
+        ):
             return None  # the whole file (an If-Range that does not match asks for that)
         size = self.stat_result.st_size
         try:
             self._parse_range_header(http_range.decode("latin-1"), size)
         except MalformedRangeHeader as e:
-            return _errors.error_response(400, "bad_range", f"Range header not understood: {e.content}")
+            return _errors.error_response(
+                400, "bad_range", f"Range header not understood: {e.content}"
+            )
         except RangeNotSatisfiable:
-            return _errors.error_response(416, "range_not_satisfiable", f"the video has {size} bytes",
-                                          {"Content-Range": f"bytes */{size}"})
+            return _errors.error_response(
+                416,
+                "range_not_satisfiable",
+                f"the video has {size} bytes",
+                {"Content-Range": f"bytes */{size}"},
+            )
         return None
 
 
@@ -407,8 +483,12 @@ class ViFusionApp:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="vifusion-api")
         # Clip searches decode video (seconds each, within their caps): on a pool of their own,
         # so a burst of them queues there instead of holding every thread the others need.
-        self._clip_pool = ThreadPoolExecutor(max_workers=_CLIP_WORKERS, thread_name_prefix="vifusion-clip")
-        with contextlib.redirect_stdout(io.StringIO()):  # load the query models now, not on the first search
+        self._clip_pool = ThreadPoolExecutor(
+            max_workers=_CLIP_WORKERS, thread_name_prefix="vifusion-clip"
+        )
+        with contextlib.redirect_stdout(
+            io.StringIO()
+        ):  # load the query models now, not on the first search
             self.service.searcher  # noqa: B018
 
     def reconfigure(self, user_config: dict) -> None:
@@ -439,16 +519,31 @@ class ViFusionApp:
 
     @api.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     def metrics(self) -> Response:
-        return Response(_metrics.METRICS.render(self.service.stats()), media_type="text/plain; version=0.0.4")
+        return Response(
+            _metrics.METRICS.render(self.service.stats()), media_type="text/plain; version=0.0.4"
+        )
 
     # -- videos ----------------------------------------------------------------------
 
-    @api.post("/v1/videos", status_code=202, response_model=Accepted, openapi_extra=_UPLOAD_BODY,
-              responses={400: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 413: {"model": Error},
-                         415: {"model": Error}, 507: {"model": Error}})
+    @api.post(
+        "/v1/videos",
+        status_code=202,
+        response_model=Accepted,
+        openapi_extra=_UPLOAD_BODY,
+        responses={
+            400: {"model": Error},
+            403: {"model": Error},
+            404: {"model": Error},
+            413: {"model": Error},
+            415: {"model": Error},
+            507: {"model": Error},
+        },
+    )
     async def add_video(self, request: Request) -> dict:
         if _kind(request) == "form":
-            form = await _form(request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes)
+            form = await _form(
+                request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes
+            )
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
                 raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
@@ -456,7 +551,9 @@ class ViFusionApp:
             if title is not None and not isinstance(title, str):
                 raise ApiError(422, "invalid_request", "title must be a form field, not a file")
             metadata = _json_field(form.get("metadata"), "metadata")
-            done = await self._blocking(self.service.ingest_upload, upload.file, upload.filename, title, metadata)
+            done = await self._blocking(
+                self.service.ingest_upload, upload.file, upload.filename, title, metadata
+            )
         else:
             req = _model(VideoByUri, await _json_body(request, self.cfg.max_metadata_bytes + 8192))
             done = await self._blocking(self.service.ingest_uri, req.uri, req.title, req.metadata)
@@ -465,8 +562,16 @@ class ViFusionApp:
     @api.get("/v1/jobs/{job_id}", response_model=JobOut, responses={404: {"model": Error}})
     def job(self, job_id: str = PathParam(max_length=64)) -> dict:
         j = self.service.job(job_id)
-        return {"job_id": j.id, "video_id": j.video_id, "status": j.status, "progress": round(j.progress, 4),
-                "frames_indexed": j.frames_indexed, "error": j.error, "stage": j.stage, "warnings": list(j.warnings)}
+        return {
+            "job_id": j.id,
+            "video_id": j.video_id,
+            "status": j.status,
+            "progress": round(j.progress, 4),
+            "frames_indexed": j.frames_indexed,
+            "error": j.error,
+            "stage": j.stage,
+            "warnings": list(j.warnings),
+        }
 
     @api.get("/v1/videos", response_model=VideoList, responses={400: {"model": Error}})
     def videos(
@@ -479,30 +584,48 @@ class ViFusionApp:
             after = int(cursor)
         page, last = self.service.videos(limit, after)
         jobs = self.service.catalog.latest_jobs([v.id for v in page])
-        return {"videos": [_video_out(v, jobs.get(v.id)) for v in page],
-                "next_cursor": None if last is None else str(last)}
+        return {
+            "videos": [_video_out(v, jobs.get(v.id)) for v in page],
+            "next_cursor": None if last is None else str(last),
+        }
 
     @api.get("/v1/videos/{video_id}", response_model=VideoOut, responses={404: {"model": Error}})
     def video(self, video_id: int = VideoId) -> dict:
         video = self.service.video(video_id)
         return _video_out(video, self.service.catalog.latest_jobs([video_id]).get(video_id))
 
-    @api.delete("/v1/videos/{video_id}", status_code=204, response_class=Response,
-                responses={404: {"model": Error}, 507: {"model": Error}})
+    @api.delete(
+        "/v1/videos/{video_id}",
+        status_code=204,
+        response_class=Response,
+        responses={404: {"model": Error}, 507: {"model": Error}},
+    )
     def delete(self, video_id: int = VideoId) -> Response:
         self.service.delete(video_id)
         return Response(status_code=204)
 
-    @api.post("/v1/videos/{video_id}/retry", status_code=202, response_model=Accepted,
-              responses={404: {"model": Error}, 409: {"model": Error}, 410: {"model": Error}, 507: {"model": Error}})
+    @api.post(
+        "/v1/videos/{video_id}/retry",
+        status_code=202,
+        response_model=Accepted,
+        responses={
+            404: {"model": Error},
+            409: {"model": Error},
+            410: {"model": Error},
+            507: {"model": Error},
+        },
+    )
     def retry(self, video_id: int = VideoId) -> dict:
         """Index a failed video again: a new job (poll ``/v1/jobs/{job_id}``). 409 ``not_failed``
         for a video that has not failed; 410 ``source_gone`` when its file is no longer there."""
         job_id = self.service.retry(video_id)
         return {"video_id": video_id, "job_id": job_id, "status": "queued"}
 
-    @api.get("/v1/videos/{video_id}/thumbnail", response_class=Response,
-             responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": Error}})
+    @api.get(
+        "/v1/videos/{video_id}/thumbnail",
+        response_class=Response,
+        responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": Error}},
+    )
     def thumbnail(self, video_id: int = VideoId, t: float = Query(0.0, ge=0, le=1e7)) -> Response:
         try:
             data = self.service.thumbnail(video_id, t)
@@ -510,49 +633,94 @@ class ViFusionApp:
             raise ApiError(404, "past_end", str(e)) from None
         except ValueError as e:
             raise ApiError(422, "no_frame", str(e)) from None
-        return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"})
+        return Response(
+            data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"}
+        )
 
-    @api.get("/v1/videos/{video_id}/media", response_class=FileResponse,
-             responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}, 404: {"model": Error}})
+    @api.get(
+        "/v1/videos/{video_id}/media",
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"video/mp4": {}}},
+            206: {"description": "a byte range"},
+            404: {"model": Error},
+        },
+    )
     def media(self, video_id: int = VideoId) -> FileResponse:
         fd, path = self.service.open_media(video_id)
         return _DescriptorResponse(fd, media_type=_video_type(path))
 
-    @api.post("/v1/videos/{video_id}/media-url", response_model=MediaUrl, responses={404: {"model": Error}})
+    @api.post(
+        "/v1/videos/{video_id}/media-url",
+        response_model=MediaUrl,
+        responses={404: {"model": Error}},
+    )
     def media_url(self, video_id: int = VideoId) -> dict:
         """A URL that plays the video without the key until it expires (``Config.media_url_ttl_s``):
         for a ``<video src>``, which cannot send ``Authorization``. It opens this video only."""
         self.service.video(video_id)  # a 404 now, not a URL that opens nothing
         now = time.time()
         url, exp = self._signer.url(video_id, now)
-        expires = datetime.datetime.fromtimestamp(exp, datetime.UTC).isoformat().replace("+00:00", "Z")
+        expires = (
+            datetime.datetime.fromtimestamp(exp, datetime.UTC).isoformat().replace("+00:00", "Z")
+        )
         return {"url": url, "expires_at": expires, "expires_in_s": exp - int(now)}
 
     @api.get("/media/{video_id}", response_class=FileResponse, include_in_schema=False)
-    def signed_media(self, video_id: int = VideoId, exp: str | None = Query(None, max_length=32),
-                     sig: str | None = Query(None, max_length=128)) -> FileResponse:
+    def signed_media(
+        self,
+        video_id: int = VideoId,
+        exp: str | None = Query(None, max_length=32),
+        sig: str | None = Query(None, max_length=128),
+    ) -> FileResponse:
         """The video of a signed URL (``media_url``), byte ranges and all; no key, but a 403
         for a signature that is not this video's or has expired."""
         self._signer.verify(video_id, exp, sig)
         fd, path = self.service.open_media(video_id)
         return _DescriptorResponse(fd, media_type=_video_type(path))
 
-    @api.get("/v1/videos/{video_id}/transcript", response_model=Transcript,
-             responses={200: {"content": {"text/vtt": {}}}, 404: {"model": Error}})
-    def transcript(self, video_id: int = VideoId, kind: Literal["speech", "screen", "all"] = "speech",
-                   fmt: Literal["json", "vtt"] = Query("json", alias="format")) -> Any:
+    @api.get(
+        "/v1/videos/{video_id}/transcript",
+        response_model=Transcript,
+        responses={200: {"content": {"text/vtt": {}}}, 404: {"model": Error}},
+    )
+    def transcript(
+        self,
+        video_id: int = VideoId,
+        kind: Literal["speech", "screen", "all"] = "speech",
+        fmt: Literal["json", "vtt"] = Query("json", alias="format"),
+    ) -> Any:
         """What is said in a video (``kind=speech``), written on its screen (``screen``) or
         both (``all``), in time order: JSON, or WebVTT subtitles with ``format=vtt``."""
         rows = self.service.transcript(video_id, kind)
         if fmt == "vtt":
             return Response(webvtt(rows), media_type="text/vtt; charset=utf-8")
-        return {"video_id": video_id, "segments": [
-            {"kind": r.kind, "start_s": round(r.start_s, 3), "end_s": round(r.end_s, 3), "text": r.text} for r in rows]}
+        return {
+            "video_id": video_id,
+            "segments": [
+                {
+                    "kind": r.kind,
+                    "start_s": round(r.start_s, 3),
+                    "end_s": round(r.end_s, 3),
+                    "text": r.text,
+                }
+                for r in rows
+            ],
+        }
 
     # -- search ----------------------------------------------------------------------
 
-    @api.post("/v1/search", response_model=SearchResults, openapi_extra=_SEARCH_BODY,
-              responses={400: {"model": Error}, 404: {"model": Error}, 413: {"model": Error}, 415: {"model": Error}})
+    @api.post(
+        "/v1/search",
+        response_model=SearchResults,
+        openapi_extra=_SEARCH_BODY,
+        responses={
+            400: {"model": Error},
+            404: {"model": Error},
+            413: {"model": Error},
+            415: {"model": Error},
+        },
+    )
     async def search(self, request: Request) -> dict:
         t0 = time.perf_counter()
         clip_file = None
@@ -561,11 +729,15 @@ class ViFusionApp:
             query: dict[str, Any] = {}
             if req.image_b64 is not None:
                 try:
-                    query["image"] = await self._blocking(_image, base64.b64decode(req.image_b64, validate=True))
+                    query["image"] = await self._blocking(
+                        _image, base64.b64decode(req.image_b64, validate=True)
+                    )
                 except (binascii.Error, ValueError) as e:
                     raise ApiError(422, "invalid_image", f"image_b64 is not base64: {e}") from None
         else:
-            limit = max(self.cfg.max_query_clip_bytes, self.cfg.max_json_bytes) + (1 << 20)  # a clip, or an image
+            limit = max(self.cfg.max_query_clip_bytes, self.cfg.max_json_bytes) + (
+                1 << 20
+            )  # a clip, or an image
             form = await _form(request, limit, 1 << 16)
             files = {k: form[k] for k in ("image", "clip") if k in form}
             if any(isinstance(f, str) for f in files.values()):
@@ -580,30 +752,57 @@ class ViFusionApp:
             if "clip" in files:
                 clip_file = files["clip"]
                 if clip_file.size is not None and clip_file.size > self.cfg.max_query_clip_bytes:
-                    raise ApiError(413, "too_large", f"the clip is {clip_file.size} bytes; the limit is "
-                                   f"{self.cfg.max_query_clip_bytes}")
-        kinds = [k for k, given in (("text", req.text is not None), ("image", "image" in query),
-                                    ("clip", clip_file is not None), ("video_id", req.video_id is not None)) if given]
+                    raise ApiError(
+                        413,
+                        "too_large",
+                        f"the clip is {clip_file.size} bytes; the limit is "
+                        f"{self.cfg.max_query_clip_bytes}",
+                    )
+        kinds = [
+            k
+            for k, given in (
+                ("text", req.text is not None),
+                ("image", "image" in query),
+                ("clip", clip_file is not None),
+                ("video_id", req.video_id is not None),
+            )
+            if given
+        ]
         if len(kinds) != 1:
-            raise ApiError(422, "invalid_query", "give exactly one of text, image_b64 (or image), clip, or "
-                           f"video_id + start_s + end_s; got {', '.join(kinds) or 'none'}")
+            raise ApiError(
+                422,
+                "invalid_query",
+                "give exactly one of text, image_b64 (or image), clip, or "
+                f"video_id + start_s + end_s; got {', '.join(kinds) or 'none'}",
+            )
         if req.text is not None:
             query["text"] = req.text
         if req.video_id is not None:
             if req.start_s is None or req.end_s is None or req.end_s <= req.start_s:
-                raise ApiError(422, "invalid_query", "a clip of an indexed video needs start_s < end_s")
+                raise ApiError(
+                    422, "invalid_query", "a clip of an indexed video needs start_s < end_s"
+                )
             query["stored_clip"] = (req.video_id, req.start_s, req.end_s)
-        options = dict(top_k=req.top_k, group_by=req.group_by, filter=req.filter, min_score=req.min_score,
-                       min_relative_score=req.min_relative_score, offset=_offset(req.cursor),
-                       modalities=req.modalities)
+        options = dict(
+            top_k=req.top_k,
+            group_by=req.group_by,
+            filter=req.filter,
+            min_score=req.min_score,
+            min_relative_score=req.min_relative_score,
+            offset=_offset(req.cursor),
+            modalities=req.modalities,
+        )
         pool = self._clip_pool if clip_file is not None else self._pool
         body = await asyncio.get_running_loop().run_in_executor(
-            pool, functools.partial(self._search, query, clip_file, options, kinds[0]))
+            pool, functools.partial(self._search, query, clip_file, options, kinds[0])
+        )
         body["took_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         return body
 
     async def _blocking(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(fn, *args)
+        )
 
     def _search(self, query: dict, clip_file, options: dict, kind: str) -> dict:
         """The search and its response body (but ``took_ms``), on a worker thread."""
@@ -612,7 +811,9 @@ class ViFusionApp:
         t0 = time.perf_counter()
         try:
             if clip_file is not None:
-                with tempfile.NamedTemporaryFile(suffix=Path(clip_file.filename or "").suffix[:8]) as tmp:
+                with tempfile.NamedTemporaryFile(
+                    suffix=Path(clip_file.filename or "").suffix[:8]
+                ) as tmp:
                     clip_file.file.seek(0)
                     shutil.copyfileobj(clip_file.file, tmp)
                     tmp.flush()
@@ -627,15 +828,28 @@ class ViFusionApp:
             raise ApiError(422, "invalid_query", str(e)) from None
         finally:
             _metrics.METRICS.search_latency.labels(kind).observe(time.perf_counter() - t0)
-        return {"results": moments(self.service, page), "next_cursor": _cursor(page.next_offset),
-                "partial": bool(page.missing_shards), "missing_shards": list(page.missing_shards)}
+        return {
+            "results": moments(self.service, page),
+            "next_cursor": _cursor(page.next_offset),
+            "partial": bool(page.missing_shards),
+            "missing_shards": list(page.missing_shards),
+        }
 
 
 def deploy(cfg: Config, host: str, port: int) -> None:
     """Start Serve's proxy on host:port and deploy the app (Ray must be up)."""
     # One proxy, on the head: the app has one replica, and a proxy per node costs each node memory.
-    serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port}, logging_config=SERVE_LOGGING)
-    serve.run(ViFusionApp.bind(cfg), name=APP_NAME, route_prefix=ROUTE_PREFIX, logging_config=SERVE_LOGGING)
+    serve.start(
+        proxy_location="HeadOnly",
+        http_options={"host": host, "port": port},
+        logging_config=SERVE_LOGGING,
+    )
+    serve.run(
+        ViFusionApp.bind(cfg),
+        name=APP_NAME,
+        route_prefix=ROUTE_PREFIX,
+        logging_config=SERVE_LOGGING,
+    )
 
 
 def build(args: dict[str, Any]) -> Application:
@@ -660,20 +874,32 @@ def run(cfg: Config, host: str, port: int) -> int:
         if cfg.serve_tuned:
             for name, value in SERVE_TUNED.items():
                 os.environ.setdefault(name, value)
-    ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(
+        address=cfg.ray_address,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
     def interrupt(*_) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)  # stop as Ctrl-C does, even while starting (after ray.init: it sets its own)
-    print(f"Starting ViFusion on {cfg.data_dir} (loading models takes a few seconds)...", flush=True)
+    signal.signal(
+        signal.SIGTERM, interrupt
+    )  # stop as Ctrl-C does, even while starting (after ray.init: it sets its own)
+    print(
+        f"Starting ViFusion on {cfg.data_dir} (loading models takes a few seconds)...", flush=True
+    )
     try:
         deploy(cfg, host, port)
         _running.announce(cfg.data_dir, host, port)  # the CLI asks this service from now on
         roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
-        print(f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
-              f"(Authorization: Bearer {_auth.api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.", flush=True)
+        print(
+            f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
+            f"(Authorization: Bearer {_auth.api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.",
+            flush=True,
+        )
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

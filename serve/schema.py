@@ -25,8 +25,14 @@ class Error(BaseModel):
 
 class VideoByUri(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    uri: str = Field(min_length=1, max_length=4096, description="file:///... (inside the ingest roots) or http(s)://...")
-    title: str | None = Field(None, max_length=MAX_TITLE_CHARS, description="kept as given; none: the file's name")
+    uri: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="file:///... (inside the ingest roots) or http(s)://...",
+    )
+    title: str | None = Field(
+        None, max_length=MAX_TITLE_CHARS, description="kept as given; none: the file's name"
+    )
     metadata: dict[str, Any] | None = None
 
 
@@ -44,12 +50,17 @@ class JobOut(BaseModel):
     frames_indexed: int
     error: str | None
     stage: Literal["fetching", "probing", "frames", "speech", "saving"] | None = Field(
-        None, description="what the job does now: fetching its URL, probing the file, decoding and embedding "
+        None,
+        description="what the job does now: fetching its URL, probing the file, decoding and embedding "
         "frames (reading their on-screen text), transcribing speech, saving (the index acknowledging every row); "
-        "where it failed, when failed; null when queued or ready")
-    warnings: list[str] = Field(default_factory=list, description="what went wrong without failing the job, one "
-                                "line each: a video without audio, with silence, music only or a broken audio "
-                                "stream is indexed all the same, without speech, and says so here")
+        "where it failed, when failed; null when queued or ready",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what went wrong without failing the job, one "
+        "line each: a video without audio, with silence, music only or a broken audio "
+        "stream is indexed all the same, without speech, and says so here",
+    )
 
 
 class VideoOut(BaseModel):
@@ -66,15 +77,20 @@ class VideoOut(BaseModel):
     error: str | None = None
     job_id: str | None = Field(None, description="its latest job (a retry makes a new one)")
     stage: Literal["fetching", "probing", "frames", "speech", "saving"] | None = Field(
-        None, description="what its latest job does now, or where it failed (as JobOut.stage)")
+        None, description="what its latest job does now, or where it failed (as JobOut.stage)"
+    )
     progress: float = Field(0.0, ge=0, le=1, description="its latest job's progress")
 
 
 class MediaUrl(BaseModel):
-    url: str = Field(description="/media/{video_id}?exp=...&sig=...: opens the video without the key (byte "
-                     "ranges too) until expires_at; put it in a <video src>")
+    url: str = Field(
+        description="/media/{video_id}?exp=...&sig=...: opens the video without the key (byte "
+        "ranges too) until expires_at; put it in a <video src>"
+    )
     expires_at: str = Field(description="ISO 8601, UTC")
-    expires_in_s: int = Field(description="seconds from now until it expires (a client's clock may be off)")
+    expires_in_s: int = Field(
+        description="seconds from now until it expires (a client's clock may be off)"
+    )
 
 
 class VideoList(BaseModel):
@@ -96,15 +112,22 @@ class SearchRequest(BaseModel):
     filter: dict[str, str | int | float | bool] | None = Field(None, max_length=16)
     min_score: float | None = Field(None, ge=-1e6, le=1e6)
     min_relative_score: float | None = Field(
-        None, ge=0, le=1, description="drop moments scoring under this fraction of the search's best moment (the "
+        None,
+        ge=0,
+        le=1,
+        description="drop moments scoring under this fraction of the search's best moment (the "
         "best of the whole ranking, so every page agrees); 0: keep them all. Default: the service's "
-        "min_relative_score setting")
+        "min_relative_score setting",
+    )
     cursor: str | None = Field(None, max_length=200)
     modalities: list[Modality] = Field(
-        list(MODALITIES), min_length=1, max_length=len(MODALITIES),
+        list(MODALITIES),
+        min_length=1,
+        max_length=len(MODALITIES),
         description="what a text query searches: visual (what is seen), speech (what is said), screen (what is "
         "written on screen; 'text' names it too); a list, or one comma-separated string (as a multipart field sends it). Default: all. "
-        "An image or clip query searches what is seen: its modalities must include visual")
+        "An image or clip query searches what is seen: its modalities must include visual",
+    )
 
     @field_validator("modalities", mode="before")
     @classmethod
@@ -113,7 +136,9 @@ class SearchRequest(BaseModel):
             value = [m.strip() for m in value.split(",") if m.strip()]
         if not isinstance(value, list):
             return value
-        return [ALIASES.get(m, m) if isinstance(m, str) else m for m in value]  # the rest fails validation
+        return [
+            ALIASES.get(m, m) if isinstance(m, str) else m for m in value
+        ]  # the rest fails validation
 
 
 class Moment(BaseModel):
@@ -121,16 +146,24 @@ class Moment(BaseModel):
     title: str | None
     start_s: float
     end_s: float
-    score: float = Field(description="higher is better, comparable within one search. A text query over several "
-                         "modalities sums what each found, each scaled to 0-1 (a cosine between 'unrelated' and "
-                         "'as close as a query gets', the share of the query's words held); one over visual alone, "
-                         "an image or a clip gives the cosine")
+    score: float = Field(
+        description="higher is better, comparable within one search. A text query over several "
+        "modalities sums what each found, each scaled to 0-1 (a cosine between 'unrelated' and "
+        "'as close as a query gets', the share of the query's words held); one over visual alone, "
+        "an image or a clip gives the cosine"
+    )
     thumbnail_url: str
-    matched: list[Modality] = Field(description="the modalities that found this moment, the strongest first")
-    snippet: str | None = Field(description="the words spoken or written in this moment; null where only the "
-                                "picture matched")
-    highlights: list[tuple[int, int]] = Field(description="[start, end) character offsets of the query's words in "
-                                              "the snippet (near spellings too), in order")
+    matched: list[Modality] = Field(
+        description="the modalities that found this moment, the strongest first"
+    )
+    snippet: str | None = Field(
+        description="the words spoken or written in this moment; null where only the "
+        "picture matched"
+    )
+    highlights: list[tuple[int, int]] = Field(
+        description="[start, end) character offsets of the query's words in "
+        "the snippet (near spellings too), in order"
+    )
 
 
 class TranscriptSegment(BaseModel):
@@ -149,8 +182,12 @@ class SearchResults(BaseModel):
     results: list[Moment]
     next_cursor: str | None
     took_ms: float
-    partial: bool = Field(False, description="some shards did not answer (restarting, say): their videos are missing")
-    missing_shards: list[int] = Field(default_factory=list, description="the shards that did not answer")
+    partial: bool = Field(
+        False, description="some shards did not answer (restarting, say): their videos are missing"
+    )
+    missing_shards: list[int] = Field(
+        default_factory=list, description="the shards that did not answer"
+    )
 
 
 class Health(BaseModel):

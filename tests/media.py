@@ -25,7 +25,9 @@ def huge_frame(path: Path) -> None:
 def zero_timescale(src: Path, path: Path) -> None:
     """The mp4 ``src`` with its track's time scale (mdhd) set to 0: FFmpeg reads 1/4096 fps."""
     data = bytearray(src.read_bytes())
-    at = data.find(b"mdhd") + 4 + 4 + 8  # box type, version + flags, creation and modification times
+    at = (
+        data.find(b"mdhd") + 4 + 4 + 8
+    )  # box type, version + flags, creation and modification times
     data[at : at + 4] = bytes(4)
     path.write_bytes(bytes(data))
 
@@ -37,7 +39,9 @@ def tiny_frames(path: Path, n: int, fps: int, container: str | None = None) -> N
         s.width = s.height = 16
         s.pix_fmt, s.options = "yuv420p", {"preset": "ultrafast"}
         for i in range(n):
-            frame = av.VideoFrame.from_ndarray(np.full((16, 16, 3), i % 256, np.uint8), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(
+                np.full((16, 16, 3), i % 256, np.uint8), format="rgb24"
+            )
             frame.pts = i
             for packet in s.encode(frame):
                 c.mux(packet)
@@ -53,7 +57,9 @@ def audio_only(path: Path, duration_s: float) -> None:
     with av.open(str(path), "w") as out:
         stream = out.add_stream("aac", rate=AUDIO_RATE, layout="mono")
         for at in range(0, len(pcm), 960):
-            frame = av.AudioFrame.from_ndarray(pcm[None, at : at + 960], format="flt", layout="mono")
+            frame = av.AudioFrame.from_ndarray(
+                pcm[None, at : at + 960], format="flt", layout="mono"
+            )
             frame.sample_rate, frame.pts = AUDIO_RATE, at
             out.mux(stream.encode(frame))
         out.mux(stream.encode(None))

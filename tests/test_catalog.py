@@ -15,7 +15,13 @@ def test_job_lifecycle_is_recorded_and_survives_reopen(catalog):
 
     again = catalog.open()
     v = again.get_video(vid)
-    assert (v.status, v.frames_indexed, v.duration_s, v.width, v.metadata) == ("ready", 12, 12.0, 320, {"team": "x"})
+    assert (v.status, v.frames_indexed, v.duration_s, v.width, v.metadata) == (
+        "ready",
+        12,
+        12.0,
+        320,
+        {"team": "x"},
+    )
     j = again.get_job(job)
     assert (j.status, j.progress) == ("ready", 1.0)
     assert again.find_ready("abc").id == vid
@@ -48,8 +54,12 @@ def test_list_and_delete(catalog):
 def test_ready_ids_filters_on_metadata_by_type(catalog):
     cat = catalog.open()
     made = {}
-    for name, meta in {"a": {"team": "x", "n": 1, "live": True}, "b": {"team": "x", "n": "1", "live": False},
-                       "c": {"team": "y", "n": 1}, "q": {"team": "x"}}.items():
+    for name, meta in {
+        "a": {"team": "x", "n": 1, "live": True},
+        "b": {"team": "x", "n": "1", "live": False},
+        "c": {"team": "y", "n": 1},
+        "q": {"team": "x"},
+    }.items():
         vid, job = cat.add_video(f"/v/{name}.mp4", name, meta)
         if name != "q":  # q stays queued
             cat.update_job(job, "ready")
@@ -94,7 +104,9 @@ def test_a_job_names_its_stage_and_keeps_its_warnings(catalog):
     _, job = cat.add_video("/v/talk.mp4", "talk")
     assert (cat.get_job(job).stage, cat.get_job(job).warnings) == (None, ())
     cat.update_job(job, "decoding", stage="probing", warnings=[])
-    cat.update_job(job, "indexing", progress=0.5, stage="speech", warnings=["talk.mp4: no audio track"])
+    cat.update_job(
+        job, "indexing", progress=0.5, stage="speech", warnings=["talk.mp4: no audio track"]
+    )
     cat.update_job(job, "indexing", progress=0.9)  # stage and warnings kept
     j = cat.get_job(job)
     assert (j.status, j.stage, j.warnings) == ("indexing", "speech", ("talk.mp4: no audio track",))
@@ -110,13 +122,19 @@ def test_catalog_written_before_job_stages_is_upgraded(tmp_path):
 
     path = tmp_path / "old.db"
     Catalog(path).close()
-    with sqlite3.connect(path) as c:  # a data dir of an earlier release: jobs without stage or warnings
+    with sqlite3.connect(
+        path
+    ) as c:  # a data dir of an earlier release: jobs without stage or warnings
         c.execute("ALTER TABLE jobs DROP COLUMN stage")
         c.execute("ALTER TABLE jobs DROP COLUMN warnings")
         c.execute("DROP TABLE schema_version")
-        c.execute("INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)")
-        c.execute("INSERT INTO jobs (id, video_id, status, progress, created_at, updated_at)"
-                  " VALUES ('old', 1, 'ready', 1.0, 0, 0)")
+        c.execute(
+            "INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)"
+        )
+        c.execute(
+            "INSERT INTO jobs (id, video_id, status, progress, created_at, updated_at)"
+            " VALUES ('old', 1, 'ready', 1.0, 0, 0)"
+        )
     cat = Catalog(path)
     assert (cat.get_job("old").stage, cat.get_job("old").warnings) == (None, ())
     _, job = cat.add_video("/v/b.mp4", "b")

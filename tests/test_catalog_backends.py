@@ -52,13 +52,21 @@ def test_a_catalog_from_before_versions_migrates_in_place_and_keeps_its_rows(tmp
     with sqlite3.connect(path) as c:
         c.executescript(_UNVERSIONED)
     cat = Catalog.open(Config(data_dir=tmp_path))
-    assert (cat.get_video(1).title, cat.get_video(1).metadata, cat.get_job("j1").status) == ("a", {"team": "x"}, "ready")
-    assert [(h.video_id, h.snippet) for h in cat.keyword_search("zorblax")] == [(1, "Our mascot [Zorblax]")]
+    assert (cat.get_video(1).title, cat.get_video(1).metadata, cat.get_job("j1").status) == (
+        "a",
+        {"team": "x"},
+        "ready",
+    )
+    assert [(h.video_id, h.snippet) for h in cat.keyword_search("zorblax")] == [
+        (1, "Our mascot [Zorblax]")
+    ]
     vid, _ = cat.add_video("/v/b.mp4", "b")
     assert vid == 2
     cat.close()
     with sqlite3.connect(path) as c:
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(1,)]  # once, however often opened
+        assert c.execute("SELECT version FROM schema_version").fetchall() == [
+            (1,)
+        ]  # once, however often opened
     Catalog.open(Config(data_dir=tmp_path)).close()
     with sqlite3.connect(path) as c:
         assert c.execute("SELECT count(*) FROM schema_version").fetchone() == (1,)
@@ -104,7 +112,9 @@ def test_a_job_another_taker_holds_is_passed_over_not_waited_for(postgres_url, t
     try:
         cat = place.open()
         (_, first), (_, second) = cat.add_video("/v/1.mp4", "1"), cat.add_video("/v/2.mp4", "2")
-        with psycopg.connect(place.url) as other:  # not autocommit: the lock lasts until the end of the block
+        with psycopg.connect(
+            place.url
+        ) as other:  # not autocommit: the lock lasts until the end of the block
             other.execute("SELECT id FROM jobs WHERE id=%s FOR UPDATE", (first,))
             assert cat.lease_job().id == second
             assert cat.lease_job() is None  # the held one is not handed out either
@@ -140,7 +150,11 @@ def test_takers_leasing_at_once_never_share_a_job(postgres_url, tmp_path):
 
 def test_postgres_has_every_public_method_of_its_own():
     """Not one of SQLite's: a method added to Catalog must be written for PostgreSQL too."""
-    public = {name for name in vars(Catalog) if not name.startswith("_") and callable(getattr(Catalog, name))}
+    public = {
+        name
+        for name in vars(Catalog)
+        if not name.startswith("_") and callable(getattr(Catalog, name))
+    }
     missing = public - set(vars(PostgresCatalog)) - {"open"}
     assert not missing
 
@@ -152,11 +166,17 @@ def test_an_unreachable_server_is_named_at_once(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"postgresql://vifusion:secret@127.0.0.1:{port}/vifusion"
-    with pytest.raises(ValueError, match=f"cannot reach the catalog at postgresql://vifusion@127.0.0.1:{port}/"):
+    with pytest.raises(
+        ValueError, match=f"cannot reach the catalog at postgresql://vifusion@127.0.0.1:{port}/"
+    ):
         Catalog.open(Config(data_dir=tmp_path, catalog_url=url))
     for argv in (["list"], ["status"], ["search", "a cat"]):  # one line, no traceback, no password
-        run = subprocess.run([sys.executable, "-m", "vifusion.cli", *argv, "--data-dir", str(tmp_path)],
-                             env={**os.environ, "VIFUSION_CATALOG_URL": url}, capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, "-m", "vifusion.cli", *argv, "--data-dir", str(tmp_path)],
+            env={**os.environ, "VIFUSION_CATALOG_URL": url},
+            capture_output=True,
+            text=True,
+        )
         assert run.returncode == 2 and "cannot reach the catalog" in run.stderr, (argv, run.stderr)
         assert "Traceback" not in run.stderr and "secret" not in run.stderr
 
@@ -167,17 +187,43 @@ SPOKEN = [
     (4.0, 6.0, "The finance team meets on Tuesday in room 4200."),
     (6.0, 8.0, "Lorblax, as the captions spelt him, waved at the finance team."),
     (8.0, 9.0, "Weather: sunny, with a little rain after the review."),
-    (9.0, 30.0, " ".join(["A long stretch of talk about nothing in particular,"] * 6) + " then the budget again."),
-    (30.0, 40.0, "Item one: the rain plan. " + "Item two: what the finance team said about the weather and more. " * 3),
+    (
+        9.0,
+        30.0,
+        " ".join(["A long stretch of talk about nothing in particular,"] * 6)
+        + " then the budget again.",
+    ),
+    (
+        30.0,
+        40.0,
+        "Item one: the rain plan. "
+        + "Item two: what the finance team said about the weather and more. " * 3,
+    ),
 ]
-QUERIES = ["budget", "zorblax", "finance team", "budget review", "4200", "rain weather", "Zorblax budget",
-           "talk budget", "nothing", "blorblax", "particular stretch", "finance weather", "nothing budget"]
+QUERIES = [
+    "budget",
+    "zorblax",
+    "finance team",
+    "budget review",
+    "4200",
+    "rain weather",
+    "Zorblax budget",
+    "talk budget",
+    "nothing",
+    "blorblax",
+    "particular stretch",
+    "finance weather",
+    "nothing budget",
+]
 
 
 def test_both_databases_find_the_same_rows_in_the_same_order(tmp_path, postgres_url):
     """The same texts and queries on each: the same rows in the same order, the same BM25
     scores and coverage, the same snippets (cut and marked where FTS5 cuts and marks)."""
-    places = [CatalogPlace("sqlite", tmp_path / "s", None), CatalogPlace("postgres", tmp_path / "p", postgres_url)]
+    places = [
+        CatalogPlace("sqlite", tmp_path / "s", None),
+        CatalogPlace("postgres", tmp_path / "p", postgres_url),
+    ]
     (tmp_path / "s").mkdir()
     try:
         lite, pg = (p.open() for p in places)
@@ -188,7 +234,9 @@ def test_both_databases_find_the_same_rows_in_the_same_order(tmp_path, postgres_
             cat.put_texts(2, "screen", [(0.0, 5.0, "Budget 2024: finance")])
         for q in QUERIES:
             a, b = lite.keyword_search(q), pg.keyword_search(q)
-            assert [(h.video_id, h.kind, h.n) for h in a] == [(h.video_id, h.kind, h.n) for h in b], q
+            assert [(h.video_id, h.kind, h.n) for h in a] == [
+                (h.video_id, h.kind, h.n) for h in b
+            ], q
             assert [h.score for h in b] == pytest.approx([h.score for h in a], rel=1e-6), q
             assert [h.coverage for h in b] == [h.coverage for h in a], q
             assert [h.snippet for h in b] == [h.snippet for h in a], q
@@ -199,8 +247,9 @@ def test_both_databases_find_the_same_rows_in_the_same_order(tmp_path, postgres_
             p.close()
 
 
-
-def test_the_command_line_reads_the_catalog_catalog_url_names(postgres_url, tmp_path, monkeypatch, capsys):
+def test_the_command_line_reads_the_catalog_catalog_url_names(
+    postgres_url, tmp_path, monkeypatch, capsys
+):
     """VIFUSION_CATALOG_URL reaches the commands that open the catalog: `vifusion list` and
     `vifusion transcript` read PostgreSQL, and the data dir holds no catalog.db."""
     import json
@@ -217,7 +266,9 @@ def test_the_command_line_reads_the_catalog_catalog_url_names(postgres_url, tmp_
         data = tmp_path / "data"
         assert cli.main(["list", "--json", "--data-dir", str(data)]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-        assert [(r["video_id"], r["title"], r["status"], r["frames"]) for r in rows] == [(vid, "talk", "ready", 3)]
+        assert [(r["video_id"], r["title"], r["status"], r["frames"]) for r in rows] == [
+            (vid, "talk", "ready", 3)
+        ]
         assert cli.main(["transcript", "--data-dir", str(data), str(vid)]) == 0
         assert "Hello from PostgreSQL." in capsys.readouterr().out
         assert not (data / "catalog.db").exists()

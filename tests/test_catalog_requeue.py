@@ -13,7 +13,9 @@ def test_requeue_if_failed_makes_one_job_and_leaves_others_alone(tmp_path):
 
     again = cat.requeue(failed, "retrying", if_status="failed")
     assert again is not None and again != job
-    assert cat.requeue(failed, "retrying", if_status="failed") is None  # queued now: a second retry makes nothing
+    assert (
+        cat.requeue(failed, "retrying", if_status="failed") is None
+    )  # queued now: a second retry makes nothing
     assert cat.requeue(ready, "retrying", if_status="failed") is None
     assert cat.get_video(ready).status == "ready"
     assert cat.requeue(999, "retrying", if_status="failed") is None

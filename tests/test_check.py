@@ -36,14 +36,25 @@ def test_check_finds_each_kind_of_drift_and_repair_removes_it(ray_session, tmp_p
         ray.get(rt.shards.handle_for(lost).delete_video.remote(lost))  # its vectors are gone
         rt.catalog.delete_video(stray)  # the catalog forgot it; the shard did not
         wrong = 1 - shard_for(fine, 2)
-        ray.get(rt.shards.handles[wrong].add.remote(frames(fine, 2, start=10)))  # a copy where no search looks
+        ray.get(
+            rt.shards.handles[wrong].add.remote(frames(fine, 2, start=10))
+        )  # a copy where no search looks
     args = ["check", "--data-dir", str(cfg.data_dir)]
 
     assert cli.main(args) == 1
     out = capsys.readouterr().out
-    assert f"missing   video {lost}: ready in the catalog, no vectors in shard {shard_for(lost, 2)}" in out
-    assert f"orphan    video {stray}: vectors in shard {shard_for(stray, 2)}, not in the catalog" in out
-    assert f"misplaced video {fine}: vectors in shard {wrong}, routed to shard {shard_for(fine, 2)}" in out
+    assert (
+        f"missing   video {lost}: ready in the catalog, no vectors in shard {shard_for(lost, 2)}"
+        in out
+    )
+    assert (
+        f"orphan    video {stray}: vectors in shard {shard_for(stray, 2)}, not in the catalog"
+        in out
+    )
+    assert (
+        f"misplaced video {fine}: vectors in shard {wrong}, routed to shard {shard_for(fine, 2)}"
+        in out
+    )
 
     assert cli.main([*args, "--repair"]) == 0
     assert "repaired 3 problem(s); 0 left" in capsys.readouterr().out
@@ -56,10 +67,14 @@ def test_check_finds_each_kind_of_drift_and_repair_removes_it(ray_session, tmp_p
         held = {s: ray.get(h.video_ids.remote()) for s, h in enumerate(rt.shards.handles)}
         assert held[shard_for(fine, 2)] == [fine] and held[wrong] == []
         times, _ = rt.shards.frames("visual", fine, 0, 1e9)
-        assert np.asarray(times).tolist() == [[i, i + 1] for i in range(4)]  # the right copy untouched
+        assert np.asarray(times).tolist() == [
+            [i, i + 1] for i in range(4)
+        ]  # the right copy untouched
 
 
-def _upload(cfg: Config, catalog: Catalog | None, name: str, status: str = "queued") -> tuple[int | None, Path]:
+def _upload(
+    cfg: Config, catalog: Catalog | None, name: str, status: str = "queued"
+) -> tuple[int | None, Path]:
     """A video stored as an upload is (its folder, its file, then its row); None: the crash
     came before the row."""
     path = new_media_path(cfg, name)
@@ -104,7 +119,9 @@ def test_leftover_media_and_temp_files_are_found_and_only_they_removed(tmp_path)
     before = {p for p in tmp_path.rglob("*")}
     remove_leftovers(found)
     assert {p for p in before if not p.exists()} == {
-        stray_temp, *(p for f in (deleted_path, rowless_path, torn_temp, failed_path) for p in (f, f.parent))}
+        stray_temp,
+        *(p for f in (deleted_path, rowless_path, torn_temp, failed_path) for p in (f, f.parent)),
+    }
     assert all(p.exists() for p in (ready_path, queued_path, outside, foreign))
     assert find_leftovers(cfg.data_dir, catalog) == []
 
@@ -130,7 +147,9 @@ def test_check_reports_leftovers_and_repair_removes_them(ray_session, tmp_path, 
     assert "no leftover files" in capsys.readouterr().out
 
 
-def test_check_on_a_shard_whose_log_is_damaged_names_the_file_and_byte(ray_session, tmp_path, capsys):
+def test_check_on_a_shard_whose_log_is_damaged_names_the_file_and_byte(
+    ray_session, tmp_path, capsys
+):
     cfg = Config(data_dir=tmp_path / "data")  # two shards, as the CLI opens it
     with Runtime(cfg, writer=True) as rt:
         for v in range(1, 4):
@@ -142,7 +161,9 @@ def test_check_on_a_shard_whose_log_is_damaged_names_the_file_and_byte(ray_sessi
 
     assert cli.main(["check", "--data-dir", str(cfg.data_dir), "--repair"]) == 1
     said = capsys.readouterr().err
-    assert said.startswith(f"vifusion check: a shard cannot start: vifusion.index.wal.LogCorrupt: {segment}: "
-                           "damaged record at byte 8, and a whole record (seq 2)")
+    assert said.startswith(
+        f"vifusion check: a shard cannot start: vifusion.index.wal.LogCorrupt: {segment}: "
+        "damaged record at byte 8, and a whole record (seq 2)"
+    )
     assert "Traceback" not in said
     assert segment.read_bytes() == bytes(data)  # left for the operator, nothing cut

@@ -36,9 +36,14 @@ def test_bad_inputs_are_named_with_reasons_and_good_videos_still_indexed(indexed
     assert code == 1
     assert "indexed 3 video(s)" in out
     assert "failed 5" in out
-    for name, why in [("notes.mp4", "not a video"), ("empty.mp4", "empty"), ("truncated.mp4", ""),
-                      ("missing.mp4", "no such file"), ("nothing-here", "no video files")]:
-        line = next((l for l in err.splitlines() if name in l), None)
+    for name, why in [
+        ("notes.mp4", "not a video"),
+        ("empty.mp4", "empty"),
+        ("truncated.mp4", ""),
+        ("missing.mp4", "no such file"),
+        ("nothing-here", "no video files"),
+    ]:
+        line = next((ln for ln in err.splitlines() if name in ln), None)
         assert line is not None, f"{name} not reported:\n{err}"
         assert why in line, line
 
@@ -85,26 +90,50 @@ def test_a_new_process_on_the_same_data_dir_gives_the_same_results(indexed, caps
     here = search(data, "a rocket", capsys=capsys)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "vifusion.cli", "search", "--data-dir", str(data), "--json", "--top-k", "3", "a rocket"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "vifusion.cli",
+            "search",
+            "--data-dir",
+            str(data),
+            "--json",
+            "--top-k",
+            "3",
+            "a rocket",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    there = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    there = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert [(r["video_id"], r["start_s"], r["end_s"]) for r in there] == [
-        (r["video_id"], r["start_s"], r["end_s"]) for r in here]
+        (r["video_id"], r["start_s"], r["end_s"]) for r in here
+    ]
     assert np.allclose([r["score"] for r in there], [r["score"] for r in here], atol=1e-3)
 
 
 def test_indexing_the_same_files_again_skips_them(indexed, capfd):
     data, videos, _ = indexed
-    code = cli.main(["index", "--quiet", "--data-dir", str(data), *[str(v.path) for v in videos.values()]])
+    code = cli.main(
+        ["index", "--quiet", "--data-dir", str(data), *[str(v.path) for v in videos.values()]]
+    )
     out, _ = capfd.readouterr()
     assert code == 0
     assert "indexed 0 video(s)" in out and "skipped 3" in out
 
 
-@pytest.mark.parametrize("argv", [["search", "--data-dir", "x"], ["search", "a cat", "--image", "y.png"], ["index"],
-                                  ["search", "a", "--top-k", "0"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "--data-dir", "x"],
+        ["search", "a cat", "--image", "y.png"],
+        ["index"],
+        ["search", "a", "--top-k", "0"],
+    ],
+)
 def test_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         sys.exit(cli.main(argv))
@@ -126,7 +155,9 @@ def test_a_list_file_names_videos_relative_to_itself(tmp_path):
         (tmp_path / "clips" / name).write_bytes(b"x")
     (tmp_path / "more.txt").write_text("")
     listing = tmp_path / "batch.list"
-    listing.write_text("# tonight's batch\nclips/a.mp4\n\n  clips/b.mp4  \nclips/gone.mp4\nmore.txt\n")
+    listing.write_text(
+        "# tonight's batch\nclips/a.mp4\n\n  clips/b.mp4  \nclips/gone.mp4\nmore.txt\n"
+    )
     files, failed = expand_paths([listing])
     assert files == [tmp_path / "clips" / "a.mp4", tmp_path / "clips" / "b.mp4"]
     reasons = {Path(r.path).name: r.error for r in failed}

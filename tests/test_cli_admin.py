@@ -60,21 +60,35 @@ def test_status_counts_videos_and_jobs_and_each_shards_rows(indexed_copy, capsys
     assert sum(sh["videos"] for sh in s["shards"]) == len(videos)
     assert all(sh["log_bytes"] > 0 or sh["snapshot_at"] for sh in s["shards"] if sh["videos"])
     code, out, _ = run(capsys, "status", "--data-dir", str(data))
-    assert code == 0 and "none running" in out and f"{len(videos)} ready" in out and "shard 0:" in out
+    assert (
+        code == 0 and "none running" in out and f"{len(videos)} ready" in out and "shard 0:" in out
+    )
 
 
 def test_delete_removes_a_video_everywhere_and_names_an_unknown_one(indexed_copy, capsys):
     data, videos = indexed_copy
     ids = {Path(r["source"]).name: r["video_id"] for r in listed(data, capsys, "--status", "ready")}
     shards_before = status(data, capsys)["shards"]
-    code, out, err = run(capsys, "delete", "--data-dir", str(data), str(ids["kitchen.mp4"]), "99999")
+    code, out, err = run(
+        capsys, "delete", "--data-dir", str(data), str(ids["kitchen.mp4"]), "99999"
+    )
     assert code == 1
     assert f"deleted video {ids['kitchen.mp4']}" in out and "not found: video 99999" in err
     assert ids["kitchen.mp4"] not in {r["video_id"] for r in listed(data, capsys)}
     shards = status(data, capsys)["shards"]
     assert sum(sh["videos"] for sh in shards) == sum(sh["videos"] for sh in shards_before) - 1
-    code, out, err = run(capsys, "search", "--data-dir", str(data), "--json", "--top-k", "50", "--group-by", "video",
-                         "a cat")
+    code, out, err = run(
+        capsys,
+        "search",
+        "--data-dir",
+        str(data),
+        "--json",
+        "--top-k",
+        "50",
+        "--group-by",
+        "video",
+        "a cat",
+    )
     assert code == 0, err
     assert ids["kitchen.mp4"] not in {json.loads(line)["video_id"] for line in out.splitlines()}
     code, out, err = run(capsys, "check", "--data-dir", str(data))
@@ -85,9 +99,16 @@ def test_delete_removes_a_video_everywhere_and_names_an_unknown_one(indexed_copy
 def test_delete_while_another_process_writes_exits_2_and_deletes_nothing(indexed_copy, capsys):
     data, _ = indexed_copy
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
-         "print('locked', flush=True); time.sleep(120)", str(data / "writer.lock")],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(120)",
+            str(data / "writer.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = listed(data, capsys)

@@ -28,8 +28,13 @@ def _env() -> dict[str, str]:
 
 def run(data: Path, *args: str) -> subprocess.CompletedProcess:
     """`vifusion search` in a fresh process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "vifusion.cli", "search", "--data-dir", str(data), *args],
-                          capture_output=True, text=True, env=_env(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "vifusion.cli", "search", "--data-dir", str(data), *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
 
 
 def rows(text: str) -> list[dict]:
@@ -45,8 +50,11 @@ def here(data: Path, *args: str, capsys) -> list[dict]:
 
 
 def files(root: Path) -> dict[str, tuple[str, int]]:
-    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_indexing_leaves_the_query_model_for_a_fast_first_search(indexed):
@@ -56,38 +64,57 @@ def test_indexing_leaves_the_query_model_for_a_fast_first_search(indexed):
 
 def test_a_text_search_loads_neither_torch_nor_ray_and_finds_the_cat(indexed):
     data, videos, _ = indexed
-    probe = ("import json, sys; from vifusion import cli; "
-             f"code = cli.main(['search', '--data-dir', {str(data)!r}, '--json', 'a cat']); "
-             "print(json.dumps({'code': code, 'heavy': sorted({m.split('.')[0] for m in sys.modules} "
-             "& {'torch', 'transformers', 'ray'})}))")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), timeout=300)
+    probe = (
+        "import json, sys; from vifusion import cli; "
+        f"code = cli.main(['search', '--data-dir', {str(data)!r}, '--json', 'a cat']); "
+        "print(json.dumps({'code': code, 'heavy': sorted({m.split('.')[0] for m in sys.modules} "
+        "& {'torch', 'transformers', 'ray'})}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     *found, last = proc.stdout.strip().splitlines()
     assert json.loads(last) == {"code": 0, "heavy": []}
     top = json.loads(found[0])
     cat = videos["kitchen.mp4"].scene_of("chelsea")
-    assert Path(top["source"]).name == "kitchen.mp4" and top["start_s"] <= cat.start_s + 1 <= top["end_s"], top
+    assert (
+        Path(top["source"]).name == "kitchen.mp4"
+        and top["start_s"] <= cat.start_s + 1 <= top["end_s"]
+    ), top
 
 
 def test_a_search_writes_nothing_in_the_data_dir(indexed):
     data, _, _ = indexed
     before = files(data)
-    for args in (["a cup of coffee"], ["--in", "speech,screen", "a rocket"], ["--group-by", "video", "a cat"]):
+    for args in (
+        ["a cup of coffee"],
+        ["--in", "speech,screen", "a rocket"],
+        ["--group-by", "video", "a cat"],
+    ):
         proc = run(data, *args)
         assert proc.returncode == 0, proc.stderr
     assert files(data) == before
 
 
-@pytest.mark.parametrize("args", [
-    ["a cat"], ["a rocket", "--group-by", "frame"], ["a motorcycle", "--group-by", "video"],
-    ["a cup of coffee", "--in", "visual"], ["astronaut", "--in", "speech,screen"], ["a rocket", "--top-k", "40"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["a cat"],
+        ["a rocket", "--group-by", "frame"],
+        ["a motorcycle", "--group-by", "video"],
+        ["a cup of coffee", "--in", "visual"],
+        ["astronaut", "--in", "speech,screen"],
+        ["a rocket", "--top-k", "40"],
+    ],
+)
 def test_the_same_answers_as_through_ray(indexed, capsys, args):
     data, _, _ = indexed
     fast = here(data, *args, capsys=capsys)
     ray_path = here(data, "--address", "local", *args, capsys=capsys)
     assert [(r["video_id"], r["start_s"], r["end_s"], r["matched"]) for r in fast] == [
-        (r["video_id"], r["start_s"], r["end_s"], r["matched"]) for r in ray_path]
+        (r["video_id"], r["start_s"], r["end_s"], r["matched"]) for r in ray_path
+    ]
     assert np.allclose([r["score"] for r in fast], [r["score"] for r in ray_path], atol=1e-4)
 
 
@@ -101,7 +128,8 @@ def test_an_image_search_gives_the_answer_of_the_ray_path(indexed, capsys, tmp_p
     ray_path = here(data, "--address", "local", "--image", str(img), capsys=capsys)
     assert Path(fast[0]["source"]).name == "launch.mp4"
     assert [(r["video_id"], r["start_s"], r["end_s"]) for r in fast] == [
-        (r["video_id"], r["start_s"], r["end_s"]) for r in ray_path]
+        (r["video_id"], r["start_s"], r["end_s"]) for r in ray_path
+    ]
     assert np.allclose([r["score"] for r in fast], [r["score"] for r in ray_path], atol=1e-4)
 
 
@@ -115,8 +143,19 @@ def keep_all(tmp_path: Path, fraction: float = 0.0) -> str:
 def test_group_by_video_gives_each_video_once(indexed, capsys, tmp_path):
     data, videos, _ = indexed
     # visual only: its moments keep their cosines, so every video is listed (fused, unrelated ones are not)
-    found = here(data, "--config", keep_all(tmp_path), "--group-by", "video", "--in", "visual", "--top-k", "10",
-                 "a cat", capsys=capsys)
+    found = here(
+        data,
+        "--config",
+        keep_all(tmp_path),
+        "--group-by",
+        "video",
+        "--in",
+        "visual",
+        "--top-k",
+        "10",
+        "a cat",
+        capsys=capsys,
+    )
     ids = [r["video_id"] for r in found]
     assert len(ids) == len(set(ids)) == len(videos)
     assert Path(found[0]["source"]).name == "kitchen.mp4"
@@ -135,8 +174,12 @@ def test_a_video_not_ready_is_not_found(indexed, capsys, tmp_path):
 
 def test_moments_far_below_the_best_are_dropped_when_configured(indexed, capsys, tmp_path):
     data, _, _ = indexed
-    everything = here(data, "--config", keep_all(tmp_path), "--top-k", "20", "a rocket", capsys=capsys)
-    cut = here(data, "--config", keep_all(tmp_path, 0.5), "--top-k", "20", "a rocket", capsys=capsys)
+    everything = here(
+        data, "--config", keep_all(tmp_path), "--top-k", "20", "a rocket", capsys=capsys
+    )
+    cut = here(
+        data, "--config", keep_all(tmp_path, 0.5), "--top-k", "20", "a rocket", capsys=capsys
+    )
     assert cut == [r for r in everything if r["score"] >= 0.5 * everything[0]["score"]]
     assert len(cut) < len(everything)
 

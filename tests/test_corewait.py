@@ -10,7 +10,9 @@ import pytest
 from vifusion import _corewait
 from vifusion._corewait import CoreWait
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="no per-thread schedstat")
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/proc/thread-self/schedstat"), reason="no per-thread schedstat"
+)
 
 
 def spin(core_wait: CoreWait, seconds: float) -> float:
@@ -33,7 +35,13 @@ def one_core():
 
 
 def test_work_that_shares_its_core_with_another_process_is_stretched(one_core):
-    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{one_core}}})\nwhile True: pass"])
+    hog = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os; os.sched_setaffinity(0, {{{one_core}}})\nwhile True: pass",
+        ]
+    )
     try:
         time.sleep(0.2)  # the other process is running
         shared = spin(CoreWait(), 0.3)

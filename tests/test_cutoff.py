@@ -41,11 +41,16 @@ def test_every_page_is_cut_against_the_best_moment_of_the_whole_search(service):
     whole = service.search(text="a rocket", modalities=["visual"], top_k=20, min_relative_score=0.5)
     best = whole.results[0].score
     assert len(whole.results) >= 3 and min(scores(whole)) >= 0.5 * best
-    assert len(whole.results) < len(service.search(text="a rocket", modalities=["visual"], top_k=20,
-                                                   min_relative_score=0).results)
+    assert len(whole.results) < len(
+        service.search(
+            text="a rocket", modalities=["visual"], top_k=20, min_relative_score=0
+        ).results
+    )
     pages, offset = [], 0
     while offset is not None:  # two at a time: page 2's own best would let weaker moments through
-        page = service.search(text="a rocket", modalities=["visual"], top_k=2, offset=offset, min_relative_score=0.5)
+        page = service.search(
+            text="a rocket", modalities=["visual"], top_k=2, offset=offset, min_relative_score=0.5
+        )
         pages += page.results
         offset = page.next_offset
     assert pages == whole.results

@@ -26,7 +26,9 @@ def long_and_cheap(path) -> None:
         s.width = s.height = 64
         s.pix_fmt, s.options = "yuv420p", {"preset": "ultrafast"}
         for i in range(72):
-            frame = av.VideoFrame.from_ndarray(np.full((64, 64, 3), i * 3, np.uint8), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(
+                np.full((64, 64, 3), i * 3, np.uint8), format="rgb24"
+            )
             frame.pts = i
             for packet in s.encode(frame):
                 c.mux(packet)
@@ -42,8 +44,14 @@ def test_an_extractor_past_its_deadline_fails_the_job_and_is_restarted(ray_sessi
     hung, after = tmp_path / "hung.mp4", tmp_path / "after.mp4"
     tiny_frames(hung, 120, 10)  # 12 s: 2 s + 0.05 s x 12 s = 2.6 s to index it
     long_and_cheap(after)  # 3600 s: 182 s to index 8 frames
-    cfg = Config(data_dir=tmp_path / "data", max_frames=8, embed_batch=1, dedup_cosine=1.01,
-                 extract_deadline_base_s=2.0, extract_deadline_per_video_s=0.05)
+    cfg = Config(
+        data_dir=tmp_path / "data",
+        max_frames=8,
+        embed_batch=1,
+        dedup_cosine=1.01,
+        extract_deadline_base_s=2.0,
+        extract_deadline_per_video_s=0.05,
+    )
     with Runtime(cfg, writer=True) as rt:
         (extractor,) = rt.indexer.extractors
         pid = _pid(extractor)

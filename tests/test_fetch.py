@@ -68,6 +68,11 @@ def test_a_server_that_sends_nothing_fails_the_fetch_as_too_slow(tmp_path, slow_
 
 
 def test_a_fetch_past_its_deadline_fails_even_at_a_steady_rate(tmp_path, slow_server):
-    e = _fetch(tmp_path, f"{slow_server}/steady", fetch_min_rate_bps=1000, fetch_rate_window_s=1.0,
-               fetch_deadline_s=2.0)
+    e = _fetch(
+        tmp_path,
+        f"{slow_server}/steady",
+        fetch_min_rate_bps=1000,
+        fetch_rate_window_s=1.0,
+        fetch_deadline_s=2.0,
+    )
     assert e.code == "fetch_too_slow" and "download took longer than 2 s" in str(e), str(e)

@@ -41,7 +41,9 @@ def test_a_fifo_or_a_folder_under_a_root_is_refused_at_once(root):
     os.mkfifo(root / "pipe.mp4")
     (root / "folder.mp4").mkdir()
     for name, what in (("pipe.mp4", "a FIFO"), ("folder.mp4", "a folder")):
-        e = _refused((root / name).as_uri(), root)  # a FIFO opened without O_NONBLOCK would hang here
+        e = _refused(
+            (root / name).as_uri(), root
+        )  # a FIFO opened without O_NONBLOCK would hang here
         assert (e.code, e.status) == ("not_regular_file", 400) and what in str(e), str(e)
 
 
@@ -49,7 +51,9 @@ def test_a_fifo_or_a_folder_under_a_root_is_refused_at_once(root):
 def test_a_device_node_under_a_root_is_refused(root):
     os.mknod(root / "zero.mp4", stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero
     e = _refused((root / "zero.mp4").as_uri(), root)
-    assert (e.code, e.status) == ("not_regular_file", 400) and "a character device" in str(e), str(e)
+    assert (e.code, e.status) == ("not_regular_file", 400) and "a character device" in str(e), str(
+        e
+    )
 
 
 def test_a_symlink_to_dev_zero_under_a_root_is_refused(root):
@@ -78,8 +82,12 @@ def _swap_the_folder(path: Path) -> None:
     path.parent.symlink_to(path.parent.parent.parent / "outside")
 
 
-SWAPS = {"symlink": (_swap_for_a_symlink, "a symbolic link"), "fifo": (_swap_for_a_fifo, "a FIFO"),
-         "dev-zero": (_swap_for_dev_zero, "a symbolic link"), "folder": (_swap_the_folder, "a symbolic link")}
+SWAPS = {
+    "symlink": (_swap_for_a_symlink, "a symbolic link"),
+    "fifo": (_swap_for_a_fifo, "a FIFO"),
+    "dev-zero": (_swap_for_dev_zero, "a symbolic link"),
+    "folder": (_swap_the_folder, "a symbolic link"),
+}
 
 
 @pytest.mark.parametrize("swap", list(SWAPS))
@@ -110,7 +118,9 @@ def _wait_failed(catalog: Catalog, job_id: str, timeout_s: float = 120) -> str:
     raise TimeoutError(job_id)
 
 
-def test_a_queued_file_swapped_before_its_job_runs_fails_the_job_with_the_reason(ray_session, tmp_path):
+def test_a_queued_file_swapped_before_its_job_runs_fails_the_job_with_the_reason(
+    ray_session, tmp_path
+):
     from vifusion.service import Service
 
     queued = {}
@@ -132,4 +142,6 @@ def test_a_queued_file_swapped_before_its_job_runs_fails_the_job_with_the_reason
             assert _wait_failed(service.catalog, job_id) == "failed"
             error = service.job(job_id).error
             assert "clip.mp4: cannot read" in error and SWAPS[swap][1] in error, error
-            assert service.video(video_id).sha256 is None  # nothing was read through the swapped name
+            assert (
+                service.video(video_id).sha256 is None
+            )  # nothing was read through the swapped name

@@ -20,24 +20,31 @@ from vifusion.sources import SourceError, new_media_path, save_capped
 
 
 def test_storage_errors_survive_pickling_as_ray_sends_them_between_actors():
-    e = pickle.loads(pickle.dumps(StorageError("full", "the data dir /d is full: the upload was not stored")))
+    e = pickle.loads(
+        pickle.dumps(StorageError("full", "the data dir /d is full: the upload was not stored"))
+    )
     assert isinstance(e, StorageError) and e.reason == "full" and "upload was not stored" in str(e)
 
 
-@pytest.mark.parametrize(("error", "reason"), [
-    (OSError(errno.ENOSPC, "No space left on device"), "full"),
-    (OSError(errno.EROFS, "Read-only file system"), "read-only"),
-    (sqlite3.OperationalError("database or disk is full"), "full"),
-    (sqlite3.OperationalError("attempt to write a readonly database"), "read-only"),
-    (OSError(errno.ENOENT, "No such file or directory"), None),
-    (ValueError("not storage"), None),
-])
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "full"),
+        (OSError(errno.EROFS, "Read-only file system"), "read-only"),
+        (sqlite3.OperationalError("database or disk is full"), "full"),
+        (sqlite3.OperationalError("attempt to write a readonly database"), "read-only"),
+        (OSError(errno.ENOENT, "No such file or directory"), None),
+        (ValueError("not storage"), None),
+    ],
+)
 def test_storage_reason(error, reason):
     assert storage_reason(error) == reason
 
 
 def test_storage_writes_names_the_data_dir_and_the_outcome(tmp_path):
-    with pytest.raises(StorageError, match=f"the data dir {tmp_path} is full: the video was not queued"):
+    with pytest.raises(
+        StorageError, match=f"the data dir {tmp_path} is full: the video was not queued"
+    ):
         with storage_writes(tmp_path, "the video was not queued"):
             raise sqlite3.OperationalError("database or disk is full")
     with pytest.raises(FileNotFoundError):  # not the disk's fault: passes through as it was
@@ -67,9 +74,17 @@ def test_a_stored_upload_or_download_is_on_disk_whole_when_saving_returns(tmp_pa
     synced = _synced(monkeypatch)
     dest = new_media_path(cfg, "clip.mp4")
     body = [b"a" * 1000, b"b" * 1000]
-    assert save_capped(body, dest, 1 << 20, "the upload") == (hashlib.sha256(b"".join(body)).hexdigest(), 2000)
+    assert save_capped(body, dest, 1 << 20, "the upload") == (
+        hashlib.sha256(b"".join(body)).hexdigest(),
+        2000,
+    )
     folder = Path(os.path.realpath(dest.parent))
-    assert synced == [str(folder.parent.parent), str(folder.parent), str(folder / f"{TEMP_PREFIX}clip.mp4"), str(folder)]
+    assert synced == [
+        str(folder.parent.parent),
+        str(folder.parent),
+        str(folder / f"{TEMP_PREFIX}clip.mp4"),
+        str(folder),
+    ]
     assert os.listdir(folder) == ["clip.mp4"] and dest.read_bytes() == b"".join(body)
 
 
@@ -94,8 +109,11 @@ def test_an_upload_killed_half_way_leaves_only_a_temp_name_behind(tmp_path):
     for a whole one), only the temp name that `vifusion check` removes."""
     dest = tmp_path / "clip.mp4"
     root = Path(__file__).resolve().parents[1]
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_MID_WRITE, str(dest), str(root)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_MID_WRITE, str(dest), str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline() == "half written\n"
     finally:

@@ -19,7 +19,8 @@ from vifusion.config import Config
 from vifusion.types import FusedBatch
 
 needs_espeak = pytest.mark.skipif(
-    not _talks.have_espeak(), reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)"
+    not _talks.have_espeak(),
+    reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)",
 )
 HARBOUR = "Please meet me at the old harbour tomorrow morning."
 MEETING = "The quarterly meeting starts at nine."
@@ -63,9 +64,15 @@ def _stored(service, video_id: int, kind: str) -> tuple[list[tuple[float, float,
 
 @needs_espeak
 @pytest.mark.parametrize("suffix", [".mp4", ".webm"])  # H.264 + AAC; VP8 + Opus
-def test_a_talks_speech_and_slides_reach_the_catalog_and_the_shard(service, videos: Path, suffix: str) -> None:
-    talk = _talks.write_talk(videos / f"talk{suffix}", 8.0, said=[(1.0, HARBOUR)],
-                             shown=[(0.0, 3.0, [ZORBLAX]), (3.0, 8.0, [REVENUE])])
+def test_a_talks_speech_and_slides_reach_the_catalog_and_the_shard(
+    service, videos: Path, suffix: str
+) -> None:
+    talk = _talks.write_talk(
+        videos / f"talk{suffix}",
+        8.0,
+        said=[(1.0, HARBOUR)],
+        shown=[(0.0, 3.0, [ZORBLAX]), (3.0, 8.0, [REVENUE])],
+    )
     video_id, job_id = _index(service, talk.path)
     job = service.job(job_id)
     assert (job.stage, job.warnings) == (None, ())
@@ -75,30 +82,45 @@ def test_a_talks_speech_and_slides_reach_the_catalog_and_the_shard(service, vide
     assert {"old", "tomorrow", "morning"} <= _words(heard), heard
     said = talk.said[0]
     # Whisper's times are coarse: each segment lies within a second of where it was said.
-    assert all(said.start_s - 1.0 <= t0 <= t1 <= said.end_s + 1.0 for t0, t1, _ in speech), (speech, said)
-    assert np.allclose(times, [[t0, t1] for t0, t1, _ in speech], atol=1e-3)  # row n is vector n (float32 times)
+    assert all(said.start_s - 1.0 <= t0 <= t1 <= said.end_s + 1.0 for t0, t1, _ in speech), (
+        speech,
+        said,
+    )
+    assert np.allclose(
+        times, [[t0, t1] for t0, t1, _ in speech], atol=1e-3
+    )  # row n is vector n (float32 times)
 
     screen, times = _stored(service, video_id, "screen")
     assert [(t0, t1, text) for t0, t1, text in screen] == [(0.0, 3.0, ZORBLAX), (3.0, 8.0, REVENUE)]
     assert times.tolist() == [[0.0, 3.0], [3.0, 8.0]]
     # The vectors are the sentence model's: a query with the slide's words finds its span first.
-    hits = service.shards.search("screen", service.searcher.embedder.embed_text(["revenue grew"]), 2,
-                                 [video_id])[0]
+    hits = service.shards.search(
+        "screen", service.searcher.embedder.embed_text(["revenue grew"]), 2, [video_id]
+    )[0]
     assert (hits[0].t_start, hits[0].t_end) == (3.0, 8.0)
 
 
-@pytest.mark.parametrize("audio, warning", [
-    ("none", "no audio track"),
-    ("silence", "audio track is silent"),
-    ("music", "no speech heard in"),
-    ("broken", "broken audio stream ("),
-])
-def test_bad_audio_indexes_the_frames_with_a_warning(service, videos: Path, audio: str, warning: str) -> None:
-    talk = _talks.write_talk(videos / f"{audio}.mkv", 3.0, audio=audio, shown=[(0.0, 3.0, [REVENUE])])
+@pytest.mark.parametrize(
+    "audio, warning",
+    [
+        ("none", "no audio track"),
+        ("silence", "audio track is silent"),
+        ("music", "no speech heard in"),
+        ("broken", "broken audio stream ("),
+    ],
+)
+def test_bad_audio_indexes_the_frames_with_a_warning(
+    service, videos: Path, audio: str, warning: str
+) -> None:
+    talk = _talks.write_talk(
+        videos / f"{audio}.mkv", 3.0, audio=audio, shown=[(0.0, 3.0, [REVENUE])]
+    )
     video_id, job_id = _index(service, talk.path)
     job = service.job(job_id)
     assert job.status == "ready" and job.frames_indexed == 3 and job.error is None
-    assert len(job.warnings) == 1 and job.warnings[0].startswith(f"{audio}.mkv: {warning}"), job.warnings
+    assert len(job.warnings) == 1 and job.warnings[0].startswith(f"{audio}.mkv: {warning}"), (
+        job.warnings
+    )
     assert _stored(service, video_id, "speech")[0] == []
     assert _stored(service, video_id, "screen")[0] == [(0.0, 3.0, REVENUE)]
 
@@ -116,9 +138,12 @@ def test_an_audio_only_file_is_refused_at_probe_with_its_reason(service, videos:
 
 
 @needs_espeak
-def test_indexing_again_writes_the_same_rows_and_nothing_of_the_last_run_stays(service, videos: Path) -> None:
-    talk = _talks.write_talk(videos / "again.mkv", 6.0, said=[(0.5, MEETING)],
-                             shown=[(0.0, 6.0, [ZORBLAX])])
+def test_indexing_again_writes_the_same_rows_and_nothing_of_the_last_run_stays(
+    service, videos: Path
+) -> None:
+    talk = _talks.write_talk(
+        videos / "again.mkv", 6.0, said=[(0.5, MEETING)], shown=[(0.0, 6.0, [ZORBLAX])]
+    )
     video_id, _ = _index(service, talk.path)
     first = {kind: _stored(service, video_id, kind) for kind in ("speech", "screen")}
     assert first["speech"][0] and first["screen"][0]
@@ -126,8 +151,13 @@ def test_indexing_again_writes_the_same_rows_and_nothing_of_the_last_run_stays(s
     # What an earlier run with more rows left: a third speech row, in the catalog and the shard.
     stale = first["speech"][0] + [(5.0, 6.0, "words of an earlier run")]
     service.catalog.put_texts(video_id, "speech", stale)
-    extra = FusedBatch.of_texts(video_id, "speech", len(stale) - 1, [[5.0, 6.0]],
-                                service.searcher.embedder.embed_text(["words of an earlier run"]))
+    extra = FusedBatch.of_texts(
+        video_id,
+        "speech",
+        len(stale) - 1,
+        [[5.0, 6.0]],
+        service.searcher.embedder.embed_text(["words of an earlier run"]),
+    )
     ray.get(service.shards.handle_for(video_id).add.remote(extra))
 
     job_id = service.catalog.requeue(video_id, "re-indexing: a test")
@@ -150,8 +180,12 @@ def test_deleting_a_video_removes_its_texts_and_rows(service, videos: Path) -> N
 
 
 def test_a_video_deleted_while_its_job_runs_leaves_no_texts(service, videos: Path) -> None:
-    talk = _talks.write_talk(videos / "short-lived.mp4", 12.0, audio="none",
-                             shown=[(0.0, 6.0, [ZORBLAX]), (6.0, 12.0, [REVENUE])])
+    talk = _talks.write_talk(
+        videos / "short-lived.mp4",
+        12.0,
+        audio="none",
+        shown=[(0.0, 6.0, [ZORBLAX]), (6.0, 12.0, [REVENUE])],
+    )
     doomed = service.ingest_uri(talk.path.as_uri())
     deadline = time.monotonic() + 300
     while service.job(doomed.job_id).stage not in ("frames", "speech", "saving"):  # under way

@@ -32,7 +32,9 @@ def videos(tmp_path_factory):
 
 @pytest.fixture
 def http_root(videos):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(videos["street.mp4"].path.parent))
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(videos["street.mp4"].path.parent)
+    )
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -40,7 +42,9 @@ def http_root(videos):
     server.shutdown()
 
 
-def test_interrupted_and_queued_jobs_run_after_a_restart_and_urls_are_fetched(ray_session, tmp_path, videos, http_root):
+def test_interrupted_and_queued_jobs_run_after_a_restart_and_urls_are_fetched(
+    ray_session, tmp_path, videos, http_root
+):
     from vifusion.service import Service
 
     # dedup off: every sampled frame is one vector, so counts below are frames

@@ -11,17 +11,20 @@ from vifusion.config import Config
 from vifusion.sources import MAX_TITLE_CHARS, new_media_path, title_from_name
 
 
-@pytest.mark.parametrize(("name", "title"), [
-    ("Dr. Who.mp4", "Dr. Who"),
-    ("Dr. Who", "Dr. Who"),  # ". Who" is no extension
-    ("AC-DC live.MOV", "AC-DC live"),
-    ("/home/me/clips/holiday.mkv", "holiday"),
-    ("C:\\Users\\me\\holiday.webm", "holiday"),
-    ("archive.tar.gz", "archive.tar"),
-    (".mp4", ".mp4"),
-    ("   ", "fallback"),
-    (None, "fallback"),
-])
+@pytest.mark.parametrize(
+    ("name", "title"),
+    [
+        ("Dr. Who.mp4", "Dr. Who"),
+        ("Dr. Who", "Dr. Who"),  # ". Who" is no extension
+        ("AC-DC live.MOV", "AC-DC live"),
+        ("/home/me/clips/holiday.mkv", "holiday"),
+        ("C:\\Users\\me\\holiday.webm", "holiday"),
+        ("archive.tar.gz", "archive.tar"),
+        (".mp4", ".mp4"),
+        ("   ", "fallback"),
+        (None, "fallback"),
+    ],
+)
 def test_a_title_from_a_file_name_drops_the_folder_and_a_plain_extension(name, title):
     assert title_from_name(name, "fallback") == title
 
@@ -30,7 +33,9 @@ def test_a_title_from_a_long_file_name_is_cut_to_the_cap():
     assert title_from_name("x" * 500 + ".mp4", "f") == "x" * MAX_TITLE_CHARS
 
 
-@pytest.mark.parametrize("name", ["視頻" * 50 + ".mp4", "𝒱" * 100 + ".webm", "a" * 300 + ".mp4", "é" * 254 + ".mkv"])
+@pytest.mark.parametrize(
+    "name", ["視頻" * 50 + ".mp4", "𝒱" * 100 + ".webm", "a" * 300 + ".mp4", "é" * 254 + ".mkv"]
+)
 def test_a_stored_file_name_fits_the_file_system_and_keeps_its_extension(tmp_path, name):
     path = new_media_path(Config(data_dir=tmp_path), name)
     assert len(path.name.encode()) <= 255

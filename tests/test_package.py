@@ -21,7 +21,11 @@ def test_the_public_names_are_the_classes_callers_use():
 
 def test_importing_the_package_or_its_client_loads_neither_ray_nor_torch():
     # A text search from the command line and a script that only talks to the API stay light.
-    code = ("import json, sys; from vifusion import Client, Config; "
-            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch', 'transformers'})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import json, sys; from vifusion import Client, Config; "
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch', 'transformers'})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert json.loads(out) == []

@@ -11,7 +11,10 @@ def c(video, start, end, modality, score=1.0, snippet=None):
 
 def test_a_moment_two_modalities_agree_on_beats_the_top_of_one_list():
     visual = [c(1, 0, 4, "visual"), c(2, 10, 14, "visual")]
-    speech = [c(3, 0, 2, "speech", snippet="hello"), c(2, 11, 13, "speech", snippet="the <b>rocket</b>")]
+    speech = [
+        c(3, 0, 2, "speech", snippet="hello"),
+        c(2, 11, 13, "speech", snippet="the <b>rocket</b>"),
+    ]
     top = fuse([visual, speech], top_k=3)
     # the moment spans the spoken words, which place it more exactly than the frames
     assert (top[0].video_id, top[0].start_s, top[0].end_s) == (2, 11, 13)
@@ -21,8 +24,13 @@ def test_a_moment_two_modalities_agree_on_beats_the_top_of_one_list():
 
 
 def test_overlapping_candidates_of_one_video_merge_and_others_stay_apart():
-    speech = [c(1, 5, 8, "speech", snippet="a"), c(1, 7, 9, "speech", snippet="b"), c(1, 20, 22, "speech"),
-              c(2, 5, 8, "speech"), c(2, 8, 10, "speech")]
+    speech = [
+        c(1, 5, 8, "speech", snippet="a"),
+        c(1, 7, 9, "speech", snippet="b"),
+        c(1, 20, 22, "speech"),
+        c(2, 5, 8, "speech"),
+        c(2, 8, 10, "speech"),
+    ]
     top = fuse([speech], top_k=10)
     # a moment spans its strongest candidate; spans that only touch stay apart
     spans = sorted((m.video_id, m.start_s, m.end_s, m.snippet) for m in top)
@@ -34,7 +42,12 @@ def test_a_moment_of_frames_takes_the_span_of_the_words_that_join_it():
     speech = [c(1, 14, 16, "speech", snippet="the [budget] is up")]
     screen = [c(1, 20, 28, "screen", snippet="Q3 [budget]")]
     top, other = fuse([visual, speech, screen], top_k=5)
-    assert (top.start_s, top.end_s, top.snippet, top.matched) == (14, 16, "the [budget] is up", ["visual", "speech"])
+    assert (top.start_s, top.end_s, top.snippet, top.matched) == (
+        14,
+        16,
+        "the [budget] is up",
+        ["visual", "speech"],
+    )
     # the slide shares time with the frames but not with the words that placed their moment
     assert (other.start_s, other.end_s, other.matched) == (20, 28, ["screen"])
 

@@ -42,9 +42,12 @@ def test_a_live_service_is_found_until_it_withdraws(tmp_path, server):
 
 
 def test_a_dead_process_announcement_is_ignored(tmp_path, server):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / FILE).write_text(json.dumps({"url": f"http://127.0.0.1:{server.server_port}",
-                                             "pid": int(dead.stdout)}))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (tmp_path / FILE).write_text(
+        json.dumps({"url": f"http://127.0.0.1:{server.server_port}", "pid": int(dead.stdout)})
+    )
     assert running_url(tmp_path) is None
 
 

@@ -19,10 +19,15 @@ from vifusion.samples import photo
 from vifusion.types import FusedBatch
 
 TALK = {  # video 1: a talk, its slides on screen
-    "speech": [(0.0, 4.0, "Welcome to the quarterly review of the Lisbon office."),
-               (4.0, 9.0, "Our mascot is called Lorblax, and everyone loved it."),
-               (9.0, 14.0, "Next we discuss the migration of the billing service.")],
-    "screen": [(0.0, 9.0, "Quarterly review"), (14.0, 20.0, "Hiring plan: three engineers in Porto")],
+    "speech": [
+        (0.0, 4.0, "Welcome to the quarterly review of the Lisbon office."),
+        (4.0, 9.0, "Our mascot is called Lorblax, and everyone loved it."),
+        (9.0, 14.0, "Next we discuss the migration of the billing service."),
+    ],
+    "screen": [
+        (0.0, 9.0, "Quarterly review"),
+        (14.0, 20.0, "Hiring plan: three engineers in Porto"),
+    ],
 }
 OTHER = {  # video 3: another talk, about something else
     "speech": [(0.0, 5.0, "The weather in the mountains was cold and windy all week.")],
@@ -42,11 +47,18 @@ def _frames(rt: Runtime, video_id: int, pictures: list[np.ndarray]) -> FusedBatc
     """One sampled frame a second, each ``pictures[i]`` shown over [i, i + 1)."""
     pairs = [rt.searcher.embedder.embed_frames(p[None]) for p in pictures]
     spans = np.array([[i, i + 1] for i in range(len(pictures))], np.float32)
-    return FusedBatch.of_video(video_id, 0, spans, np.concatenate([p[0] for p in pairs]),
-                               np.concatenate([p[1] for p in pairs]))
+    return FusedBatch.of_video(
+        video_id,
+        0,
+        spans,
+        np.concatenate([p[0] for p in pairs]),
+        np.concatenate([p[1] for p in pairs]),
+    )
 
 
-def _texts(rt: Runtime, video_id: int, kind: str, rows: list[tuple[float, float, str]]) -> FusedBatch:
+def _texts(
+    rt: Runtime, video_id: int, kind: str, rows: list[tuple[float, float, str]]
+) -> FusedBatch:
     rt.catalog.put_texts(video_id, kind, rows)
     vectors = rt.searcher.embedder.embed_text([t for _, _, t in rows])
     return FusedBatch.of_texts(video_id, kind, 0, np.array([[a, b] for a, b, _ in rows]), vectors)
@@ -56,16 +68,20 @@ def _texts(rt: Runtime, video_id: int, kind: str, rows: list[tuple[float, float,
 def world(ray_session, tmp_path_factory) -> World:
     cfg = Config(data_dir=tmp_path_factory.mktemp("search-text"), faiss_threads=1)
     with Runtime(cfg) as rt:
-        ids = [rt.catalog.add_video(f"/v/{name}.mp4", name)[0] for name in ("talk", "kitchen", "other")]
+        ids = [
+            rt.catalog.add_video(f"/v/{name}.mp4", name)[0] for name in ("talk", "kitchen", "other")
+        ]
         talk, kitchen, other = ids
         slide, blank = _talks.slide(["Quarterly review"]), _talks.slide([])
         hiring = _talks.slide(["Hiring plan: three engineers in Porto"])
         batches = [
             _frames(rt, talk, [slide] * 9 + [blank] * 5 + [hiring] * 6),
-            _texts(rt, talk, "speech", TALK["speech"]), _texts(rt, talk, "screen", TALK["screen"]),
+            _texts(rt, talk, "speech", TALK["speech"]),
+            _texts(rt, talk, "screen", TALK["screen"]),
             _frames(rt, kitchen, [photo("chelsea")] * 5 + [photo("coffee")] * 5),
             _frames(rt, other, [_talks.slide(["Mountain weather report"])] * 5),
-            _texts(rt, other, "speech", OTHER["speech"]), _texts(rt, other, "screen", OTHER["screen"]),
+            _texts(rt, other, "speech", OTHER["speech"]),
+            _texts(rt, other, "screen", OTHER["screen"]),
         ]
         ray.get([rt.shards.handle_for(int(b.ids[0]) >> 24).add.remote(b) for b in batches])
         yield World(rt, talk, kitchen, other)
@@ -123,14 +139,26 @@ def test_modalities_restrict_what_is_searched(world):
 
 
 def test_a_video_filter_applies_to_every_modality(world):
-    found = world.rt.searcher.text("the migration of the billing service", top_k=20,
-                                   videos=[world.kitchen, world.other])
+    found = world.rt.searcher.text(
+        "the migration of the billing service", top_k=20, videos=[world.kitchen, world.other]
+    )
     assert {m.video_id for m in found} <= {world.kitchen, world.other}
-    assert world.rt.searcher.text("a cup of coffee", top_k=5, videos=[world.other, world.kitchen])[0].video_id == world.kitchen
-    assert world.kitchen not in {m.video_id for m in world.rt.searcher.text("a cup of coffee", top_k=20,
-                                                                            videos=[world.talk, world.other])}
-    assert world.talk not in {m.video_id for m in world.rt.searcher.text("Porto", top_k=5,
-                                                                         videos=[world.other, world.kitchen])}
+    assert (
+        world.rt.searcher.text("a cup of coffee", top_k=5, videos=[world.other, world.kitchen])[
+            0
+        ].video_id
+        == world.kitchen
+    )
+    assert world.kitchen not in {
+        m.video_id
+        for m in world.rt.searcher.text(
+            "a cup of coffee", top_k=20, videos=[world.talk, world.other]
+        )
+    }
+    assert world.talk not in {
+        m.video_id
+        for m in world.rt.searcher.text("Porto", top_k=5, videos=[world.other, world.kitchen])
+    }
 
 
 def test_group_by_video_and_frame(world):
@@ -141,8 +169,22 @@ def test_group_by_video_and_frame(world):
     assert frames[0].video_id == world.kitchen and frames[0].end_s - frames[0].start_s == 1.0
 
 
-@pytest.mark.parametrize("query", ['"', "NEAR(", "*", "billing*", "-service", "AND OR NOT", "x" * 1000,
-                                   "'; DROP TABLE texts; --", "\x00billing", "💸", "to be or not to be"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        "NEAR(",
+        "*",
+        "billing*",
+        "-service",
+        "AND OR NOT",
+        "x" * 1000,
+        "'; DROP TABLE texts; --",
+        "\x00billing",
+        "💸",
+        "to be or not to be",
+    ],
+)
 def test_any_query_string_is_a_search(world, query):
     world.rt.searcher.text(query, top_k=5)
     assert len(world.rt.catalog.texts(world.talk)) == 5  # and nothing was harmed
@@ -158,7 +200,9 @@ def test_text_names_screen_and_unknown_modalities_are_refused():
         check_modalities([{}])
 
 
-@pytest.mark.parametrize("query", ["quarterly review", "a dog on a beach", "the migration of the billing service"])
+@pytest.mark.parametrize(
+    "query", ["quarterly review", "a dog on a beach", "the migration of the billing service"]
+)
 def test_moments_unrelated_to_the_query_are_not_listed(world, query):
     """Calibrated 0 means no list found the moment related: listing it (as 'visual') is noise."""
     found = world.rt.searcher.text(query, top_k=20, group_by="video")

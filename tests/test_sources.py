@@ -9,13 +9,26 @@ from pathlib import Path
 import pytest
 
 from vifusion.config import Config
-from vifusion.sources import SourceError, check_url, download, new_media_path, resolve_file_uri, sniff
+from vifusion.sources import (
+    SourceError,
+    check_url,
+    download,
+    new_media_path,
+    resolve_file_uri,
+    sniff,
+)
 
 
 @pytest.mark.parametrize(
     "head",
-    [b"\x00\x00\x00\x18ftypisom" + bytes(20), b"\x1a\x45\xdf\xa3" + bytes(20), b"RIFF\x00\x00\x00\x00AVI LIST",
-     b"GIF89a" + bytes(10), b"OggS" + bytes(10), bytes(range(256)) * 4],
+    [
+        b"\x00\x00\x00\x18ftypisom" + bytes(20),
+        b"\x1a\x45\xdf\xa3" + bytes(20),
+        b"RIFF\x00\x00\x00\x00AVI LIST",
+        b"GIF89a" + bytes(10),
+        b"OggS" + bytes(10),
+        bytes(range(256)) * 4,
+    ],
     ids=["mp4", "mkv", "avi", "gif", "ogg", "unknown-binary"],
 )
 def test_sniff_lets_videos_and_unknown_binary_through(head):
@@ -24,8 +37,14 @@ def test_sniff_lets_videos_and_unknown_binary_through(head):
 
 @pytest.mark.parametrize(
     ("head", "why"),
-    [(b"", "empty"), (b"hello world\n" * 10, "text"), ("héllo wörld ".encode() * 40, "text"),
-     (b"\x89PNG\r\n\x1a\n" + bytes(20), "PNG"), (b"%PDF-1.7", "PDF"), (b"RIFF\x00\x00\x00\x00WAVEfmt ", "not an AVI")],
+    [
+        (b"", "empty"),
+        (b"hello world\n" * 10, "text"),
+        ("héllo wörld ".encode() * 40, "text"),
+        (b"\x89PNG\r\n\x1a\n" + bytes(20), "PNG"),
+        (b"%PDF-1.7", "PDF"),
+        (b"RIFF\x00\x00\x00\x00WAVEfmt ", "not an AVI"),
+    ],
 )
 def test_sniff_refuses_what_is_surely_not_video(head, why):
     assert why in sniff(head)
@@ -55,9 +74,18 @@ def test_file_uri_must_stay_inside_the_roots(tmp_path):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1/x", "http://localhost:9000/x", "http://169.254.169.254/", "http://[::1]/x",
-     "http://10.1.2.3/x", "http://192.168.0.1/x", "http://172.16.0.1/x", "http://0.0.0.0/x",
-     "http://[::ffff:127.0.0.1]/x", "http://2130706433/x"],
+    [
+        "http://127.0.0.1/x",
+        "http://localhost:9000/x",
+        "http://169.254.169.254/",
+        "http://[::1]/x",
+        "http://10.1.2.3/x",
+        "http://192.168.0.1/x",
+        "http://172.16.0.1/x",
+        "http://0.0.0.0/x",
+        "http://[::ffff:127.0.0.1]/x",
+        "http://2130706433/x",
+    ],
 )
 def test_private_addresses_are_refused(url):
     with pytest.raises(SourceError) as e:
@@ -66,7 +94,9 @@ def test_private_addresses_are_refused(url):
 
 
 def test_public_address_literal_passes_and_private_passes_when_allowed():
-    check_url("http://93.184.216.34/video.mp4", allow_private=False)  # no lookup needed, no request made
+    check_url(
+        "http://93.184.216.34/video.mp4", allow_private=False
+    )  # no lookup needed, no request made
     check_url("http://127.0.0.1:1/x", allow_private=True)
 
 
@@ -118,8 +148,9 @@ def test_download_refuses_a_redirect_to_a_private_address(tmp_path, http_server,
 
     # The test server is on loopback: let exactly that through, keep every other check.
     real = sources.check_url
-    monkeypatch.setattr(sources, "check_url",
-                        lambda url, allow: real(url, allow or url.startswith(http_server)))
+    monkeypatch.setattr(
+        sources, "check_url", lambda url, allow: real(url, allow or url.startswith(http_server))
+    )
     cfg = Config(data_dir=tmp_path)
     with pytest.raises(SourceError) as e:
         download(f"{http_server}/redirect-private", tmp_path / "x.mp4", cfg)

@@ -31,7 +31,9 @@ def test_the_cache_stays_within_its_byte_bound_dropping_the_least_recently_used(
         cache.get(1, video, 0.0)  # kept in use: never the least recent
         assert _on_disk(root) <= cache.max_bytes
     kept = sorted(p.name for p in root.rglob("*.jpg"))
-    assert len(kept) >= 4 and "0-320.jpg" in kept and "90-320.jpg" in kept and "10-320.jpg" not in kept
+    assert (
+        len(kept) >= 4 and "0-320.jpg" in kept and "90-320.jpg" in kept and "10-320.jpg" not in kept
+    )
     # a cache opened again over the same folder counts what is there and keeps the bound
     again = ThumbnailCache(root, 2 * size + size // 2)
     assert _on_disk(root) <= again.max_bytes

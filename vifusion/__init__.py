@@ -14,8 +14,12 @@ __version__ = "0.1.0"
 
 # Imported on first use: ``Service`` brings Ray and the models, which a text search in the
 # command line's process does without.
-_LAZY = {"ApiError": "vifusion.client", "Client": "vifusion.client", "NotFound": "vifusion.service",
-         "Service": "vifusion.service"}
+_LAZY = {
+    "ApiError": "vifusion.client",
+    "Client": "vifusion.client",
+    "NotFound": "vifusion.service",
+    "Service": "vifusion.service",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -52,8 +52,16 @@ def all_videos(catalog: Catalog, status: str | None = None) -> list[Video]:
 
 def video_row(v: Video) -> dict[str, Any]:
     """A video as `vifusion list --json` prints it."""
-    return {"video_id": v.id, "status": v.status, "duration_s": v.duration_s, "frames": v.frames_indexed,
-            "title": v.title, "source": v.source, "added": _when(v.created_at), "error": v.error}
+    return {
+        "video_id": v.id,
+        "status": v.status,
+        "duration_s": v.duration_s,
+        "frames": v.frames_indexed,
+        "title": v.title,
+        "source": v.source,
+        "added": _when(v.created_at),
+        "error": v.error,
+    }
 
 
 def _when(t: float | None) -> str | None:
@@ -74,8 +82,10 @@ def writer_lock(cfg: Config) -> Iterator[IO[str]]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Busy(f"another vifusion process is writing to {cfg.data_dir} (an index run, or a service "
-                       "that did not announce itself); delete when it has finished") from None
+            raise Busy(
+                f"another vifusion process is writing to {cfg.data_dir} (an index run, or a service "
+                "that did not announce itself); delete when it has finished"
+            ) from None
         yield lock
     finally:
         lock.close()
@@ -102,7 +112,9 @@ class Deleter:
         video = self.catalog.get_video(video_id)
         if video is None:
             return False
-        shard = self._shard(shard_for(video_id, self.cfg.num_shards))  # one that cannot open: nothing changed
+        shard = self._shard(
+            shard_for(video_id, self.cfg.num_shards)
+        )  # one that cannot open: nothing changed
         self.catalog.delete_video(video_id)
         if shard is not None:
             shard.delete_video(video_id)
@@ -147,8 +159,15 @@ class ShardState:
     snapshot_seq: int  # the last one the snapshot holds
 
     def as_dict(self) -> dict[str, Any]:
-        return {"shard": self.shard, "rows": self.rows, "videos": self.videos, "log_bytes": self.log_bytes,
-                "snapshot_at": _when(self.snapshot_at), "seq": self.seq, "snapshot_seq": self.snapshot_seq}
+        return {
+            "shard": self.shard,
+            "rows": self.rows,
+            "videos": self.videos,
+            "log_bytes": self.log_bytes,
+            "snapshot_at": _when(self.snapshot_at),
+            "seq": self.seq,
+            "snapshot_seq": self.snapshot_seq,
+        }
 
 
 def shard_states(cfg: Config) -> list[ShardState]:
@@ -173,8 +192,17 @@ def shard_states(cfg: Config) -> list[ShardState]:
             snapshot_at = (directory / SNAPSHOT).stat().st_mtime
         except OSError:
             snapshot_at = None
-        out.append(ShardState(n, stats["vectors"], stats["videos"], log_bytes, snapshot_at, stats["seq"],
-                              stats["snapshot_seq"]))
+        out.append(
+            ShardState(
+                n,
+                stats["vectors"],
+                stats["videos"],
+                log_bytes,
+                snapshot_at,
+                stats["seq"],
+                stats["snapshot_seq"],
+            )
+        )
     return out
 
 
@@ -184,11 +212,23 @@ def job_summary(catalog: Catalog) -> dict[str, Any]:
 
     jobs = catalog.jobs_in(JOB_STATES)
     counts = {s: sum(j.status == s for j in jobs) for s in JOB_STATES}
-    failed = sorted((j for j in jobs if j.status == "failed"), key=lambda j: -j.updated_at)[:RECENT_FAILURES]
-    return {"counts": counts, "running": [_job(j) for j in jobs if j.status in RUNNING],
-            "recent_failures": [_job(j) for j in failed]}
+    failed = sorted((j for j in jobs if j.status == "failed"), key=lambda j: -j.updated_at)[
+        :RECENT_FAILURES
+    ]
+    return {
+        "counts": counts,
+        "running": [_job(j) for j in jobs if j.status in RUNNING],
+        "recent_failures": [_job(j) for j in failed],
+    }
 
 
 def _job(j: Job) -> dict[str, Any]:
-    return {"job_id": j.id, "video_id": j.video_id, "status": j.status, "stage": j.stage,
-            "progress": round(j.progress, 3), "error": j.error, "updated": _when(j.updated_at)}
+    return {
+        "job_id": j.id,
+        "video_id": j.video_id,
+        "status": j.status,
+        "stage": j.stage,
+        "progress": round(j.progress, 3),
+        "error": j.error,
+        "updated": _when(j.updated_at),
+    }

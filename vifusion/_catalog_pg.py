@@ -39,9 +39,19 @@ from vifusion._catalog_words import (
     query_words,
     tokens,
 )
-from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, CatalogUnreachable, Job, TextRow, Video
+from vifusion.catalog import (
+    JOB_STAGES,
+    JOB_STATES,
+    Catalog,
+    CatalogUnreachable,
+    Job,
+    TextRow,
+    Video,
+)
 
-_JOB = "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings"
+_JOB = (
+    "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings"
+)
 
 
 class PostgresCatalog(Catalog):
@@ -56,8 +66,10 @@ class PostgresCatalog(Catalog):
 
         info = psycopg.conninfo.conninfo_to_dict(url)
         self.url = url
-        self.where = (f"postgresql://{info.get('user', '')}@{info.get('host', '')}:{info.get('port', 5432)}"
-                      f"/{info.get('dbname', '')}")  # the URL without its password, for messages
+        self.where = (
+            f"postgresql://{info.get('user', '')}@{info.get('host', '')}:{info.get('port', 5432)}"
+            f"/{info.get('dbname', '')}"
+        )  # the URL without its password, for messages
         self.path = None
         self.read_only = read_only
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
@@ -66,7 +78,9 @@ class PostgresCatalog(Catalog):
         try:  # a clear error now, not a pool timeout
             conn = psycopg.connect(url, connect_timeout=10, **kwargs)
         except psycopg.OperationalError as e:
-            raise CatalogUnreachable(f"cannot reach the catalog at {self.where}: {str(e).strip()}") from None
+            raise CatalogUnreachable(
+                f"cannot reach the catalog at {self.where}: {str(e).strip()}"
+            ) from None
         with conn:
             if not read_only:
                 migrate_postgres(conn, self.where)
@@ -74,8 +88,15 @@ class PostgresCatalog(Catalog):
                 raise sqlite3.OperationalError(f"no catalog at {self.where}")
         # Each connection is checked as it is handed out: one the server dropped (a restart,
         # a failover) is replaced, not returned to fail the caller's statement.
-        self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, kwargs=kwargs, open=True,
-                                    check=ConnectionPool.check_connection, name="vifusion-catalog")
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=kwargs,
+            open=True,
+            check=ConnectionPool.check_connection,
+            name="vifusion-catalog",
+        )
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         with self._pool.connection() as c:
@@ -92,59 +113,114 @@ class PostgresCatalog(Catalog):
 
     # -- videos and jobs -------------------------------------------------------------
 
-    def add_video(self, source: str, title: str, metadata: dict[str, Any] | None = None, sha256: str | None = None,
-                  size_bytes: int | None = None, media: Any = None) -> tuple[int, str]:
+    def add_video(
+        self,
+        source: str,
+        title: str,
+        metadata: dict[str, Any] | None = None,
+        sha256: str | None = None,
+        size_bytes: int | None = None,
+        media: Any = None,
+    ) -> tuple[int, str]:
         now = time.time()
         job_id = uuid.uuid4().hex
-        meta = json.dumps(metadata or {}, allow_nan=False)  # filters read it as jsonb, which has no NaN
+        meta = json.dumps(
+            metadata or {}, allow_nan=False
+        )  # filters read it as jsonb, which has no NaN
         with self._pool.connection() as c, c.transaction():
             video_id = c.execute(
                 "INSERT INTO videos (source, title, metadata, sha256, size_bytes, status, created_at, media)"
                 " VALUES (%s, %s, %s, %s, %s, 'queued', %s, %s) RETURNING id",
-                (source, title, meta, sha256, size_bytes, now, None if media is None else str(media))).fetchone()["id"]
-            c.execute("INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (%s, %s, 'queued', %s, %s)",
-                      (job_id, video_id, now, now))
+                (
+                    source,
+                    title,
+                    meta,
+                    sha256,
+                    size_bytes,
+                    now,
+                    None if media is None else str(media),
+                ),
+            ).fetchone()["id"]
+            c.execute(
+                "INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (%s, %s, 'queued', %s, %s)",
+                (job_id, video_id, now, now),
+            )
         return video_id, job_id
 
-    def set_video_info(self, video_id: int, duration_s: float, fps: float, width: int, height: int) -> None:
-        self._write("UPDATE videos SET duration_s=%s, fps=%s, width=%s, height=%s WHERE id=%s",
-                    (duration_s, fps, width, height, video_id))
+    def set_video_info(
+        self, video_id: int, duration_s: float, fps: float, width: int, height: int
+    ) -> None:
+        self._write(
+            "UPDATE videos SET duration_s=%s, fps=%s, width=%s, height=%s WHERE id=%s",
+            (duration_s, fps, width, height, video_id),
+        )
 
     def set_media(self, video_id: int, media: Any, sha256: str, size_bytes: int) -> None:
-        self._write("UPDATE videos SET media=%s, sha256=%s, size_bytes=%s WHERE id=%s",
-                    (str(media), sha256, size_bytes, video_id))
+        self._write(
+            "UPDATE videos SET media=%s, sha256=%s, size_bytes=%s WHERE id=%s",
+            (str(media), sha256, size_bytes, video_id),
+        )
 
-    def update_job(self, job_id: str, status: str, progress: float | None = None, frames_indexed: int | None = None,
-                   error: str | None = None, stage: str | None = None, warnings: Sequence[str] | None = None) -> bool:
+    def update_job(
+        self,
+        job_id: str,
+        status: str,
+        progress: float | None = None,
+        frames_indexed: int | None = None,
+        error: str | None = None,
+        stage: str | None = None,
+        warnings: Sequence[str] | None = None,
+    ) -> bool:
         if status not in JOB_STATES:
             raise ValueError(f"unknown job status {status!r}")
         if stage is not None and stage not in JOB_STAGES:
             raise ValueError(f"unknown job stage {stage!r}")
         now = time.time()
         with self._pool.connection() as c, c.transaction():
-            row = c.execute("SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=%s FOR UPDATE",
-                            (job_id,)).fetchone()
+            row = c.execute(
+                "SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=%s FOR UPDATE",
+                (job_id,),
+            ).fetchone()
             if row is None:
                 return False
-            progress = 1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            progress = (
+                1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            )
             frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
-            stage = None if status in ("queued", "ready") else (row["stage"] if stage is None else stage)
+            stage = (
+                None
+                if status in ("queued", "ready")
+                else (row["stage"] if stage is None else stage)
+            )
             noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
-            c.execute("UPDATE jobs SET status=%s, progress=%s, frames_indexed=%s, error=%s, updated_at=%s, stage=%s,"
-                      " warnings=%s WHERE id=%s", (status, progress, frames, error, now, stage, noted, job_id))
-            c.execute("UPDATE videos SET status=%s, frames_indexed=%s, error=%s WHERE id=%s",
-                      (status, frames, error, row["video_id"]))
+            c.execute(
+                "UPDATE jobs SET status=%s, progress=%s, frames_indexed=%s, error=%s, updated_at=%s, stage=%s,"
+                " warnings=%s WHERE id=%s",
+                (status, progress, frames, error, now, stage, noted, job_id),
+            )
+            c.execute(
+                "UPDATE videos SET status=%s, frames_indexed=%s, error=%s WHERE id=%s",
+                (status, frames, error, row["video_id"]),
+            )
         return True
 
     def requeue(self, video_id: int, reason: str, if_status: str | None = None) -> str | None:
         now = time.time()
         job_id = uuid.uuid4().hex
         with self._pool.connection() as c, c.transaction():
-            if c.execute("UPDATE videos SET status='queued', frames_indexed=0, error=%s WHERE id=%s"
-                         " AND (%s::text IS NULL OR status=%s)", (reason, video_id, if_status, if_status)).rowcount == 0:
+            if (
+                c.execute(
+                    "UPDATE videos SET status='queued', frames_indexed=0, error=%s WHERE id=%s"
+                    " AND (%s::text IS NULL OR status=%s)",
+                    (reason, video_id, if_status, if_status),
+                ).rowcount
+                == 0
+            ):
                 return None
-            c.execute("INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (%s, %s, 'queued', %s, %s)",
-                      (job_id, video_id, now, now))
+            c.execute(
+                "INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (%s, %s, 'queued', %s, %s)",
+                (job_id, video_id, now, now),
+            )
         return job_id
 
     def lease_job(self) -> Job | None:
@@ -155,11 +231,15 @@ class PostgresCatalog(Catalog):
                 "WITH next AS (SELECT id FROM jobs WHERE status='queued' ORDER BY created_at, seq LIMIT 1"
                 " FOR UPDATE SKIP LOCKED)"
                 f" UPDATE jobs j SET status='decoding', error=NULL, updated_at=%s FROM next WHERE j.id = next.id"
-                f" RETURNING {', '.join('j.' + col for col in _JOB.split(', '))}", (time.time(),)).fetchone()
+                f" RETURNING {', '.join('j.' + col for col in _JOB.split(', '))}",
+                (time.time(),),
+            ).fetchone()
             if row is None:
                 return None
-            c.execute("UPDATE videos SET status='decoding', frames_indexed=%s, error=NULL WHERE id=%s",
-                      (row["frames_indexed"], row["video_id"]))
+            c.execute(
+                "UPDATE videos SET status='decoding', frames_indexed=%s, error=NULL WHERE id=%s",
+                (row["frames_indexed"], row["video_id"]),
+            )
         return _job(row)
 
     def get_video(self, video_id: int) -> Video | None:
@@ -169,17 +249,28 @@ class PostgresCatalog(Catalog):
     def get_videos(self, video_ids: list[int]) -> dict[int, Video]:
         if not video_ids:
             return {}
-        return {r["id"]: _video(r) for r in self._rows("SELECT * FROM videos WHERE id = ANY(%s)", (list(video_ids),))}
+        return {
+            r["id"]: _video(r)
+            for r in self._rows("SELECT * FROM videos WHERE id = ANY(%s)", (list(video_ids),))
+        }
 
     def find_ready(self, sha256: str) -> Video | None:
-        row = self._row("SELECT * FROM videos WHERE sha256=%s AND status='ready' ORDER BY id LIMIT 1", (sha256,))
+        row = self._row(
+            "SELECT * FROM videos WHERE sha256=%s AND status='ready' ORDER BY id LIMIT 1", (sha256,)
+        )
         return _video(row) if row else None
 
     def list_videos(self, limit: int = 100, after_id: int = 0) -> list[Video]:
-        return [_video(r) for r in self._rows("SELECT * FROM videos WHERE id > %s ORDER BY id LIMIT %s",
-                                              (after_id, limit))]
+        return [
+            _video(r)
+            for r in self._rows(
+                "SELECT * FROM videos WHERE id > %s ORDER BY id LIMIT %s", (after_id, limit)
+            )
+        ]
 
-    def ready_ids(self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None) -> set[int]:
+    def ready_ids(
+        self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None
+    ) -> set[int]:
         """As SQLite's: jsonb equality tells 1 from "1" and from true, and a missing key
         from a null."""
         sql, args = "SELECT id FROM videos WHERE status='ready'", []
@@ -195,11 +286,19 @@ class PostgresCatalog(Catalog):
         return {r["id"] for r in self._rows(sql, args)}
 
     def jobs_in(self, states: tuple[str, ...]) -> list[Job]:
-        return [_job(r) for r in self._rows(f"SELECT {_JOB} FROM jobs WHERE status = ANY(%s) ORDER BY created_at, seq",
-                                            (list(states),))]
+        return [
+            _job(r)
+            for r in self._rows(
+                f"SELECT {_JOB} FROM jobs WHERE status = ANY(%s) ORDER BY created_at, seq",
+                (list(states),),
+            )
+        ]
 
     def counts(self) -> dict[str, int]:
-        return {r["status"]: r["n"] for r in self._rows("SELECT status, count(*) AS n FROM videos GROUP BY status")}
+        return {
+            r["status"]: r["n"]
+            for r in self._rows("SELECT status, count(*) AS n FROM videos GROUP BY status")
+        }
 
     def get_job(self, job_id: str) -> Job | None:
         row = self._row(f"SELECT {_JOB} FROM jobs WHERE id=%s", (job_id,))
@@ -208,8 +307,10 @@ class PostgresCatalog(Catalog):
     def latest_jobs(self, video_ids: list[int]) -> dict[int, Job]:
         if not video_ids:
             return {}
-        rows = self._rows(f"SELECT {_JOB} FROM jobs WHERE video_id = ANY(%s) ORDER BY created_at, seq",
-                          (list(video_ids),))
+        rows = self._rows(
+            f"SELECT {_JOB} FROM jobs WHERE video_id = ANY(%s) ORDER BY created_at, seq",
+            (list(video_ids),),
+        )
         return {r["video_id"]: _job(r) for r in rows}  # the newest last, so it wins
 
     def delete_video(self, video_id: int) -> bool:
@@ -230,19 +331,33 @@ class PostgresCatalog(Catalog):
                 cur.executemany(
                     "INSERT INTO texts (video_id, kind, n, start_s, end_s, text, tsv, n_tokens)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s::tsvector, %s)",
-                    [(*row, pg_words.tsvector(toks, stems), len(toks)) for row, toks in zip(checked, cut, strict=True)])
+                    [
+                        (*row, pg_words.tsvector(toks, stems), len(toks))
+                        for row, toks in zip(checked, cut, strict=True)
+                    ],
+                )
         return len(checked)
 
     def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
-        sql, args = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=%s", [video_id]
+        sql, args = (
+            "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=%s",
+            [video_id],
+        )
         if kind is not None:
             check_kind(kind)
             sql += " AND kind=%s"
             args.append(kind)
         return [TextRow(**r) for r in self._rows(sql + " ORDER BY start_s, end_s, kind, n", args)]
 
-    def keyword_search(self, query: str, kinds: Iterable[str] = TEXT_KINDS, video_ids: Iterable[int] | None = None,
-                       limit: int = 50, marks: tuple[str, str] = ("[", "]"), fuzzy: bool = True) -> list[TextRow]:
+    def keyword_search(
+        self,
+        query: str,
+        kinds: Iterable[str] = TEXT_KINDS,
+        video_ids: Iterable[int] | None = None,
+        limit: int = 50,
+        marks: tuple[str, str] = ("[", "]"),
+        fuzzy: bool = True,
+    ) -> list[TextRow]:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         kinds = list(kinds)
@@ -260,7 +375,9 @@ class PostgresCatalog(Catalog):
             near = pg_words.near_spellings(c, words, phrases) if fuzzy else {}
             exact = [phrases[w] for w in words]
             spelt = [(t,) for terms in near.values() for t in terms]
-            stats = c.execute("SELECT count(*) AS n, coalesce(sum(n_tokens), 0) AS length FROM texts").fetchone()
+            stats = c.execute(
+                "SELECT count(*) AS n, coalesce(sum(n_tokens), 0) AS length FROM texts"
+            ).fetchone()
             total, mean = stats["n"], (stats["length"] / stats["n"] if stats["n"] else 0.0)
             scores = pg_words.bm25_scores(c, exact, where, args, limit, total, mean)
             for i, score in pg_words.bm25_scores(c, spelt, where, args, limit, total, mean).items():
@@ -277,21 +394,40 @@ class PostgresCatalog(Catalog):
                 elif any(phrase_starts(seq, (t,)) for t in near.get(w, ())):
                     held += FUZZY_WEIGHT
             spans = pg_words.spans(seq, exact + spelt)
-            out.append(TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"], scores[i],
-                               marked(r["text"], spans, marks, SNIPPET_TOKENS), held / len(words)))
+            out.append(
+                TextRow(
+                    r["video_id"],
+                    r["kind"],
+                    r["n"],
+                    r["start_s"],
+                    r["end_s"],
+                    r["text"],
+                    scores[i],
+                    marked(r["text"], spans, marks, SNIPPET_TOKENS),
+                    held / len(words),
+                )
+            )
         out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
         return out[:limit]
 
-    def texts_at(self, keys: Iterable[tuple[int, str, int]], query: str | None = None,
-                 marks: tuple[str, str] = ("[", "]")) -> dict[tuple[int, str, int], TextRow]:
+    def texts_at(
+        self,
+        keys: Iterable[tuple[int, str, int]],
+        query: str | None = None,
+        marks: tuple[str, str] = ("[", "]"),
+    ) -> dict[tuple[int, str, int], TextRow]:
         keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
         if not keys:
             return {}
         with self._pool.connection() as c:
-            ids = [r["id"] for r in c.execute(
-                "SELECT t.id FROM texts t JOIN unnest(%s::bigint[], %s::text[], %s::int[]) AS k(v, kind, n)"
-                " ON t.video_id = k.v AND t.kind = k.kind AND t.n = k.n",
-                ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys])).fetchall()]
+            ids = [
+                r["id"]
+                for r in c.execute(
+                    "SELECT t.id FROM texts t JOIN unnest(%s::bigint[], %s::text[], %s::int[]) AS k(v, kind, n)"
+                    " ON t.video_id = k.v AND t.kind = k.kind AND t.n = k.n",
+                    ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+                ).fetchall()
+            ]
             found = pg_words.with_stems(c, ids)
             words = query_words(query) if query is not None else []
             phrases: list[pg_words.Phrase] = []

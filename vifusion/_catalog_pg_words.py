@@ -7,9 +7,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from vifusion._catalog_words import MAX_FUZZY_WORDS, bm25, fuzzy_key, letter_pairs, nearest, phrase_starts, tokens
+from vifusion._catalog_words import (
+    MAX_FUZZY_WORDS,
+    bm25,
+    fuzzy_key,
+    letter_pairs,
+    nearest,
+    phrase_starts,
+    tokens,
+)
 
-MAX_LEXEME_BYTES = 2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
+MAX_LEXEME_BYTES = (
+    2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
+)
 Phrase = tuple[str, ...]  # a query word as stems in order; () where it can match nothing
 
 
@@ -19,8 +29,10 @@ def stems_of(c: Any, toks: Iterable[str]) -> dict[str, str]:
     toks = [t for t in toks if len(t.encode()) <= MAX_LEXEME_BYTES]
     if not toks:
         return {}
-    rows = c.execute("SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(%s::text[]) AS t",
-                     (toks,)).fetchall()
+    rows = c.execute(
+        "SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(%s::text[]) AS t",
+        (toks,),
+    ).fetchall()
     return {r["t"]: r["stem"] for r in rows}
 
 
@@ -44,7 +56,10 @@ def phrases(c: Any, words: list[str]) -> dict[str, Phrase]:
     punctuation inside, ``AC/DC``, as the phrase "ac dc"); () for a word that can match nothing."""
     cut = {w: [tok for _, _, tok in tokens(w)] for w in words}
     stems = stems_of(c, {tok for toks in cut.values() for tok in toks})
-    return {w: tuple(stems[t] for t in toks) if toks and all(t in stems for t in toks) else () for w, toks in cut.items()}
+    return {
+        w: tuple(stems[t] for t in toks) if toks and all(t in stems for t in toks) else ()
+        for w, toks in cut.items()
+    }
 
 
 def tsquery(phrases: Sequence[Phrase]) -> str | None:
@@ -62,8 +77,9 @@ def near_spellings(c: Any, words: list[str], phrases: dict[str, Phrase]) -> dict
     for w in words:
         if (fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS:
             continue
-        if (q := tsquery([phrases[w]])) and c.execute("SELECT 1 FROM texts WHERE tsv @@ %s::tsquery LIMIT 1",
-                                                       (q,)).fetchone():
+        if (q := tsquery([phrases[w]])) and c.execute(
+            "SELECT 1 FROM texts WHERE tsv @@ %s::tsquery LIMIT 1", (q,)
+        ).fetchone():
             continue
         key, d = fuzzy
         tried += 1
@@ -73,28 +89,42 @@ def near_spellings(c: Any, words: list[str], phrases: dict[str, Phrase]) -> dict
         if len(pairs) > 2 * d:
             sql += " AND (" + " + ".join(["(strpos(word, %s) > 0)::int"] * len(pairs)) + ") >= %s"
             args += [*pairs, len(pairs) - 2 * d]
-        if found := nearest(key, d, [(r["word"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]):
+        if found := nearest(
+            key, d, [(r["word"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]
+        ):
             out[w] = found
     return out
 
 
-def bm25_scores(c: Any, phrases: list[Phrase], where: str, args: list[Any], limit: int, total: int,
-          mean: float) -> dict[int, float]:
+def bm25_scores(
+    c: Any, phrases: list[Phrase], where: str, args: list[Any], limit: int, total: int, mean: float
+) -> dict[int, float]:
     """Text row id -> BM25 score of the ``limit`` best rows (by score, then video, time, n)
     among those ``where`` admits holding any of ``phrases``; each phrase's row count is over
     the whole index, as FTS5 counts it."""
     if (q := tsquery(phrases)) is None:
         return {}
-    counts = c.execute("SELECT " + ", ".join(
-        f"count(*) FILTER (WHERE tsv @@ %s::tsquery) AS c{i}" for i in range(len(phrases))) +
-        " FROM texts WHERE tsv @@ %s::tsquery", [tsquery([p]) or "''" for p in phrases] + [q]).fetchone()
+    counts = c.execute(
+        "SELECT "
+        + ", ".join(
+            f"count(*) FILTER (WHERE tsv @@ %s::tsquery) AS c{i}" for i in range(len(phrases))
+        )
+        + " FROM texts WHERE tsv @@ %s::tsquery",
+        [tsquery([p]) or "''" for p in phrases] + [q],
+    ).fetchone()
     df = [counts[f"c{i}"] for i in range(len(phrases))]
-    ids = [r["id"] for r in c.execute(f"SELECT t.id FROM texts t WHERE t.tsv @@ %s::tsquery AND {where}",
-                                      [q, *args]).fetchall()]
+    ids = [
+        r["id"]
+        for r in c.execute(
+            f"SELECT t.id FROM texts t WHERE t.tsv @@ %s::tsquery AND {where}", [q, *args]
+        ).fetchall()
+    ]
     scored = []
     for i, (r, seq) in with_stems(c, ids).items():
         tf = [len(phrase_starts(seq, p)) for p in phrases]
-        scored.append((-bm25(tf, df, total, r["n_tokens"], mean), r["video_id"], r["start_s"], r["n"], i))
+        scored.append(
+            (-bm25(tf, df, total, r["n_tokens"], mean), r["video_id"], r["start_s"], r["n"], i)
+        )
     return {i: -s for s, _, _, _, i in sorted(scored)[:limit]}
 
 
@@ -102,11 +132,20 @@ def with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[f
     """Text rows by id, each with its tokens' stems in order (from its index entry)."""
     if not ids:
         return {}
-    rows = {r["id"]: r for r in c.execute(
-        "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(%s)", (ids,))}
-    seqs: dict[int, list[set[str]]] = {i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()}
-    for r in c.execute("SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u"
-                       " WHERE t.id = ANY(%s)", (ids,)):
+    rows = {
+        r["id"]: r
+        for r in c.execute(
+            "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(%s)",
+            (ids,),
+        )
+    }
+    seqs: dict[int, list[set[str]]] = {
+        i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()
+    }
+    for r in c.execute(
+        "SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u WHERE t.id = ANY(%s)",
+        (ids,),
+    ):
         seq = seqs[r["id"]]
         for p in r["positions"]:
             if p <= len(seq):

@@ -71,5 +71,9 @@ class Job:
     error: str | None
     created_at: float
     updated_at: float
-    stage: str | None = None  # one of JOB_STAGES while it runs, the one it failed in; None queued or ready
-    warnings: tuple[str, ...] = ()  # what went wrong without failing it (its audio, say), one line each
+    stage: str | None = (
+        None  # one of JOB_STAGES while it runs, the one it failed in; None queued or ready
+    )
+    warnings: tuple[
+        str, ...
+    ] = ()  # what went wrong without failing it (its audio, say), one line each

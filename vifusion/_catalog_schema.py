@@ -110,8 +110,10 @@ def _sqlite_1(c: sqlite3.Connection) -> None:
         _sqlite_script(c, _SQLITE_TEXTS)
     except sqlite3.OperationalError as e:
         if "fts5" in str(e):
-            raise RuntimeError(f"this Python's SQLite ({sqlite3.sqlite_version}) lacks FTS5, which the "
-                               "keyword search of speech and screen text needs") from e
+            raise RuntimeError(
+                f"this Python's SQLite ({sqlite3.sqlite_version}) lacks FTS5, which the "
+                "keyword search of speech and screen text needs"
+            ) from e
         raise
 
 
@@ -175,7 +177,9 @@ POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
 
-def migrate_sqlite(path: Any, migrations: list[Callable[[sqlite3.Connection], None]] = SQLITE_MIGRATIONS) -> int:
+def migrate_sqlite(
+    path: Any, migrations: list[Callable[[sqlite3.Connection], None]] = SQLITE_MIGRATIONS
+) -> int:
     """Bring the SQLite catalog at ``path`` to the last version; returns it. One connection of
     its own, in autocommit mode, so that the steps and their record are one transaction."""
     c = sqlite3.connect(path, timeout=30, isolation_level=None)
@@ -183,8 +187,12 @@ def migrate_sqlite(path: Any, migrations: list[Callable[[sqlite3.Connection], No
         c.execute("PRAGMA journal_mode=WAL")
         c.execute("BEGIN IMMEDIATE")  # the write lock: another opener waits, then finds it done
         try:
-            c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-            have = _current(c.execute("SELECT max(version) FROM schema_version").fetchone()[0], migrations, path)
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            have = _current(
+                c.execute("SELECT max(version) FROM schema_version").fetchone()[0], migrations, path
+            )
             for version in range(have + 1, len(migrations) + 1):
                 migrations[version - 1](c)
                 c.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
@@ -202,9 +210,15 @@ def migrate_postgres(conn: Any, where: str, migrations: list[str] = POSTGRES_MIG
     a transaction-wide advisory lock, so concurrent openers (API replicas starting) queue."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK,))
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version"
-                     " (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
-        have = _current(conn.execute("SELECT max(version) AS v FROM schema_version").fetchone()["v"], migrations, where)
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version"
+            " (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        have = _current(
+            conn.execute("SELECT max(version) AS v FROM schema_version").fetchone()["v"],
+            migrations,
+            where,
+        )
         for version in range(have + 1, len(migrations) + 1):
             conn.execute(migrations[version - 1])
             conn.execute("INSERT INTO schema_version VALUES (%s, %s)", (version, time.time()))
@@ -214,6 +228,8 @@ def migrate_postgres(conn: Any, where: str, migrations: list[str] = POSTGRES_MIG
 def _current(found: int | None, migrations: list, where: Any) -> int:
     have = found or 0
     if have > len(migrations):
-        raise CatalogTooNew(f"the catalog at {where} is at schema version {have}; this release of vifusion "
-                            f"knows versions up to {len(migrations)}: run a release at least as new")
+        raise CatalogTooNew(
+            f"the catalog at {where} is at schema version {have}; this release of vifusion "
+            f"knows versions up to {len(migrations)}: run a release at least as new"
+        )
     return have

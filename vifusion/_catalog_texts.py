@@ -39,13 +39,18 @@ class SqliteTexts:
         checked = checked_rows(video_id, kind, rows)
         with self._conn() as c:
             c.execute("DELETE FROM texts WHERE video_id=? AND kind=?", (video_id, kind))
-            c.executemany("INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",
-                          checked)
+            c.executemany(
+                "INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",
+                checked,
+            )
         return len(checked)
 
     def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
         """A video's text rows (one kind, or both), in time order: a transcript."""
-        sql, args = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?", [video_id]
+        sql, args = (
+            "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?",
+            [video_id],
+        )
         if kind is not None:
             check_kind(kind)
             sql += " AND kind=?"
@@ -53,8 +58,15 @@ class SqliteTexts:
         rows = self._conn().execute(sql + " ORDER BY start_s, end_s, kind, n", args).fetchall()
         return [TextRow(**dict(r)) for r in rows]
 
-    def keyword_search(self, query: str, kinds: Iterable[str] = TEXT_KINDS, video_ids: Iterable[int] | None = None,
-                       limit: int = 50, marks: tuple[str, str] = ("[", "]"), fuzzy: bool = True) -> list[TextRow]:
+    def keyword_search(
+        self,
+        query: str,
+        kinds: Iterable[str] = TEXT_KINDS,
+        video_ids: Iterable[int] | None = None,
+        limit: int = 50,
+        marks: tuple[str, str] = ("[", "]"),
+        fuzzy: bool = True,
+    ) -> list[TextRow]:
         """Text rows holding any of the query's words (stemmed), best BM25 first, at most
         ``limit``; only ``kinds``, and only ``video_ids`` when given. Each carries its BM25
         score, a snippet with the matched words between ``marks``, and its ``coverage``.
@@ -83,36 +95,65 @@ class SqliteTexts:
                 scores[i] = scores.get(i, 0.0) + FUZZY_WEIGHT * score
         if not scores:
             return []
-        rows = self._conn().execute(
-            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
-            f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet"
-            " FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
-            " WHERE texts_fts MATCH ? AND t.id IN (SELECT value FROM json_each(?))",
-            (marks[0], marks[1], " OR ".join(exact + spelt), json.dumps(list(scores)))).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
+                f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet"
+                " FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
+                " WHERE texts_fts MATCH ? AND t.id IN (SELECT value FROM json_each(?))",
+                (marks[0], marks[1], " OR ".join(exact + spelt), json.dumps(list(scores))),
+            )
+            .fetchall()
+        )
         coverage = self._coverage(words, near, [r["id"] for r in rows])
-        out = [TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"], scores[r["id"]],
-                       r["snippet"], coverage[r["id"]]) for r in rows]
+        out = [
+            TextRow(
+                r["video_id"],
+                r["kind"],
+                r["n"],
+                r["start_s"],
+                r["end_s"],
+                r["text"],
+                scores[r["id"]],
+                r["snippet"],
+                coverage[r["id"]],
+            )
+            for r in rows
+        ]
         out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
         return out[:limit]
 
     def _bm25(self, match: str, where: str, args: list[Any], limit: int) -> dict[int, float]:
         """Text row id -> BM25 score (higher = better) of the ``limit`` best rows for ``match``."""
-        sql = ("SELECT t.id, -bm25(texts_fts) FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
-               f" WHERE texts_fts MATCH ? AND {where} ORDER BY bm25(texts_fts), t.video_id, t.start_s, t.n LIMIT ?")
+        sql = (
+            "SELECT t.id, -bm25(texts_fts) FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
+            f" WHERE texts_fts MATCH ? AND {where} ORDER BY bm25(texts_fts), t.video_id, t.start_s, t.n LIMIT ?"
+        )
         return dict(self._conn().execute(sql, [match, *args, int(limit)]).fetchall())
 
     def _holding(self, match: str, ids: list[int]) -> set[int]:
         """The text rows among ``ids`` that ``match`` finds."""
-        return {r[0] for r in self._conn().execute(
-            "SELECT rowid FROM texts_fts WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-            (match, json.dumps(ids)))}
+        return {
+            r[0]
+            for r in self._conn().execute(
+                "SELECT rowid FROM texts_fts WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
+                (match, json.dumps(ids)),
+            )
+        }
 
-    def _coverage(self, words: list[str], near: dict[str, list[str]], ids: list[int]) -> dict[int, float]:
+    def _coverage(
+        self, words: list[str], near: dict[str, list[str]], ids: list[int]
+    ) -> dict[int, float]:
         """Per text row: the share of ``words`` it holds, a near spelling counting FUZZY_WEIGHT."""
         held = dict.fromkeys(ids, 0.0)
         for w in words:
             exact = self._holding(_phrase(w), ids)
-            spelt = self._holding(" OR ".join(map(_phrase, near[w])), ids) - exact if near.get(w) else set()
+            spelt = (
+                self._holding(" OR ".join(map(_phrase, near[w])), ids) - exact
+                if near.get(w)
+                else set()
+            )
             for i in exact:
                 held[i] += 1.0
             for i in spelt:
@@ -129,12 +170,19 @@ class SqliteTexts:
         the other's distinct letter pairs (an edit breaks at most two), so only index words
         holding that many are measured."""
         c = self._conn()
-        c.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.texts_vocab USING fts5vocab(main, texts_fts, row)")
+        c.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.texts_vocab USING fts5vocab(main, texts_fts, row)"
+        )
         out: dict[str, list[str]] = {}
         tried = 0
         for w in words:
-            if ((fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS
-                    or c.execute("SELECT 1 FROM texts_fts WHERE texts_fts MATCH ? LIMIT 1", (_phrase(w),)).fetchone()):
+            if (
+                (fuzzy := fuzzy_key(w)) is None
+                or tried == MAX_FUZZY_WORDS
+                or c.execute(
+                    "SELECT 1 FROM texts_fts WHERE texts_fts MATCH ? LIMIT 1", (_phrase(w),)
+                ).fetchone()
+            ):
                 continue
             key, d = fuzzy
             tried += 1
@@ -148,8 +196,12 @@ class SqliteTexts:
                 out[w] = found
         return out
 
-    def texts_at(self, keys: Iterable[tuple[int, str, int]], query: str | None = None,
-                 marks: tuple[str, str] = ("[", "]")) -> dict[tuple[int, str, int], TextRow]:
+    def texts_at(
+        self,
+        keys: Iterable[tuple[int, str, int]],
+        query: str | None = None,
+        marks: tuple[str, str] = ("[", "]"),
+    ) -> dict[tuple[int, str, int], TextRow]:
         """The text rows named by (video_id, kind, n) keys (those that exist), e.g. a dense
         search's hits; with ``query``, each one's ``snippet`` is its whole text with the
         query's words (as ``keyword_search`` reads them, near spellings included) between
@@ -157,20 +209,27 @@ class SqliteTexts:
         keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
         if not keys:
             return {}
-        sql = ("SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text FROM texts t"
-               " JOIN json_each(?) j ON t.video_id = json_extract(j.value, '$[0]')"
-               " AND t.kind = json_extract(j.value, '$[1]') AND t.n = json_extract(j.value, '$[2]')")
+        sql = (
+            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text FROM texts t"
+            " JOIN json_each(?) j ON t.video_id = json_extract(j.value, '$[0]')"
+            " AND t.kind = json_extract(j.value, '$[1]') AND t.n = json_extract(j.value, '$[2]')"
+        )
         c = self._conn()
         found = {r["id"]: r for r in c.execute(sql, (json.dumps(keys),))}
         marked: dict[int, str] = {}
         words = query_words(query) if query is not None else []
         if words and found:
             near = self._near_spellings(words)
-            match = " OR ".join([_phrase(w) for w in words] + [_phrase(t) for ts in near.values() for t in ts])
-            marked = dict(c.execute(
-                "SELECT rowid, highlight(texts_fts, 0, ?, ?) FROM texts_fts"
-                " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-                (marks[0], marks[1], match, json.dumps(list(found)))).fetchall())
+            match = " OR ".join(
+                [_phrase(w) for w in words] + [_phrase(t) for ts in near.values() for t in ts]
+            )
+            marked = dict(
+                c.execute(
+                    "SELECT rowid, highlight(texts_fts, 0, ?, ?) FROM texts_fts"
+                    " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
+                    (marks[0], marks[1], match, json.dumps(list(found))),
+                ).fetchall()
+            )
         out = {}
         for i, r in found.items():
             row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 TEXT_KINDS = ("speech", "screen")
-_MAX_QUERY_TERMS = 32  # a keyword query's words past this are ignored (each costs a posting-list scan)
+_MAX_QUERY_TERMS = (
+    32  # a keyword query's words past this are ignored (each costs a posting-list scan)
+)
 FUZZY_WEIGHT = 0.5  # a word matched by a near spelling counts this much of an exact match
 MAX_EXPANSIONS = 8  # near spellings searched per unknown word, the nearest (then most common) first
 # Near spellings are looked for only for words of up to MAX_FUZZY_CHARS letters, and for at most
@@ -81,7 +83,9 @@ def query_words(query: str) -> list[str]:
 
 def fold(word: str) -> str:
     """Lower case without diacritics, as the index's tokenizer (unicode61) keeps words."""
-    return "".join(ch for ch in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(ch))
+    return "".join(
+        ch for ch in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(ch)
+    )
 
 
 def fuzzy_key(word: str) -> tuple[str, int] | None:
@@ -164,7 +168,12 @@ def bm25(tf: Sequence[int], df: Sequence[int], rows: int, length: int, mean_leng
     return score
 
 
-def marked(text: str, spans: Sequence[tuple[int, int, int]], marks: tuple[str, str], window: int | None = None) -> str:
+def marked(
+    text: str,
+    spans: Sequence[tuple[int, int, int]],
+    marks: tuple[str, str],
+    window: int | None = None,
+) -> str:
     """``text`` with the matched token ``spans`` (index of first, index past last, which
     phrase) between ``marks``, overlapping ones merged, as FTS5's highlight() marks them; with
     ``window``, cut to that many tokens where FTS5's snippet() cuts (``_snippet_start``),
@@ -193,14 +202,20 @@ def marked(text: str, spans: Sequence[tuple[int, int, int]], marks: tuple[str, s
     return ("…" if begin else "") + "".join(out) + ("…" if end < len(text) else "")
 
 
-def _snippet_start(text: str, toks: list[tuple[int, int, str]], spans: list[tuple[int, int, int]], window: int) -> int:
+def _snippet_start(
+    text: str, toks: list[tuple[int, int, str]], spans: list[tuple[int, int, int]], window: int
+) -> int:
     """The first token of FTS5's snippet: of the windows starting at each match (moved to
     centre the matches they hold) and at the start of the sentence before each match, the
     one scoring most, 1000 for each phrase it holds and 1 for each repeat, a sentence start
     scoring 100 more (120 the text's start). A sentence starts after '.' or ':' and a space."""
     n = len(toks)
-    starts = [0] + [i for i in range(1, n) if (before := text[: toks[i][0]].rstrip(" \t\r\n")) != text[: toks[i][0]]
-                    and before.endswith((".", ":"))]
+    starts = [0] + [
+        i
+        for i in range(1, n)
+        if (before := text[: toks[i][0]].rstrip(" \t\r\n")) != text[: toks[i][0]]
+        and before.endswith((".", ":"))
+    ]
 
     def score(begin: int) -> tuple[int, int, int]:
         seen: set[int] = set()
@@ -217,7 +232,10 @@ def _snippet_start(text: str, toks: list[tuple[int, int, str]], spans: list[tupl
     for a, _, _ in spans:
         total, first, end = score(a)
         if total > best:
-            best, best_start = total, max(0, min(first - int((window - (end - first)) / 2), n - window))
+            best, best_start = (
+                total,
+                max(0, min(first - int((window - (end - first)) / 2), n - window)),
+            )
         sentence = max(s for s in starts if s <= a)
         if sentence < a:
             total = score(sentence)[0] + (120 if sentence == 0 else 100)

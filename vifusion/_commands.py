@@ -35,7 +35,9 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
 
             def on_progress(ev: Progress | IndexResult) -> None:
                 if isinstance(ev, Progress):
-                    bar.set_postfix_str(f"{Path(ev.path).name} {ev.frames_done}/{ev.frames_total} frames")
+                    bar.set_postfix_str(
+                        f"{Path(ev.path).name} {ev.frames_done}/{ev.frames_total} frames"
+                    )
                 else:
                     bar.update(1)
 
@@ -49,7 +51,9 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     skipped = [r for r in results if r.status == "skipped"]
     bad = [r for r in results if r.status == "failed"]
     frames = sum(r.frames for r in ready)
-    print(f"indexed {len(ready)} video(s), {frames} frames; skipped {len(skipped)} already indexed; failed {len(bad)}")
+    print(
+        f"indexed {len(ready)} video(s), {frames} frames; skipped {len(skipped)} already indexed; failed {len(bad)}"
+    )
     for r in bad:
         print(f"  failed: {r.error}", file=sys.stderr)
     for warning in (w for r in ready for w in r.warnings):  # indexed all the same (no audio, say)
@@ -60,7 +64,10 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
 def _storage_failed(e: StorageError) -> int:
     print(f"vifusion index: {e}", file=sys.stderr)
     if e.reason == "full":
-        print("Free some space and run the same command again: what is indexed is kept.", file=sys.stderr)
+        print(
+            "Free some space and run the same command again: what is indexed is kept.",
+            file=sys.stderr,
+        )
     return EXIT_USAGE
 
 
@@ -90,12 +97,19 @@ def cmd_check(cfg: Config, fix: bool) -> int:
     from vifusion.runtime import DataDirBusy, Runtime
 
     try:
-        rt = Runtime(cfg, writer=True)  # a running service changes both sides: check a quiet data dir
+        rt = Runtime(
+            cfg, writer=True
+        )  # a running service changes both sides: check a quiet data dir
     except (DataDirBusy, ValueError, StorageError) as e:
         print(f"vifusion check: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except RayActorError as e:  # a shard refused to start (a damaged log or snapshot): its reason, not Ray's
-        print(f"vifusion check: a shard cannot start: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
+    except (
+        RayActorError
+    ) as e:  # a shard refused to start (a damaged log or snapshot): its reason, not Ray's
+        print(
+            f"vifusion check: a shard cannot start: {str(e).strip().splitlines()[-1]}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     with rt:
         drift = find_drift(rt.catalog, rt.shards)
@@ -109,12 +123,22 @@ def cmd_check(cfg: Config, fix: bool) -> int:
         if found and fix:
             repair(drift, rt.catalog, rt.shards)
             remove_leftovers(leftovers)
-            left = len(find_drift(rt.catalog, rt.shards)) + len(find_leftovers(cfg.data_dir, rt.catalog))
-            print(f"repaired {found} problem(s); {left} left"
-                  + ("; queued videos are indexed again when the service starts" if any(d.kind == "missing" for d in drift) else ""))
+            left = len(find_drift(rt.catalog, rt.shards)) + len(
+                find_leftovers(cfg.data_dir, rt.catalog)
+            )
+            print(
+                f"repaired {found} problem(s); {left} left"
+                + (
+                    "; queued videos are indexed again when the service starts"
+                    if any(d.kind == "missing" for d in drift)
+                    else ""
+                )
+            )
             return EXIT_FAILED if left else EXIT_OK
     if not found:
-        print(f"consistent: {ready} ready video(s), every one in its shard, nothing else there; no leftover files")
+        print(
+            f"consistent: {ready} ready video(s), every one in its shard, nothing else there; no leftover files"
+        )
         return EXIT_OK
     print(f"{found} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
     return EXIT_FAILED
@@ -140,11 +164,15 @@ def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:
     if not rows:
         print("no videos" + (f" {status}" if status else "") + f" in {cfg.data_dir}")
         return EXIT_OK
-    print(f"{'id':>5}  {'status':<8}  {'duration':>8}  {'frames':>6}  {'added':<19}  title  (source)")
+    print(
+        f"{'id':>5}  {'status':<8}  {'duration':>8}  {'frames':>6}  {'added':<19}  title  (source)"
+    )
     for r in rows:
         duration = _clock(r["duration_s"]) if r["duration_s"] is not None else "-"
-        print(f"{r['video_id']:>5}  {r['status']:<8}  {duration:>8}  {r['frames']:>6}  {r['added']:<19}  "
-              f"{r['title']}  ({r['source']})")
+        print(
+            f"{r['video_id']:>5}  {r['status']:<8}  {duration:>8}  {r['frames']:>6}  {r['added']:<19}  "
+            f"{r['title']}  ({r['source']})"
+        )
         if r["error"]:
             print(f"{'':>7}{r['error']}")
     return EXIT_OK
@@ -160,8 +188,11 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
     url = running_url(cfg.data_dir)
     key = api_key(cfg) if url is not None else None
     if url is not None and key is None:
-        print(f"vifusion delete: the service at {url} serves {cfg.data_dir}, and no API key is known "
-              f"(set VIFUSION_API_KEY or put it in {cfg.data_dir / 'api_key'})", file=sys.stderr)
+        print(
+            f"vifusion delete: the service at {url} serves {cfg.data_dir}, and no API key is known "
+            f"(set VIFUSION_API_KEY or put it in {cfg.data_dir / 'api_key'})",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if url is not None:
         import httpx
@@ -174,8 +205,10 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
             print(f"vifusion delete: the service at {url} refused: {e.message}", file=sys.stderr)
             return EXIT_USAGE if e.status < 500 else EXIT_FAILED
         except httpx.HTTPError as e:
-            print(f"vifusion delete: the service at {url} did not answer ({e}); nothing more was deleted",
-                  file=sys.stderr)
+            print(
+                f"vifusion delete: the service at {url} did not answer ({e}); nothing more was deleted",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
     else:
         try:
@@ -228,8 +261,12 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
         return EXIT_USAGE
     try:
         videos, jobs = catalog.counts(), job_summary(catalog)
-        titles = {i: v.title for i, v in catalog.get_videos(
-            [j["video_id"] for j in jobs["running"] + jobs["recent_failures"]]).items()}
+        titles = {
+            i: v.title
+            for i, v in catalog.get_videos(
+                [j["video_id"] for j in jobs["running"] + jobs["recent_failures"]]
+            ).items()
+        }
     finally:
         catalog.close()
     try:
@@ -237,34 +274,57 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
     except ValueError as e:  # another shard count, a damaged log
         print(f"vifusion status: {e}", file=sys.stderr)
         return EXIT_FAILED
-    report = {"data_dir": str(cfg.data_dir), "service": running_url(cfg.data_dir), "videos": videos,
-              "jobs": jobs, "shards": shards}
+    report = {
+        "data_dir": str(cfg.data_dir),
+        "service": running_url(cfg.data_dir),
+        "videos": videos,
+        "jobs": jobs,
+        "shards": shards,
+    }
     if as_json:
         print(json.dumps(report))
         return EXIT_OK
     print(f"data dir: {cfg.data_dir}")
     print(f"service:  {'serving at ' + report['service'] if report['service'] else 'none running'}")
     print("videos:   " + (", ".join(f"{n} {s}" for s, n in sorted(videos.items())) or "none"))
-    print("jobs:     " + ", ".join(f"{n} {s}" for s, n in jobs["counts"].items() if n or s in ("queued", "failed")))
+    print(
+        "jobs:     "
+        + ", ".join(f"{n} {s}" for s, n in jobs["counts"].items() if n or s in ("queued", "failed"))
+    )
     for j in jobs["running"]:
-        print(f"  running  video {j['video_id']} {titles.get(j['video_id'])!r}: {j['stage'] or j['status']}, "
-              f"{j['progress']:.0%}")
+        print(
+            f"  running  video {j['video_id']} {titles.get(j['video_id'])!r}: {j['stage'] or j['status']}, "
+            f"{j['progress']:.0%}"
+        )
     for j in jobs["recent_failures"]:
-        print(f"  failed   video {j['video_id']} {titles.get(j['video_id'])!r} at {j['updated']}: {j['error']}")
+        print(
+            f"  failed   video {j['video_id']} {titles.get(j['video_id'])!r} at {j['updated']}: {j['error']}"
+        )
     for s in shards:
         rows = ", ".join(f"{space} {n}" for space, n in s["rows"].items()) or "empty"
         snapshot = f"last snapshot {s['snapshot_at']}" if s["snapshot_at"] else "no snapshot yet"
-        print(f"shard {s['shard']}:  {rows}; {s['videos']} video(s); log {s['log_bytes']:,} bytes; {snapshot}")
+        print(
+            f"shard {s['shard']}:  {rows}; {s['videos']} video(s); log {s['log_bytes']:,} bytes; {snapshot}"
+        )
     return EXIT_OK
 
 
-def cmd_plan(cfg: Config, cluster_yaml: Path | None, links: list[str], apply: bool, as_json: bool,
-             recalibrate: bool = False) -> int:
+def cmd_plan(
+    cfg: Config,
+    cluster_yaml: Path | None,
+    links: list[str],
+    apply: bool,
+    as_json: bool,
+    recalibrate: bool = False,
+) -> int:
     """``vifusion plan``: see ``vifusion.plan``."""
     from vifusion.plan import calibrate, model, planner
 
     if (cluster_yaml is None) == (cfg.ray_address is None):
-        print("vifusion plan: give CLUSTER.yaml or --address (a running cluster), not both", file=sys.stderr)
+        print(
+            "vifusion plan: give CLUSTER.yaml or --address (a running cluster), not both",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     live = None
     try:
@@ -290,9 +350,20 @@ def cmd_plan(cfg: Config, cluster_yaml: Path | None, links: list[str], apply: bo
         return EXIT_FAILED
     where = planner.apply(cfg, plan) if apply else None
     if as_json:
-        print(json.dumps({**planner.report_json(cluster, report, plan), "applied": str(where) if where else None}))
+        print(
+            json.dumps(
+                {
+                    **planner.report_json(cluster, report, plan),
+                    "applied": str(where) if where else None,
+                }
+            )
+        )
         return EXIT_OK
     for line in planner.report_lines(cluster, report):
         print(line)
-    print(f"applied: {where} (the next ingest places by it)" if where else "not applied (--apply writes it)")
+    print(
+        f"applied: {where} (the next ingest places by it)"
+        if where
+        else "not applied (--apply writes it)"
+    )
     return EXIT_OK

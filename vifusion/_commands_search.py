@@ -27,15 +27,23 @@ def _load_image(path: Path):
 
 
 def cmd_search(
-    cfg: Config, text: str | None, image: Path | None, clip: Path | None, top_k: int, as_json: bool,
-    modalities: list[str] | None = None, group_by: str = "segment",
+    cfg: Config,
+    text: str | None,
+    image: Path | None,
+    clip: Path | None,
+    top_k: int,
+    as_json: bool,
+    modalities: list[str] | None = None,
+    group_by: str = "segment",
 ) -> int:
     """Ask the service that serves the data dir, if one runs; else search the data dir in this
     process, reading it (no Ray; a text query loads only the text model, without torch where
     its ONNX export is there). With ``cfg.ray_address`` (``--address``): through Ray, whose
     cluster may hold data this machine does not."""
     modalities = modalities or list(MODALITIES)
-    query = dict(text=text, image=image, clip=clip, top_k=top_k, modalities=modalities, group_by=group_by)
+    query = dict(
+        text=text, image=image, clip=clip, top_k=top_k, modalities=modalities, group_by=group_by
+    )
     try:
         rows = _ask_service(cfg, **query) if cfg.ray_address is None else None
         if rows is None:
@@ -55,7 +63,9 @@ def cmd_search(
         print(f"{'score':>6}  {'time':>15}  {'matched':<20}  video")
         for r in rows:
             span = f"{_clock(r['start_s'])}-{_clock(r['end_s'])}"
-            print(f"{r['score']:6.3f}  {span:>15}  {','.join(r['matched']):<20}  {r['title']}  ({r['source']})")
+            print(
+                f"{r['score']:6.3f}  {span:>15}  {','.join(r['matched']):<20}  {r['title']}  ({r['source']})"
+            )
             if r["snippet"]:
                 print(f"{'':>25}{' '.join(bracketed(r['snippet'], r['highlights']).split())}")
     return EXIT_OK
@@ -73,7 +83,9 @@ class _Refused(Exception):
         self.status = status
 
 
-def _ask_service(cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[dict] | None:
+def _ask_service(
+    cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str
+) -> list[dict] | None:
     """The rows from the live service announced in the data dir (``_running``); None where
     none runs, no key is known, or it cannot be reached (then the data dir is read here).
     _Refused where it refuses the query."""
@@ -94,7 +106,13 @@ def _ask_service(cfg: Config, text, image, clip, top_k: int, modalities: list[st
     try:
         with Client(url, key) as vf:
             while len(found) < top_k:  # past one page: follow the cursor
-                page = vf.search_page(text, image=image, clip=clip, top_k=min(top_k - len(found), _API_TOP_K), **options)
+                page = vf.search_page(
+                    text,
+                    image=image,
+                    clip=clip,
+                    top_k=min(top_k - len(found), _API_TOP_K),
+                    **options,
+                )
                 found += page["results"]
                 if page["next_cursor"] is None:
                     break
@@ -124,7 +142,9 @@ def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
         catalog.close()
 
 
-def _search_here(cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[dict]:
+def _search_here(
+    cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str
+) -> list[dict]:
     """The rows from this process: the data dir read here (``index/local.py``), or through Ray
     where ``cfg.ray_address`` is set. Only ready videos' moments, ``min_relative_score`` applied,
     as the service does."""
@@ -132,7 +152,9 @@ def _search_here(cfg: Config, text, image, clip, top_k: int, modalities: list[st
         from vifusion.runtime import Runtime
 
         with Runtime(cfg) as rt:
-            return _rows(cfg, rt.catalog, _find(rt.searcher, text, image, clip, top_k, modalities, group_by))
+            return _rows(
+                cfg, rt.catalog, _find(rt.searcher, text, image, clip, top_k, modalities, group_by)
+            )
     import sqlite3
 
     from vifusion.catalog import Catalog
@@ -151,7 +173,9 @@ def _search_here(cfg: Config, text, image, clip, top_k: int, modalities: list[st
         catalog.close()
 
 
-def _find(searcher, text, image, clip, top_k: int, modalities: list[str], group_by: str) -> list[Moment]:
+def _find(
+    searcher, text, image, clip, top_k: int, modalities: list[str], group_by: str
+) -> list[Moment]:
     if text is not None:
         return searcher.text(text, top_k, group_by, modalities=modalities)
     if image is not None:
@@ -218,7 +242,10 @@ def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
     from vifusion.catalog import Catalog
 
     if cfg.catalog_url is None and not (cfg.data_dir / "catalog.db").is_file():
-        print(f"vifusion transcript: no catalog in {cfg.data_dir} (is this the data dir?)", file=sys.stderr)
+        print(
+            f"vifusion transcript: no catalog in {cfg.data_dir} (is this the data dir?)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     catalog = Catalog.open(cfg)
     try:

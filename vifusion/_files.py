@@ -79,8 +79,13 @@ class NotRegularFile(OSError):
     symlink where none may be followed. ``strerror`` says what it is."""
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 # A folder on the way, opened only to walk on from it: O_PATH needs no read permission.
 _WALK = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
 
@@ -109,7 +114,9 @@ def open_regular(path: Path, *, follow_symlinks: bool = True) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"{_kind(st.st_mode)}, not a regular file", str(path))
+            raise NotRegularFile(
+                errno.EINVAL, f"{_kind(st.st_mode)}, not a regular file", str(path)
+            )
         os.set_blocking(fd, True)
         return fd
     except BaseException:
@@ -129,8 +136,11 @@ def _open_no_symlinks(path: Path, flags: int) -> int:
                 step = os.open(folder, _WALK, dir_fd=at)
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(folder, at):
-                    raise NotRegularFile(errno.ELOOP, f"a symbolic link in its path ({folder}), not followed",
-                                         str(path)) from None
+                    raise NotRegularFile(
+                        errno.ELOOP,
+                        f"a symbolic link in its path ({folder}), not followed",
+                        str(path),
+                    ) from None
                 raise
             os.close(at)
             at = step
@@ -138,7 +148,9 @@ def _open_no_symlinks(path: Path, flags: int) -> int:
             return os.open(name, flags, dir_fd=at)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise NotRegularFile(errno.ELOOP, "a symbolic link, not followed", str(path)) from None
+                raise NotRegularFile(
+                    errno.ELOOP, "a symbolic link, not followed", str(path)
+                ) from None
             raise
     finally:
         os.close(at)

@@ -44,7 +44,11 @@ def title_for(given: str | None, name: str | None) -> str:
     if given is None or not given.strip():
         return title_from_name(name, "video")
     if len(given) > MAX_TITLE_CHARS:
-        raise SourceError("invalid_title", f"title is {len(given)} characters; the limit is {MAX_TITLE_CHARS}", 422)
+        raise SourceError(
+            "invalid_title",
+            f"title is {len(given)} characters; the limit is {MAX_TITLE_CHARS}",
+            422,
+        )
     return given
 
 
@@ -60,18 +64,30 @@ def check_metadata(metadata: dict[str, Any] | None, cfg: Config) -> None:
         raise SourceError("invalid_metadata", "metadata must be a JSON object")
     found = shape(metadata)
     if found.depth > cfg.max_metadata_depth:
-        raise SourceError("metadata_too_deep", f"metadata nests {found.depth} levels deep; the limit is "
-                          f"{cfg.max_metadata_depth}", 422)
+        raise SourceError(
+            "metadata_too_deep",
+            f"metadata nests {found.depth} levels deep; the limit is {cfg.max_metadata_depth}",
+            422,
+        )
     if found.keys > cfg.max_metadata_keys:
-        raise SourceError("metadata_too_many_keys", f"metadata has {found.keys} keys; the limit is "
-                          f"{cfg.max_metadata_keys}", 422)
+        raise SourceError(
+            "metadata_too_many_keys",
+            f"metadata has {found.keys} keys; the limit is {cfg.max_metadata_keys}",
+            422,
+        )
     if not found.text_ok:
-        raise SourceError("invalid_metadata", "metadata holds text with a lone surrogate (not valid Unicode)", 422)
+        raise SourceError(
+            "invalid_metadata", "metadata holds text with a lone surrogate (not valid Unicode)", 422
+        )
     try:
         size = len(json.dumps(metadata, allow_nan=False))
     except ValueError:
-        raise SourceError("invalid_metadata", "metadata holds NaN or Infinity (not JSON numbers)", 422) from None
+        raise SourceError(
+            "invalid_metadata", "metadata holds NaN or Infinity (not JSON numbers)", 422
+        ) from None
     if size > cfg.max_metadata_bytes:
         raise SourceError(
-            "metadata_too_large", f"metadata is {size} bytes as JSON; the limit is {cfg.max_metadata_bytes}", 413
+            "metadata_too_large",
+            f"metadata is {size} bytes as JSON; the limit is {cfg.max_metadata_bytes}",
+            413,
         )

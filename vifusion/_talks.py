@@ -28,7 +28,11 @@ from PIL import Image, ImageDraw, ImageFont
 ESPEAK = "espeak-ng"
 AUDIO_RATE = 48_000  # what Opus takes; AAC too
 Audio = Literal["speech", "silence", "music", "none", "broken"]
-_CODECS = {".mp4": ("libx264", "aac"), ".mkv": ("libx264", "libopus"), ".webm": ("libvpx", "libopus")}
+_CODECS = {
+    ".mp4": ("libx264", "aac"),
+    ".mkv": ("libx264", "libopus"),
+    ".webm": ("libvpx", "libopus"),
+}
 
 
 def have_espeak() -> bool:
@@ -48,7 +52,9 @@ def speak(text: str, voice: str = "en-us", wpm: int = 150) -> np.ndarray:
     frame = av.AudioFrame.from_ndarray(pcm[None], format="s16", layout="mono")
     frame.sample_rate = rate
     resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_RATE)
-    out = [f.to_ndarray().reshape(-1) for f in [*resampler.resample(frame), *resampler.resample(None)]]
+    out = [
+        f.to_ndarray().reshape(-1) for f in [*resampler.resample(frame), *resampler.resample(None)]
+    ]
     return np.concatenate(out).astype(np.float32)
 
 
@@ -58,7 +64,9 @@ def font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
     import matplotlib
 
     name = "DejaVuSans-Bold.ttf" if bold else "DejaVuSans.ttf"
-    return ImageFont.truetype(str(Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf" / name), size)
+    return ImageFont.truetype(
+        str(Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf" / name), size
+    )
 
 
 def slide(
@@ -72,7 +80,12 @@ def slide(
     img = Image.new("RGB", size, background)
     draw = ImageDraw.Draw(img)
     for i, line in enumerate(lines):
-        draw.text((size[0] // 16, size[1] // 8 + i * round(font_size * 1.8)), line, fill=colour, font=font(font_size))
+        draw.text(
+            (size[0] // 16, size[1] // 8 + i * round(font_size * 1.8)),
+            line,
+            fill=colour,
+            font=font(font_size),
+        )
     return np.asarray(img)
 
 
@@ -85,7 +98,9 @@ def music(duration_s: float, seed: int = 0) -> np.ndarray:
         seg = (t >= k / 2) & (t < (k + 1) / 2)
         root = 220.0 * 2 ** (rng.integers(0, 12) / 12)
         for ratio in (1.0, 1.26, 1.5):
-            out[seg] += 0.15 * np.sin(2 * np.pi * root * ratio * t[seg]) * np.exp(-4 * (t[seg] - k / 2))
+            out[seg] += (
+                0.15 * np.sin(2 * np.pi * root * ratio * t[seg]) * np.exp(-4 * (t[seg] - k / 2))
+            )
     return out.astype(np.float32)
 
 
@@ -170,7 +185,11 @@ def write_talk(
         video.width, video.height, video.pix_fmt = size[0], size[1], "yuv420p"
         # One thread each: libvpx's own threading crawled on a busy two-core machine.
         video.thread_count = 1
-        video.options = {"preset": "veryfast"} if vcodec == "libx264" else {"deadline": "realtime", "cpu-used": "16"}
+        video.options = (
+            {"preset": "veryfast"}
+            if vcodec == "libx264"
+            else {"deadline": "realtime", "cpu-used": "16"}
+        )
         sound = None if audio == "none" else out.add_stream(acodec, rate=AUDIO_RATE, layout="mono")
         for i in range(round(duration_s * fps)):
             t = i / fps

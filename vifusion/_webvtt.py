@@ -18,7 +18,9 @@ def webvtt(rows: Iterable[TextRow]) -> str:
     for r in rows:
         start = round(r.start_s * 1000)
         end = max(round(r.end_s * 1000), start + 1)
-        text = " ".join(r.text.split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        text = (
+            " ".join(r.text.split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        )
         if not text:
             continue
         out += [f"{r.kind}-{r.n}", f"{_clock(start)} --> {_clock(end)}", text, ""]

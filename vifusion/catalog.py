@@ -18,16 +18,41 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vifusion._catalog_records import JOB_STAGES, JOB_STATES, CatalogUnreachable, Job, TextRow, Video
+from vifusion._catalog_records import (
+    JOB_STAGES,
+    JOB_STATES,
+    CatalogUnreachable,
+    Job,
+    TextRow,
+    Video,
+)
 from vifusion._catalog_schema import CatalogTooNew, migrate_sqlite
 from vifusion._catalog_texts import SqliteTexts
-from vifusion._catalog_words import FUZZY_WEIGHT, METADATA_KEY, TEXT_KINDS, check_metadata_filter, max_edits
+from vifusion._catalog_words import (
+    FUZZY_WEIGHT,
+    METADATA_KEY,
+    TEXT_KINDS,
+    check_metadata_filter,
+    max_edits,
+)
 
 if TYPE_CHECKING:
     from vifusion.config import Config
 
-__all__ = ["FUZZY_WEIGHT", "JOB_STAGES", "JOB_STATES", "METADATA_KEY", "TEXT_KINDS", "Catalog", "CatalogTooNew",
-           "CatalogUnreachable", "Job", "TextRow", "Video", "max_edits"]
+__all__ = [
+    "FUZZY_WEIGHT",
+    "JOB_STAGES",
+    "JOB_STATES",
+    "METADATA_KEY",
+    "TEXT_KINDS",
+    "Catalog",
+    "CatalogTooNew",
+    "CatalogUnreachable",
+    "Job",
+    "TextRow",
+    "Video",
+    "max_edits",
+]
 
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
 # (NaN, stored before ingest refused it), since one such row would fail every filtered query.
@@ -60,7 +85,9 @@ class Catalog(SqliteTexts):
             return Catalog(cfg.data_dir / "catalog.db", read_only=read_only)
         from vifusion._catalog_pg import PostgresCatalog
 
-        return PostgresCatalog(cfg.catalog_url, pool_size=cfg.catalog_pool_size, read_only=read_only)
+        return PostgresCatalog(
+            cfg.catalog_url, pool_size=cfg.catalog_pool_size, read_only=read_only
+        )
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -94,8 +121,15 @@ class Catalog(SqliteTexts):
             cur = c.execute(
                 "INSERT INTO videos (source, title, metadata, sha256, size_bytes, status, created_at, media)"
                 " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-                (source, title, json.dumps(metadata or {}), sha256, size_bytes, now,
-                 None if media is None else str(media)),
+                (
+                    source,
+                    title,
+                    json.dumps(metadata or {}),
+                    sha256,
+                    size_bytes,
+                    now,
+                    None if media is None else str(media),
+                ),
             )
             video_id = int(cur.lastrowid)
             c.execute(
@@ -104,7 +138,9 @@ class Catalog(SqliteTexts):
             )
         return video_id, job_id
 
-    def set_video_info(self, video_id: int, duration_s: float, fps: float, width: int, height: int) -> None:
+    def set_video_info(
+        self, video_id: int, duration_s: float, fps: float, width: int, height: int
+    ) -> None:
         with self._conn() as c:
             c.execute(
                 "UPDATE videos SET duration_s=?, fps=?, width=?, height=? WHERE id=?",
@@ -140,13 +176,21 @@ class Catalog(SqliteTexts):
             raise ValueError(f"unknown job stage {stage!r}")
         now = time.time()
         with self._conn() as c:
-            row = c.execute("SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=?",
-                            (job_id,)).fetchone()
+            row = c.execute(
+                "SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=?",
+                (job_id,),
+            ).fetchone()
             if row is None:
                 return False
-            progress = 1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            progress = (
+                1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            )
             frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
-            stage = None if status in ("queued", "ready") else (row["stage"] if stage is None else stage)
+            stage = (
+                None
+                if status in ("queued", "ready")
+                else (row["stage"] if stage is None else stage)
+            )
             noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
             c.execute(
                 "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=?, stage=?, warnings=?"
@@ -166,8 +210,14 @@ class Catalog(SqliteTexts):
         now = time.time()
         job_id = uuid.uuid4().hex
         with self._conn() as c:
-            if c.execute("UPDATE videos SET status='queued', frames_indexed=0, error=? WHERE id=?"
-                         " AND (? IS NULL OR status=?)", (reason, video_id, if_status, if_status)).rowcount == 0:
+            if (
+                c.execute(
+                    "UPDATE videos SET status='queued', frames_indexed=0, error=? WHERE id=?"
+                    " AND (? IS NULL OR status=?)",
+                    (reason, video_id, if_status, if_status),
+                ).rowcount
+                == 0
+            ):
                 return None
             c.execute(
                 "INSERT INTO jobs (id, video_id, status, created_at, updated_at) VALUES (?, ?, 'queued', ?, ?)",
@@ -183,23 +233,36 @@ class Catalog(SqliteTexts):
         if not video_ids:
             return {}
         marks = ",".join("?" * len(video_ids))
-        rows = self._conn().execute(f"SELECT * FROM videos WHERE id IN ({marks})", video_ids).fetchall()
+        rows = (
+            self._conn()
+            .execute(f"SELECT * FROM videos WHERE id IN ({marks})", video_ids)
+            .fetchall()
+        )
         return {r["id"]: _video(r) for r in rows}
 
     def find_ready(self, sha256: str) -> Video | None:
         """An indexed video with this content, if any (re-runs skip it)."""
-        row = self._conn().execute(
-            "SELECT * FROM videos WHERE sha256=? AND status='ready' ORDER BY id LIMIT 1", (sha256,)
-        ).fetchone()
+        row = (
+            self._conn()
+            .execute(
+                "SELECT * FROM videos WHERE sha256=? AND status='ready' ORDER BY id LIMIT 1",
+                (sha256,),
+            )
+            .fetchone()
+        )
         return _video(row) if row else None
 
     def list_videos(self, limit: int = 100, after_id: int = 0) -> list[Video]:
-        rows = self._conn().execute(
-            "SELECT * FROM videos WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute("SELECT * FROM videos WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
+            .fetchall()
+        )
         return [_video(r) for r in rows]
 
-    def ready_ids(self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None) -> set[int]:
+    def ready_ids(
+        self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None
+    ) -> set[int]:
         """The ready videos among ``video_ids`` (all when None) whose metadata has every
         key -> value of ``metadata`` (equality; keys must match ``METADATA_KEY``)."""
         sql, args = "SELECT id FROM videos WHERE status='ready'", []
@@ -210,8 +273,10 @@ class Catalog(SqliteTexts):
                 sql += f" AND json_type({_FILTERABLE}, ?) = ?"
                 args += [f'$."{key}"', "true" if value else "false"]
             else:
-                sql += (f" AND json_extract({_FILTERABLE}, ?) IS ?"
-                        f" AND json_type({_FILTERABLE}, ?) NOT IN ('true', 'false')")
+                sql += (
+                    f" AND json_extract({_FILTERABLE}, ?) IS ?"
+                    f" AND json_type({_FILTERABLE}, ?) NOT IN ('true', 'false')"
+                )
                 args += [f'$."{key}"', value, f'$."{key}"']
         if video_ids is not None:
             if not video_ids:
@@ -223,9 +288,13 @@ class Catalog(SqliteTexts):
     def jobs_in(self, states: tuple[str, ...]) -> list[Job]:
         """Jobs in any of ``states``, oldest first (the ingest queue)."""
         marks = ",".join("?" * len(states))
-        rows = self._conn().execute(
-            f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY created_at, rowid", states
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY created_at, rowid", states
+            )
+            .fetchall()
+        )
         return [_job(r) for r in rows]
 
     def lease_job(self) -> Job | None:
@@ -235,16 +304,22 @@ class Catalog(SqliteTexts):
             row = c.execute(
                 "UPDATE jobs SET status='decoding', error=NULL, updated_at=? WHERE id ="
                 " (SELECT id FROM jobs WHERE status='queued' ORDER BY created_at, rowid LIMIT 1) RETURNING *",
-                (time.time(),)).fetchone()
+                (time.time(),),
+            ).fetchone()
             if row is None:
                 return None
-            c.execute("UPDATE videos SET status='decoding', frames_indexed=?, error=NULL WHERE id=?",
-                      (row["frames_indexed"], row["video_id"]))
+            c.execute(
+                "UPDATE videos SET status='decoding', frames_indexed=?, error=NULL WHERE id=?",
+                (row["frames_indexed"], row["video_id"]),
+            )
         return _job(row)
 
     def counts(self) -> dict[str, int]:
         """Videos per status."""
-        return {r[0]: r[1] for r in self._conn().execute("SELECT status, count(*) FROM videos GROUP BY status")}
+        return {
+            r[0]: r[1]
+            for r in self._conn().execute("SELECT status, count(*) FROM videos GROUP BY status")
+        }
 
     def get_job(self, job_id: str) -> Job | None:
         row = self._conn().execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
@@ -255,9 +330,14 @@ class Catalog(SqliteTexts):
         if not video_ids:
             return {}
         marks = ",".join("?" * len(video_ids))
-        rows = self._conn().execute(
-            f"SELECT * FROM jobs WHERE video_id IN ({marks}) ORDER BY created_at, rowid", video_ids
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT * FROM jobs WHERE video_id IN ({marks}) ORDER BY created_at, rowid",
+                video_ids,
+            )
+            .fetchall()
+        )
         return {r["video_id"]: _job(r) for r in rows}  # the newest last, so it wins
 
     def delete_video(self, video_id: int) -> bool:

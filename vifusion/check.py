@@ -62,14 +62,20 @@ def find_drift(catalog: Catalog, shards: ShardSet) -> list[Drift]:
         home = shard_for(v, shards.num_shards)
         where = held.get(v, set())
         if v in ready and home not in where:
-            out.append(Drift("missing", v, home, f"ready in the catalog, no vectors in shard {home}"))
+            out.append(
+                Drift("missing", v, home, f"ready in the catalog, no vectors in shard {home}")
+            )
         if v not in ready and where:
             video = catalog.get_video(v)
             state = "not in the catalog" if video is None else f"{video.status} in the catalog"
-            out.extend(Drift("orphan", v, s, f"vectors in shard {s}, {state}") for s in sorted(where))
+            out.extend(
+                Drift("orphan", v, s, f"vectors in shard {s}, {state}") for s in sorted(where)
+            )
         elif v in ready:
-            out.extend(Drift("misplaced", v, s, f"vectors in shard {s}, routed to shard {home}")
-                       for s in sorted(where - {home}))
+            out.extend(
+                Drift("misplaced", v, s, f"vectors in shard {s}, routed to shard {home}")
+                for s in sorted(where - {home})
+            )
     return out
 
 
@@ -105,8 +111,10 @@ def find_leftovers(data_dir: Path, catalog: Catalog) -> list[Leftover]:
         elif v.status == "failed":
             out.append(Leftover(folder, f"stored media of video {v.id}, which failed"))
         else:
-            out.extend(Leftover(p, f"a temp file a crash left (video {v.id})")
-                       for p in sorted(folder.glob(TEMP_PREFIX + "*")))
+            out.extend(
+                Leftover(p, f"a temp file a crash left (video {v.id})")
+                for p in sorted(folder.glob(TEMP_PREFIX + "*"))
+            )
     return out
 
 

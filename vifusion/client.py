@@ -39,10 +39,16 @@ class ApiError(RuntimeError):
 class Client:
     """The API at ``url`` with API key ``key``. Use as a context manager, or ``close()`` it."""
 
-    def __init__(self, url: str, key: str, timeout_s: float = 120.0, trust_env: bool = True) -> None:
+    def __init__(
+        self, url: str, key: str, timeout_s: float = 120.0, trust_env: bool = True
+    ) -> None:
         """``trust_env=False`` ignores proxy variables (a proxy must not sit in front of loopback)."""
-        self._http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s, trust_env=trust_env,
-                                  headers={"Authorization": f"Bearer {key}"})
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            timeout=timeout_s,
+            trust_env=trust_env,
+            headers={"Authorization": f"Bearer {key}"},
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -61,7 +67,11 @@ class Client:
                 raise ApiError(r.status_code, err["code"], err["message"])
             except (ValueError, KeyError, TypeError):
                 raise ApiError(r.status_code, "http_error", r.text[:500]) from None
-        return r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else r
+        return (
+            r.json()
+            if r.content and r.headers.get("content-type", "").startswith("application/json")
+            else r
+        )
 
     def health(self) -> dict:
         """``GET /healthz`` (no key needed): ``status``, ``shards``, ``vectors`` (frame vectors held)."""
@@ -69,7 +79,9 @@ class Client:
 
     # -- videos ------------------------------------------------------------------------
 
-    def upload(self, path: str | Path, title: str | None = None, metadata: dict[str, Any] | None = None) -> dict:
+    def upload(
+        self, path: str | Path, title: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> dict:
         """Upload a video file; returns ``{video_id, job_id, status}``."""
         path = Path(path)
         data: dict[str, str] = {}
@@ -80,7 +92,9 @@ class Client:
         with path.open("rb") as f:
             return self._call("POST", "/v1/videos", files={"file": (path.name, f)}, data=data)
 
-    def add_uri(self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None) -> dict:
+    def add_uri(
+        self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> dict:
         """Index a ``file://`` path under the service's ingest roots, or an http(s) URL."""
         body: dict[str, Any] = {"uri": uri}
         if title is not None:
@@ -108,7 +122,11 @@ class Client:
         out: list[dict] = []
         cursor = None
         while True:
-            page = self._call("GET", "/v1/videos", params={"limit": limit, **({"cursor": cursor} if cursor else {})})
+            page = self._call(
+                "GET",
+                "/v1/videos",
+                params={"limit": limit, **({"cursor": cursor} if cursor else {})},
+            )
             out.extend(page["videos"])
             cursor = page["next_cursor"]
             if cursor is None:
@@ -130,13 +148,25 @@ class Client:
         """What a video says (``kind`` "speech"), shows written ("screen") or both ("all"):
         ``{"video_id", "segments": [{"kind", "start_s", "end_s", "text"}]}``, or with ``vtt``
         the WebVTT text."""
-        r = self._call("GET", f"/v1/videos/{video_id}/transcript", params={"kind": kind, "format": "vtt" if vtt else "json"})
+        r = self._call(
+            "GET",
+            f"/v1/videos/{video_id}/transcript",
+            params={"kind": kind, "format": "vtt" if vtt else "json"},
+        )
         return r.text if vtt else r
 
     # -- search ------------------------------------------------------------------------
 
-    def search(self, text: str | None = None, *, image: str | Path | None = None, clip: str | Path | None = None,
-               top_k: int = 10, min_relative_score: float | None = None, **options: Any) -> list[dict]:
+    def search(
+        self,
+        text: str | None = None,
+        *,
+        image: str | Path | None = None,
+        clip: str | Path | None = None,
+        top_k: int = 10,
+        min_relative_score: float | None = None,
+        **options: Any,
+    ) -> list[dict]:
         """Moments for a text query, an image file or a clip file (exactly one), best first.
         ``min_relative_score``: drop moments under this fraction of the best one's score (0:
         keep all; None: the service's setting). ``options``: the API's other search options
@@ -145,16 +175,33 @@ class Client:
             options["min_relative_score"] = min_relative_score
         return self.search_page(text, image=image, clip=clip, top_k=top_k, **options)["results"]
 
-    def search_page(self, text: str | None = None, *, image: str | Path | None = None,
-                    clip: str | Path | None = None, top_k: int = 10, **options: Any) -> dict:
+    def search_page(
+        self,
+        text: str | None = None,
+        *,
+        image: str | Path | None = None,
+        clip: str | Path | None = None,
+        top_k: int = 10,
+        **options: Any,
+    ) -> dict:
         """The whole answer: ``results``, ``next_cursor``, ``partial``, ``missing_shards``, ``took_ms``."""
         if sum(q is not None for q in (text, image, clip)) != 1:
             raise ValueError("give exactly one of text, image, clip")
         if text is not None:
             return self._call("POST", "/v1/search", json={"text": text, "top_k": top_k, **options})
         path = Path(image if image is not None else clip)
-        fields = {k: json.dumps(v) if isinstance(v, dict) else ",".join(v) if isinstance(v, list | tuple) else str(v)
-                  for k, v in options.items()}
+        fields = {
+            k: json.dumps(v)
+            if isinstance(v, dict)
+            else ",".join(v)
+            if isinstance(v, list | tuple)
+            else str(v)
+            for k, v in options.items()
+        }
         with path.open("rb") as f:
-            return self._call("POST", "/v1/search", files={"image" if image is not None else "clip": (path.name, f)},
-                              data={"top_k": str(top_k), **fields})
+            return self._call(
+                "POST",
+                "/v1/search",
+                files={"image" if image is not None else "clip": (path.name, f)},
+                data={"top_k": str(top_k), **fields},
+            )

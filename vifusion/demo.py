@@ -46,16 +46,35 @@ def demo_queries(videos: dict[str, SampleVideo], work: Path) -> list[DemoQuery]:
     rocket, moto = launch.scene_of("rocket"), street.scene_of("motorcycle")
     astro, camera = launch.scene_of("astronaut"), street.scene_of("camera")
     clip_start = camera.start_s + 0.5
-    clip = write_clip(street.path, work / "query-clip.mp4", clip_start, clip_start + 3.0, (192, 144))
+    clip = write_clip(
+        street.path, work / "query-clip.mp4", clip_start, clip_start + 3.0, (192, 144)
+    )
     t_img = (astro.start_s + astro.end_s) / 2
     return [
         DemoQuery("text: a cat", "text", "a cat", "kitchen.mp4", cat.start_s, cat.end_s),
-        DemoQuery("text: a cup of coffee", "text", "a cup of coffee", "kitchen.mp4", coffee.start_s, coffee.end_s),
+        DemoQuery(
+            "text: a cup of coffee",
+            "text",
+            "a cup of coffee",
+            "kitchen.mp4",
+            coffee.start_s,
+            coffee.end_s,
+        ),
         DemoQuery("text: a rocket", "text", "a rocket", "launch.mp4", rocket.start_s, rocket.end_s),
-        DemoQuery("text: a motorcycle", "text", "a motorcycle", "street.mp4", moto.start_s, moto.end_s),
-        DemoQuery(f"image: launch @ {t_img:.0f}s, cropped+flipped", "image",
-                  distorted_frame(launch, t_img), "launch.mp4", t_img - 1, t_img + 1),
-        DemoQuery("clip: street 3 s, 192x144", "clip", clip, "street.mp4", clip_start, clip_start + 3.0),
+        DemoQuery(
+            "text: a motorcycle", "text", "a motorcycle", "street.mp4", moto.start_s, moto.end_s
+        ),
+        DemoQuery(
+            f"image: launch @ {t_img:.0f}s, cropped+flipped",
+            "image",
+            distorted_frame(launch, t_img),
+            "launch.mp4",
+            t_img - 1,
+            t_img + 1,
+        ),
+        DemoQuery(
+            "clip: street 3 s, 192x144", "clip", clip, "street.mp4", clip_start, clip_start + 3.0
+        ),
     ]
 
 
@@ -86,15 +105,30 @@ def run_demo(cfg: Config) -> int:
             ms = (time.perf_counter() - t0) * 1000
             first = top[0] if top else None
             video = rt.catalog.get_video(first.video_id) if first else None
-            got = f"{video.title}.mp4 {first.start_s:.1f}-{first.end_s:.1f}s" if first else "nothing"
-            ok = bool(first and video and Path(video.source).name == q.video and overlaps(first, q.start_s, q.end_s))
+            got = (
+                f"{video.title}.mp4 {first.start_s:.1f}-{first.end_s:.1f}s" if first else "nothing"
+            )
+            ok = bool(
+                first
+                and video
+                and Path(video.source).name == q.video
+                and overlaps(first, q.start_s, q.end_s)
+            )
             passed += ok
-            rows.append((q.label, f"{q.video} {q.start_s:.1f}-{q.end_s:.1f}s", got,
-                         f"{first.score:.3f}" if first else "-", "yes" if ok else "NO", f"{ms:.0f}"))
+            rows.append(
+                (
+                    q.label,
+                    f"{q.video} {q.start_s:.1f}-{q.end_s:.1f}s",
+                    got,
+                    f"{first.score:.3f}" if first else "-",
+                    "yes" if ok else "NO",
+                    f"{ms:.0f}",
+                )
+            )
     header = ("query", "expected", "ranked first", "score", "right", "ms")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
     print(f"{passed}/{len(rows)} queries found the right moment")
-    print(f"try: vifusion search --data-dir {cfg.data_dir} \"a cat\"", file=sys.stderr)
+    print(f'try: vifusion search --data-dir {cfg.data_dir} "a cat"', file=sys.stderr)
     return 0 if passed == len(rows) else 1

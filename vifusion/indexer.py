@@ -73,18 +73,33 @@ def expand_paths(paths: Iterable[Path]) -> tuple[list[Path], list[IndexResult]]:
             try:
                 lines = p.read_text().splitlines()
             except (OSError, UnicodeDecodeError) as e:
-                failed.append(IndexResult(str(p), "failed", error=f"{p}: cannot read the list: {e}"))
+                failed.append(
+                    IndexResult(str(p), "failed", error=f"{p}: cannot read the list: {e}")
+                )
                 continue
-            listed = [p.parent / line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+            listed = [
+                p.parent / line.strip()
+                for line in lines
+                if line.strip() and not line.lstrip().startswith("#")
+            ]
             more, bad = expand_paths(x for x in listed if x.suffix.lower() not in LIST_SUFFIXES)
             files.extend(more)
             failed.extend(bad)
-            failed.extend(IndexResult(str(x), "failed", error=f"{x}: a list inside a list ({p}) is not followed")
-                          for x in listed if x.suffix.lower() in LIST_SUFFIXES)
+            failed.extend(
+                IndexResult(
+                    str(x), "failed", error=f"{x}: a list inside a list ({p}) is not followed"
+                )
+                for x in listed
+                if x.suffix.lower() in LIST_SUFFIXES
+            )
         elif p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in VIDEO_SUFFIXES)
+            found = sorted(
+                f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in VIDEO_SUFFIXES
+            )
             if not found:
-                failed.append(IndexResult(str(p), "failed", error=f"{p}: folder has no video files"))
+                failed.append(
+                    IndexResult(str(p), "failed", error=f"{p}: folder has no video files")
+                )
             files.extend(found)
         elif p.is_file():
             files.append(p)
@@ -128,13 +143,17 @@ class Indexer:
             try:
                 sha = file_sha256(path)
             except OSError as e:
-                jobs.append(IndexResult(str(path), "failed", error=f"{path}: cannot read: {e.strerror}"))
+                jobs.append(
+                    IndexResult(str(path), "failed", error=f"{path}: cannot read: {e.strerror}")
+                )
                 continue
             if (seen := self.catalog.find_ready(sha)) is not None:
                 jobs.append(IndexResult(str(path), "skipped", seen.id, frames=seen.frames_indexed))
                 continue
             source = str(path.resolve())
-            video_id, job_id = self.catalog.add_video(source, path.stem, sha256=sha, size_bytes=path.stat().st_size)
+            video_id, job_id = self.catalog.add_video(
+                source, path.stem, sha256=sha, size_bytes=path.stat().st_size
+            )
             jobs.append((path, video_id, job_id))
 
         idle: queue.Queue = queue.Queue()
@@ -176,8 +195,9 @@ class Indexer:
         self.shards.delete_video(video_id)
         for attempt in range(_RETRIES + 1):
             warnings: list[str] = []
-            done, error, retry = self._attempt(actor, path, video_id, job_id, shard_no, on_progress, follow_symlinks,
-                                               warnings)
+            done, error, retry = self._attempt(
+                actor, path, video_id, job_id, shard_no, on_progress, follow_symlinks, warnings
+            )
             if not retry or attempt == _RETRIES:
                 break
             log.warning("%s; indexing it again", error)
@@ -186,56 +206,99 @@ class Indexer:
             self.shards.delete_video(video_id)
         if error is None:
             self.catalog.update_job(job_id, "ready", frames_indexed=done, warnings=warnings)
-            return IndexResult(str(path), "ready", video_id, job_id, frames=done, warnings=tuple(warnings))
+            return IndexResult(
+                str(path), "ready", video_id, job_id, frames=done, warnings=tuple(warnings)
+            )
         # Nothing of a failed video stays searchable.
         self.shards.delete_video(video_id)
         for kind in TEXT_KINDS:
             self.catalog.put_texts(video_id, kind, [])
         self.catalog.update_job(job_id, "failed", frames_indexed=0, error=error, warnings=warnings)
-        return IndexResult(str(path), "failed", video_id, job_id, error=error, warnings=tuple(warnings))
+        return IndexResult(
+            str(path), "failed", video_id, job_id, error=error, warnings=tuple(warnings)
+        )
 
-    def _attempt(self, actor: ray.actor.ActorHandle, path: Path, video_id: int, job_id: str, shard_no: int,
-                 on_progress: Callable[[Progress | IndexResult], None],
-                 follow_symlinks: bool, warnings: list[str]) -> tuple[int, str | None, bool]:
+    def _attempt(
+        self,
+        actor: ray.actor.ActorHandle,
+        path: Path,
+        video_id: int,
+        job_id: str,
+        shard_no: int,
+        on_progress: Callable[[Progress | IndexResult], None],
+        follow_symlinks: bool,
+        warnings: list[str],
+    ) -> tuple[int, str | None, bool]:
         """One try: (frames done, error or None, whether the error is worth another try); the
         extractor's warnings are added to ``warnings``, its texts written to the catalog."""
-        self.catalog.update_job(job_id, "decoding", progress=0.0, frames_indexed=0, stage="probing", warnings=[])
+        self.catalog.update_job(
+            job_id, "decoding", progress=0.0, frames_indexed=0, stage="probing", warnings=[]
+        )
         done = 0
         try:
-            ray.get(actor.device.remote())  # its models are loaded: the deadline counts this video alone
+            ray.get(
+                actor.device.remote()
+            )  # its models are loaded: the deadline counts this video alone
             deadline = _Deadline(self.cfg)
             events = actor.index_video.options(num_returns="streaming").remote(
-                video_id, str(path), shard_no, follow_symlinks)
+                video_id, str(path), shard_no, follow_symlinks
+            )
             while True:
                 if deadline.left_s() == 0 or not ray.wait([events], timeout=deadline.left_s())[0]:
                     self._restart(actor, video_id)
-                    return done, f"{path.name}: {deadline.reason()}; the extractor was restarted", False
+                    return (
+                        done,
+                        f"{path.name}: {deadline.reason()}; the extractor was restarted",
+                        False,
+                    )
                 try:
                     ev = ray.get(next(events))
                 except StopIteration:
                     break
                 if ev["event"] == "probed":
                     deadline.scale(ev["duration_s"])
-                    self._note(self.catalog.set_video_info, video_id, ev["duration_s"], ev["fps"], ev["width"],
-                               ev["height"])
+                    self._note(
+                        self.catalog.set_video_info,
+                        video_id,
+                        ev["duration_s"],
+                        ev["fps"],
+                        ev["width"],
+                        ev["height"],
+                    )
                     on_progress(Progress(str(path), 0, ev["frames_total"]))
                 elif ev["event"] == "progress":
                     done = ev["frames_done"]
                     progress = done / max(ev["frames_total"], 1)
-                    self._note(self.catalog.update_job, job_id, "indexing", progress=progress, frames_indexed=done)
+                    self._note(
+                        self.catalog.update_job,
+                        job_id,
+                        "indexing",
+                        progress=progress,
+                        frames_indexed=done,
+                    )
                     on_progress(Progress(str(path), done, ev["frames_total"]))
                 elif ev["event"] == "stage":
-                    self._note(self.catalog.update_job, job_id, "indexing", stage=ev["stage"], warnings=warnings)
+                    self._note(
+                        self.catalog.update_job,
+                        job_id,
+                        "indexing",
+                        stage=ev["stage"],
+                        warnings=warnings,
+                    )
                 elif ev["event"] == "warning":
                     warnings.append(ev["warning"])
                     self._note(self.catalog.update_job, job_id, "indexing", warnings=warnings)
-                elif ev["event"] == "texts":  # before "done": a ready video's words are all in the catalog
+                elif (
+                    ev["event"] == "texts"
+                ):  # before "done": a ready video's words are all in the catalog
                     self.catalog.put_texts(video_id, ev["kind"], ev["rows"])
                 elif ev["event"] == "done":
                     return ev["frames"], None, False
                 elif ev["event"] == "failed":
                     if ev.get("storage"):  # the data dir, not the video: the caller decides
-                        raise StorageError(ev["storage"], f"the data dir is {ev['storage']}: {ev['error']}")
+                        raise StorageError(
+                            ev["storage"], f"the data dir is {ev['storage']}: {ev['error']}"
+                        )
                     return done, ev["error"], bool(ev.get("retry"))
         except ray.exceptions.RayActorError as e:  # the extractor died; Ray restarts it
             return done, f"{path.name}: extractor failed: {type(e).__name__}", True
@@ -279,7 +342,10 @@ class _Deadline:
     probe the video, and that plus ``extract_deadline_per_video_s`` x its duration in all."""
 
     def __init__(self, cfg: Config) -> None:
-        self.base_s, self.per_video_s = cfg.extract_deadline_base_s, cfg.extract_deadline_per_video_s
+        self.base_s, self.per_video_s = (
+            cfg.extract_deadline_base_s,
+            cfg.extract_deadline_per_video_s,
+        )
         self.limit_s = self.base_s
         self.duration_s: float | None = None
         self.start = time.monotonic()
@@ -293,9 +359,13 @@ class _Deadline:
 
     def reason(self) -> str:
         if self.duration_s is None:
-            return f"extraction took longer than {self.limit_s:.1f} s without even probing the video"
-        return (f"extraction took longer than {self.limit_s:.1f} s, its deadline ({self.base_s:g} s + "
-                f"{self.per_video_s:g} s per second of its {self.duration_s:.1f} s of video)")
+            return (
+                f"extraction took longer than {self.limit_s:.1f} s without even probing the video"
+            )
+        return (
+            f"extraction took longer than {self.limit_s:.1f} s, its deadline ({self.base_s:g} s + "
+            f"{self.per_video_s:g} s per second of its {self.duration_s:.1f} s of video)"
+        )
 
 
 def _wait_killed_and_back(actor: ray.actor.ActorHandle, timeout_s: float = 300.0) -> None:

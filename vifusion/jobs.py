@@ -21,7 +21,14 @@ import ray
 from vifusion._files import storage_reason
 from vifusion.config import Config
 from vifusion.runtime import Runtime
-from vifusion.sources import SourceError, download, is_path_source, new_media_path, open_video_file, url_filename
+from vifusion.sources import (
+    SourceError,
+    download,
+    is_path_source,
+    new_media_path,
+    open_video_file,
+    url_filename,
+)
 
 log = logging.getLogger(__name__)
 _PAUSE_S = 2.0  # how long ingest waits before writing again to a data dir that refused a write
@@ -93,7 +100,9 @@ class JobRunner:
         with self._wake:
             while not self._stop:
                 while self._stalled:
-                    self.catalog.update_job(self._stalled[0], "queued", progress=0.0, frames_indexed=0)
+                    self.catalog.update_job(
+                        self._stalled[0], "queued", progress=0.0, frames_indexed=0
+                    )
                     self._stalled.pop(0)
                 if (job := self.catalog.lease_job()) is not None:
                     return job.id, job.video_id
@@ -119,7 +128,9 @@ class JobRunner:
             try:
                 self._run(i, job_id, video_id)
                 self._storage_tries.pop(job_id, None)
-            except Exception as e:  # a bug fails this job, a full disk puts it aside; never the service
+            except (
+                Exception
+            ) as e:  # a bug fails this job, a full disk puts it aside; never the service
                 self._failed(job_id, video_id, e)
             with self._lock:
                 self.stats.busy_s += time.perf_counter() - t0
@@ -142,14 +153,20 @@ class JobRunner:
             # a file:// path: hashed here, not while the client waited, and on every run: a
             # failed one's file may have been fixed or replaced since its last run
             try:
-                with open(open_video_file(video), "rb") as f:  # the file as checked, whatever its name is now
-                    sha, size = hashlib.file_digest(f, "sha256").hexdigest(), os.fstat(f.fileno()).st_size
+                with open(
+                    open_video_file(video), "rb"
+                ) as f:  # the file as checked, whatever its name is now
+                    sha, size = (
+                        hashlib.file_digest(f, "sha256").hexdigest(),
+                        os.fstat(f.fileno()).st_size,
+                    )
             except OSError as e:
                 return self._fail(job_id, video_id, f"{path.name}: cannot read: {e.strerror}")
             self.catalog.set_media(video_id, path, sha, size)
         indexer = self._indexer()
-        result = indexer.run_job(indexer.extractors[i], path, video_id, job_id,
-                                 follow_symlinks=not is_path_source(video))
+        result = indexer.run_job(
+            indexer.extractors[i], path, video_id, job_id, follow_symlinks=not is_path_source(video)
+        )
         if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
             self.shards.delete_video(video_id)
             self.catalog.delete_video(video_id)  # the texts its job wrote after the delete
@@ -165,7 +182,9 @@ class JobRunner:
         reason = storage_reason(e)
         if reason is None:
             log.exception("job %s failed", job_id)
-            return self._record_failure(job_id, video_id, f"internal error: {type(e).__name__}: {e}")
+            return self._record_failure(
+                job_id, video_id, f"internal error: {type(e).__name__}: {e}"
+            )
         # The data dir refused a write: not the video's fault. The job waits for room (a
         # later run overwrites what this one sent: same vector ids), _STORAGE_TRIES at most.
         log.error("job %s: the data dir is %s: %s", job_id, reason, e)

@@ -122,7 +122,11 @@ def _frame_at(video: Path, t: float) -> Image.Image:
                 break
         else:  # the stream ended before t: the last frame shows for one frame's time
             rate = stream.average_rate or stream.guessed_rate
-            if last is not None and last.time is not None and t > last.time + (float(1 / rate) if rate else 0) + 1e-3:
+            if (
+                last is not None
+                and last.time is not None
+                and t > last.time + (float(1 / rate) if rate else 0) + 1e-3
+            ):
                 raise PastEnd(f"{video.name}: t={t:g} s is past the end of the video")
         if last is None:
             raise ValueError(f"{video.name}: no frame at {t} s")

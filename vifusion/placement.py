@@ -56,8 +56,16 @@ def plan_nodes(plan: dict[str, Any]) -> dict[str, str] | None:
         elif node.get("head"):
             found = head
         else:
-            found = next((n["NodeID"] for n in alive if n["NodeID"] not in taken and n["NodeID"] != head
-                          and signature(n["Resources"]) == node["signature"]), None)
+            found = next(
+                (
+                    n["NodeID"]
+                    for n in alive
+                    if n["NodeID"] not in taken
+                    and n["NodeID"] != head
+                    and signature(n["Resources"]) == node["signature"]
+                ),
+                None,
+            )
         if found is None:
             log.warning("plan node %s is not in the cluster: the plan is not used", node["name"])
             return None
@@ -66,19 +74,26 @@ def plan_nodes(plan: dict[str, Any]) -> dict[str, str] | None:
     return out
 
 
-def planned_shard_strategies(plan: dict[str, Any] | None, num_shards: int,
-                             replicas: int) -> list[list[NodeAffinitySchedulingStrategy]] | None:
+def planned_shard_strategies(
+    plan: dict[str, Any] | None, num_shards: int, replicas: int
+) -> list[list[NodeAffinitySchedulingStrategy]] | None:
     """The plan's node for every replica of every shard; None where it does not apply."""
     if plan is None:
         return None
     if len(plan["shards"]) != num_shards or any(len(g) != replicas for g in plan["shards"]):
-        log.warning("the plan is for %d shards of %d replicas: not used for the shards",
-                    len(plan["shards"]), len(plan["shards"][0]) if plan["shards"] else 0)
+        log.warning(
+            "the plan is for %d shards of %d replicas: not used for the shards",
+            len(plan["shards"]),
+            len(plan["shards"][0]) if plan["shards"] else 0,
+        )
         return None
     nodes = plan_nodes(plan)
     if nodes is None:
         return None
-    return [[NodeAffinitySchedulingStrategy(nodes[name], soft=False) for name in group] for group in plan["shards"]]
+    return [
+        [NodeAffinitySchedulingStrategy(nodes[name], soft=False) for name in group]
+        for group in plan["shards"]
+    ]
 
 
 def planned_extractors(plan: dict[str, Any] | None) -> list[dict[str, Any]] | None:
@@ -87,8 +102,14 @@ def planned_extractors(plan: dict[str, Any] | None) -> list[dict[str, Any]] | No
     nodes = plan_nodes(plan) if plan is not None else None
     if nodes is None:
         return None
-    return [{"num_cpus": 1, "scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[n["name"]], soft=False)}
-            for n in plan["nodes"] for _ in range(n["extractors"])]
+    return [
+        {
+            "num_cpus": 1,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[n["name"]], soft=False),
+        }
+        for n in plan["nodes"]
+        for _ in range(n["extractors"])
+    ]
 
 
 def spread(num_shards: int, replicas: int, nodes: list[str]) -> list[list[str]]:
@@ -107,8 +128,10 @@ def shard_nodes() -> list[str]:
 
 def shard_strategies(num_shards: int, replicas: int) -> list[list[NodeAffinitySchedulingStrategy]]:
     """A scheduling strategy for every replica of every shard (``[shard][replica]``)."""
-    return [[NodeAffinitySchedulingStrategy(node, soft=False) for node in group]
-            for group in spread(num_shards, replicas, shard_nodes())]
+    return [
+        [NodeAffinitySchedulingStrategy(node, soft=False) for node in group]
+        for group in spread(num_shards, replicas, shard_nodes())
+    ]
 
 
 def extractor_options(num_extractors: int) -> dict[str, Any]:
@@ -117,5 +140,8 @@ def extractor_options(num_extractors: int) -> dict[str, Any]:
     if gpus := int(have.get("GPU", 0)):
         return {"num_cpus": 1, "num_gpus": 1 / math.ceil(num_extractors / gpus)}
     if units := int(have.get(EXTRACT_RESOURCE, 0)):
-        return {"num_cpus": 1, "resources": {EXTRACT_RESOURCE: 1 / math.ceil(num_extractors / units)}}
+        return {
+            "num_cpus": 1,
+            "resources": {EXTRACT_RESOURCE: 1 / math.ceil(num_extractors / units)},
+        }
     return {"num_cpus": 1}

@@ -92,8 +92,13 @@ class Moment:
     frames: int = 1
 
 
-def fuse(lists: list[list[Candidate]], top_k: int, join_gap_s: float = 0.0, method: str = "rrf",
-         k: float = RRF_K) -> list[Moment]:
+def fuse(
+    lists: list[list[Candidate]],
+    top_k: int,
+    join_gap_s: float = 0.0,
+    method: str = "rrf",
+    k: float = RRF_K,
+) -> list[Moment]:
     """The ``top_k`` best moments over ``lists`` (each ranked best first), best first.
 
     ``method`` "rrf": a list adds ``1 / (k + rank)`` (rank from 1) to a moment; "calibrated":
@@ -105,8 +110,11 @@ def fuse(lists: list[list[Candidate]], top_k: int, join_gap_s: float = 0.0, meth
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if method not in FUSIONS:
         raise ValueError(f"fusion must be one of {FUSIONS}, got {method!r}")
-    entries = [(1.0 / (k + rank) if method == "rrf" else float(c.score), li, rank, c)
-               for li, ranked in enumerate(lists) for rank, c in enumerate(ranked, start=1)]
+    entries = [
+        (1.0 / (k + rank) if method == "rrf" else float(c.score), li, rank, c)
+        for li, ranked in enumerate(lists)
+        for rank, c in enumerate(ranked, start=1)
+    ]
     entries.sort(key=lambda e: (-e[0], e[1], e[2]))  # the strongest first: it seeds its moment
     moments: list[Moment] = []
     credited: list[set[int]] = []  # per moment: the lists that added to its score
@@ -129,8 +137,10 @@ def fuse(lists: list[list[Candidate]], top_k: int, join_gap_s: float = 0.0, meth
         if li not in credited[i]:
             credited[i].add(li)
             m.score += share
-    order = sorted(range(len(moments)), key=lambda i: (-moments[i].score, seeds[i], moments[i].video_id,
-                                                       moments[i].start_s))
+    order = sorted(
+        range(len(moments)),
+        key=lambda i: (-moments[i].score, seeds[i], moments[i].video_id, moments[i].start_s),
+    )
     return [moments[i] for i in order[:top_k]]
 
 

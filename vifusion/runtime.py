@@ -20,7 +20,6 @@ from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.index import ShardSet
 
-
 # Settings of every Ray that runs ViFusion, as environment variables of its processes: a
 # Ray started here inherits them, `ray up` clusters export them (deploy/cluster*.yaml).
 # Arguments up to 1 MiB ride inline in the actor call instead of going through the object
@@ -54,7 +53,9 @@ def open_writer_lock(data_dir: Path) -> IO[str]:
         data_dir.mkdir(parents=True, exist_ok=True)
         return open(data_dir / "writer.lock", "w")
     except OSError as e:
-        raise DataDirUnwritable(f"the data dir {data_dir} cannot be written: {e.strerror}") from None
+        raise DataDirUnwritable(
+            f"the data dir {data_dir} cannot be written: {e.strerror}"
+        ) from None
 
 
 class Runtime:
@@ -75,7 +76,9 @@ class Runtime:
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         self._lock.close()
-                        raise DataDirBusy(f"another vifusion process is writing to {cfg.data_dir}") from None
+                        raise DataDirBusy(
+                            f"another vifusion process is writing to {cfg.data_dir}"
+                        ) from None
                     time.sleep(0.2)
         else:
             with contextlib.suppress(OSError):  # a reader of a data dir it may not write to

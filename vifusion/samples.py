@@ -108,7 +108,9 @@ def _ease(u: np.ndarray | float) -> np.ndarray | float:
     return 0.5 - 0.5 * np.cos(np.pi * u)
 
 
-def _pan_zoom(name: str, n: int, size: tuple[int, int], seed: int, zoom_in: bool) -> Iterator[np.ndarray]:
+def _pan_zoom(
+    name: str, n: int, size: tuple[int, int], seed: int, zoom_in: bool
+) -> Iterator[np.ndarray]:
     img = Image.fromarray(_photo(name))
     w_img, h_img = img.size
     w, h = size
@@ -197,7 +199,11 @@ class _Encoder:
         self.n = 0
 
     def write(self, rgb: np.ndarray | av.VideoFrame) -> None:
-        frame = rgb if isinstance(rgb, av.VideoFrame) else av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        frame = (
+            rgb
+            if isinstance(rgb, av.VideoFrame)
+            else av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        )
         frame.pts, frame.time_base = self.n, self.time_base
         self.n += 1
         self.container.mux(self.stream.encode(frame))
@@ -257,7 +263,9 @@ def write_clip(src: Path, dst: Path, start_s: float, end_s: float, size: tuple[i
                     break
                 if enc is None:
                     enc = _Encoder(dst, fps, size)
-                enc.write(frame.reformat(width=w, height=h, format="yuv420p", interpolation="BILINEAR"))
+                enc.write(
+                    frame.reformat(width=w, height=h, format="yuv420p", interpolation="BILINEAR")
+                )
         finally:
             if enc is not None:
                 enc.close()

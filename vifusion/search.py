@@ -25,10 +25,12 @@ from vifusion.index.segments import group_segments, group_videos
 from vifusion.ranking import ALIASES, FUSIONS, MARKS, MODALITIES, Candidate, Moment, fuse
 from vifusion.types import Found, SearchHit, Segment
 
-if TYPE_CHECKING:  # a text search from the command line runs without torch, Ray and PyAV (index/local.py)
+if (
+    TYPE_CHECKING
+):  # a text search from the command line runs without torch, Ray and PyAV (index/local.py)
+    from vifusion.extract._text_onnx import TextEmbedder
     from vifusion.extract.decode import Batches
     from vifusion.extract.model import Embedder
-    from vifusion.extract._text_onnx import TextEmbedder
     from vifusion.index import ShardSet
     from vifusion.index.local import LocalShards
 
@@ -43,16 +45,22 @@ FUSION = "calibrated"  # measured better than "rrf": see the module's docstring
 TEXT_MIN_COSINE = 0.25
 # Calibrated fusion: a cosine of each space mapped linearly to [0, 1] between "unrelated" and
 # "as close as a query gets" (ConSE frames: 0.25 unrelated, 0.55 the named object in view).
-COSINE_RANGE = {"semantic": (0.25, 0.55), "speech": (TEXT_MIN_COSINE, 0.8), "screen": (TEXT_MIN_COSINE, 0.8)}
+COSINE_RANGE = {
+    "semantic": (0.25, 0.55),
+    "speech": (TEXT_MIN_COSINE, 0.8),
+    "screen": (TEXT_MIN_COSINE, 0.8),
+}
 # Words left out of keyword search (they are in nearly every sentence) unless the query is all
 # such words: without them a keyword list holds what the query is about, and the query's
 # words marked in a snippet are the ones that matter.
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an the and or but nor of to in on at by for from with about into onto over under as is are was were be been
 being am do does did have has had it its this that these those there here i you he she we they me him her us
 them my your his our their what which who whom how when where why not no so than then too very can could will
 would shall should may might must just also if
-""".split())
+""".split()
+)
 
 
 def check_modalities(modalities) -> tuple[str, ...]:
@@ -61,7 +69,9 @@ def check_modalities(modalities) -> tuple[str, ...]:
     given = [ALIASES.get(m, m) if isinstance(m, str) else m for m in modalities]
     unknown = [m for m in given if m not in MODALITIES]
     if unknown or not given:
-        raise ValueError(f"modalities must be among {', '.join(MODALITIES)}; got {', '.join(map(str, given)) or 'none'}")
+        raise ValueError(
+            f"modalities must be among {', '.join(MODALITIES)}; got {', '.join(map(str, given)) or 'none'}"
+        )
     return tuple(m for m in MODALITIES if m in given)
 
 
@@ -94,7 +104,8 @@ def decode_clip(path: Path, cfg: Config) -> Batches:
     info, _, batches = open_sampled(path, cfg.sample_fps, MAX_CLIP_FRAMES, batch=_CLIP_BATCH)
     if info.duration_s > cfg.max_query_clip_s:
         raise ClipRefused(
-            "clip_too_long", f"the clip is {info.duration_s:.1f} s long; the limit is {cfg.max_query_clip_s:g} s"
+            "clip_too_long",
+            f"the clip is {info.duration_s:.1f} s long; the limit is {cfg.max_query_clip_s:g} s",
         )
     spent = time.monotonic() - t0
     while spent <= cfg.query_clip_decode_budget_s:
@@ -104,8 +115,11 @@ def decode_clip(path: Path, cfg: Config) -> Batches:
         if batch is None:
             return
         yield batch
-    raise ClipRefused("clip_too_costly", f"decoding the clip took over {cfg.query_clip_decode_budget_s:g} s; "
-                      "send a shorter clip or one of a smaller picture")
+    raise ClipRefused(
+        "clip_too_costly",
+        f"decoding the clip took over {cfg.query_clip_decode_budget_s:g} s; "
+        "send a shorter clip or one of a smaller picture",
+    )
 
 
 class Searcher:
@@ -116,8 +130,13 @@ class Searcher:
     words). ``videos``: search only these videos (None: all). Results are ``Moment``s.
     """
 
-    def __init__(self, cfg: Config, shards: ShardSet | LocalShards, embedder: Embedder | TextEmbedder,
-                 catalog: Catalog) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        shards: ShardSet | LocalShards,
+        embedder: Embedder | TextEmbedder,
+        catalog: Catalog,
+    ) -> None:
         """``embedder``: a ``TextEmbedder`` serves text queries only."""
         self.cfg = cfg
         self.shards = shards
@@ -140,8 +159,15 @@ class Searcher:
         hits = self.shards.search(space, vec, self._frames_to_fetch(top_k), videos)
         return Found(_moments(self._group(hits[0], top_k, group_by)), hits.missing)
 
-    def text(self, query: str, top_k: int = 10, group_by: str = "segment", videos=None,
-             modalities=MODALITIES, fusion: str = FUSION) -> Found:
+    def text(
+        self,
+        query: str,
+        top_k: int = 10,
+        group_by: str = "segment",
+        videos=None,
+        modalities=MODALITIES,
+        fusion: str = FUSION,
+    ) -> Found:
         """Moments for a text query in ``modalities`` (any of ``MODALITIES``), fused by
         ``fusion`` (one of ``FUSIONS``). Each moment says which modalities ``matched`` and,
         where words matched, carries them as its ``snippet`` (the query's words between ``MARKS``).
@@ -164,8 +190,16 @@ class Searcher:
             hits = self.shards.search("semantic", vec, self._frames_to_fetch(top_k), videos)
             missing.update(hits.missing)
             runs = self._group(hits[0], depth, "frame" if group_by == "frame" else "segment")
-            seen = [Candidate(s.video_id, s.start_s, s.end_s,
-                              _calibrate("semantic", s.score) if calibrated else s.score, "visual") for s in runs]
+            seen = [
+                Candidate(
+                    s.video_id,
+                    s.start_s,
+                    s.end_s,
+                    _calibrate("semantic", s.score) if calibrated else s.score,
+                    "visual",
+                )
+                for s in runs
+            ]
             # calibrated 0 is "unrelated": such frames neither make a moment nor count as matched
             lists.append([c for c in seen if c.score > 0] if calibrated else seen)
         words = keywords(query)
@@ -173,20 +207,48 @@ class Searcher:
             hits = self.shards.search(kind, vec, depth, videos)
             missing.update(hits.missing)
             near = [h for h in hits[0] if h.score >= TEXT_MIN_COSINE]
-            rows = self.catalog.texts_at([(h.video_id, kind, h.row) for h in near], query=words, marks=MARKS)
-            lists.append([Candidate(r.video_id, r.start_s, r.end_s, _calibrate(kind, h.score) if calibrated else h.score,
-                                    kind, r.snippet)
-                          for h in near if (r := rows.get((h.video_id, kind, h.row))) is not None])
-            found = self.catalog.keyword_search(words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS)
-            lists.append([Candidate(r.video_id, r.start_s, r.end_s, r.coverage if calibrated else r.score, kind, r.snippet)
-                          for r in found])
+            rows = self.catalog.texts_at(
+                [(h.video_id, kind, h.row) for h in near], query=words, marks=MARKS
+            )
+            lists.append(
+                [
+                    Candidate(
+                        r.video_id,
+                        r.start_s,
+                        r.end_s,
+                        _calibrate(kind, h.score) if calibrated else h.score,
+                        kind,
+                        r.snippet,
+                    )
+                    for h in near
+                    if (r := rows.get((h.video_id, kind, h.row))) is not None
+                ]
+            )
+            found = self.catalog.keyword_search(
+                words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS
+            )
+            lists.append(
+                [
+                    Candidate(
+                        r.video_id,
+                        r.start_s,
+                        r.end_s,
+                        r.coverage if calibrated else r.score,
+                        kind,
+                        r.snippet,
+                    )
+                    for r in found
+                ]
+            )
         moments = fuse(lists, max(1, sum(map(len, lists))), method=fusion)
         if group_by == "video":  # the best moment of each video
             seen: set[int] = set()
             moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
         return Found(moments[:top_k], missing)
 
-    def image(self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None) -> Found:
+    def image(
+        self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None
+    ) -> Found:
         """``image``: (H, W, 3) uint8 RGB."""
         visual, _ = self.embedder.embed_images([image])
         return self._search("visual", visual, top_k, group_by, videos)
@@ -203,14 +265,22 @@ class Searcher:
         return self._align(np.concatenate(vectors), spans, top_k, group_by, videos)
 
     def stored_clip(
-        self, video_id: int, start_s: float, end_s: float, top_k: int = 10, group_by: str = "segment", videos=None
+        self,
+        video_id: int,
+        start_s: float,
+        end_s: float,
+        top_k: int = 10,
+        group_by: str = "segment",
+        videos=None,
     ) -> Found:
         """Moments that match a stretch of an indexed video, from its stored vectors (no decode)."""
         if not 0 <= start_s < end_s:
             raise ValueError(f"need 0 <= start_s < end_s, got {start_s}, {end_s}")
         times, vectors = self.shards.frames("visual", video_id, start_s, end_s)
         if not len(times):
-            raise ValueError(f"video {video_id} has no indexed frames between {start_s} s and {end_s} s")
+            raise ValueError(
+                f"video {video_id} has no indexed frames between {start_s} s and {end_s} s"
+            )
         times, vectors = times[:MAX_CLIP_FRAMES], vectors[:MAX_CLIP_FRAMES]
         spans = [(i, float(t0), float(t1)) for i, (t0, t1) in enumerate(times)]
         return self._align(vectors, spans, top_k, group_by, videos)
@@ -228,7 +298,10 @@ class Searcher:
 
 def _moments(segments: list[Segment]) -> list[Moment]:
     """Moments of frames (found by their looks, no words)."""
-    return [Moment(s.video_id, s.start_s, s.end_s, s.score, ["visual"], None, s.frames) for s in segments]
+    return [
+        Moment(s.video_id, s.start_s, s.end_s, s.score, ["visual"], None, s.frames)
+        for s in segments
+    ]
 
 
 def _calibrate(space: str, cosine: float) -> float:

@@ -20,11 +20,12 @@ import numpy as np
 
 from vifusion._admin import remove_stored_media
 from vifusion._files import StorageError, fd_path, storage_writes
-from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion._ingest_checks import check_metadata, shape, title_for
+from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.jobs import JobRunner
 from vifusion.media import PastEnd, ThumbnailCache
+from vifusion.ranking import Moment, relative_cut
 from vifusion.runtime import Runtime
 from vifusion.search import GROUP_BY, MODALITIES, check_modalities
 from vifusion.sources import (
@@ -38,7 +39,6 @@ from vifusion.sources import (
     sniff,
     url_filename,
 )
-from vifusion.ranking import Moment, relative_cut
 
 MAX_OFFSET = 1000  # deepest result a cursor can reach
 
@@ -97,7 +97,11 @@ class Service:
     # -- ingest ------------------------------------------------------------------------
 
     def ingest_upload(
-        self, data: BinaryIO, filename: str | None, title: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        data: BinaryIO,
+        filename: str | None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Ingested:
         """Store an uploaded video under the data dir and queue its job. Refuses (SourceError)
         an empty upload, one over the size limit, and one that is plainly not a video."""
@@ -114,12 +118,16 @@ class Service:
             chunks = itertools.chain([head], iter(lambda: data.read(1 << 20), b""))
             with storage_writes(self.cfg.data_dir, "the upload was not stored"):
                 sha, size = save_capped(chunks, path, self.cfg.max_upload_bytes, "the upload")
-            return self._queue(f"upload:{filename or path.name}", title, metadata, sha, size, media=path)
+            return self._queue(
+                f"upload:{filename or path.name}", title, metadata, sha, size, media=path
+            )
         except BaseException:
             shutil.rmtree(path.parent, ignore_errors=True)
             raise
 
-    def ingest_uri(self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None) -> Ingested:
+    def ingest_uri(
+        self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> Ingested:
         """Queue a ``file://`` path (inside the ingest roots) or an ``http(s)://`` URL
         (public addresses only unless configured). Only checks here: the job fetches a URL
         and hashes the file, so a large one does not hold up the answer."""
@@ -132,7 +140,9 @@ class Service:
 
     def _queue(self, source, title, metadata, sha, size, media: Path | None = None) -> Ingested:
         with storage_writes(self.cfg.data_dir, "the video was not queued"):
-            video_id, job_id = self.catalog.add_video(source, title, metadata, sha256=sha, size_bytes=size, media=media)
+            video_id, job_id = self.catalog.add_video(
+                source, title, metadata, sha256=sha, size_bytes=size, media=media
+            )
         self.jobs.wake()
         return Ingested(video_id, job_id)
 
@@ -161,9 +171,16 @@ class Service:
         """``video`` with the metadata a client can be given: keys stored before ingest
         checked metadata (``check_metadata``) whose values nest too deep or hold a lone
         surrogate are left out (the answer's JSON could not hold them), the rest are kept."""
-        shown = {k: v for k, v in video.metadata.items()
-                 if (s := shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok}
-        return video if len(shown) == len(video.metadata) else dataclasses.replace(video, metadata=shown)
+        shown = {
+            k: v
+            for k, v in video.metadata.items()
+            if (s := shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok
+        }
+        return (
+            video
+            if len(shown) == len(video.metadata)
+            else dataclasses.replace(video, metadata=shown)
+        )
 
     def open_media(self, video_id: int) -> tuple[int, Path]:
         """A read-only descriptor of the video's file, and its path (for its name); the caller
@@ -185,8 +202,12 @@ class Service:
         video = self.video(video_id)
         if video.duration_s:
             if t > video.duration_s:
-                raise PastEnd(f"t={t:g} s is past the end of video {video_id} ({video.duration_s:g} s)")
-            t = min(t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0)))  # the last frame shows until the end
+                raise PastEnd(
+                    f"t={t:g} s is past the end of video {video_id} ({video.duration_s:g} s)"
+                )
+            t = min(
+                t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0))
+            )  # the last frame shows until the end
         fd = self._open(video)  # the checked file, as /media serves it: never a FIFO swapped in
         try:
             return self.thumbnails.get(video_id, Path(fd_path(fd)), t)
@@ -203,7 +224,10 @@ class Service:
             self.catalog.delete_video(video_id)
         # Searches no longer return it; vectors a full shard could not drop are orphans that
         # `vifusion check --repair` removes.
-        with storage_writes(self.cfg.data_dir, "the video is deleted, but its vectors stay until `vifusion check --repair`"):
+        with storage_writes(
+            self.cfg.data_dir,
+            "the video is deleted, but its vectors stay until `vifusion check --repair`",
+        ):
             self.shards.delete_video(video_id)
         remove_stored_media(self.cfg.data_dir, video)
         self.thumbnails.drop(video_id)
@@ -219,18 +243,32 @@ class Service:
         make one job."""
         video = self.video(video_id)
         if video.status != "failed":
-            raise SourceError("not_failed", f"video {video_id} is {video.status}; only a failed video is retried", 409)
+            raise SourceError(
+                "not_failed",
+                f"video {video_id} is {video.status}; only a failed video is retried",
+                409,
+            )
         if video.media_path is not None:
             try:
                 os.close(open_video_file(video))
             except OSError as e:
-                raise SourceError("source_gone", f"video {video_id}'s file {video.media_path.name} cannot be "
-                                  f"read ({e.strerror}): add the video again", 410) from None
+                raise SourceError(
+                    "source_gone",
+                    f"video {video_id}'s file {video.media_path.name} cannot be "
+                    f"read ({e.strerror}): add the video again",
+                    410,
+                ) from None
         with storage_writes(self.cfg.data_dir, "the video was not queued"):
-            job_id = self.catalog.requeue(video_id, f"retrying; the last run failed: {video.error}", if_status="failed")
+            job_id = self.catalog.requeue(
+                video_id, f"retrying; the last run failed: {video.error}", if_status="failed"
+            )
         if job_id is None:  # deleted or retried since it was read
             video = self.video(video_id)
-            raise SourceError("not_failed", f"video {video_id} is {video.status}; only a failed video is retried", 409)
+            raise SourceError(
+                "not_failed",
+                f"video {video_id} is {video.status}; only a failed video is retried",
+                409,
+            )
         self.jobs.wake()
         return job_id
 
@@ -269,10 +307,14 @@ class Service:
         if min_relative_score is None:
             min_relative_score = self.cfg.min_relative_score
         if not 0 <= min_relative_score <= 1:
-            raise ValueError(f"min_relative_score must be between 0 and 1, got {min_relative_score}")
+            raise ValueError(
+                f"min_relative_score must be between 0 and 1, got {min_relative_score}"
+            )
         modalities = check_modalities(modalities)
         if text is None and "visual" not in modalities:
-            raise ValueError("an image or clip query searches what is seen: its modalities must include visual")
+            raise ValueError(
+                "an image or clip query searches what is seen: its modalities must include visual"
+            )
         videos = None if not filter else sorted(self.catalog.ready_ids(metadata=filter))
         want = offset + top_k + 1
         s = self.searcher
@@ -288,7 +330,9 @@ class Service:
             found = s.stored_clip(video_id, start_s, end_s, want, group_by, videos)
         missing = found.missing
         ready = self.catalog.ready_ids(sorted({m.video_id for m in found}))
-        found = [m for m in found if m.video_id in ready and (min_score is None or m.score >= min_score)]
+        found = [
+            m for m in found if m.video_id in ready and (min_score is None or m.score >= min_score)
+        ]
         found = relative_cut(found, min_relative_score)
         page = found[offset : offset + top_k]
         more = len(found) > offset + top_k and offset + top_k <= MAX_OFFSET
@@ -306,7 +350,11 @@ class Service:
 
     def health(self) -> dict[str, Any]:
         stats = self.shards.stats()
-        return {"status": "ok", "shards": len(stats), "vectors": sum(s["vectors"]["visual"] for s in stats)}
+        return {
+            "status": "ok",
+            "shards": len(stats),
+            "vectors": sum(s["vectors"]["visual"] for s in stats),
+        }
 
     def stats(self) -> dict[str, Any]:
         """Figures for monitoring: shards, ingest, transfers, catalog."""

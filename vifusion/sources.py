@@ -46,17 +46,30 @@ class SourceError(ValueError):
 
 _VIDEO_MAGIC: tuple[tuple[int, bytes], ...] = (
     (4, b"ftyp"),  # MP4, MOV, 3GP, M4V
-    (4, b"moov"), (4, b"mdat"), (4, b"free"), (4, b"wide"), (4, b"skip"),  # older QuickTime
+    (4, b"moov"),
+    (4, b"mdat"),
+    (4, b"free"),
+    (4, b"wide"),
+    (4, b"skip"),  # older QuickTime
     (0, b"\x1a\x45\xdf\xa3"),  # Matroska, WebM
     (0, b"RIFF"),  # AVI (checked further below)
-    (0, b"\x00\x00\x01\xba"), (0, b"\x00\x00\x01\xb3"),  # MPEG program stream, elementary
-    (0, b"FLV"), (0, b"OggS"), (0, b"GIF8"),
+    (0, b"\x00\x00\x01\xba"),
+    (0, b"\x00\x00\x01\xb3"),  # MPEG program stream, elementary
+    (0, b"FLV"),
+    (0, b"OggS"),
+    (0, b"GIF8"),
     (0, b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"),  # ASF / WMV
 )
 _NOT_VIDEO_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"%PDF", "a PDF document"),
-    (b"PK\x03\x04", "a ZIP archive"), (b"\x1f\x8b", "a gzip archive"), (b"BM", "a BMP image"),
-    (b"\x7fELF", "a program"), (b"ID3", "an MP3 audio file"), (b"fLaC", "a FLAC audio file"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"BM", "a BMP image"),
+    (b"\x7fELF", "a program"),
+    (b"ID3", "an MP3 audio file"),
+    (b"fLaC", "a FLAC audio file"),
 )
 SNIFF_BYTES = 4096
 
@@ -161,7 +174,9 @@ def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
     """The local file a ``file://`` URI names, if it lies inside one of ``roots``."""
     parts = _split(uri)
     if parts.netloc not in ("", "localhost"):
-        raise SourceError("invalid_uri", f"file uri with a host ({parts.netloc!r}) is not supported")
+        raise SourceError(
+            "invalid_uri", f"file uri with a host ({parts.netloc!r}) is not supported"
+        )
     raw = unquote(parts.path)
     if "\x00" in raw:
         raise SourceError("invalid_uri", "file uri contains a NUL byte")
@@ -170,7 +185,9 @@ def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
     roots = [Path(r).resolve() for r in roots]
     if not roots:
         raise SourceError(
-            "file_uri_disabled", "file:// ingest is off: set ingest_roots (VIFUSION_INGEST_ROOTS) to allow it", 403
+            "file_uri_disabled",
+            "file:// ingest is off: set ingest_roots (VIFUSION_INGEST_ROOTS) to allow it",
+            403,
         )
     path = Path(os.path.realpath(raw))
     if not any(path.is_relative_to(root) for root in roots):
@@ -225,7 +242,11 @@ def check_url(url: str, allow_private: bool) -> str:
         raise SourceError("unresolvable_host", f"cannot resolve host {parts.hostname!r}") from None
     addrs = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
     for addr in addrs:
-        plain = addr.ipv4_mapped if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped else addr
+        plain = (
+            addr.ipv4_mapped
+            if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped
+            else addr
+        )
         if not allow_private and (not plain.is_global or plain.is_multicast):
             raise SourceError(
                 "forbidden_address",
@@ -249,7 +270,10 @@ class _Pace:
 
     def check(self) -> None:
         if time.monotonic() - self.start > self.deadline_s:
-            raise SourceError("fetch_too_slow", f"download took longer than {self.deadline_s:g} s (fetch_deadline_s)")
+            raise SourceError(
+                "fetch_too_slow",
+                f"download took longer than {self.deadline_s:g} s (fetch_deadline_s)",
+            )
 
     def watch(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
         mark, mark_bytes, got = time.monotonic(), 0, 0
@@ -260,8 +284,11 @@ class _Pace:
             if now - mark >= self.window_s:
                 rate = (got - mark_bytes) / (now - mark)
                 if rate < self.min_rate:
-                    raise SourceError("fetch_too_slow", f"download too slow: {rate:.0f} bytes/s under the minimum of "
-                                      f"{self.min_rate} bytes/s over {now - mark:.0f} s (fetch_min_rate_bps)")
+                    raise SourceError(
+                        "fetch_too_slow",
+                        f"download too slow: {rate:.0f} bytes/s under the minimum of "
+                        f"{self.min_rate} bytes/s over {now - mark:.0f} s (fetch_min_rate_bps)",
+                    )
                 mark, mark_bytes = now, got
             yield chunk
 
@@ -284,9 +311,13 @@ def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple
                 addr = check_url(url, cfg.allow_private_urls)
                 parts = urlsplit(url)
                 host = f"[{addr}]" if ":" in addr else addr
-                pinned = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl()
+                pinned = parts._replace(
+                    netloc=f"{host}:{parts.port}" if parts.port else host
+                ).geturl()
                 headers = {"Host": parts.netloc}
-                with client.stream("GET", pinned, headers=headers, extensions={"sni_hostname": parts.hostname}) as r:
+                with client.stream(
+                    "GET", pinned, headers=headers, extensions={"sni_hostname": parts.hostname}
+                ) as r:
                     if r.is_redirect:
                         url = urljoin(url, r.headers.get("location", ""))
                         continue
@@ -294,10 +325,16 @@ def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple
                         raise SourceError("fetch_failed", f"GET {url}: HTTP {r.status_code}")
                     declared = int(r.headers.get("content-length") or 0)
                     if declared > cfg.max_upload_bytes:
-                        raise SourceError("too_large", f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}", 413)
+                        raise SourceError(
+                            "too_large",
+                            f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}",
+                            413,
+                        )
                     return save_capped(pace.watch(r.iter_bytes()), dest, cfg.max_upload_bytes, url)
     except httpx.ReadTimeout:
-        raise SourceError("fetch_too_slow", f"download too slow: nothing received for {pace.window_s:g} s") from None
+        raise SourceError(
+            "fetch_too_slow", f"download too slow: nothing received for {pace.window_s:g} s"
+        ) from None
     except httpx.TransportError as e:  # refused, reset, cut short, a TLS failure
         raise SourceError("fetch_failed", f"GET {url}: {type(e).__name__}: {e}") from None
     raise SourceError("fetch_failed", f"{url}: more than {max_redirects} redirects")

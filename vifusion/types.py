@@ -84,19 +84,29 @@ class FusedBatch:
     batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
-    def of_video(cls, video_id: int, first_frame: int, spans: np.ndarray, visual: np.ndarray,
-                 semantic: np.ndarray) -> FusedBatch:
+    def of_video(
+        cls,
+        video_id: int,
+        first_frame: int,
+        spans: np.ndarray,
+        visual: np.ndarray,
+        semantic: np.ndarray,
+    ) -> FusedBatch:
         """Consecutive sampled frames of one video: ``first_frame`` onwards, ``spans`` (n, 2)
         their time spans, ``visual`` / ``semantic`` their (n, d) features."""
         n = len(spans)
         if first_frame < 0 or first_frame + n > MAX_ROWS:
             raise ValueError(f"frames {first_frame}..{first_frame + n} out of range")
-        ids = (np.int64(video_id) << FRAME_BITS) + np.arange(first_frame, first_frame + n, dtype=np.int64)
+        ids = (np.int64(video_id) << FRAME_BITS) + np.arange(
+            first_frame, first_frame + n, dtype=np.int64
+        )
         features = np.concatenate([visual, semantic], axis=1).astype(np.float32, copy=False)
         return cls(ids, np.asarray(spans, np.float32).reshape(n, 2), np.ascontiguousarray(features))
 
     @classmethod
-    def of_texts(cls, video_id: int, kind: str, first: int, spans: np.ndarray, vectors: np.ndarray) -> FusedBatch:
+    def of_texts(
+        cls, video_id: int, kind: str, first: int, spans: np.ndarray, vectors: np.ndarray
+    ) -> FusedBatch:
         """A video's speech segments (``kind`` "speech") or on-screen text spans ("screen"),
         numbered ``first`` onwards: ``spans`` (n, 2) their times, ``vectors`` (n, 384) their
         sentence embeddings. A text row is a fused row like a frame's, with its embedding in
@@ -107,21 +117,30 @@ class FusedBatch:
         n = len(spans)
         vectors = np.asarray(vectors, np.float32)
         if vectors.shape != (n, SEMANTIC_DIM):
-            raise ValueError(f"{n} {kind} rows need ({n}, {SEMANTIC_DIM}) vectors, got {vectors.shape}")
+            raise ValueError(
+                f"{n} {kind} rows need ({n}, {SEMANTIC_DIM}) vectors, got {vectors.shape}"
+            )
         if first < 0 or first + n > MAX_ROWS:
             raise ValueError(f"{kind} rows {first}..{first + n} out of range")
         base = (np.int64(video_id) << FRAME_BITS) | (np.int64(KIND_OF_SPACE[kind]) << KIND_SHIFT)
         features = np.zeros((n, VISUAL_DIM + SEMANTIC_DIM), np.float32)
         features[:, VISUAL_DIM:] = vectors
-        return cls(base + np.arange(first, first + n, dtype=np.int64),
-                   np.asarray(spans, np.float32).reshape(n, 2), features)
+        return cls(
+            base + np.arange(first, first + n, dtype=np.int64),
+            np.asarray(spans, np.float32).reshape(n, 2),
+            features,
+        )
 
     @classmethod
     def empty(cls) -> FusedBatch:
         # No batch id: nothing sends an empty batch, and the aggregator's pump asks for one
         # on every turn (a uuid4 each cost it a tenth of its time at 1 Gbit).
-        return cls(np.zeros(0, np.int64), np.zeros((0, 2), np.float32),
-                   np.zeros((0, VISUAL_DIM + SEMANTIC_DIM), np.float32), "")
+        return cls(
+            np.zeros(0, np.int64),
+            np.zeros((0, 2), np.float32),
+            np.zeros((0, VISUAL_DIM + SEMANTIC_DIM), np.float32),
+            "",
+        )
 
     @classmethod
     def concat(cls, batches: list[FusedBatch]) -> FusedBatch:
@@ -130,8 +149,11 @@ class FusedBatch:
             return batches[0]
         if not batches:
             return cls.empty()
-        return cls(np.concatenate([b.ids for b in batches]), np.concatenate([b.times for b in batches]),
-                   np.concatenate([b.features for b in batches]))
+        return cls(
+            np.concatenate([b.ids for b in batches]),
+            np.concatenate([b.times for b in batches]),
+            np.concatenate([b.features for b in batches]),
+        )
 
     def rows(self, index: slice | np.ndarray) -> FusedBatch:
         """The rows ``index`` selects, as a batch of their own (a new batch id)."""
@@ -141,9 +163,15 @@ class FusedBatch:
         """Raises ValueError unless the arrays agree in length and width and hold float32."""
         n = len(self.ids)
         want = (n, VISUAL_DIM + SEMANTIC_DIM)
-        if self.times.shape != (n, 2) or self.features.shape != want or self.features.dtype != np.float32:
-            raise ValueError(f"a batch of {n} ids needs times ({n}, 2) and float32 features {want}; got "
-                             f"{self.times.shape} and {self.features.dtype} {self.features.shape}")
+        if (
+            self.times.shape != (n, 2)
+            or self.features.shape != want
+            or self.features.dtype != np.float32
+        ):
+            raise ValueError(
+                f"a batch of {n} ids needs times ({n}, 2) and float32 features {want}; got "
+                f"{self.times.shape} and {self.features.dtype} {self.features.shape}"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)

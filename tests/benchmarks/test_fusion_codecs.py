@@ -13,6 +13,7 @@ import ray
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import fusion  # noqa: E402
+
 from vifusion.comm import Ladder, SharedTables  # noqa: E402
 from vifusion.config import Config  # noqa: E402
 from vifusion.index.replica import ShardReplica  # noqa: E402
@@ -27,7 +28,9 @@ def pool() -> tuple[np.ndarray, np.ndarray]:
     """Two 'videos' of 128 unit rows (visual non-negative, as real ones are), and next_row."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2 * fusion.FRAMES_PER_SOURCE, D)).astype(np.float32)
-    x[:, :VISUAL_DIM] = np.maximum(x[:, :VISUAL_DIM], 0) * rng.gamma(0.5, 1.0, VISUAL_DIM).astype(np.float32)
+    x[:, :VISUAL_DIM] = np.maximum(x[:, :VISUAL_DIM], 0) * rng.gamma(0.5, 1.0, VISUAL_DIM).astype(
+        np.float32
+    )
     for lo, hi in ((0, VISUAL_DIM), (VISUAL_DIM, D)):
         x[:, lo:hi] /= np.linalg.norm(x[:, lo:hi], axis=1, keepdims=True)
     next_row = np.minimum(np.arange(1, len(x) + 1), len(x) - 1)
@@ -43,8 +46,9 @@ def test_codec_policies_are_batched_as_2_is() -> None:
     for policy, codec in CODEC_OF.items():
         p = fusion.POLICIES[policy]
         assert p["codec"] == codec
-        assert {k: p[k] for k in ("rows", "age", "window")} == \
-            {k: fusion.POLICIES["2"][k] for k in ("rows", "age", "window")}
+        assert {k: p[k] for k in ("rows", "age", "window")} == {
+            k: fusion.POLICIES["2"][k] for k in ("rows", "age", "window")
+        }
     assert set(fusion.CODECS) <= set(fusion.ROUNDED)
 
 
@@ -57,17 +61,22 @@ def test_a_batch_travels_in_the_policy_codec(ray_session, pool, tables, policy) 
     wire = fusion.on_the_wire(batch, codec, ref)
     assert wire.payload.codec == CODEC_OF[policy]
     assert wire.payload.nbytes == codec.bytes_per_row * 10 < 4 * D * 10
-    assert (wire.tables is ref) == (CODEC_OF[policy] == "sparse")  # only a table codec names the tables
+    assert (wire.tables is ref) == (
+        CODEC_OF[policy] == "sparse"
+    )  # only a table codec names the tables
 
 
 @pytest.mark.parametrize("policy", sorted(CODEC_OF))
-def test_the_shard_stores_what_the_policy_codec_decodes(ray_session, tmp_path, pool, tables, policy) -> None:
+def test_the_shard_stores_what_the_policy_codec_decodes(
+    ray_session, tmp_path, pool, tables, policy
+) -> None:
     cfg = Config(data_dir=tmp_path, faiss_threads=1)
     shard = ray.remote(ShardReplica).remote(0, tmp_path / "shard", cfg, [])
     try:
         p = fusion.POLICIES[policy]
-        out = fusion.Replayer(*pool, tables).run_fixed(shard, p["rows"], p["age"], p["window"], 0.3,
-                                                        codec=p["codec"])
+        out = fusion.Replayer(*pool, tables).run_fixed(
+            shard, p["rows"], p["age"], p["window"], 0.3, codec=p["codec"]
+        )
         assert out["made"] >= fusion.FRAMES_PER_SOURCE
         codec = Ladder(tables).get(p["codec"])
         ids, x = fusion.make_rows(*pool, 0, fusion.FRAMES_PER_SOURCE)  # all of video 1
@@ -90,6 +99,8 @@ def test_sparse_keep_is_checked_as_config_checks_it() -> None:
 
 def test_best_codec_in_the_squeeze_is_the_fastest_that_keeps_recall() -> None:
     recall = {"5": 1.0, "6": 0.995, "7": 0.97}
-    policies = {c: {"recall_video_at_10": {"visual": r, "semantic": 1.0}} for c, r in recall.items()}
+    policies = {
+        c: {"recall_video_at_10": {"visual": r, "semantic": 1.0}} for c, r in recall.items()
+    }
     assert fusion._best_codec(policies, {"4": 900.0, "5": 300.0, "6": 500.0, "7": 800.0}) == "6"
     assert fusion._best_codec({"7": policies["7"]}, {"4": 900.0, "7": 800.0}) is None

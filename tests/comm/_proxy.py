@@ -14,15 +14,26 @@ class Proxy:
     ``flip_down``: the offset of the byte it flips in what a client writes / what the server
     writes, on every connection."""
 
-    def __init__(self, family: int, upstream: str | tuple[str, int],
-                 flip_up: int | None = None, flip_down: int | None = None) -> None:
+    def __init__(
+        self,
+        family: int,
+        upstream: str | tuple[str, int],
+        flip_up: int | None = None,
+        flip_down: int | None = None,
+    ) -> None:
         self._family, self._upstream = family, upstream
         self._flips = flip_up, flip_down
         self.sent: list[bytearray] = []
         self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.bind(("127.0.0.1", 0) if family == socket.AF_INET else f"\0vifusion-test-{os.urandom(6).hex()}")
+        self._listener.bind(
+            ("127.0.0.1", 0)
+            if family == socket.AF_INET
+            else f"\0vifusion-test-{os.urandom(6).hex()}"
+        )
         self.address: str | tuple[str, int] = self._listener.getsockname()
-        if family == socket.AF_UNIX:  # abstract: the name as bound, a str as the hand-over's server gives its own
+        if (
+            family == socket.AF_UNIX
+        ):  # abstract: the name as bound, a str as the hand-over's server gives its own
             self.address = self.address.decode()
         self._listener.listen(8)
         threading.Thread(target=self._accept, daemon=True).start()
@@ -42,12 +53,23 @@ class Proxy:
             server.connect(self._upstream)
             self.sent.append(bytearray())
             ends = (client, server)
-            threading.Thread(target=_pump, args=(client, server, self.sent[-1], self._flips[0], ends), daemon=True).start()
-            threading.Thread(target=_pump, args=(server, client, bytearray(), self._flips[1], ends), daemon=True).start()
+            threading.Thread(
+                target=_pump,
+                args=(client, server, self.sent[-1], self._flips[0], ends),
+                daemon=True,
+            ).start()
+            threading.Thread(
+                target=_pump, args=(server, client, bytearray(), self._flips[1], ends), daemon=True
+            ).start()
 
 
-def _pump(src: socket.socket, dst: socket.socket, record: bytearray, flip: int | None,
-          ends: tuple[socket.socket, socket.socket]) -> None:
+def _pump(
+    src: socket.socket,
+    dst: socket.socket,
+    record: bytearray,
+    flip: int | None,
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
     """Copy ``src`` to ``dst`` until either end closes, then close both ends."""
     try:
         while chunk := bytearray(src.recv(1 << 16)):

@@ -5,7 +5,13 @@ import pytest
 
 from vifusion.comm import CodecPolicy, LinkStats, Rung
 
-LADDER = [Rung("fp32", 6656), Rung("fp16", 3328), Rung("int8", 1672), Rung("sparse", 840), Rung("pq", 416)]
+LADDER = [
+    Rung("fp32", 6656),
+    Rung("fp16", 3328),
+    Rung("int8", 1672),
+    Rung("sparse", 840),
+    Rung("pq", 416),
+]
 MB = 1_000_000
 
 
@@ -17,10 +23,24 @@ class Clock:
         return self.t
 
 
-def link(rate: float, *, logical: float = 12.5 * MB, qdelay: float = 0.0, backlog: float = 0.0) -> LinkStats:
-    return LinkStats(delivery_rate=rate, capacity=12.5 * MB, path_rate=rate, logical_rate=logical, min_rtt=0.01,
-                     queueing_delay=qdelay, backlog_age=backlog, in_flight_bytes=0, in_flight=2,
-                     acked_bytes=0, acked_messages=100, service_s=0.0, per_message_s=0.001)
+def link(
+    rate: float, *, logical: float = 12.5 * MB, qdelay: float = 0.0, backlog: float = 0.0
+) -> LinkStats:
+    return LinkStats(
+        delivery_rate=rate,
+        capacity=12.5 * MB,
+        path_rate=rate,
+        logical_rate=logical,
+        min_rtt=0.01,
+        queueing_delay=qdelay,
+        backlog_age=backlog,
+        in_flight_bytes=0,
+        in_flight=2,
+        acked_bytes=0,
+        acked_messages=100,
+        service_s=0.0,
+        per_message_s=0.001,
+    )
 
 
 def feed(policy: CodecPolicy, clock: Clock, stats: LinkStats, n: int, dt: float = 0.05) -> int:
@@ -48,7 +68,9 @@ def test_escalates_straight_to_the_least_lossy_codec_that_fits():
     assert LADDER[level].name == "pq"
     assert len(policy.history) == 2  # one step, not one level at a time
     half = CodecPolicy(LADDER, clock=clock)
-    assert LADDER[feed(half, clock, link(6.25 * MB, qdelay=0.2), 3)].name == "int8"  # 3328 B/row would be 100%: no headroom
+    assert (
+        LADDER[feed(half, clock, link(6.25 * MB, qdelay=0.2), 3)].name == "int8"
+    )  # 3328 B/row would be 100%: no headroom
 
 
 def test_an_old_backlog_on_a_link_that_carries_less_is_congestion():
@@ -124,7 +146,9 @@ def test_a_busy_destination_is_not_congestion():
     policy = CodecPolicy(LADDER, clock=clock)
     stalled = replace(link(3 * MB, qdelay=0.2, backlog=0.8), receiver_share=0.9)
     assert feed(policy, clock, stalled, 20) == 0
-    assert feed(policy, clock, replace(stalled, receiver_share=0.1), 3) > 0  # the link itself: congestion
+    assert (
+        feed(policy, clock, replace(stalled, receiver_share=0.1), 3) > 0
+    )  # the link itself: congestion
 
 
 def test_a_squeeze_is_met_at_once_while_the_path_rate_is_from_before_it():
@@ -136,16 +160,19 @@ def test_a_squeeze_is_met_at_once_while_the_path_rate_is_from_before_it():
     assert LADDER[feed(policy, clock, squeezed, 3)].name == "pq"
 
 
-@pytest.mark.parametrize("args, named", [
-    (dict(drop=0.9, sag=0.8), ("drop=0.9", "sag=0.8")),
-    (dict(sag=1.2), ("sag=1.2",)),
-    (dict(headroom=0.0), ("headroom=0.0",)),
-    (dict(receiver_bound=-0.1), ("receiver_bound=-0.1",)),
-    (dict(samples=0), ("samples=0",)),
-    (dict(delay_s=0.0), ("delay_s=0.0",)),
-    (dict(calm_s=-1.0), ("calm_s=-1.0",)),
-    (dict(backlog_s=-1.0), ("backlog_s=-1.0",)),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (dict(drop=0.9, sag=0.8), ("drop=0.9", "sag=0.8")),
+        (dict(sag=1.2), ("sag=1.2",)),
+        (dict(headroom=0.0), ("headroom=0.0",)),
+        (dict(receiver_bound=-0.1), ("receiver_bound=-0.1",)),
+        (dict(samples=0), ("samples=0",)),
+        (dict(delay_s=0.0), ("delay_s=0.0",)),
+        (dict(calm_s=-1.0), ("calm_s=-1.0",)),
+        (dict(backlog_s=-1.0), ("backlog_s=-1.0",)),
+    ],
+)
 def test_refuses_thresholds_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:
     # ``drop`` is the deep fall (any backlog) and ``sag`` the shallow one (an old backlog):
     # a drop above the sag would make the sag test one that never decides anything.

@@ -18,7 +18,9 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def clustered(n: int, seed: int, clusters: int = 20, noise: float = 0.35) -> tuple[np.ndarray, np.ndarray]:
+def clustered(
+    n: int, seed: int, clusters: int = 20, noise: float = 0.35
+) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cluster of each row): like real frames, visual non-negative (ReLU) with many
     zeros and a few strong dims, semantic dense; both spaces unit norm."""
     rng = np.random.default_rng(1234)  # the same centres for every sample
@@ -27,7 +29,9 @@ def clustered(n: int, seed: int, clusters: int = 20, noise: float = 0.35) -> tup
     centres = _unit(centres)
     rng = np.random.default_rng(seed)
     label = rng.integers(0, clusters, n)
-    x = centres[label] + rng.standard_normal((n, D)).astype(np.float32) * (noise / np.sqrt(SEMANTIC_DIM))
+    x = centres[label] + rng.standard_normal((n, D)).astype(np.float32) * (
+        noise / np.sqrt(SEMANTIC_DIM)
+    )
     x[:, :VISUAL_DIM] = np.maximum(x[:, :VISUAL_DIM], 0)
     return _unit(x), label
 
@@ -54,6 +58,7 @@ def _topk(db: np.ndarray, q: np.ndarray, k: int = 10) -> np.ndarray:
 
 
 # -- every codec ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("n", [0, 1, 37])
@@ -112,6 +117,7 @@ def test_wrong_shape_is_rejected(ladder):
 
 # -- per codec bounds ------------------------------------------------------------------
 
+
 def test_fp32_is_bit_identical():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, D)).astype(np.float32)
@@ -142,15 +148,18 @@ def test_int8_within_bound_and_keeps_norms(held_out):
     e = codec.encode(x)
     q, sent = e.arrays
     y = Ladder().decode(e)
-    assert np.array_equal(y, q.astype(np.float32) * np.repeat(sent, [VISUAL_DIM, SEMANTIC_DIM], axis=1))
+    assert np.array_equal(
+        y, q.astype(np.float32) * np.repeat(sent, [VISUAL_DIM, SEMANTIC_DIM], axis=1)
+    )
     for i, (lo, hi) in enumerate(SPACES):
         s = np.abs(x[:, lo:hi]).max(axis=1) / 127
         bound = s / 2 + 127 * np.abs(sent[:, i] - s)  # the documented bound
         assert (np.abs(x[:, lo:hi] - y[:, lo:hi]).max(axis=1) <= bound * (1 + 1e-5)).all()
         assert np.abs(sent[:, i] / s - 1).max() < 1e-2  # so the bound is close to s/2
         assert (np.abs(q[:, lo:hi]) <= 127).all() and (np.abs(q[:, lo:hi]).max(axis=1) == 127).all()
-        np.testing.assert_allclose(np.linalg.norm(y[:, lo:hi], axis=1), np.linalg.norm(x[:, lo:hi], axis=1),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(
+            np.linalg.norm(y[:, lo:hi], axis=1), np.linalg.norm(x[:, lo:hi], axis=1), rtol=1e-5
+        )
 
 
 def test_sparse_zeros_off_the_mask_and_int8_on_it(ladder, held_out):
@@ -162,11 +171,13 @@ def test_sparse_zeros_off_the_mask_and_int8_on_it(ladder, held_out):
     for i, ((lo, hi), mask) in enumerate(zip(SPACES, ladder.tables.masks)):
         off = np.setdiff1d(np.arange(hi - lo), mask)
         assert not y[:, lo + off].any()  # exactly zero off the mask
-        kept, qi = x[:, lo + mask], q[:, at:at + len(mask)]
+        kept, qi = x[:, lo + mask], q[:, at : at + len(mask)]
         at += len(mask)
-        assert np.array_equal(y[:, lo + mask], qi.astype(np.float32) * sent[:, i:i + 1])
+        assert np.array_equal(y[:, lo + mask], qi.astype(np.float32) * sent[:, i : i + 1])
         s = np.abs(kept).max(axis=1, keepdims=True) / 127
-        assert (np.abs(kept - qi * s) <= s / 2 * (1 + 1e-5)).all()  # the int8 bound on the kept dims
+        assert (
+            np.abs(kept - qi * s) <= s / 2 * (1 + 1e-5)
+        ).all()  # the int8 bound on the kept dims
         # the decoded space keeps the original's full norm (dropped energy spread on the mask)
         np.testing.assert_allclose(np.linalg.norm(y[:, lo:hi], axis=1), 1.0, rtol=1e-5)
 
@@ -192,6 +203,7 @@ def test_pq_close_to_exact_on_clustered_data(ladder, held_out):
 
 
 # -- tables and the ladder ----------------------------------------------------------------
+
 
 def test_tables_save_load_round_trip(tmp_path, tables, held_out):
     path = tables.save(tmp_path / "codec")
@@ -234,8 +246,10 @@ def test_other_tables_or_none_are_refused_clearly(ladder, tables, held_out):
     other = SharedTables.of((tables.pq[0], tables.pq[1][:, ::-1].copy()), tables.masks)
     assert other.version != tables.version
     e = ladder.get("pq").encode(held_out[0][:3])
-    with pytest.raises(ValueError, match=f"codec pq version {tables.version} unknown here: "
-                                         f"this node has {other.version}"):
+    with pytest.raises(
+        ValueError,
+        match=f"codec pq version {tables.version} unknown here: this node has {other.version}",
+    ):
         Ladder(other).decode(e)
     with pytest.raises(ValueError, match="no shared tables"):
         Ladder().decode(ladder.get("sparse").encode(held_out[0][:3]))
@@ -262,7 +276,9 @@ def test_ladder_order_levels_and_names(ladder):
 def test_tables_that_break_the_order_are_refused(tables):
     everything = tuple(np.arange(d, dtype=np.int32) for d in (VISUAL_DIM, SEMANTIC_DIM))
     with pytest.raises(ValueError, match="out of order"):
-        Ladder(SharedTables.of(tables.pq, everything))  # sparse keeping all dims is no smaller than int8
+        Ladder(
+            SharedTables.of(tables.pq, everything)
+        )  # sparse keeping all dims is no smaller than int8
 
 
 def test_ladder_and_tables_pickle(ladder, held_out):
@@ -283,6 +299,8 @@ def test_with_keep_chooses_the_masks_train_would_and_keeps_pq(tables):
     assert other.version != tables.version
     assert Ladder(other).get("sparse").bytes_per_row == 320 + 192 + 8
     # the same masks training with that keep picks (training spends its time on pq)
-    assert all(np.array_equal(a, b) for a, b in zip(tables.with_keep(x, (0.4, 0.8)).masks, tables.masks))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(tables.with_keep(x, (0.4, 0.8)).masks, tables.masks)
+    )
     with pytest.raises(ValueError, match="keep"):
         tables.with_keep(x, 1.5)

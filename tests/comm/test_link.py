@@ -14,7 +14,16 @@ class Clock:
         return self.t
 
 
-def run(mon: LinkMonitor, clock: Clock, *, rate: float, rtt: float, nbytes: int, n: int, service: float = 0.0):
+def run(
+    mon: LinkMonitor,
+    clock: Clock,
+    *,
+    rate: float,
+    rtt: float,
+    nbytes: int,
+    n: int,
+    service: float = 0.0,
+):
     """n back-to-back messages over a link of ``rate`` bytes/s and base round trip ``rtt``,
     one in flight at a time."""
     for _ in range(n):
@@ -128,7 +137,9 @@ def test_only_small_messages_time_the_fixed_cost_and_the_path():
         clock.t += 0.1
         mon.on_ack(token, service_s=0.004, fixed_s=0.0015)
     s = mon.stats()
-    assert s.per_message_s == pytest.approx(0.0003) and s.min_rtt == pytest.approx(0.010 + 60_000 / 125e6 - 0.001)
+    assert s.per_message_s == pytest.approx(0.0003) and s.min_rtt == pytest.approx(
+        0.010 + 60_000 / 125e6 - 0.001
+    )
     assert s.rtt_stale  # time to drain with a small message
 
 
@@ -177,7 +188,9 @@ def test_a_stalled_destination_does_not_lower_the_rate():
     token = mon.on_send(1_000_000, backlog=True)
     clock.t += 1.5  # the shard spends 1.5 s on it (its index grows)
     busy += 1.49
-    assert mon.stats().delivery_rate == pytest.approx(before)  # no sample for a second: the last stands
+    assert mon.stats().delivery_rate == pytest.approx(
+        before
+    )  # no sample for a second: the last stands
     mon.on_ack(token, service_s=1.49, busy_s=busy)
     assert mon.stats().delivery_rate == pytest.approx(before)
 
@@ -236,14 +249,20 @@ def test_bunched_acknowledgements_do_not_read_faster_than_the_pipe_carries():
     assert s.delivery_rate == pytest.approx(carried, rel=0.1)
 
 
-@pytest.mark.parametrize("args, named", [
-    (dict(rate_window_s=90.0, capacity_window_s=60.0), ("rate_window_s=90.0", "capacity_window_s=60.0")),
-    (dict(rate_window_s=0.0), ("rate_window_s=0.0",)),
-    (dict(rtt_window_s=-1.0), ("rtt_window_s=-1.0",)),
-    (dict(drain_every_s=0.0), ("drain_every_s=0.0",)),
-    (dict(probe_idle_s=-0.5), ("probe_idle_s=-0.5",)),
-    (dict(small_bytes=0), ("small_bytes=0",)),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (
+            dict(rate_window_s=90.0, capacity_window_s=60.0),
+            ("rate_window_s=90.0", "capacity_window_s=60.0"),
+        ),
+        (dict(rate_window_s=0.0), ("rate_window_s=0.0",)),
+        (dict(rtt_window_s=-1.0), ("rtt_window_s=-1.0",)),
+        (dict(drain_every_s=0.0), ("drain_every_s=0.0",)),
+        (dict(probe_idle_s=-0.5), ("probe_idle_s=-0.5",)),
+        (dict(small_bytes=0), ("small_bytes=0",)),
+    ],
+)
 def test_refuses_windows_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:
     # The capacity is what the link carried over the longer window, the delivery rate over
     # the shorter: inverted, "capacity" would read less than the rate it is meant to bound.

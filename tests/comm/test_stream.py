@@ -20,14 +20,19 @@ from vifusion.index.replica import ShardReplica
 
 
 def encoded(batch) -> WireBatch:
-    return WireBatch(batch.ids, batch.times, Ladder().get("fp32").encode(batch.features), batch.batch_id)
+    return WireBatch(
+        batch.ids, batch.times, Ladder().get("fp32").encode(batch.features), batch.batch_id
+    )
 
 
 @pytest.fixture
 def replica(ray_session, tmp_path):
     # as the router starts a primary: Ray restarts it from its log and retries the calls sent meanwhile
-    handle = ray.remote(ShardReplica).options(max_restarts=-1, max_task_retries=-1).remote(
-        0, tmp_path / "s0", Config(faiss_threads=1), [])
+    handle = (
+        ray.remote(ShardReplica)
+        .options(max_restarts=-1, max_task_retries=-1)
+        .remote(0, tmp_path / "s0", Config(faiss_threads=1), [])
+    )
     yield handle
     ray.kill(handle)
 
@@ -45,7 +50,7 @@ def test_batches_on_the_stream_are_stored_in_order_and_acknowledged(replica):
     # as if each waited for its sync alone
     assert all(0 < cost <= 2 * service for _, service, cost, _ in acks)
     held = ray.get(replica.frames.remote("visual", 5, 0, 1000))[1]
-    assert np.array_equal(held, np.concatenate([b.features[:, :held.shape[1]] for b in batches]))
+    assert np.array_equal(held, np.concatenate([b.features[:, : held.shape[1]] for b in batches]))
     assert stream.ping().result(30)[0] == 0
     stream.close()
 
@@ -76,9 +81,22 @@ def test_a_request_announcing_too_much_closes_the_connection(replica):
     (host, port), secret = ray.get(replica.stream_address.remote())
     channel = wire.open_connection(socket.AF_INET, (host, port), secret, timeout=10)
     # a batch of two arrays, the second announcing 2**40 float32s: never allocated
-    channel.send([b"VFS1" + bytes([0]) + (1).to_bytes(4, "little") + bytes([2, 4, 0]) + (0).to_bytes(2, "little")
-                  + b"fp32" + b"<i8\0" + bytes([1]) + (1).to_bytes(8, "little")
-                  + b"<f4\0" + bytes([1]) + (1 << 40).to_bytes(8, "little")])
+    channel.send(
+        [
+            b"VFS1"
+            + bytes([0])
+            + (1).to_bytes(4, "little")
+            + bytes([2, 4, 0])
+            + (0).to_bytes(2, "little")
+            + b"fp32"
+            + b"<i8\0"
+            + bytes([1])
+            + (1).to_bytes(8, "little")
+            + b"<f4\0"
+            + bytes([1])
+            + (1 << 40).to_bytes(8, "little")
+        ]
+    )
     channel.conn.settimeout(10)
     assert read_to_close(channel.conn) == b""  # closed, no reply
     channel.close()
@@ -117,10 +135,14 @@ def test_a_recorded_connection_replayed_is_refused_and_applies_nothing():
 
 def test_a_batch_altered_on_the_way_is_refused_and_never_applied():
     server, staged = recording_server()
-    proxy = Proxy(socket.AF_INET, server.address, flip_up=HANDSHAKE + 50_000)  # a byte of the features
+    proxy = Proxy(
+        socket.AF_INET, server.address, flip_up=HANDSHAKE + 50_000
+    )  # a byte of the features
     stream = ShardStream(proxy.address, server.secret)
     with pytest.raises(StreamLost, match="shard closed the stream"):
-        stream.send(encoded(make_batch(21, 30))).result(30)  # the transport sends it again by actor call
+        stream.send(encoded(make_batch(21, 30))).result(
+            30
+        )  # the transport sends it again by actor call
     assert stream.closed
     assert staged == []
     proxy.close()
@@ -131,7 +153,9 @@ def test_an_acknowledgement_altered_on_the_way_is_not_believed():
     """A man in the middle cannot acknowledge a batch for the shard: the batch fails as
     lost (the transport sends it again by actor call; the shard ignores a batch id it has seen)."""
     server, staged = recording_server()
-    proxy = Proxy(socket.AF_INET, server.address, flip_down=HANDSHAKE + 1)  # the vectors held, in the first ack
+    proxy = Proxy(
+        socket.AF_INET, server.address, flip_down=HANDSHAKE + 1
+    )  # the vectors held, in the first ack
     stream = ShardStream(proxy.address, server.secret)
     batch = encoded(make_batch(22, 3))
     with pytest.raises(StreamLost, match="failed its authentication"):

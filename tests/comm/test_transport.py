@@ -50,7 +50,9 @@ def stream(request) -> bool:
 
 
 @pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "sparse", "pq"])
-def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, tmp_path, tables, codec, stream):
+def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(
+    ray_session, tmp_path, tables, codec, stream
+):
     """On the stream, a table codec's first batch comes back (the shard has no tables yet)
     and goes again by actor call, with them; by actor call, one small batch rides inline
     and one large goes through the object store."""
@@ -61,8 +63,13 @@ def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(ray_session, t
         t.send(0, replica, b, backlog=False)
     deliveries = drain(t)
     # (in either order: on the stream, both may come back for the tables and go again at once)
-    assert sorted((d.rows, d.codec, d.error) for d in deliveries) == [(4, codec, None), (60, codec, None)]
-    held = np.concatenate([ray.get(replica.frames.remote(s, 7, 0, 100))[1] for s in ("visual", "semantic")], 1)
+    assert sorted((d.rows, d.codec, d.error) for d in deliveries) == [
+        (4, codec, None),
+        (60, codec, None),
+    ]
+    held = np.concatenate(
+        [ray.get(replica.frames.remote(s, 7, 0, 100))[1] for s in ("visual", "semantic")], 1
+    )
     features = np.concatenate([b.features for b in sent])
     expected = t.ladder.get(codec).decode(t.ladder.get(codec).encode(features))
     assert np.array_equal(held, expected)
@@ -84,7 +91,9 @@ def test_link_statistics_come_from_acknowledgements(ray_session, tmp_path):
     drain(t)
     s = t.stats(0)
     assert s.acked_messages == 8 and s.in_flight == 0
-    assert s.acked_bytes == 2 * make_batch(3, 4).nbytes + sum(make_batch(3, 20, seed=i).nbytes for i in range(6))
+    assert s.acked_bytes == 2 * make_batch(3, 4).nbytes + sum(
+        make_batch(3, 20, seed=i).nbytes for i in range(6)
+    )
     assert s.delivery_rate > 0
     assert t.codec(0) == (0, "fp32")
     ray.kill(replica)
@@ -121,7 +130,9 @@ def test_a_refused_batch_fails_alone(ray_session, tmp_path, stream):
 
 
 @pytest.mark.parametrize("codec", ["sparse", "pq"])
-def test_a_batch_with_text_rows_skips_the_table_codecs_trained_on_frames(ray_session, tmp_path, tables, codec):
+def test_a_batch_with_text_rows_skips_the_table_codecs_trained_on_frames(
+    ray_session, tmp_path, tables, codec
+):
     """Sparse masks and pq codebooks fit frames; on text rows (a sentence embedding, zero
     visual columns) they kept only ~0.87 of recall@10. A batch holding any text row goes in
     int8 instead, whose error bound holds for any row; a batch of frames keeps the link's codec."""
@@ -129,10 +140,15 @@ def test_a_batch_with_text_rows_skips_the_table_codecs_trained_on_frames(ray_ses
     t = transport(replica, False, tables, fixed=codec)
     said = unit(np.random.default_rng(5), 8, SEMANTIC_DIM)
     spans = np.stack([np.arange(8) * 3.0, np.arange(8) * 3.0 + 2], axis=1)
-    mixed = FusedBatch.concat([make_batch(7, 10, seed=1), FusedBatch.of_texts(7, "speech", 0, spans, said)])
+    mixed = FusedBatch.concat(
+        [make_batch(7, 10, seed=1), FusedBatch.of_texts(7, "speech", 0, spans, said)]
+    )
     t.send(0, replica, mixed, backlog=False, tag="mixed")
     t.send(0, replica, make_batch(7, 10, seed=2, first_frame=10), backlog=False, tag="frames")
-    assert {d.tag: (d.codec, d.error) for d in drain(t)} == {"mixed": ("int8", None), "frames": (codec, None)}
+    assert {d.tag: (d.codec, d.error) for d in drain(t)} == {
+        "mixed": ("int8", None),
+        "frames": (codec, None),
+    }
     times, held = ray.get(replica.frames.remote("speech", 7, 0, 100))
     np.testing.assert_array_equal(times, spans)
     assert (np.sum(held * said, axis=1) > 0.999).all()

@@ -68,5 +68,7 @@ def test_a_server_that_cannot_prove_the_secret_is_refused():
 
     threading.Thread(target=impostor, daemon=True).start()
     with pytest.raises(wire.Forged, match="did not prove"):
-        wire.open_connection(socket.AF_INET, listener.getsockname(), os.urandom(wire.SECRET_BYTES), timeout=30)
+        wire.open_connection(
+            socket.AF_INET, listener.getsockname(), os.urandom(wire.SECRET_BYTES), timeout=30
+        )
     listener.close()

@@ -83,9 +83,17 @@ def bed():
 def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
     # As deploy/cluster.yaml runs Serve: its default ingress, whatever this test session set
     # for the single-node tests (serve/app.py SERVE_TUNED).
-    serve_env = {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1"}
-    address = bed.start_ray(num_cpus=2, resources=[{}, {"shard": 1}, {"extract": 1}], dashboard=True,
-                            object_store_memory=192 << 20, env={**serve_env, **RAY_TUNED})
+    serve_env = {
+        "RAY_SERVE_ENABLE_HA_PROXY": "0",
+        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1",
+    }
+    address = bed.start_ray(
+        num_cpus=2,
+        resources=[{}, {"shard": 1}, {"extract": 1}],
+        dashboard=True,
+        object_store_memory=192 << 20,
+        env={**serve_env, **RAY_TUNED},
+    )
     head, shards, extract = (h.ip for h in bed.hosts)
     videos = {v.name: v for v in write_demo_set(tmp_path / "videos")}
     data = tmp_path / "data"
@@ -97,8 +105,22 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
     listing.write_text("videos/kitchen.mp4\n")
     ray_cli = str(Path(sys.executable).with_name("ray"))
     entry = f"{sys.executable} -m vifusion.cli index --address auto --data-dir {data} {listing}"
-    job = bed.exec(0, [ray_cli, "job", "submit", "--address", f"http://{head}:{DASHBOARD_PORT}", "--", *entry.split()],
-                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = bed.exec(
+        0,
+        [
+            ray_cli,
+            "job",
+            "submit",
+            "--address",
+            f"http://{head}:{DASHBOARD_PORT}",
+            "--",
+            *entry.split(),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     log, _ = job.communicate(timeout=600)
     assert job.returncode == 0, log[-3000:]
     assert "indexed 1 video(s)" in log, log[-3000:]
@@ -106,19 +128,44 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
     # The service, then two uploads through the REST API.
     serve_log = tmp_path / "serve.log"
     with open(serve_log, "w") as out:
-        server = bed.exec(0, [sys.executable, "-m", "vifusion.cli", "serve", "--address", address,
-                              "--data-dir", str(data), "--host", head, "--port", str(PORT)],
-                          env=env, stdout=out, stderr=subprocess.STDOUT)
+        server = bed.exec(
+            0,
+            [
+                sys.executable,
+                "-m",
+                "vifusion.cli",
+                "serve",
+                "--address",
+                address,
+                "--data-dir",
+                str(data),
+                "--host",
+                head,
+                "--port",
+                str(PORT),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.time() + 300
         while "ViFusion is serving" not in serve_log.read_text():
             assert server.poll() is None and time.time() < deadline, serve_log.read_text()[-3000:]
             time.sleep(1)
         key = (data / "api_key").read_text().strip()
-        spec = {"upload": [str(videos[n].path) for n in ("launch.mp4", "street.mp4")],
-                "queries": ["a cat", "a rocket", "a motorcycle"]}
-        client = bed.exec(0, [sys.executable, "-c", CLIENT, f"http://{head}:{PORT}", key, json.dumps(spec), address],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        spec = {
+            "upload": [str(videos[n].path) for n in ("launch.mp4", "street.mp4")],
+            "queries": ["a cat", "a rocket", "a motorcycle"],
+        }
+        client = bed.exec(
+            0,
+            [sys.executable, "-c", CLIENT, f"http://{head}:{PORT}", key, json.dumps(spec), address],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         got_out, got_err = client.communicate(timeout=900)
         assert client.returncode == 0, got_err[-3000:]
         got = json.loads(got_out.strip().splitlines()[-1])
@@ -147,7 +194,11 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
 def test_tear_down_leaves_nothing_behind(bed):
     name = bed.bed
     bed.down()
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    names = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
     assert name not in names
-    left = subprocess.run(["pgrep", "-f", f"/tmp/{name}-ray"], capture_output=True, text=True, check=False).stdout.split()
+    left = subprocess.run(
+        ["pgrep", "-f", f"/tmp/{name}-ray"], capture_output=True, text=True, check=False
+    ).stdout.split()
     assert left == []

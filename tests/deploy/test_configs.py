@@ -29,7 +29,10 @@ DEPLOY = ROOT / "deploy"
 CLUSTERS = ["cluster.yaml", "cluster-local.yaml"]
 TOKEN = "~/.ray/auth_token"
 PRIVATE_IP, OTHER_IP, HEAD_IP = "10.0.1.5", "172.17.0.1", "10.0.1.1"
-TUNED = ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD")  # single-node only
+TUNED = (
+    "RAY_SERVE_ENABLE_HA_PROXY",
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD",
+)  # single-node only
 
 
 def raw(name: str) -> dict:
@@ -64,12 +67,26 @@ class Call:
         return next((a.split("=", 1)[1] for a in self.args if a.startswith(f"--{name}=")), None)
 
 
-def run(cmd: str, tmp_path: Path, gpu: bool = False, mounted: bool = True) -> subprocess.CompletedProcess:
+def run(
+    cmd: str, tmp_path: Path, gpu: bool = False, mounted: bool = True
+) -> subprocess.CompletedProcess:
     """One command as the launcher runs it (its own shell; RAY_HEAD_IP exported on workers),
     in a clean environment: nothing inherited from this machine's Ray."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_HEAD_IP": HEAD_IP,
-           "HAS_GPU": "0" if gpu else "1", "MOUNTED": "0" if mounted else "1"}
-    return subprocess.run(["bash", "-c", _STUBS + cmd], check=False, env=env, capture_output=True, text=True, timeout=30)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "RAY_HEAD_IP": HEAD_IP,
+        "HAS_GPU": "0" if gpu else "1",
+        "MOUNTED": "0" if mounted else "1",
+    }
+    return subprocess.run(
+        ["bash", "-c", _STUBS + cmd],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def ray_calls(cmds: list[str], tmp_path: Path, gpu: bool = False) -> list[Call]:
@@ -128,10 +145,14 @@ def test_aws_node_types_resources_and_bounds():
     types = config["available_node_types"]
     assert set(types) == {"head", "extract_gpu", "shard_mem"}
     assert config["head_node_type"] == "head"
-    assert types["head"]["min_workers"] == types["head"]["max_workers"] == 0  # the head is not a worker
+    assert (
+        types["head"]["min_workers"] == types["head"]["max_workers"] == 0
+    )  # the head is not a worker
     gpu, shard = types["extract_gpu"], types["shard_mem"]
     assert gpu["node_config"]["InstanceType"] == "g5.xlarge" and gpu["resources"] == {"extract": 1}
-    assert shard["node_config"]["InstanceType"] == "r6i.2xlarge" and shard["resources"] == {"shard": 1}
+    assert shard["node_config"]["InstanceType"] == "r6i.2xlarge" and shard["resources"] == {
+        "shard": 1
+    }
     # The extractor only asks for a GPU when one is already up, and shards ask for no CPU:
     # neither creates demand, so the nodes they need must be kept by min_workers.
     defaults = Config()
@@ -231,11 +252,15 @@ def test_data_dir_is_the_shared_mount_serve_uses(name, tmp_path):
     (app,) = yaml.safe_load((DEPLOY / "serve.yaml").read_text())["applications"]
     assert app["args"]["data_dir"] == sc.CLUSTER_DATA_DIR
     mounted = run(init, tmp_path, mounted=True)
-    assert mounted.returncode == 0 and "SUDO" not in mounted.stdout  # already mounted: nothing to do
+    assert (
+        mounted.returncode == 0 and "SUDO" not in mounted.stdout
+    )  # already mounted: nothing to do
     missing = run(init, tmp_path, mounted=False)
     if name == "cluster.yaml":  # mounts EFS there
         assert missing.returncode == 0
-        assert "SUDO mount -t nfs4" in missing.stdout and f":/ {sc.CLUSTER_DATA_DIR}" in missing.stdout
+        assert (
+            "SUDO mount -t nfs4" in missing.stdout and f":/ {sc.CLUSTER_DATA_DIR}" in missing.stdout
+        )
     else:  # refuses to go on without it
         assert missing.returncode != 0 and sc.CLUSTER_DATA_DIR in missing.stderr
 
@@ -275,7 +300,9 @@ def test_serve_yaml_deploys_the_apps_deployments(serve_yaml):
     (spec,) = serve_yaml["applications"]
     assert (spec["name"], spec["route_prefix"]) == (vf.APP_NAME, vf.ROUTE_PREFIX)
     assert "runtime_env" not in spec  # no single-node tuning (see deploy/serve_config.py)
-    app = call_user_app_builder_with_args_if_necessary(import_attr(spec["import_path"]), spec["args"])
+    app = call_user_app_builder_with_args_if_necessary(
+        import_attr(spec["import_path"]), spec["args"]
+    )
     built = {d.name: d for d in build_app(app, name=spec["name"]).deployments}
     assert set(built) == {d["name"] for d in spec["deployments"]} == {vf.ViFusionApp.name}
     for d in spec["deployments"]:

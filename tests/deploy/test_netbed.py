@@ -21,7 +21,7 @@ pytestmark = pytest.mark.netbed
 # One helper for both ends: `serve PORT` (echo or sink, as the client's first byte asks),
 # `ping IP PORT N` (TCP round trips, one byte each) and `send IP PORT BYTES` (bulk, timed at
 # the sender until the receiver confirms it has read everything).
-NET_TOOL = r'''
+NET_TOOL = r"""
 import json, socket, sys, time
 
 def connect(ip, port):
@@ -71,9 +71,9 @@ elif cmd == "send":
     got = int(s.recv(64))
     dt = time.perf_counter() - t
     print(json.dumps({"bytes": got, "s": dt, "mbit": got * 8 / dt / 1e6}))
-'''
+"""
 
-DRIVER = r'''
+DRIVER = r"""
 import json, sys, time
 import numpy as np
 import ray
@@ -95,7 +95,7 @@ total = ray.get(summer.sum.remote(a))
 dt = time.perf_counter() - t
 nodes = [{"ip": n["NodeManagerAddress"], "alive": n["Alive"]} for n in ray.nodes()]
 print(json.dumps({"where": where, "sum": total, "s": dt, "nodes": nodes}))
-'''
+"""
 
 
 def needs(delay: bool = True) -> None:
@@ -119,8 +119,11 @@ def live_in(ids: set[str]) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if (proc.name.isdigit() and os.readlink(proc / "ns/net") in ids
-                    and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"):
+            if (
+                proc.name.isdigit()
+                and os.readlink(proc / "ns/net") in ids
+                and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
                 found.append(int(proc.name))
         except OSError:
             continue  # gone meanwhile
@@ -128,7 +131,9 @@ def live_in(ids: set[str]) -> list[int]:
 
 
 def namespaces(bed: str) -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "list"], check=False, capture_output=True, text=True
+    ).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(f"{bed}-")]
 
 
@@ -161,8 +166,10 @@ def test_delay_and_rate_limit_with_live_rate_change(tmp_path):
         slow = run_json(bed.exec(0, [py, str(tool), "send", h1, "5000", str(size)], **pipes), 30)
         assert slow["bytes"] == size
         assert slow["mbit"] <= 7.0, slow
-        print(f"\nrtt_ms {ping['rtt_ms']}\n20mbit: {fast['mbit']:.1f} Mbit/s, "
-              f"5mbit: {slow['mbit']:.1f} Mbit/s")
+        print(
+            f"\nrtt_ms {ping['rtt_ms']}\n20mbit: {fast['mbit']:.1f} Mbit/s, "
+            f"5mbit: {slow['mbit']:.1f} Mbit/s"
+        )
 
 
 def test_ray_actor_on_host1_gets_16mb_across_the_link(tmp_path):
@@ -173,8 +180,13 @@ def test_ray_actor_on_host1_gets_16mb_across_the_link(tmp_path):
         address = bed.start_ray(num_cpus=1)
         assert address == f"{bed.hosts[0].ip}:6380"
         rx1 = bed.rx_bytes(1)
-        proc = bed.exec(0, [sys.executable, str(driver), address],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = bed.exec(
+            0,
+            [sys.executable, str(driver), address],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out = run_json(proc, 120)
         n = 2 * 1024 * 1024
         assert out["sum"] == n * (n - 1) / 2
@@ -219,15 +231,20 @@ def test_down_leaves_nothing_even_after_an_exception(tmp_path):
         name, ids = plain.bed, ns_ids(plain.bed)
         assert plain.hosts[1].ip == "10.77.0.2"
         plain.exec(1, [sys.executable, str(tool), "serve", "5000"])
-        ping = plain.exec(0, [sys.executable, str(tool), "ping", "10.77.0.2", "5000", "3"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ping = plain.exec(
+            0,
+            [sys.executable, str(tool), "ping", "10.77.0.2", "5000", "3"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert max(run_json(ping, 30)["rtt_ms"]) < 10.0  # the bridge works, and has no delay
         assert wait_for(lambda: len(live_in(ids)) == 1)  # the server
         raise RuntimeError("boom")
     assert namespaces(name) == [] and live_in(ids) == []
 
 
-KILLED_IN_BED = r'''
+KILLED_IN_BED = r"""
 import subprocess, sys, time
 import ray
 from deploy.netbed import NetBed
@@ -238,7 +255,7 @@ with NetBed(hosts=2, rate="1gbit") as bed:
     bed.exec(1, ["sleep", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(bed.bed, flush=True)
     time.sleep(600)
-'''
+"""
 
 
 def test_a_kill_tears_the_bed_down_even_in_a_process_that_ran_ray(tmp_path):
@@ -247,8 +264,14 @@ def test_a_kill_tears_the_bed_down_even_in_a_process_that_ran_ray(tmp_path):
     script = tmp_path / "killed.py"
     script.write_text(KILLED_IN_BED)
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     try:
         name = proc.stdout.readline().strip()
         assert name, proc.communicate(timeout=30)[1][-2000:]

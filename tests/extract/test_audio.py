@@ -11,7 +11,8 @@ from vifusion import _talks
 from vifusion.extract.audio import SAMPLE_RATE, AudioReader, read_audio
 
 needs_espeak = pytest.mark.skipif(
-    not _talks.have_espeak(), reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)"
+    not _talks.have_espeak(),
+    reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)",
 )
 PHRASE = "The quarterly meeting starts at nine."
 
@@ -34,7 +35,11 @@ def test_speech_is_decoded_to_16k_mono_at_its_time(media: Path, suffix: str) -> 
     assert (report.status, report.reason, report.truncated) == ("ok", None, False)
     assert pcm.dtype == np.float32 and pcm.ndim == 1
     assert start_s == pytest.approx(0.0, abs=0.03)  # AAC's encoder delay is a few ms
-    assert report.duration_s == pytest.approx(6.0, abs=0.05) == pytest.approx(len(pcm) / SAMPLE_RATE, abs=0.03)
+    assert (
+        report.duration_s
+        == pytest.approx(6.0, abs=0.05)
+        == pytest.approx(len(pcm) / SAMPLE_RATE, abs=0.03)
+    )
     # Nothing audible before the phrase; the phrase where it was put.
     assert 2.0 <= _onset_s(start_s, pcm) < 2.0 + 0.4
 
@@ -86,7 +91,9 @@ def test_not_a_media_file(media: Path, content: bytes) -> None:
     path = media / "notes.mp4"
     path.write_bytes(content)
     _, pcm, report = read_audio(path, max_duration_s=3600)
-    assert report.status == "broken" and report.reason.startswith("notes.mp4: cannot open for audio: ")
+    assert report.status == "broken" and report.reason.startswith(
+        "notes.mp4: cannot open for audio: "
+    )
     assert len(pcm) == 0
 
 

@@ -198,10 +198,12 @@ def test_decode_returns_exactly_the_indexed_frame(
     # The motion scene moves several pixels a frame: an off-by-one seek would show.
     frames, times = _all(kitchen.path, sample_fps=4.0, max_frames=3600)
     checked = 0
-    for frame, (i, t0, t1) in zip(frames, times):
+    for frame, (i, t0, _t1) in zip(frames, times):
         if not 8.0 <= t0 < 12.0 or i + 1 >= 288:
             continue
-        err = {j: np.abs(frame - _resize(rendered[j], (299, 224))).mean() for j in (i - 1, i, i + 1)}
+        err = {
+            j: np.abs(frame - _resize(rendered[j], (299, 224))).mean() for j in (i - 1, i, i + 1)
+        }
         assert min(err, key=err.get) == i, (i, err)
         assert err[i] < 4
         checked += 1
@@ -237,12 +239,12 @@ def _audio_only(path: Path) -> None:
     with av.open(str(path), "w") as c:
         s = c.add_stream("aac", rate=44100)
         for i in range(20):
-            f = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            f = av.AudioFrame.from_ndarray(
+                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+            )
             f.sample_rate, f.pts = 44100, i * 1024
             c.mux(s.encode(f))
         c.mux(s.encode(None))
-
-
 
 
 BAD = {
@@ -250,17 +252,25 @@ BAD = {
     "text.mp4": ("not a video", lambda p, src: p.write_text("hello, this is not a video\n")),
     "huge.mp4": ("frame size 9216x9216 is over the limit", lambda p, src: huge_frame(p)),
     "empty.mp4": ("empty file", lambda p, src: p.write_bytes(b"")),
-    "half.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[: src.stat().st_size // 2])),
+    "half.mp4": (
+        "truncated",
+        lambda p, src: p.write_bytes(src.read_bytes()[: src.stat().st_size // 2]),
+    ),
     "header.mp4": ("truncated", lambda p, src: p.write_bytes(src.read_bytes()[:2000])),
     "missing.mp4": ("no such file", lambda p, src: None),
     "folder.mp4": ("not a regular file", lambda p, src: p.mkdir()),
     "sound.mp4": ("no video stream", lambda p, src: _audio_only(p)),
-    "still.mp4": ("still image", lambda p, src: Image.fromarray(samples.photo("chelsea")).save(p, "PNG")),
+    "still.mp4": (
+        "still image",
+        lambda p, src: Image.fromarray(samples.photo("chelsea")).save(p, "PNG"),
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_bad_input_raises_decode_error(name: str, kitchen: samples.SampleVideo, tmp_path: Path) -> None:
+def test_bad_input_raises_decode_error(
+    name: str, kitchen: samples.SampleVideo, tmp_path: Path
+) -> None:
     reason, make = BAD[name]
     path = tmp_path / name
     make(path, kitchen.path)
@@ -306,7 +316,9 @@ def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file
     from vifusion.extract.decode import open_video
 
     with open_video(kitchen.path) as file:
-        _, total, batches = open_sampled(kitchen.path, 1.0, 3600, 720, min_short_side=224, file=file)
+        _, total, batches = open_sampled(
+            kitchen.path, 1.0, 3600, 720, min_short_side=224, file=file
+        )
         shapes = {frames.shape[1:] for frames, _ in batches}
         assert shapes == {(240, 320, 3)} and not file.closed
     _, _, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=480, batch=total)

@@ -43,7 +43,9 @@ def test_frame_batches_give_the_same_vectors_as_single_frames(embedder):
     frames = np.stack([photo(p)[:224, :298] for p in ["chelsea", "coffee"]])
     v_batch, s_batch = embedder.embed_frames(frames)
     v_one, s_one = embedder.embed_frames(frames[:1])
-    assert np.allclose(v_batch[0], v_one[0], atol=1e-4) and np.allclose(s_batch[0], s_one[0], atol=1e-4)
+    assert np.allclose(v_batch[0], v_one[0], atol=1e-4) and np.allclose(
+        s_batch[0], s_one[0], atol=1e-4
+    )
 
 
 def test_class_name_vectors_are_cached_and_reused(tmp_path):

@@ -30,7 +30,9 @@ def reader() -> ScreenReader:
 def _frames(path: Path) -> list[tuple[np.ndarray, float, float]]:
     """The video's frames at 1 per second, at full size (what OCR needs), with their times."""
     return [
-        (f, t0, t1) for batch, times in decode(path, 1.0, 3600, short_side=360) for f, (_, t0, t1) in zip(batch, times)
+        (f, t0, t1)
+        for batch, times in decode(path, 1.0, 3600, short_side=360)
+        for f, (_, t0, t1) in zip(batch, times)
     ]
 
 
@@ -59,9 +61,13 @@ def test_a_picture_without_text_gives_no_lines(reader: ScreenReader, picture: np
 
 
 @pytest.mark.parametrize(
-    "lines", [["გამარჯობა მსოფლიო", "საქართველო ლამაზია"], ["Καλημέρα κόσμε δοκιμή"]], ids=["georgian", "greek"]
+    "lines",
+    [["გამარჯობა მსოფლიო", "საქართველო ლამაზია"], ["Καλημέρα κόσμε δοκιμή"]],
+    ids=["georgian", "greek"],
 )
-def test_a_script_the_models_do_not_know_gives_no_lines(reader: ScreenReader, lines: list[str]) -> None:
+def test_a_script_the_models_do_not_know_gives_no_lines(
+    reader: ScreenReader, lines: list[str]
+) -> None:
     assert reader.read(_talks.slide(lines)) == []
 
 
@@ -113,7 +119,9 @@ def slides(tmp_path_factory: pytest.TempPathFactory) -> _talks.Talk:
     )
 
 
-def test_written_phrases_are_read_over_the_time_they_are_shown(reader: ScreenReader, slides: _talks.Talk) -> None:
+def test_written_phrases_are_read_over_the_time_they_are_shown(
+    reader: ScreenReader, slides: _talks.Talk
+) -> None:
     tracker = reader.track()
     spans: list[TextSpan] = []
     frames = _frames(slides.path)
@@ -134,7 +142,9 @@ def test_written_phrases_are_read_over_the_time_they_are_shown(reader: ScreenRea
 def test_a_still_picture_is_read_again_after_the_still_interval(reader: ScreenReader) -> None:
     tracker = reader.track()
     picture = _talks.slide([ZORBLAX])
-    spans = [s for t in range(12) for s in tracker.add(picture, float(t), t + 1.0)] + tracker.finish()
+    spans = [
+        s for t in range(12) for s in tracker.add(picture, float(t), t + 1.0)
+    ] + tracker.finish()
     assert tracker.frames_read == 3  # at 0, 5 and 10 s
     assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 0.0, 12.0)]
 
@@ -148,7 +158,10 @@ def test_the_callers_change_signal(reader: ScreenReader) -> None:
     assert tracker.frames_read == 2
     spans = tracker.add(b, 3.0, 4.0) + tracker.finish()  # the tracker's own test sees the change
     assert tracker.frames_read == 3
-    assert [(s.text, s.start_s, s.end_s) for s in spans] == [(HARBOUR, 0.0, 3.0), (ZORBLAX, 3.0, 4.0)]
+    assert [(s.text, s.start_s, s.end_s) for s in spans] == [
+        (HARBOUR, 0.0, 3.0),
+        (ZORBLAX, 3.0, 4.0),
+    ]
 
 
 def test_changing_pictures_without_text_are_only_looked_at(reader: ScreenReader) -> None:
@@ -160,7 +173,11 @@ def test_changing_pictures_without_text_are_only_looked_at(reader: ScreenReader)
     footage = list(render(["coffee", "chelsea", MOTION], scene_s=4.0, fps=1, size=(640, 360)))
     tracker = reader.track()
     spans = [s for t, rgb in enumerate(footage) for s in tracker.add(rgb, float(t), t + 1.0)]
-    assert spans == [] and tracker.frames_read + tracker.frames_gated == 12 and tracker.frames_read <= 2
+    assert (
+        spans == []
+        and tracker.frames_read + tracker.frames_gated == 12
+        and tracker.frames_read <= 2
+    )
     read = tracker.frames_read
     spans = tracker.add(_talks.slide([ZORBLAX]), 12.0, 13.0) + tracker.finish()
     assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 12.0, 13.0)]
@@ -168,7 +185,9 @@ def test_changing_pictures_without_text_are_only_looked_at(reader: ScreenReader)
 
 
 def test_text_too_small_for_the_gate_is_read_within_the_full_interval() -> None:
-    small = _talks.slide([REVENUE], size=(1280, 720), font_size=12)  # 12 px on 720 lines: the gate misses it
+    small = _talks.slide(
+        [REVENUE], size=(1280, 720), font_size=12
+    )  # 12 px on 720 lines: the gate misses it
     reader = ScreenReader(Config(ocr_threads=1, ocr_still_interval_s=2.0, ocr_full_interval_s=4.0))
     assert not reader.sees_text(small)
     tracker = reader.track()
@@ -178,7 +197,11 @@ def test_text_too_small_for_the_gate_is_read_within_the_full_interval() -> None:
 
 
 def test_line_key() -> None:
-    assert line_key("Quarterly  Revenue grew") == line_key("quarterlyrevenue GREW") == "quarterlyrevenuegrew"
+    assert (
+        line_key("Quarterly  Revenue grew")
+        == line_key("quarterlyrevenue GREW")
+        == "quarterlyrevenuegrew"
+    )
 
 
 def test_loads_and_reads_with_the_network_cut_off(tmp_path: Path) -> None:
@@ -195,7 +218,12 @@ def test_loads_and_reads_with_the_network_cut_off(tmp_path: Path) -> None:
         "lines = ScreenReader(Config(ocr_threads=1)).read(np.load(sys.argv[1]))\n"
         "print(json.dumps([ln.text for ln in lines]))\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+    }
     argv = [sys.executable, "-c", script, str(tmp_path / "slide.npy")]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

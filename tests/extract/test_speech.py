@@ -18,7 +18,8 @@ from vifusion.extract.audio import SAMPLE_RATE, read_audio
 from vifusion.extract.speech import Segment, Transcriber
 
 needs_espeak = pytest.mark.skipif(
-    not _talks.have_espeak(), reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)"
+    not _talks.have_espeak(),
+    reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)",
 )
 MEETING = "The quarterly meeting starts at nine."
 HARBOUR = "Please meet me at the old harbour tomorrow morning."
@@ -49,7 +50,9 @@ def _heard(segments: tuple[Segment, ...] | list[Segment], start_s: float, end_s:
 
 
 @needs_espeak
-def test_spoken_phrases_are_transcribed_at_their_times(transcriber: Transcriber, media: Path) -> None:
+def test_spoken_phrases_are_transcribed_at_their_times(
+    transcriber: Transcriber, media: Path
+) -> None:
     talk = _talks.write_talk(media / "talk.mp4", 14.0, said=[(1.0, MEETING), (7.0, HARBOUR)])
     transcript = transcriber.transcribe_file(talk.path)
     assert transcript.reason is None and transcript.audio.status == "ok"
@@ -60,10 +63,14 @@ def test_spoken_phrases_are_transcribed_at_their_times(transcriber: Transcriber,
         assert len(want & _words(heard)) >= 0.6 * len(want), (said.text, heard)
     # Each segment lies about where its words were said (Whisper's times are coarse).
     for seg in transcript.segments:
-        said = next(s for s in talk.said if s.start_s - 1.0 <= seg.start_s and seg.end_s <= s.end_s + 1.0)
+        said = next(
+            s for s in talk.said if s.start_s - 1.0 <= seg.start_s and seg.end_s <= s.end_s + 1.0
+        )
         assert said is not None
         assert seg.avg_logprob <= 0 and 0 <= seg.no_speech_prob <= 1
-        assert all(type(v) is float for v in (seg.start_s, seg.end_s, seg.avg_logprob, seg.no_speech_prob))
+        assert all(
+            type(v) is float for v in (seg.start_s, seg.end_s, seg.avg_logprob, seg.no_speech_prob)
+        )
 
 
 @needs_espeak
@@ -77,7 +84,7 @@ def test_opus_audio_is_transcribed(transcriber: Transcriber, media: Path, suffix
 
 @needs_espeak
 def test_a_made_up_word(transcriber: Transcriber, media: Path) -> None:
-    """"Zorblax", spoken once. tiny.en knows no such word and writes what it heard as English
+    """ "Zorblax", spoken once. tiny.en knows no such word and writes what it heard as English
     ("Zordax", "Lord Max", "Norablax", "Laura Blacks" with other voices and contexts): a search
     for the exact word will not find it in this transcript. What must hold is that the
     sentence around it is transcribed where it was said."""
@@ -89,7 +96,9 @@ def test_a_made_up_word(transcriber: Transcriber, media: Path) -> None:
 
 
 @pytest.mark.parametrize("audio", ["none", "silence", "music", "broken"])
-def test_no_speech_gives_no_segments_and_a_reason(transcriber: Transcriber, media: Path, audio: str) -> None:
+def test_no_speech_gives_no_segments_and_a_reason(
+    transcriber: Transcriber, media: Path, audio: str
+) -> None:
     talk = _talks.write_talk(media / f"{audio}.mp4", 5.0, audio=audio)
     transcript = transcriber.transcribe_file(talk.path)
     assert transcript.segments == ()
@@ -146,9 +155,18 @@ def test_loads_and_transcribes_with_the_network_cut_off(media: Path) -> None:
         "t = Transcriber(Config(speech_threads=1)).transcribe_file(sys.argv[1])\n"
         "print(json.dumps([s.text for s in t.segments]))\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+    }
     out = subprocess.run(
-        [sys.executable, "-c", script, str(talk.path)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", script, str(talk.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "quarterly" in " ".join(json.loads(out.stdout.splitlines()[-1])).lower()

@@ -14,7 +14,8 @@ QUERIES = [
     "a cat",
     "A Cat sitting on the MAT, with a hat!",
     "Ünïcödé café naïve résumé, 東京タワー 🐱 Привет мир",
-    "the rocket launch " * 120,  # past the 256 tokens the model takes: cut as the torch tokenizer cuts
+    "the rocket launch "
+    * 120,  # past the 256 tokens the model takes: cut as the torch tokenizer cuts
     "x",
     "   spaced    out   ",
     "C++ vs. C#: 3.14159 (approx.) -- e-mail@example.com [brackets] {braces}",
@@ -40,7 +41,9 @@ def test_the_export_is_named_by_the_weights_and_made_once(exported):
     made = exported.stat().st_mtime_ns
     assert _text_onnx.export(exported.parent) == exported
     assert exported.stat().st_mtime_ns == made
-    assert [p.name for p in exported.parent.iterdir() if p.suffix != ".lock"] == [exported.name]  # no temp left
+    assert [p.name for p in exported.parent.iterdir() if p.suffix != ".lock"] == [
+        exported.name
+    ]  # no temp left
 
 
 def test_an_export_of_other_weights_is_replaced(tmp_path):

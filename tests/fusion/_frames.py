@@ -12,8 +12,12 @@ def unit(x: np.ndarray) -> np.ndarray:
 def frames(video_id: int, n: int, start: int = 0) -> FusedBatch:
     """n unrelated frames (random unit vectors), one second each."""
     rng = np.random.default_rng(video_id * 1000 + start)
-    return rows(video_id, unit(rng.standard_normal((n, VISUAL_DIM))), unit(rng.standard_normal((n, SEMANTIC_DIM))),
-                start)
+    return rows(
+        video_id,
+        unit(rng.standard_normal((n, VISUAL_DIM))),
+        unit(rng.standard_normal((n, SEMANTIC_DIM))),
+        start,
+    )
 
 
 def rows(video_id: int, visual: np.ndarray, semantic: np.ndarray, start: int = 0) -> FusedBatch:

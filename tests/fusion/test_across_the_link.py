@@ -75,15 +75,25 @@ def test_every_feature_crosses_the_shaped_link_exactly_once(tmp_path):
     with NetBed(hosts=2, rate="20mbit", delay_ms=5) as bed:
         address = bed.start_ray(num_cpus=1, env=RAY_TUNED)
         rx = bed.rx_bytes(1)
-        proc = bed.exec(0, [sys.executable, str(driver), address, str(ROOT)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = bed.exec(
+            0,
+            [sys.executable, str(driver), address, str(ROOT)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-2000:]
         got = json.loads(out.strip().splitlines()[-1])
         crossed = bed.rx_bytes(1) - rx
     assert got["acked"] == {str(v): 120 for v in range(1, 6)}
     assert got["by_socket"] == {"1": True, "2": True, "3": True, "4": True, "5": False}
-    assert got["vectors"] == {"visual": 600, "semantic": 600, "speech": 0, "screen": 0}  # none lost, none twice
+    assert got["vectors"] == {
+        "visual": 600,
+        "semantic": 600,
+        "speech": 0,
+        "screen": 0,
+    }  # none lost, none twice
     assert got["videos"] == [1, 2, 3, 4, 5]
     assert got["exact"]  # a clear link: exact fp32, bit-identical
     assert got["batches"] < 600 / 4  # fused, not one call per frame

@@ -13,7 +13,7 @@ from vifusion._files import StorageError
 from vifusion.config import Config
 from vifusion.fusion import Aggregator
 from vifusion.index.replica import ShardReplica
-from vifusion.types import FusedBatch, vector_id, video_of
+from vifusion.types import FusedBatch, video_of
 
 
 @pytest.fixture
@@ -70,9 +70,14 @@ def test_near_duplicates_cross_the_link_as_one_vector(tmp_path, shards):
 def test_a_refused_video_fails_alone_with_the_reason(tmp_path, shards):
     agg = aggregator(tmp_path, shards, dedup_cosine=1.01)
     good = frames(30, 3)
-    bad = FusedBatch(good.ids, good.times, np.ascontiguousarray(good.features[:, :5]))  # wrong width
+    bad = FusedBatch(
+        good.ids, good.times, np.ascontiguousarray(good.features[:, :5])
+    )  # wrong width
     ray.get(agg.submit.remote(0, frames(32, 3)))
-    with pytest.raises(ray.exceptions.RayTaskError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"):
+    with pytest.raises(
+        ray.exceptions.RayTaskError,
+        match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)",
+    ):
         ray.get(agg.submit.remote(0, bad))
     assert ray.get(agg.finish.remote(32))[0] == 3
     ray.get(agg.abandon.remote(30))
@@ -93,20 +98,28 @@ def _in_flight(agg, dest: int) -> int:
 
 
 def test_on_an_idle_link_rows_leave_without_waiting_for_a_batch(tmp_path, shards):
-    agg = aggregator(tmp_path, shards, dedup_cosine=1.01, fusion_latency_target_s=60.0)  # age limit 15 s
+    agg = aggregator(
+        tmp_path, shards, dedup_cosine=1.01, fusion_latency_target_s=60.0
+    )  # age limit 15 s
     src = frames(45, 3)
     ray.get(agg.submit.remote(0, src))  # far less than a batch, and nothing in flight
     deadline = time.monotonic() + 10
-    while ray.get(shards[0].stats.remote())["vectors"]["visual"] < 3 and time.monotonic() < deadline:
+    while (
+        ray.get(shards[0].stats.remote())["vectors"]["visual"] < 3 and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     # in the shard before finish() and long before their age is up
-    assert np.array_equal(ray.get(shards[0].frames.remote("visual", 45, 0, 100))[1], src.space("visual"))
+    assert np.array_equal(
+        ray.get(shards[0].frames.remote("visual", 45, 0, 100))[1], src.space("visual")
+    )
 
 
 def test_abandon_drops_what_waits(ray_session, tmp_path):
     shard = ray.remote(_SlowFor).remote(0, tmp_path / "s0", Config(faiss_threads=1), [])
     # by actor call, where the shard is slow (the shard stream would skip it)
-    agg = aggregator(tmp_path, [shard], dedup_cosine=1.01, fusion_latency_target_s=60.0, fusion_stream=False)
+    agg = aggregator(
+        tmp_path, [shard], dedup_cosine=1.01, fusion_latency_target_s=60.0, fusion_stream=False
+    )
     ray.get(agg.submit.remote(0, frames(40, 2)))  # leaves at once, 2 s at the shard
     deadline = time.monotonic() + 10
     while not _in_flight(agg, 0) and time.monotonic() < deadline:
@@ -124,7 +137,14 @@ def test_abandon_drops_what_waits(ray_session, tmp_path):
 def test_with_fusion_off_every_frame_is_its_own_message(tmp_path, shards):
     agg = aggregator(tmp_path, shards, fusion=False)
     still = frames(50, 1)  # near-duplicates too stay apart: dedup is part of fusion
-    ray.get(agg.submit.remote(0, rows(50, np.repeat(still.space("visual"), 6, 0), np.repeat(still.space("semantic"), 6, 0))))
+    ray.get(
+        agg.submit.remote(
+            0,
+            rows(
+                50, np.repeat(still.space("visual"), 6, 0), np.repeat(still.space("semantic"), 6, 0)
+            ),
+        )
+    )
     assert ray.get(agg.finish.remote(50))[0] == 6
     stats = ray.get(agg.stats.remote())
     assert stats["batches"] == stats["rows_out"] == 6
@@ -152,7 +172,11 @@ class _RefusesOneWrite(ShardReplica):
 
 
 def test_a_late_ack_after_a_failed_send_does_not_count_for_the_next_run(ray_session, tmp_path):
-    shard = ray.remote(_RefusesOneWrite).options(max_concurrency=4).remote(0, tmp_path / "s0", Config(), [])
+    shard = (
+        ray.remote(_RefusesOneWrite)
+        .options(max_concurrency=4)
+        .remote(0, tmp_path / "s0", Config(), [])
+    )
     # one message per frame, both in flight at once; by actor call, where the refusal is
     # (the shard stream would skip it, once the replica's address came back)
     agg = aggregator(tmp_path, [shard], fusion=False, fusion_stream=False)
@@ -178,7 +202,13 @@ def test_speech_and_screen_text_rows_travel_with_the_frames_to_the_videos_shard(
     said /= np.linalg.norm(said, axis=1, keepdims=True)
     speech = FusedBatch.of_texts(21, "speech", 0, [[0, 1.5], [1.5, 3], [3, 4.5], [4.5, 6]], said)
     screen = FusedBatch.of_texts(21, "screen", 0, [[0, 6]], said[:1])
-    handed = (run.rows(slice(0, 3)), speech.rows(slice(0, 2)), run.rows(slice(3, 6)), speech.rows(slice(2, 4)), screen)
+    handed = (
+        run.rows(slice(0, 3)),
+        speech.rows(slice(0, 2)),
+        run.rows(slice(3, 6)),
+        speech.rows(slice(2, 4)),
+        screen,
+    )
     for part in handed:
         ray.get(agg.submit.remote(1, part))
     assert ray.get(agg.finish.remote(21))[0] == 1 + 4 + 1
@@ -194,12 +224,17 @@ def test_the_tables_it_trains_keep_the_configured_sparse_share(tmp_path, shards)
     (and saved for the next start) keep that share of each space's dims."""
     from vifusion.comm import Ladder, SharedTables
 
-    cfg = Config(data_dir=tmp_path, dedup_cosine=1.01, codec_train_rows=320, codec_sparse_keep=(0.25, 0.5))
+    cfg = Config(
+        data_dir=tmp_path, dedup_cosine=1.01, codec_train_rows=320, codec_sparse_keep=(0.25, 0.5)
+    )
     agg = ray.remote(Aggregator).options(max_concurrency=16).remote(cfg, shards)
     ray.get(agg.submit.remote(0, frames(30, 320)))
     assert ray.get(agg.finish.remote(30))[0] == 320
     deadline = time.monotonic() + 120
-    while not (found := sorted((tmp_path / "codec").glob("tables-*.npz"))) and time.monotonic() < deadline:
+    while (
+        not (found := sorted((tmp_path / "codec").glob("tables-*.npz")))
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     tables = SharedTables.load(found[0])
     assert [len(m) for m in tables.masks] == [320, 192]  # 0.25 x 1280, 0.5 x 384

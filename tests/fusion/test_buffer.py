@@ -48,7 +48,10 @@ def test_take_is_bounded_by_bytes_oldest_first():
     assert [int(i) & 0xFF for i in first.batch.ids] == [0, 1]
     assert len(buf) == 3
     assert len(buf.take(1).batch) == 1  # at least one row, however small the budget
-    assert [int(i) & 0xFF for i in buf.take(1 << 30).batch.ids] == [3, 4]  # the cut chunk's rest, in order
+    assert [int(i) & 0xFF for i in buf.take(1 << 30).batch.ids] == [
+        3,
+        4,
+    ]  # the cut chunk's rest, in order
 
 
 def test_drop_removes_only_that_video():

@@ -10,8 +10,12 @@ def near(batch, frame_no: int, noise: float, seed: int):
     """A frame of the same video that looks almost like ``batch``'s only row."""
     rng = np.random.default_rng(seed)
     v, s = batch.space("visual")[0], batch.space("semantic")[0]
-    return rows(int(video_of(batch.ids[0])), unit(v + noise * rng.standard_normal(v.shape) / np.sqrt(v.size))[None],
-                unit(s + noise * rng.standard_normal(s.shape) / np.sqrt(s.size))[None], frame_no)
+    return rows(
+        int(video_of(batch.ids[0])),
+        unit(v + noise * rng.standard_normal(v.shape) / np.sqrt(v.size))[None],
+        unit(s + noise * rng.standard_normal(s.shape) / np.sqrt(s.size))[None],
+        frame_no,
+    )
 
 
 def frame_nos(batch) -> list[int]:
@@ -43,9 +47,19 @@ def test_runs_are_the_same_however_the_stream_is_cut(chunk):
     base = frames(4, 6)
     stream = join(*[near(base.rows(slice(i // 7, i // 7 + 1)), i, 0.05, i) for i in range(42)])
     d = TemporalDedup(0.98)
-    out = join(*[d.push(stream.rows(slice(i, i + chunk))) for i in range(0, len(stream), chunk)], d.close(4))
+    out = join(
+        *[d.push(stream.rows(slice(i, i + chunk))) for i in range(0, len(stream), chunk)],
+        d.close(4),
+    )
     assert frame_nos(out) == [0, 7, 14, 21, 28, 35]
-    assert out.times[:, 0].tolist() == [0, 7, 14, 21, 28, 35] and out.times[:, 1].tolist() == [7, 14, 21, 28, 35, 42]
+    assert out.times[:, 0].tolist() == [0, 7, 14, 21, 28, 35] and out.times[:, 1].tolist() == [
+        7,
+        14,
+        21,
+        28,
+        35,
+        42,
+    ]
     expect = stream.features[:7, :VISUAL_DIM].sum(0)
     assert np.allclose(out.features[0, :VISUAL_DIM], expect / np.linalg.norm(expect), atol=1e-6)
 
@@ -55,8 +69,12 @@ def test_different_frames_and_other_videos_never_merge():
     v1, v2 = frames(1, 4), frames(2, 4)
     interleaved = join(*[b.rows(slice(i, i + 1)) for i in range(4) for b in (v1, v2)])
     out = join(d.push(interleaved), d.close(1), d.close(2))
-    assert sorted(zip(video_of(out.ids).tolist(), frame_nos(out), strict=True)) == [(v, i) for v in (1, 2) for i in range(4)]
-    assert np.array_equal(out.features[np.argsort(out.ids)], join(v1, v2).features)  # exact, as they came
+    assert sorted(zip(video_of(out.ids).tolist(), frame_nos(out), strict=True)) == [
+        (v, i) for v in (1, 2) for i in range(4)
+    ]
+    assert np.array_equal(
+        out.features[np.argsort(out.ids)], join(v1, v2).features
+    )  # exact, as they came
 
 
 def test_compares_with_the_anchor_so_a_slow_pan_does_not_merge_forever():
@@ -64,7 +82,11 @@ def test_compares_with_the_anchor_so_a_slow_pan_does_not_merge_forever():
     start, end = unit(rng.standard_normal(1280)), unit(rng.standard_normal(1280))
     sem = unit(rng.standard_normal(384))
     # each step is very close to the previous one, the last far from the first
-    pan = rows(9, np.stack([unit((1 - i / 19) * start + i / 19 * end) for i in range(20)]), np.tile(sem, (20, 1)))
+    pan = rows(
+        9,
+        np.stack([unit((1 - i / 19) * start + i / 19 * end) for i in range(20)]),
+        np.tile(sem, (20, 1)),
+    )
     out = TemporalDedup(0.98).push(pan)
     assert len(out) >= 3
 

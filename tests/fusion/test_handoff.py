@@ -27,7 +27,12 @@ def shard(ray_session, tmp_path):
 
 
 def aggregator(tmp_path, shard, **options):
-    cfg = Config(data_dir=tmp_path, compression="off", dedup_cosine=1.01, fusion_local_handoff=options.pop("local", True))
+    cfg = Config(
+        data_dir=tmp_path,
+        compression="off",
+        dedup_cosine=1.01,
+        fusion_local_handoff=options.pop("local", True),
+    )
     return ray.remote(Aggregator).options(max_concurrency=16, **options).remote(cfg, [shard])
 
 
@@ -75,8 +80,12 @@ def test_a_malformed_batch_fails_its_own_handover_with_the_reason(tmp_path, shar
     agg = aggregator(tmp_path, shard)
     handoff = Handoff(agg)
     good = frames(50, 3)
-    bad = FusedBatch(good.ids, good.times, np.ascontiguousarray(good.features[:, :5]))  # wrong width
-    with pytest.raises(ValueError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"):
+    bad = FusedBatch(
+        good.ids, good.times, np.ascontiguousarray(good.features[:, :5])
+    )  # wrong width
+    with pytest.raises(
+        ValueError, match=r"float32 features \(3, 1664\); got \(3, 2\) and float32 \(3, 5\)"
+    ):
         handoff.submit(0, bad, time.time()).result()
     too_many = frames(52, 9)
     with pytest.raises(ValueError, match="at most 8 frames; got 9"):
@@ -91,7 +100,9 @@ def test_a_malformed_batch_fails_its_own_handover_with_the_reason(tmp_path, shar
 def test_the_socket_lets_in_only_who_holds_the_secret(tmp_path, shard):
     agg = aggregator(tmp_path, shard)
     address, secret = ray.get(agg.handoff_address.remote())
-    assert address.startswith("\0")  # abstract: no file to find, seen only in this network namespace
+    assert address.startswith(
+        "\0"
+    )  # abstract: no file to find, seen only in this network namespace
     handoff = Handoff(agg)
     hand_over(handoff, frames(60, 4))
     for wrong in (bytes(len(secret)), secret[:-1] + bytes([secret[-1] ^ 1])):
@@ -148,7 +159,9 @@ def test_a_recorded_handover_replayed_is_refused_and_taken_once(ray_session):
 
 
 def test_a_handover_altered_on_the_way_is_never_taken(ray_session):
-    server, proxy, handoff, took = behind_a_proxy(flip_up=HANDSHAKE + 5_000)  # a byte of the features
+    server, proxy, handoff, took = behind_a_proxy(
+        flip_up=HANDSHAKE + 5_000
+    )  # a byte of the features
     with pytest.raises(AggregatorLost, match="closed"):
         handoff.submit(0, frames(91, 16), time.time()).result(30)
     assert took == []
@@ -162,7 +175,9 @@ def test_a_reply_altered_on_the_way_is_not_believed(ray_session):
     batch = frames(92, 4)
     with pytest.raises(AggregatorLost, match="failed its authentication"):
         handoff.submit(0, batch, time.time()).result(30)
-    assert took == [batch.batch_id]  # taken, but the extractor cannot tell: it sees the aggregator lost
+    assert took == [
+        batch.batch_id
+    ]  # taken, but the extractor cannot tell: it sees the aggregator lost
     handoff.close()
     proxy.close()
     server.close()

@@ -12,11 +12,15 @@ def unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def make_batch(video_id: int, frames: int, seed: int = 0, first_frame: int = 0, interval: float = 1.0) -> FusedBatch:
+def make_batch(
+    video_id: int, frames: int, seed: int = 0, first_frame: int = 0, interval: float = 1.0
+) -> FusedBatch:
     """``frames`` consecutive sampled frames of one video, frame i spanning [i*interval, (i+1)*interval)."""
     rng = np.random.default_rng(seed)
     nos = np.arange(first_frame, first_frame + frames)
-    features = np.concatenate([unit(rng, frames, VISUAL_DIM), unit(rng, frames, SEMANTIC_DIM)], axis=1)
+    features = np.concatenate(
+        [unit(rng, frames, VISUAL_DIM), unit(rng, frames, SEMANTIC_DIM)], axis=1
+    )
     times = np.stack([nos * interval, (nos + 1) * interval], axis=1).astype(np.float32)
     ids = np.array([vector_id(video_id, int(n)) for n in nos], dtype=np.int64)
     return FusedBatch(ids=ids, times=times, features=np.ascontiguousarray(features))

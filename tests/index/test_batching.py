@@ -23,8 +23,15 @@ class FakeShards:
             if self.hold is not None:
                 self.hold.wait()
             base = queries[:, :1] * 10 + np.arange(k)
-            return [(base.astype(np.float32) + s, base.astype(np.int64) + 100 * s, np.zeros(base.shape + (2,), np.float32))
-                    for s in range(2)]
+            return [
+                (
+                    base.astype(np.float32) + s,
+                    base.astype(np.int64) + 100 * s,
+                    np.zeros(base.shape + (2,), np.float32),
+                )
+                for s in range(2)
+            ]
+
         return wait
 
 
@@ -48,14 +55,17 @@ def test_queries_arriving_while_a_call_is_in_flight_share_the_next_call() -> Non
             first = pool.submit(b.search, np.array([[0.0]], np.float32), 1)
             while not shards.calls:
                 pass
-            rest = [pool.submit(b.search, np.full((1 + i % 3, 1), i, np.float32), 1 + i % 4) for i in range(1, 20)]
+            rest = [
+                pool.submit(b.search, np.full((1 + i % 3, 1), i, np.float32), 1 + i % 4)
+                for i in range(1, 20)
+            ]
             while sum(len(r.queries) for r in b._queue) < sum(1 + i % 3 for i in range(1, 20)):
                 pass  # all nineteen wait behind the call in flight
             hold.set()
             assert first.result()[0][1].tolist() == [[0]]
             for i, f in enumerate(rest, start=1):
                 per_shard = f.result()
-                for s, (scores, ids, _) in enumerate(per_shard):
+                for s, (_scores, ids, _) in enumerate(per_shard):
                     assert ids.shape == (1 + i % 3, 1 + i % 4)
                     assert (ids == i * 10 + np.arange(1 + i % 4) + 100 * s).all()
         assert shards.calls == [1, sum(1 + i % 3 for i in range(1, 20))]
@@ -99,11 +109,14 @@ def test_a_failed_call_fails_every_query_in_it_and_the_next_call_works() -> None
         b.search(np.zeros((1, 1), np.float32), 1)
 
 
-@pytest.mark.parametrize("args, named", [
-    (dict(max_batch=0, window=1, max_wait_s=0.01), ("max_batch=0",)),
-    (dict(max_batch=8, window=0, max_wait_s=0.01), ("window=0",)),
-    (dict(max_batch=8, window=1, max_wait_s=-1.0), ("max_wait_s=-1.0",)),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (dict(max_batch=0, window=1, max_wait_s=0.01), ("max_batch=0",)),
+        (dict(max_batch=8, window=0, max_wait_s=0.01), ("window=0",)),
+        (dict(max_batch=8, window=1, max_wait_s=-1.0), ("max_wait_s=-1.0",)),
+    ],
+)
 def test_refuses_limits_out_of_range(args: dict, named: tuple[str, ...]) -> None:
     # A window of 0 would make every query wait max_wait_s, even alone: refused, not obeyed.
     with pytest.raises(ValueError) as err:

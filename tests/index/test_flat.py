@@ -16,7 +16,11 @@ def data():
     x = rng.standard_normal((1050, D)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     ids = np.arange(len(x), dtype=np.int64) * 5 + 2
-    return ids, x, x[rng.integers(0, len(x), 20)] + 0.05 * rng.standard_normal((20, D)).astype(np.float32)
+    return (
+        ids,
+        x,
+        x[rng.integers(0, len(x), 20)] + 0.05 * rng.standard_normal((20, D)).astype(np.float32),
+    )
 
 
 def _both(ids: np.ndarray, x: np.ndarray) -> tuple[ChunkedFlat, faiss.Index]:
@@ -75,7 +79,9 @@ def test_remove_reconstruct_and_ids_across_chunks(data) -> None:
         chunked.reconstruct_batch(ids[:1])
     chunked.add_with_ids(x[:1], ids[:1])  # re-added: into the chunk taking adds
     np.testing.assert_array_equal(chunked.reconstruct_batch(ids[:1]), x[:1])
-    assert chunked.remove_ids(faiss.IDSelectorBatch(ids[[350, 720]])) == 2  # from chunks that take no adds
+    assert (
+        chunked.remove_ids(faiss.IDSelectorBatch(ids[[350, 720]])) == 2
+    )  # from chunks that take no adds
     assert chunked.ntotal == len(ids) - 301 == len(chunked.ids())
 
 
@@ -94,7 +100,10 @@ def test_serialized_chunks_come_back_the_same(data) -> None:
         ChunkedFlat.deserialize([faiss.serialize_index(ivf)], D)
 
 
-@pytest.mark.skipif(not hasattr(__import__("resource"), "RUSAGE_THREAD"), reason="per-thread page faults are Linux's")
+@pytest.mark.skipif(
+    not hasattr(__import__("resource"), "RUSAGE_THREAD"),
+    reason="per-thread page faults are Linux's",
+)
 def test_a_chunk_made_ahead_takes_its_adds_without_new_memory() -> None:
     """Past half a chunk, the next one is made ahead with its whole capacity: the adds that
     fill it copy into memory already there (growing as it filled touched 2.3 pages for
@@ -109,7 +118,7 @@ def test_a_chunk_made_ahead_takes_its_adds_without_new_memory() -> None:
     index._next.get()  # made by now
     faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     for lo in range(chunk, 2 * chunk, 64):
-        index.add_with_ids(x[lo:lo + 64], np.arange(lo, lo + 64))
+        index.add_with_ids(x[lo : lo + 64], np.arange(lo, lo + 64))
     faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
     stored_pages = chunk * d * 4 // 4096
     assert faults < stored_pages // 10, (faults, stored_pages)

@@ -22,8 +22,11 @@ VIDEOS = (10, 11, 12, 13)  # shards 0, 1, 0, 1
 
 def _files(root: Path) -> dict[str, tuple[str, int]]:
     """Every file under ``root``: its sha256 and mtime (ns)."""
-    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -55,7 +58,9 @@ def test_finds_frames_on_every_shard_as_the_writers_hold_them(cfg: Config) -> No
     assert found.missing == ()
     assert [(h.video_id, h.row) for h in (found[0][0], found[1][0])] == [(11, 3), (12, 5)]
     assert found[0][0].score == pytest.approx(1.0, abs=1e-5)
-    assert len(found[0]) == 20 and {h.video_id for h in found[0]} == set(VIDEOS)  # 32 frames, both shards
+    assert len(found[0]) == 20 and {h.video_id for h in found[0]} == set(
+        VIDEOS
+    )  # 32 frames, both shards
     assert [h.score for h in found[0]] == sorted((h.score for h in found[0]), reverse=True)
 
 
@@ -84,7 +89,9 @@ def test_loading_and_searching_write_nothing(cfg: Config) -> None:
     assert _files(cfg.data_dir) == before
 
 
-def test_a_log_being_appended_to_is_read_to_its_last_whole_record_and_left_as_it_is(cfg: Config) -> None:
+def test_a_log_being_appended_to_is_read_to_its_last_whole_record_and_left_as_it_is(
+    cfg: Config,
+) -> None:
     writers = _writers(cfg)
     _fill(writers, videos=(10,))
     log = sorted((shard_dir(cfg.data_dir, 0) / "wal").glob("*.log"))[-1]
@@ -133,8 +140,12 @@ def test_the_same_answers_as_the_shard_actors(ray_session, cfg: Config) -> None:
         there = shards.search("visual", q, 12)
         here = LocalShards(cfg).search("visual", q, 12)
         assert [[(h.video_id, h.row) for h in hits] for hits in here] == [
-            [(h.video_id, h.row) for h in hits] for hits in there]
-        assert np.allclose([h.score for hits in here for h in hits], [h.score for hits in there for h in hits],
-                           atol=1e-6)
+            [(h.video_id, h.row) for h in hits] for hits in there
+        ]
+        assert np.allclose(
+            [h.score for hits in here for h in hits],
+            [h.score for hits in there for h in hits],
+            atol=1e-6,
+        )
     finally:
         shards.close()

@@ -37,8 +37,13 @@ def _brute_force(per_shard, k: int) -> list[list[SearchHit]]:
         order = [j for j in np.argsort(-scores[q], kind="stable") if ids[q, j] >= 0][:k]
         out.append(
             [
-                SearchHit(int(ids[q, j] >> FRAME_BITS), float(times[q, j, 0]), float(times[q, j, 1]), float(scores[q, j]),
-                          int(row_no(ids[q, j])))
+                SearchHit(
+                    int(ids[q, j] >> FRAME_BITS),
+                    float(times[q, j, 0]),
+                    float(times[q, j, 1]),
+                    float(scores[q, j]),
+                    int(row_no(ids[q, j])),
+                )
                 for j in order
             ]
         )
@@ -48,7 +53,10 @@ def _brute_force(per_shard, k: int) -> list[list[SearchHit]]:
 @pytest.mark.parametrize("k", [1, 4, 10, 25])
 def test_merge_equals_brute_force_topk(k: int) -> None:
     rng = np.random.default_rng(k)
-    per_shard = [_fake_shard(rng, 6, 10, found, base) for found, base in ((10, 0), (3, 100), (0, 200), (7, 300))]
+    per_shard = [
+        _fake_shard(rng, 6, 10, found, base)
+        for found, base in ((10, 0), (3, 100), (0, 200), (7, 300))
+    ]
     merged = merge_topk(per_shard, k)
     assert merged == _brute_force(per_shard, k)
     assert [len(hits) for hits in merged] == [min(k, 20)] * 6

@@ -31,7 +31,9 @@ def _wait_alive(ray, handle, timeout_s: float = 60.0) -> dict:
             time.sleep(0.2)
 
 
-def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(ray_session, tmp_path: Path) -> None:
+def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(
+    ray_session, tmp_path: Path
+) -> None:
     ray = ray_session
     shards = ShardSet(Config(data_dir=tmp_path, num_shards=1, faiss_threads=1))
     try:
@@ -42,7 +44,12 @@ def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(ray_sessi
         ray.kill(primary, no_restart=False)
         ray.get(refs)  # Ray restarts the shard from its log and retries what was not answered
         stats = ray.get(primary.stats.remote())
-        assert stats["vectors"] == {"visual": 40 * 12, "semantic": 40 * 12, "speech": 0, "screen": 0}  # none twice
+        assert stats["vectors"] == {
+            "visual": 40 * 12,
+            "semantic": 40 * 12,
+            "speech": 0,
+            "screen": 0,
+        }  # none twice
         q = np.concatenate([b.space("semantic") for b in batches])
         got = shards.search("semantic", q, 1)
         want = [(v, float(f)) for v in range(1, 41) for f in range(12)]
@@ -52,8 +59,9 @@ def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(ray_sessi
 
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["follower", "primary"])
-def test_searches_keep_answering_while_a_replica_dies_and_it_comes_back_whole(ray_session, tmp_path: Path,
-                                                                             victim: int) -> None:
+def test_searches_keep_answering_while_a_replica_dies_and_it_comes_back_whole(
+    ray_session, tmp_path: Path, victim: int
+) -> None:
     ray = ray_session
     shards = ShardSet(Config(data_dir=tmp_path, num_shards=2, shard_replicas=2, faiss_threads=1))
     try:
@@ -100,13 +108,19 @@ def test_searches_keep_answering_while_a_replica_dies_and_it_comes_back_whole(ra
         shards.close()
 
 
-def test_a_shard_with_no_live_replica_makes_searches_partial_not_failed(ray_session, tmp_path: Path) -> None:
+def test_a_shard_with_no_live_replica_makes_searches_partial_not_failed(
+    ray_session, tmp_path: Path
+) -> None:
     """One replica per shard, and shard 0's is gone for good (its node lost, say): searches
     answer from shard 1 and name shard 0 as missing, at once, every time."""
     ray = ray_session
-    shards = ShardSet(Config(data_dir=tmp_path, num_shards=2, faiss_threads=1, search_shard_timeout_s=5.0))
+    shards = ShardSet(
+        Config(data_dir=tmp_path, num_shards=2, faiss_threads=1, search_shard_timeout_s=5.0)
+    )
     try:
-        ray.get([shards.handle_for(v).add.remote(make_batch(v, 10, seed=v)) for v in (2, 3)])  # shards 0, 1
+        ray.get(
+            [shards.handle_for(v).add.remote(make_batch(v, 10, seed=v)) for v in (2, 3)]
+        )  # shards 0, 1
         query = make_batch(2, 10, seed=2).space("visual")[:1]  # video 2's first frame
         whole = shards.search("visual", query, 5)
         assert whole.missing == () and whole[0][0].video_id == 2
@@ -144,7 +158,9 @@ def test_searches_count_in_the_busy_time_senders_subtract(tmp_path: Path) -> Non
     after_search = replica.ping()[3]
     assert after_search > before
     batch = make_batch(2, 10)
-    wire = WireBatch(batch.ids, batch.times, Ladder().codecs[0].encode(batch.features), batch.batch_id)
+    wire = WireBatch(
+        batch.ids, batch.times, Ladder().codecs[0].encode(batch.features), batch.batch_id
+    )
     _, service_s, fixed_s, busy_s = replica.receive(wire)
     assert busy_s == pytest.approx(after_search + service_s)
     # by actor call, one at a time, each batch waits for its own log sync: a cost of every

@@ -41,11 +41,18 @@ def test_shardset_routes_searches_and_reloads(ray_session, cfg: Config) -> None:
         _fill(shards)
         stats = shards.stats()
         assert [s["shard"] for s in stats] == [0, 1]
-        assert [s["vectors"] for s in stats] == [{"visual": 16, "semantic": 16, "speech": 0, "screen": 0}] * 2
+        assert [s["vectors"] for s in stats] == [
+            {"visual": 16, "semantic": 16, "speech": 0, "screen": 0}
+        ] * 2
         assert ray.get([h.video_ids.remote() for h in shards.handles]) == [[10, 12], [11, 13]]
 
         # Each query is an exact frame from a different shard; the merge must find both.
-        q = np.stack([make_batch(11, 8, seed=11).space("visual")[3], make_batch(12, 8, seed=12).space("visual")[5]])
+        q = np.stack(
+            [
+                make_batch(11, 8, seed=11).space("visual")[3],
+                make_batch(12, 8, seed=12).space("visual")[5],
+            ]
+        )
         results = shards.search("visual", q, 20)
         assert len(results) == 2
         assert (results[0][0].video_id, results[0][0].t_start) == (11, 3.0)
@@ -122,7 +129,9 @@ def test_concurrent_searches_are_fused_and_split_back_exactly(ray_session, cfg: 
     shards = ShardSet(cfg)
     try:
         with ThreadPoolExecutor(16) as pool:
-            got = list(pool.map(lambda i: shards.search("semantic", queries[[i]], ks[i])[0], range(64)))
+            got = list(
+                pool.map(lambda i: shards.search("semantic", queries[[i]], ks[i])[0], range(64))
+            )
         assert got == expected
         assert shards.fused_calls["semantic"] < 64  # queries shared calls
     finally:
@@ -163,31 +172,56 @@ def test_a_data_dir_refuses_another_shard_count(ray_session, tmp_path):
     ShardSet(Config(data_dir=tmp_path, num_shards=2)).close()  # the same count still opens
 
 
-
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "one-call-each"])
-def test_speech_and_screen_rows_are_searched_across_shards(ray_session, cfg: Config, fused: bool) -> None:
+def test_speech_and_screen_rows_are_searched_across_shards(
+    ray_session, cfg: Config, fused: bool
+) -> None:
     """Text rows reach a video's shard with its frames, and each text space is searched
     across the shards like the frame spaces, whole or restricted to videos; a hit names its
     row, the key of its words in the catalog."""
     from concurrent.futures import ThreadPoolExecutor
 
-    rows = {(v, kind): FusedBatch.of_texts(v, kind, 0, np.array([[3.0 * i, 3.0 * i + 2] for i in range(5)]),
-                                           unit(np.random.default_rng(100 * v + len(kind)), 5, 384))
-            for v in VIDEOS for kind in ("speech", "screen")}
+    rows = {
+        (v, kind): FusedBatch.of_texts(
+            v,
+            kind,
+            0,
+            np.array([[3.0 * i, 3.0 * i + 2] for i in range(5)]),
+            unit(np.random.default_rng(100 * v + len(kind)), 5, 384),
+        )
+        for v in VIDEOS
+        for kind in ("speech", "screen")
+    }
     shards = ShardSet(cfg.model_copy(update={"query_fusion": fused}))
     try:
-        ray_session.get([shards.handle_for(v).add.remote(
-            FusedBatch.concat([make_batch(v, 8, seed=v), rows[v, "speech"], rows[v, "screen"]])) for v in VIDEOS])
+        ray_session.get(
+            [
+                shards.handle_for(v).add.remote(
+                    FusedBatch.concat(
+                        [make_batch(v, 8, seed=v), rows[v, "speech"], rows[v, "screen"]]
+                    )
+                )
+                for v in VIDEOS
+            ]
+        )
         held = {"visual": 16, "semantic": 16, "speech": 10, "screen": 10}
         assert [s["vectors"] for s in shards.stats()] == [held] * 2
         for kind in ("speech", "screen"):
             q = np.stack([rows[11, kind].space("semantic")[2], rows[12, kind].space("semantic")[4]])
-            with ThreadPoolExecutor(4) as pool:  # concurrent: fused into shared calls where fusion is on
-                found = list(pool.map(lambda _: shards.search(kind, q, 30), range(4)))
+            # concurrent: fused into shared calls where fusion is on
+            with ThreadPoolExecutor(4) as pool:
+                found = list(
+                    pool.map(lambda _, kind=kind, q=q: shards.search(kind, q, 30), range(4))
+                )
             for hits in found:
                 assert [(h[0].video_id, h[0].row, h[0].t_start, h[0].t_end) for h in hits] == [
-                    (11, 2, 6.0, 8.0), (12, 4, 12.0, 14.0)]
-                assert [len(h) for h in hits] == [20, 20] and not hits.missing  # all of the space's rows, only those
+                    (11, 2, 6.0, 8.0),
+                    (12, 4, 12.0, 14.0),
+                ]
+                assert [len(h) for h in hits] == [
+                    20,
+                    20,
+                ] and not hits.missing  # all of the space's rows, only those
             mine = shards.search(kind, q, 30, videos=[12, 13])
             assert [{h.video_id for h in hits} for hits in mine] == [{12, 13}] * 2
         assert (shards.fused_calls["speech"] > 0) == fused

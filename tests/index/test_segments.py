@@ -50,7 +50,12 @@ def test_a_peak_does_not_swallow_the_weaker_scene_before_it() -> None:
 
 
 def test_videos_never_share_a_segment_and_top_k_is_respected() -> None:
-    h = hits(1, {0: 0.6, 1: 0.6}) + hits(2, {0: 0.9, 1: 0.9}) + hits(3, {0: 0.3}) + hits(1, {20: 0.8})
+    h = (
+        hits(1, {0: 0.6, 1: 0.6})
+        + hits(2, {0: 0.9, 1: 0.9})
+        + hits(3, {0: 0.3})
+        + hits(1, {20: 0.8})
+    )
     all_segments = group_segments(h, max_gap_s=1.0, drop=0.1, top_k=10)
     assert [(s.video_id, s.score) for s in all_segments] == [(2, 0.9), (1, 0.8), (1, 0.6), (3, 0.3)]
     assert group_segments(h, max_gap_s=1.0, drop=0.1, top_k=2) == all_segments[:2]

@@ -78,8 +78,11 @@ def test_empty_batch_and_stats(tmp_path: Path) -> None:
     assert s.add(make_batch(8, 4)) == 4
     assert s.add(make_batch(2, 3, seed=2)) == 7
     assert s.stats() == {
-        "shard": 5, "vectors": {"visual": 7, "semantic": 7, "speech": 0, "screen": 0}, "videos": 2,
-        "index": dict.fromkeys(("visual", "semantic", "speech", "screen"), "IDMap2,Flat"), "seq": 3,
+        "shard": 5,
+        "vectors": {"visual": 7, "semantic": 7, "speech": 0, "screen": 0},
+        "videos": 2,
+        "index": dict.fromkeys(("visual", "semantic", "speech", "screen"), "IDMap2,Flat"),
+        "seq": 3,
         "snapshot_seq": 0,
     }
     assert s.video_ids() == [2, 8]
@@ -100,7 +103,9 @@ def test_delete_video_removes_only_that_video(shard: Shard) -> None:
     assert shard.stats()["vectors"] == {"visual": 15, "semantic": 15, "speech": 0, "screen": 0}
     assert shard.video_ids() == [4]
     for space in ("visual", "semantic"):
-        q = np.concatenate([make_batch(3, 20, seed=3).space(space), make_batch(4, 15, seed=4).space(space)])
+        q = np.concatenate(
+            [make_batch(3, 20, seed=3).space(space), make_batch(4, 15, seed=4).space(space)]
+        )
         _, ids, _ = shard.search(space, q, 20)
         found = ids[ids >= 0]
         assert (video_of(found) == 4).all()
@@ -146,7 +151,9 @@ def test_readding_ids_replaces_them(tmp_path: Path) -> None:
 def test_repeated_id_within_a_batch_keeps_last(tmp_path: Path) -> None:
     s = Shard(0, tmp_path, CFG)
     b = make_batch(1, 3, seed=1)
-    b = FusedBatch(ids=b.ids[[0, 1, 0]], times=b.times[[0, 1, 2]], features=b.features[[0, 1, 2]].copy())
+    b = FusedBatch(
+        ids=b.ids[[0, 1, 0]], times=b.times[[0, 1, 2]], features=b.features[[0, 1, 2]].copy()
+    )
     assert s.add(b) == 2
     _, ids, times = s.search("semantic", b.space("semantic")[2:], 1)
     assert ids[0, 0] == b.ids[0] and times[0, 0].tolist() == [2.0, 3.0]
@@ -155,13 +162,17 @@ def test_repeated_id_within_a_batch_keeps_last(tmp_path: Path) -> None:
 def _same_results(a: Shard, b: Shard) -> None:
     rng = np.random.default_rng(0)
     for space, d in (("visual", VISUAL_DIM), ("semantic", SEMANTIC_DIM)):
-        q = np.concatenate([make_batch(4, 15, seed=4).space(space)[:3], rng.standard_normal((4, d))]).astype(np.float32)
+        q = np.concatenate(
+            [make_batch(4, 15, seed=4).space(space)[:3], rng.standard_normal((4, d))]
+        ).astype(np.float32)
         for x, y in zip(a.search(space, q, 10), b.search(space, q, 10)):
             np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.parametrize("snapshot_first", [False, True])
-def test_every_acknowledged_write_survives_a_restart(shard: Shard, tmp_path: Path, snapshot_first: bool) -> None:
+def test_every_acknowledged_write_survives_a_restart(
+    shard: Shard, tmp_path: Path, snapshot_first: bool
+) -> None:
     if snapshot_first:
         shard.snapshot()
     shard.add(make_batch(9, 5, seed=9))
@@ -210,7 +221,12 @@ def test_reload_of_empty_directory_and_empty_snapshot(tmp_path: Path) -> None:
     s = Shard(0, tmp_path, CFG)
     s.snapshot()
     assert (tmp_path / SNAPSHOT).exists()
-    assert Shard(0, tmp_path, CFG).stats()["vectors"] == {"visual": 0, "semantic": 0, "speech": 0, "screen": 0}
+    assert Shard(0, tmp_path, CFG).stats()["vectors"] == {
+        "visual": 0,
+        "semantic": 0,
+        "speech": 0,
+        "screen": 0,
+    }
 
 
 def test_snapshot_without_changes_does_not_rewrite(shard: Shard, tmp_path: Path) -> None:
@@ -320,7 +336,9 @@ def test_grows_into_a_trained_index_in_the_background_losing_no_write(tmp_path: 
     s.delete_video(2)
     s.wait_idle()
     stats = s.stats()
-    assert stats["index"]["visual"].startswith("IVF") and stats["index"]["semantic"].startswith("IVF")
+    assert stats["index"]["visual"].startswith("IVF") and stats["index"]["semantic"].startswith(
+        "IVF"
+    )
     assert stats["vectors"] == {"visual": 29 * 40, "semantic": 29 * 40, "speech": 0, "screen": 0}
     for space in ("visual", "semantic"):
         q = np.concatenate([b.space(space) for b in batches])
@@ -335,7 +353,9 @@ def test_grows_into_a_trained_index_in_the_background_losing_no_write(tmp_path: 
     _same_results(s, again)
 
 
-def test_reader_applies_forwarded_operations_in_order_and_fills_gaps_from_the_log(tmp_path: Path) -> None:
+def test_reader_applies_forwarded_operations_in_order_and_fills_gaps_from_the_log(
+    tmp_path: Path,
+) -> None:
     writer = Shard(0, tmp_path, CFG)
     writer.add(make_batch(1, 4, seed=1))
     reader = Shard(0, tmp_path, CFG, writer=False)
@@ -366,7 +386,9 @@ def test_a_log_torn_mid_record_by_a_crash_is_survived(tmp_path: Path) -> None:
     assert Shard(0, tmp_path, CFG).video_ids() == [1, 3]
 
 
-def test_a_damaged_record_before_acknowledged_ones_stops_the_shard_naming_file_and_byte(tmp_path: Path) -> None:
+def test_a_damaged_record_before_acknowledged_ones_stops_the_shard_naming_file_and_byte(
+    tmp_path: Path,
+) -> None:
     """Not a torn tail: starting would drop the acknowledged writes after it, so neither the
     writer nor a reader starts, and the log is left as it was for the operator."""
     s = Shard(0, tmp_path, CFG)
@@ -377,6 +399,8 @@ def test_a_damaged_record_before_acknowledged_ones_stops_the_shard_naming_file_a
     data[100] ^= 0x01  # in the first record
     segment.write_bytes(bytes(data))
     for writer in (True, False):
-        with pytest.raises(LogCorrupt, match=rf"{segment}: damaged record at byte 8, and a whole record \(seq 2\)"):
+        with pytest.raises(
+            LogCorrupt, match=rf"{segment}: damaged record at byte 8, and a whole record \(seq 2\)"
+        ):
             Shard(0, tmp_path, CFG, writer=writer)
     assert segment.read_bytes() == bytes(data)

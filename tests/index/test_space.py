@@ -8,8 +8,12 @@ from vifusion.index.space import FLAT, IndexPolicy, SpaceIndex
 D = 96
 
 
-def _clustered(rng: np.random.Generator, n: int, centers: np.ndarray, noise: float = 0.1) -> np.ndarray:
-    x = centers[rng.integers(0, len(centers), n)] + noise * rng.standard_normal((n, centers.shape[1]))
+def _clustered(
+    rng: np.random.Generator, n: int, centers: np.ndarray, noise: float = 0.1
+) -> np.ndarray:
+    x = centers[rng.integers(0, len(centers), n)] + noise * rng.standard_normal(
+        (n, centers.shape[1])
+    )
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -28,7 +32,9 @@ def _exact(base: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np
 
 
 def _recall(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())]))
+    return float(
+        np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())])
+    )
 
 
 def _policy(exact_max: int, codec: str = "SQ8") -> IndexPolicy:
@@ -45,10 +51,17 @@ def test_factory_by_size() -> None:
         IndexPolicy(codec="PQ4")
 
 
-@pytest.mark.parametrize("exact_max, codec, factory, min_recall", [
-    (10_000, "SQ8", FLAT, 1.0), (1000, "SQ8", "IVF128,SQ8", 0.95), (1000, "SQfp16", "IVF128,SQfp16", 0.99),
-])
-def test_recall_against_brute_force_for_every_index_type(data, exact_max, codec, factory, min_recall) -> None:
+@pytest.mark.parametrize(
+    "exact_max, codec, factory, min_recall",
+    [
+        (10_000, "SQ8", FLAT, 1.0),
+        (1000, "SQ8", "IVF128,SQ8", 0.95),
+        (1000, "SQfp16", "IVF128,SQfp16", 0.99),
+    ],
+)
+def test_recall_against_brute_force_for_every_index_type(
+    data, exact_max, codec, factory, min_recall
+) -> None:
     ids, base, queries = data
     space = SpaceIndex.build(D, _policy(exact_max, codec), ids=ids, vectors=base)
     assert space.factory == factory and space.ntotal == len(ids)
@@ -82,11 +95,15 @@ def test_serialized_index_comes_back_the_same(data) -> None:
     ids, base, queries = data
     for exact_max in (10_000, 1000):
         space = SpaceIndex.build(D, _policy(exact_max), ids=ids, vectors=base)
-        back = SpaceIndex.deserialize(space.serialize(), D, _policy(exact_max), space.factory, space.trained_n)
+        back = SpaceIndex.deserialize(
+            space.serialize(), D, _policy(exact_max), space.factory, space.trained_n
+        )
         for a, b in zip(space.search(queries, 10), back.search(queries, 10)):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="dim"):
-        SpaceIndex.deserialize(space.serialize(), D + 1, _policy(1000), space.factory, space.trained_n)
+        SpaceIndex.deserialize(
+            space.serialize(), D + 1, _policy(1000), space.factory, space.trained_n
+        )
 
 
 def test_rebuild_is_due_when_the_type_no_longer_suits(data) -> None:
@@ -102,9 +119,13 @@ def test_rebuild_is_due_when_the_type_no_longer_suits(data) -> None:
     assert ivf.needs_rebuild()
 
 
-@pytest.mark.parametrize("args, named", [
-    (dict(nprobe=0), "nprobe=0"), (dict(exact_max=-1), "exact_max=-1"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (dict(nprobe=0), "nprobe=0"),
+        (dict(exact_max=-1), "exact_max=-1"),
+    ],
+)
 def test_policy_refuses_limits_out_of_range(args: dict, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         IndexPolicy(**args)

@@ -10,8 +10,23 @@ import pytest
 
 from vifusion.config import Config
 from vifusion.index.shard import SNAPSHOT, Shard
-from vifusion.types import (FRAME, FRAME_BITS, MAX_ROWS, SCREEN, SEMANTIC_DIM, SPEECH, VISUAL_DIM, FusedBatch,
-                            kind_of, row_no, screen_id, speech_id, vector_id, video_id_range, video_of)
+from vifusion.types import (
+    FRAME,
+    FRAME_BITS,
+    MAX_ROWS,
+    SCREEN,
+    SEMANTIC_DIM,
+    SPEECH,
+    VISUAL_DIM,
+    FusedBatch,
+    kind_of,
+    row_no,
+    screen_id,
+    speech_id,
+    vector_id,
+    video_id_range,
+    video_of,
+)
 
 from ._helpers import make_batch, unit
 
@@ -19,11 +34,15 @@ CFG = Config(faiss_threads=1)
 SPACES = ("visual", "semantic", "speech", "screen")
 
 
-def texts(video_id: int, kind: str, n: int, seed: int, first: int = 0, every_s: float = 3.0) -> FusedBatch:
+def texts(
+    video_id: int, kind: str, n: int, seed: int, first: int = 0, every_s: float = 3.0
+) -> FusedBatch:
     """``n`` text rows of one kind, row i spanning [i * every_s, i * every_s + 2.5)."""
     starts = (first + np.arange(n)) * every_s
     spans = np.stack([starts, starts + 2.5], axis=1)
-    return FusedBatch.of_texts(video_id, kind, first, spans, unit(np.random.default_rng(seed), n, SEMANTIC_DIM))
+    return FusedBatch.of_texts(
+        video_id, kind, first, spans, unit(np.random.default_rng(seed), n, SEMANTIC_DIM)
+    )
 
 
 def test_ids_say_video_kind_and_number() -> None:
@@ -59,8 +78,15 @@ def shard(tmp_path: Path) -> Shard:
     batch per video (as an aggregator may fuse them)."""
     s = Shard(0, tmp_path / "shard-0", CFG)
     for v in (3, 4):
-        s.add(FusedBatch.concat([make_batch(v, 20, seed=v), texts(v, "speech", 6, seed=10 + v),
-                                 texts(v, "screen", 4, seed=20 + v)]))
+        s.add(
+            FusedBatch.concat(
+                [
+                    make_batch(v, 20, seed=v),
+                    texts(v, "speech", 6, seed=10 + v),
+                    texts(v, "screen", 4, seed=20 + v),
+                ]
+            )
+        )
     return s
 
 
@@ -137,8 +163,9 @@ def _same(a: Shard, b: Shard) -> None:
 
 
 @pytest.mark.parametrize("snapshot_first", [False, True])
-def test_text_rows_survive_a_restart_from_the_log_and_from_a_snapshot(shard: Shard, tmp_path: Path,
-                                                                       snapshot_first: bool) -> None:
+def test_text_rows_survive_a_restart_from_the_log_and_from_a_snapshot(
+    shard: Shard, tmp_path: Path, snapshot_first: bool
+) -> None:
     if snapshot_first:
         shard.snapshot()
     shard.add(texts(5, "speech", 2, seed=5))

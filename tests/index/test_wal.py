@@ -33,6 +33,7 @@ def test_replay_returns_everything_after_a_seq_in_order(tmp_path: Path) -> None:
     ops = _fill(tmp_path, 6)
     got = list(replay(tmp_path, 2))
     assert [seq for seq, _ in got] == [3, 4, 5, 6]
+
     def key(op):
         return op if isinstance(op, Delete) else op.batch_id
 
@@ -75,7 +76,9 @@ def _record_offsets(segment: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("where", [0, 4, 8, 16, 60])  # length, crc, seq, payload type, payload
-def test_damage_with_whole_records_after_it_is_an_error_even_in_the_last_segment(tmp_path: Path, where: int) -> None:
+def test_damage_with_whole_records_after_it_is_an_error_even_in_the_last_segment(
+    tmp_path: Path, where: int
+) -> None:
     """Five acknowledged records, one byte flipped in the first: not a torn tail. Replay and
     the writer both stop naming the file and the byte, and the file is left as it was
     (cutting it would drop four acknowledged records and hand their seqs out again)."""
@@ -85,7 +88,9 @@ def test_damage_with_whole_records_after_it_is_an_error_even_in_the_last_segment
     data = bytearray(seg.read_bytes())
     data[first + where] ^= 0x01
     seg.write_bytes(bytes(data))
-    said = rf"{seg}: damaged record at byte {first}, and a whole record \(seq 2\) after it at byte \d+"
+    said = (
+        rf"{seg}: damaged record at byte {first}, and a whole record \(seq 2\) after it at byte \d+"
+    )
     with pytest.raises(LogCorrupt, match=said):
         list(replay(tmp_path, 0))
     with pytest.raises(LogCorrupt, match=said):
@@ -93,15 +98,20 @@ def test_damage_with_whole_records_after_it_is_an_error_even_in_the_last_segment
     assert seg.read_bytes() == bytes(data)
 
 
-def test_damage_in_the_middle_of_the_last_segment_names_the_next_whole_record(tmp_path: Path) -> None:
+def test_damage_in_the_middle_of_the_last_segment_names_the_next_whole_record(
+    tmp_path: Path,
+) -> None:
     _fill(tmp_path, 5)
     seg = next(tmp_path.glob("*.log"))
     offsets = _record_offsets(seg)
     data = bytearray(seg.read_bytes())
     data[offsets[1] + 100] ^= 0xFF  # in the second record's features
     seg.write_bytes(bytes(data))
-    with pytest.raises(LogCorrupt, match=rf"damaged record at byte {offsets[1]}, and a whole record "
-                                         rf"\(seq 3\) after it at byte {offsets[2]}"):
+    with pytest.raises(
+        LogCorrupt,
+        match=rf"damaged record at byte {offsets[1]}, and a whole record "
+        rf"\(seq 3\) after it at byte {offsets[2]}",
+    ):
         WriteAheadLog(tmp_path)
 
 
@@ -192,8 +202,12 @@ def test_a_write_that_fails_half_way_leaves_no_torn_record_behind(tmp_path: Path
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", _FULL_DISK, str(tmp_path), str(root)],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(tmp_path), str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     assert out[0] == "refused 27"  # EFBIG: the file may not grow
     assert out[1] == "seq 2"  # the failed append took no number
     got = list(replay(tmp_path, 0))
@@ -205,7 +219,14 @@ def _resident_pages(path: Path) -> list[bool]:
     """Which pages of a file the page cache holds (mincore(2) on a mapping of it)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     size = path.stat().st_size
@@ -263,7 +284,9 @@ def test_one_sync_makes_every_record_written_before_it_durable(tmp_path: Path) -
     assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2]
 
 
-def test_a_failed_sync_refuses_every_later_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_sync_refuses_every_later_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After a failed fdatasync the kernel may have dropped the dirty pages and report the
     next sync as a success: the log must acknowledge nothing more until it is reopened."""
     log = WriteAheadLog(tmp_path)

@@ -53,11 +53,15 @@ print("RESULT " + json.dumps(out))
 
 
 def test_a_plan_that_cannot_be_resolved_is_not_used(ray_session):
-    plan = {"nodes": [{"name": "gone", "ip": "192.0.2.1", "extractors": 2, "signature": [2, 0, 0, 0]}],
-            "shards": [["gone"], ["gone"]]}
+    plan = {
+        "nodes": [{"name": "gone", "ip": "192.0.2.1", "extractors": 2, "signature": [2, 0, 0, 0]}],
+        "shards": [["gone"], ["gone"]],
+    }
     assert planned_extractors(plan) is None
     assert planned_shard_strategies(plan, 2, 1) is None
-    assert planned_shard_strategies({**plan, "shards": [["gone"]]}, 2, 1) is None  # another shard count
+    assert (
+        planned_shard_strategies({**plan, "shards": [["gone"]]}, 2, 1) is None
+    )  # another shard count
 
 
 def test_an_applied_plan_puts_every_extractor_and_shard_where_it_says(tmp_path):
@@ -65,15 +69,41 @@ def test_an_applied_plan_puts_every_extractor_and_shard_where_it_says(tmp_path):
         pytest.skip(reason)
     # Static placement would put an extractor on any node and the shards round-robin over
     # both; the plan puts two extractors on the worker and both shards on the head.
-    plan = {"version": 1, "nodes": [
-        {"name": "head-0", "type": "head", "head": True, "ip": None, "signature": [2, 0, 0, 0], "extractors": 0},
-        {"name": "worker", "type": "w", "head": False, "ip": None, "signature": [2, 0, 0, 0], "extractors": 2}],
-        "shards": [["head-0"], ["head-0"]], "fusion_min_bytes": 128 << 10, "fusion_max_bytes": 4 << 20}
+    plan = {
+        "version": 1,
+        "nodes": [
+            {
+                "name": "head-0",
+                "type": "head",
+                "head": True,
+                "ip": None,
+                "signature": [2, 0, 0, 0],
+                "extractors": 0,
+            },
+            {
+                "name": "worker",
+                "type": "w",
+                "head": False,
+                "ip": None,
+                "signature": [2, 0, 0, 0],
+                "extractors": 2,
+            },
+        ],
+        "shards": [["head-0"], ["head-0"]],
+        "fusion_min_bytes": 128 << 10,
+        "fusion_max_bytes": 4 << 20,
+    }
     with NetBed(hosts=2, rate="1gbit") as bed:
         address = bed.start_ray(num_cpus=2, dashboard=True, env=RAY_TUNED)
-        proc = bed.exec(0, [sys.executable, "-c", DRIVER, address, str(tmp_path / "data"), json.dumps(plan)],
-                        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        text=True, cwd=str(ROOT))
+        proc = bed.exec(
+            0,
+            [sys.executable, "-c", DRIVER, address, str(tmp_path / "data"), json.dumps(plan)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+        )
         out, err = proc.communicate(timeout=600)
     line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, err[-3000:]

@@ -9,8 +9,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plan_from_the_cluster_yaml_prints_it_and_applies_it(tmp_path, capsys):
-    code = main(["plan", str(ROOT / "deploy" / "cluster.yaml"), "--link", "shard_mem=20mbit/10",
-                 "--data-dir", str(tmp_path), "--apply", "--json"])
+    code = main(
+        [
+            "plan",
+            str(ROOT / "deploy" / "cluster.yaml"),
+            "--link",
+            "shard_mem=20mbit/10",
+            "--data-dir",
+            str(tmp_path),
+            "--apply",
+            "--json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     written = json.loads((tmp_path / "plan.json").read_text())

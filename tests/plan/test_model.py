@@ -14,9 +14,22 @@ def test_the_aws_config_gives_each_node_type_its_instance_cores_memory_and_min_w
     types = {t.name: t for t in cluster.types}
     assert cluster.head == "head"
     assert (types["head"].count, types["head"].cpus) == (1, 4)
-    assert (types["extract_gpu"].count, types["extract_gpu"].gpus, types["extract_gpu"].resources) == (1, 1, {"extract": 1})
-    assert (types["shard_mem"].count, types["shard_mem"].cpus, types["shard_mem"].memory_bytes) == (2, 8, 64 << 30)
-    assert [n.name for n in cluster.nodes()] == ["head-0", "extract_gpu-0", "shard_mem-0", "shard_mem-1"]
+    assert (
+        types["extract_gpu"].count,
+        types["extract_gpu"].gpus,
+        types["extract_gpu"].resources,
+    ) == (1, 1, {"extract": 1})
+    assert (types["shard_mem"].count, types["shard_mem"].cpus, types["shard_mem"].memory_bytes) == (
+        2,
+        8,
+        64 << 30,
+    )
+    assert [n.name for n in cluster.nodes()] == [
+        "head-0",
+        "extract_gpu-0",
+        "shard_mem-0",
+        "shard_mem-1",
+    ]
 
 
 def test_labels_say_what_the_yaml_cannot_links_and_cpu_share(tmp_path):
@@ -41,6 +54,8 @@ available_node_types:
 
 def test_a_type_whose_cores_nobody_says_is_a_clear_error(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("head_node_type: h\navailable_node_types:\n  h: {resources: {}, node_config: {InstanceType: x9.huge}}\n")
+    f.write_text(
+        "head_node_type: h\navailable_node_types:\n  h: {resources: {}, node_config: {InstanceType: x9.huge}}\n"
+    )
     with pytest.raises(ValueError, match="how many CPUs"):
         from_yaml(f)

@@ -16,8 +16,10 @@ def three_hosts() -> Cluster:
     return Cluster((HEAD, SLOW, WEAK), "head")
 
 
-@pytest.mark.parametrize("workload", [Workload(videos=8, frames_per_video=48),
-                                      Workload(videos=0, frames_per_video=48, steady=True)])
+@pytest.mark.parametrize(
+    "workload",
+    [Workload(videos=8, frames_per_video=48), Workload(videos=0, frames_per_video=48, steady=True)],
+)
 def test_pruning_keeps_the_best_of_a_small_space_searched_exhaustively(workload):
     cluster = three_hosts()
     space = list(candidates(cluster, num_shards=2, replicas=1))
@@ -32,12 +34,17 @@ def test_the_bound_is_never_below_what_the_simulation_gets():
     workload = Workload(videos=6, frames_per_video=32)
     for c in list(candidates(cluster, 2, 1))[::7]:
         if sum(c.extractors):
-            assert upper_bound(cluster, COSTS, c, workload) >= simulate(cluster, COSTS, c, workload).fps * 0.999
+            assert (
+                upper_bound(cluster, COSTS, c, workload)
+                >= simulate(cluster, COSTS, c, workload).fps * 0.999
+            )
 
 
 def test_a_plan_beats_the_even_spread_where_one_host_is_weak_and_one_link_slow():
     cluster = three_hosts()
-    report = search(cluster, COSTS, Workload(videos=0, frames_per_video=48, steady=True), parallel=False)
+    report = search(
+        cluster, COSTS, Workload(videos=0, frames_per_video=48, steady=True), parallel=False
+    )
     assert report.best.result.fps >= report.even.result.fps
     assert report.even.candidate == even_spread(cluster, 2, 1)
     assert report.evaluated + report.pruned == report.candidates
@@ -46,8 +53,14 @@ def test_a_plan_beats_the_even_spread_where_one_host_is_weak_and_one_link_slow()
 def test_a_node_without_memory_for_an_extractor_gets_none():
     tiny = NodeType("tiny", 1, 4, memory_bytes=1 << 30)  # an extractor's models need 2 GiB
     cluster = Cluster((HEAD, tiny), "head")
-    report = search(cluster, {"head": COSTS["head"], "tiny": COSTS["head"]},
-                    Workload(videos=4, frames_per_video=32), parallel=False)
+    report = search(
+        cluster,
+        {"head": COSTS["head"], "tiny": COSTS["head"]},
+        Workload(videos=4, frames_per_video=32),
+        parallel=False,
+    )
     nodes = cluster.nodes()
-    assert all(k == 0 for n, k in zip(nodes, report.best.candidate.extractors) if n.type.name == "tiny")
+    assert all(
+        k == 0 for n, k in zip(nodes, report.best.candidate.extractors) if n.type.name == "tiny"
+    )
     assert report.pruned_infeasible > 0

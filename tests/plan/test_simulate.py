@@ -17,13 +17,20 @@ def one_node(cores: float, share: float = 1.0) -> Cluster:
 def test_one_stage_bound_runs_at_the_rate_its_cores_allow(cores, share):
     # Embedding bounds it: every core the node may use embeds, at embed_cs core-seconds a frame.
     costs = {"head": StageCosts(decode_cs=0.001, embed_cs=0.05, **FREE)}
-    r = simulate(one_node(cores, share), costs, Candidate((1,), ((0,),)), Workload(videos=4, frames_per_video=512))
+    r = simulate(
+        one_node(cores, share),
+        costs,
+        Candidate((1,), ((0,),)),
+        Workload(videos=4, frames_per_video=512),
+    )
     assert r.fps == pytest.approx(cores * share / 0.051, rel=0.03)
 
 
 def test_decoding_on_one_thread_bounds_an_extractor_with_cores_to_spare():
     costs = {"head": StageCosts(decode_cs=0.02, embed_cs=0.001, **FREE)}
-    r = simulate(one_node(8), costs, Candidate((1,), ((0,),)), Workload(videos=4, frames_per_video=512))
+    r = simulate(
+        one_node(8), costs, Candidate((1,), ((0,),)), Workload(videos=4, frames_per_video=512)
+    )
     assert r.fps == pytest.approx(1 / 0.02, rel=0.03)
 
 
@@ -34,7 +41,9 @@ def test_one_link_bound_runs_at_its_bytes_per_s_over_the_bytes_of_a_frame(mbit):
     dst = NodeType("head", 1, 16, uplink=1e9, downlink=1e9, rtt_s=0.01)
     costs = {t: StageCosts(decode_cs=1e-4, embed_cs=1e-4, **FREE) for t in ("src", "head")}
     cluster = Cluster((dst, src), "head")  # nodes: head-0 (index 0), src-0 (index 1)
-    r = simulate(cluster, costs, Candidate((0, 2), ((0,),)), Workload(videos=4, frames_per_video=1024))
+    r = simulate(
+        cluster, costs, Candidate((0, 2), ((0,),)), Workload(videos=4, frames_per_video=1024)
+    )
     assert r.fps == pytest.approx(mbit * 1e6 / 8 / ROW_WIRE, rel=0.05)
     assert r.codec_rows == {"fp32": pytest.approx(4 * 1024)}  # a steady clear link stays exact
 
@@ -42,7 +51,9 @@ def test_one_link_bound_runs_at_its_bytes_per_s_over_the_bytes_of_a_frame(mbit):
 def test_videos_that_arrive_faster_than_they_are_served_wait_ever_longer():
     # All videos arrive at once; one extractor serves one at a time: the k-th waits k services.
     costs = {"head": StageCosts(decode_cs=0.001, embed_cs=0.009, **FREE)}
-    sim = Simulation(one_node(1), costs, Candidate((1,), ((0,),)), Workload(videos=6, frames_per_video=100))
+    sim = Simulation(
+        one_node(1), costs, Candidate((1,), ((0,),)), Workload(videos=6, frames_per_video=100)
+    )
     r = sim.run()
     service = 100 * 0.01
     waits = sim.started
@@ -54,5 +65,7 @@ def test_videos_that_arrive_faster_than_they_are_served_wait_ever_longer():
 def test_a_slow_shard_bounds_the_whole_pipeline():
     # Applying a row costs more than making it: the shard's one thread is the bottleneck.
     costs = {"head": StageCosts(decode_cs=1e-4, embed_cs=1e-4, **{**FREE, "apply_cs": 0.01})}
-    r = simulate(one_node(8), costs, Candidate((2,), ((0,),)), Workload(videos=4, frames_per_video=512))
+    r = simulate(
+        one_node(8), costs, Candidate((2,), ((0,),)), Workload(videos=4, frames_per_video=512)
+    )
     assert r.fps == pytest.approx(1 / 0.01, rel=0.05)

@@ -49,27 +49,39 @@ with Service(cfg) as svc:  # starts the ingest queue: acknowledged jobs left ove
 
 def start(address: str, data: Path, videos: list[Path]) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", SERVICE, address, str(data), json.dumps([str(v) for v in videos])],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVICE, address, str(data), json.dumps([str(v) for v in videos])],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     line = proc.stdout.readline()
     assert line.startswith("UP"), line
     return proc, line.split()[1]
 
 
 def alive_actors_of(job_id: str) -> int:
-    return sum(1 for a in ray._private.state.actors().values()
-               if a["State"] == "ALIVE" and a["JobID"] == job_id)
+    return sum(
+        1
+        for a in ray._private.state.actors().values()
+        if a["State"] == "ALIVE" and a["JobID"] == job_id
+    )
 
 
 def test_a_service_killed_mid_ingest_finishes_its_jobs_when_started_again(ray_session, tmp_path):
-    videos = [write_video(tmp_path / "videos" / f"v{i}.mp4", photos, scene_s=3.0).path
-              for i, photos in enumerate([("coffee", "rocket"), ("camera", "coins"), ("hubble", "ihc")])]
+    videos = [
+        write_video(tmp_path / "videos" / f"v{i}.mp4", photos, scene_s=3.0).path
+        for i, photos in enumerate([("coffee", "rocket"), ("camera", "coins"), ("hubble", "ihc")])
+    ]
     data = tmp_path / "data"
     address = ray.get_runtime_context().gcs_address
     first, job = start(address, data, videos)
     catalog = Catalog(data / "catalog.db")
     deadline = time.monotonic() + 300
-    while not any(j.status == "indexing" and j.frames_indexed > 0 for j in catalog.jobs_in(("indexing",))):
+    while not any(
+        j.status == "indexing" and j.frames_indexed > 0 for j in catalog.jobs_in(("indexing",))
+    ):
         assert time.monotonic() < deadline and first.poll() is None
         time.sleep(0.05)
     os.kill(first.pid, signal.SIGKILL)
@@ -77,7 +89,9 @@ def test_a_service_killed_mid_ingest_finishes_its_jobs_when_started_again(ray_se
     while alive_actors_of(job):  # Ray takes the dead driver's actors down with it
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    assert {j.status for j in catalog.jobs_in(("queued", "decoding", "indexing"))}, "nothing was left to resume"
+    assert {j.status for j in catalog.jobs_in(("queued", "decoding", "indexing"))}, (
+        "nothing was left to resume"
+    )
 
     second, _ = start(address, data, [])
     out, _ = second.communicate(timeout=600)

@@ -20,7 +20,9 @@ FPS = 4.0
 @pytest.fixture(scope="module")
 def video(tmp_path_factory):
     # 12 s at 4 samples a second: 48 frames, several hand-overs, time to kill something
-    return write_video(tmp_path_factory.mktemp("faults") / "three.mp4", ("coffee", "rocket", "camera"))
+    return write_video(
+        tmp_path_factory.mktemp("faults") / "three.mp4", ("coffee", "rocket", "camera")
+    )
 
 
 @pytest.fixture
@@ -63,7 +65,9 @@ def test_an_extractor_killed_mid_video_is_retried_and_each_frame_indexed_once(ru
     (r,) = results
     assert r.status == "ready", r.error
     assert r.frames == len(expected_spans(video))
-    assert frames_held(runtime, r.video_id).tolist() == expected_spans(video)  # all there, none twice
+    assert frames_held(runtime, r.video_id).tolist() == expected_spans(
+        video
+    )  # all there, none twice
     assert runtime.catalog.get_video(r.video_id).status == "ready"
 
 

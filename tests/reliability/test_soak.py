@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ingest_under_search_load_answers_everything_and_holds_its_memory():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--quick"], capture_output=True,
-                         text=True, timeout=900, check=False)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["errors"] == 0, report["requests"]
     assert report["ingest"] == {"ready": report["videos"], "failed": 0}

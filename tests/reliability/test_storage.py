@@ -20,14 +20,21 @@ from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.samples import write_demo_set
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="needs root to mount a tmpfs")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("mount"), reason="needs root to mount a tmpfs"
+)
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
     yield mnt
@@ -64,20 +71,30 @@ def files_under(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if p.is_file()}
 
 
-def test_a_full_data_dir_refuses_writes_clearly_loses_nothing_and_resumes_when_freed(ray_session, small_disk, videos):
+def test_a_full_data_dir_refuses_writes_clearly_loses_nothing_and_resumes_when_freed(
+    ray_session, small_disk, videos
+):
     from vifusion.check import find_drift
     from vifusion.service import Service, StorageError
 
-    cfg = Config(data_dir=small_disk / "data", ingest_roots=(videos["kitchen.mp4"].path.parent,), dedup_cosine=1.01)
+    cfg = Config(
+        data_dir=small_disk / "data",
+        ingest_roots=(videos["kitchen.mp4"].path.parent,),
+        dedup_cosine=1.01,
+    )
     with Service(cfg) as svc:
         kitchen = svc.ingest_uri(videos["kitchen.mp4"].path.as_uri())
         assert wait_status(svc.catalog, kitchen.job_id) == "ready"
         # Acknowledged, then the disk fills while its frames are still being embedded.
         street_job = svc.ingest_uri(videos["street.mp4"].path.as_uri()).job_id
         filler = fill(small_disk)
-        for refused in (lambda: svc.ingest_uri(videos["launch.mp4"].path.as_uri()),
-                        lambda: svc.ingest_upload(io.BytesIO(videos["launch.mp4"].path.read_bytes()), "launch.mp4"),
-                        lambda: svc.delete(kitchen.video_id)):
+        for refused in (
+            lambda: svc.ingest_uri(videos["launch.mp4"].path.as_uri()),
+            lambda: svc.ingest_upload(
+                io.BytesIO(videos["launch.mp4"].path.read_bytes()), "launch.mp4"
+            ),
+            lambda: svc.delete(kitchen.video_id),
+        ):
             with pytest.raises(StorageError, match=f"the data dir {cfg.data_dir} is full"):
                 refused()
         assert not files_under(cfg.data_dir / "media")  # no half-written upload left taking space
@@ -113,23 +130,35 @@ def test_a_service_started_on_a_full_data_dir_says_so(ray_session, small_disk, v
 def remount(disk: Path, mode: str) -> None:
     # The actors of the run before may take a moment to close their files.
     for _ in range(50):
-        if subprocess.run(["mount", "-o", f"remount,{mode}", str(disk)], capture_output=True, check=False).returncode == 0:
+        if (
+            subprocess.run(
+                ["mount", "-o", f"remount,{mode}", str(disk)], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
             return
         time.sleep(0.2)
     raise RuntimeError(f"cannot remount {disk} {mode}")
 
 
-def test_a_read_only_data_dir_is_searched_and_refuses_writes_with_a_clear_error_left_untouched(ray_session, small_disk, videos,
-                                                                                    capsys):
+def test_a_read_only_data_dir_is_searched_and_refuses_writes_with_a_clear_error_left_untouched(
+    ray_session, small_disk, videos, capsys
+):
     from vifusion import cli
 
     data = small_disk / "data"
-    assert cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["kitchen.mp4"].path)]) == 0
+    assert (
+        cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["kitchen.mp4"].path)])
+        == 0
+    )
     remount(small_disk, "ro")
     try:
         before = {p: p.read_bytes() for p in files_under(data)}
         capsys.readouterr()
-        assert cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["street.mp4"].path)]) == 2
+        assert (
+            cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["street.mp4"].path)])
+            == 2
+        )
         said = capsys.readouterr().err
         assert f"the data dir {data} cannot be written" in said and "Traceback" not in said
         # a search only reads: it answers from a read-only mount
@@ -146,11 +175,22 @@ def test_the_cli_on_a_full_data_dir_says_so_and_exits_2(ray_session, small_disk,
     from vifusion import cli
 
     data = small_disk / "data"
-    assert cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["kitchen.mp4"].path)]) == 0
+    assert (
+        cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["kitchen.mp4"].path)])
+        == 0
+    )
     filler = fill(small_disk)
-    assert cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["street.mp4"].path)]) == 2
+    assert (
+        cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["street.mp4"].path)]) == 2
+    )
     said = capsys.readouterr().err
-    assert f"the data dir {data} is full" in said and "run the same command again" in said and "Traceback" not in said
+    assert (
+        f"the data dir {data} is full" in said
+        and "run the same command again" in said
+        and "Traceback" not in said
+    )
     filler.unlink()
-    assert cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["street.mp4"].path)]) == 0
+    assert (
+        cli.main(["index", "--quiet", "--data-dir", str(data), str(videos["street.mp4"].path)]) == 0
+    )
     assert cli.main(["check", "--data-dir", str(data)]) == 0

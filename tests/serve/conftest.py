@@ -24,13 +24,17 @@ MAX_UPLOAD = 8 << 20  # small, so the 413 test sends little
 class Live:
     url: str
     cfg: Config
-    client: httpx.Client  # sends the key: for tests of the HTTP itself (status codes, headers, bodies)
+    client: (
+        httpx.Client
+    )  # sends the key: for tests of the HTTP itself (status codes, headers, bodies)
     anon: httpx.Client  # sends no key
     vf: Client  # the Python client, as a user's program calls the API
     videos: dict[str, SampleVideo]
     ids: dict[str, int]  # sample name -> video_id
     root: Path  # the ingest root; the videos are in root / "videos"
-    vectors: int  # vectors held once the three demo videos are in (fewer than frames: temporal dedup)
+    vectors: (
+        int  # vectors held once the three demo videos are in (fewer than frames: temporal dedup)
+    )
 
 
 def free_port() -> int:
@@ -67,8 +71,11 @@ def live(ray_session, tmp_path_factory) -> Live:
     accepted: dict[str, dict] = {}
     for name in ("kitchen.mp4", "street.mp4"):
         accepted[name] = vf.upload(videos[name].path, metadata={"set": "demo", "upload": True})
-    accepted["launch.mp4"] = vf.add_uri(videos["launch.mp4"].path.as_uri(), title="launch",
-                                        metadata={"set": "demo", "upload": False})
+    accepted["launch.mp4"] = vf.add_uri(
+        videos["launch.mp4"].path.as_uri(),
+        title="launch",
+        metadata={"set": "demo", "upload": False},
+    )
     for name, a in accepted.items():
         assert vf.wait(a["job_id"], timeout_s=300)["status"] == "ready", name
     ids = {name: a["video_id"] for name, a in accepted.items()}

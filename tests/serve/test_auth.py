@@ -89,7 +89,9 @@ def gate(monkeypatch) -> _auth.Gate:
     return gate
 
 
-@pytest.mark.parametrize("header", ["", "Bearer", "Bearer ", "Bearer  ", "bearer\t", "Basic " + KEY, "Bearer x"])
+@pytest.mark.parametrize(
+    "header", ["", "Bearer", "Bearer ", "Bearer  ", "bearer\t", "Basic " + KEY, "Bearer x"]
+)
 def test_no_key_or_a_wrong_one_is_refused(gate, header):
     denied = gate.check(header, "127.0.0.1", "/v1/videos")
     assert denied is not None and denied.status_code == 401
@@ -111,7 +113,9 @@ def probe() -> FastAPI:
 
 @contextlib.contextmanager
 def serving(app, **options):
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", **options))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", **options)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -149,13 +153,24 @@ def status_of(url: str, path: str, header: bytes) -> int:
     """The status of a GET sent byte for byte (httpx will not send a header value ending in a space)."""
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:
-        s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + header + b"\r\n")
+        s.sendall(
+            b"GET "
+            + path.encode()
+            + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            + header
+            + b"\r\n"
+        )
         head = s.makefile("rb").readline()
     return int(head.split()[1])
 
 
 def test_live_an_empty_bearer_is_refused(live):
     for path in ("/v1/videos", f"/v1/videos/{live.ids['kitchen.mp4']}", "/v1/jobs/1"):
-        for header in (b"Authorization: Bearer \r\n", b"Authorization: Bearer\r\n", b"Authorization:\r\n", b""):
+        for header in (
+            b"Authorization: Bearer \r\n",
+            b"Authorization: Bearer\r\n",
+            b"Authorization:\r\n",
+            b"",
+        ):
             assert status_of(live.url, path, header) == 401, (path, header)
     assert status_of(live.url, "/v1/videos", f"Authorization: Bearer {KEY}\r\n".encode()) == 200

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from vifusion import cli
@@ -33,7 +34,9 @@ def test_delete_goes_through_the_running_service_and_status_names_it(announced, 
     stored = lambda: set((live.cfg.data_dir / "media").glob("*"))  # noqa: E731
     before = stored()
     with open(live.videos["kitchen.mp4"].path, "rb") as f:
-        r = live.client.post("/v1/videos", files={"file": ("copy.mp4", f, "video/mp4")}, data={"title": "to delete"})
+        r = live.client.post(
+            "/v1/videos", files={"file": ("copy.mp4", f, "video/mp4")}, data={"title": "to delete"}
+        )
     video_id = r.json()["video_id"]
     assert live.vf.wait(r.json()["job_id"])["status"] == "ready"
     assert stored() != before

@@ -42,7 +42,9 @@ def test_a_thumbnail_past_the_end_is_a_404_and_caches_nothing(live):
         r = live.client.get(f"/v1/videos/{video_id}/thumbnail", params={"t": t})
         assert "past the end" in error(r, 404, "past_end")
     assert _thumbs(live) == before
-    r = live.client.get(f"/v1/videos/{video_id}/thumbnail", params={"t": duration})  # the last frame
+    r = live.client.get(
+        f"/v1/videos/{video_id}/thumbnail", params={"t": duration}
+    )  # the last frame
     assert r.status_code == 200 and r.content[:3] == b"\xff\xd8\xff"
 
 

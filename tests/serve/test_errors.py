@@ -26,4 +26,7 @@ def test_a_full_or_read_only_data_dir_is_a_507_that_says_so():
         for path, said in (("/full", "is full"), ("/ro", "is read-only")):
             r = client.post(path)
             assert r.status_code == 507
-            assert r.json()["error"]["code"] == "insufficient_storage" and said in r.json()["error"]["message"]
+            assert (
+                r.json()["error"]["code"] == "insufficient_storage"
+                and said in r.json()["error"]["message"]
+            )

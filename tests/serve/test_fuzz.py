@@ -43,19 +43,27 @@ STATUS_EXAMPLES = 10
 
 def slow_ok(**kwargs) -> settings:
     """Requests to a real service are slow for Hypothesis; no deadline (no timing assertions)."""
-    return settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-                    **kwargs)
+    return settings(
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        **kwargs,
+    )
 
 
 def _config(*, max_examples: int, phases: tuple[str, ...], checks: tuple[str, ...], base_url: str):
-    return schemathesis.Config.from_dict({
-        "seed": SEED,
-        "base-url": base_url,
-        "request-timeout": 120,
-        "generation": {"mode": "all", "max-examples": max_examples, "database": "none"},
-        "phases": {name: {"enabled": name in phases} for name in ("examples", "coverage", "fuzzing", "stateful")},
-        "checks": {"enabled": False, **{name: {"enabled": True} for name in checks}},
-    })
+    return schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "base-url": base_url,
+            "request-timeout": 120,
+            "generation": {"mode": "all", "max-examples": max_examples, "database": "none"},
+            "phases": {
+                name: {"enabled": name in phases}
+                for name in ("examples", "coverage", "fuzzing", "stateful")
+            },
+            "checks": {"enabled": False, **{name: {"enabled": True} for name in checks}},
+        }
+    )
 
 
 # Schemathesis's own checks that hold for this API. Left out, with the reason:
@@ -64,7 +72,12 @@ def _config(*, max_examples: int, phases: tuple[str, ...], checks: tuple[str, ..
 #   schema-valid search such as {"video_id": 1} is rightly a 422.
 # - allow_header_conformance: Starlette's 405 names only the methods of the route it
 #   matched (OPTIONS /v1/videos says "Allow: POST"), a framework limitation.
-CHECKS = ("not_a_server_error", "response_schema_conformance", "content_type_conformance", "unsupported_method")
+CHECKS = (
+    "not_a_server_error",
+    "response_schema_conformance",
+    "content_type_conformance",
+    "unsupported_method",
+)
 
 
 def _load(live, **kwargs):
@@ -78,7 +91,12 @@ def local_uris(live) -> list[str]:
     video (its job fails at once), one that is missing, a private address, a bad scheme."""
     noise = live.root / "videos" / "fuzz-noise.mkv"
     noise.write_bytes(NOISE)
-    return [noise.as_uri(), (live.root / "videos" / "missing.mp4").as_uri(), "http://10.0.0.8/v.mp4", "ftp://x/v.mp4"]
+    return [
+        noise.as_uri(),
+        (live.root / "videos" / "missing.mp4").as_uri(),
+        "http://10.0.0.8/v.mp4",
+        "ftp://x/v.mp4",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +107,9 @@ def api_schema(live, local_uris):
 
 
 _QUERY_KINDS = ("text", "image_b64", "video_id")
-NOISE = bytes(range(256)) * 16  # binary with no known signature: accepted as an upload, fails at decode
+NOISE = (
+    bytes(range(256)) * 16
+)  # binary with no known signature: accepted as an upload, fails at decode
 
 
 def _fetches(uri: object) -> bool:
@@ -113,7 +133,9 @@ def _steer_past_the_404s(schema, video_ids: list[int], local_uris: list[str]) ->
         video_id = (path_parameters or {}).get("video_id")
         if type(video_id) is not int or video_id < 1:
             return st.just(path_parameters)
-        return st.sampled_from([video_id, video_id, *video_ids]).map(lambda v: {**path_parameters, "video_id": v})
+        return st.sampled_from([video_id, video_id, *video_ids]).map(
+            lambda v: {**path_parameters, "video_id": v}
+        )
 
     @schema.hook
     def flatmap_body(context, body):
@@ -123,7 +145,9 @@ def _steer_past_the_404s(schema, video_ids: list[int], local_uris: list[str]) ->
         if context.operation is None or context.operation.path != "/v1/search" or len(kinds) < 2:
             return st.just(body)
         return st.sampled_from([None, *kinds]).map(
-            lambda keep: body if keep is None else {k: v for k, v in body.items() if k not in kinds or k == keep}
+            lambda keep: body
+            if keep is None
+            else {k: v for k, v in body.items() if k not in kinds or k == keep}
         )
 
 
@@ -135,7 +159,9 @@ def anon_schema(live):
 @pytest.fixture(scope="module")
 def status_schema(live, local_uris):
     checks = ("status_code_conformance",)
-    schema = _load(live, max_examples=STATUS_EXAMPLES, phases=("coverage", "fuzzing"), checks=checks)
+    schema = _load(
+        live, max_examples=STATUS_EXAMPLES, phases=("coverage", "fuzzing"), checks=checks
+    )
     _steer_past_the_404s(schema, sorted(live.ids.values()), local_uris)
     return schema
 
@@ -183,7 +209,9 @@ def _request(case, response) -> str:
 def _error_body(case, response) -> dict:
     """The body of an error response, asserted to be {"error": {"code": str, "message": str}}."""
     where = f"\n{response.status_code} for: {_request(case, response)}\nbody: {response.content[:500]!r}"
-    ctype = next((v[0] for k, v in response.headers.items() if k.lower() == "content-type" and v), "")
+    ctype = next(
+        (v[0] for k, v in response.headers.items() if k.lower() == "content-type" and v), ""
+    )
     assert ctype.startswith("application/json"), where
     body = json.loads(response.content)
     assert isinstance(body, dict) and set(body) == {"error"}, where
@@ -262,16 +290,23 @@ _ISDIGIT = "".join(c for c in map(chr, range(0x20000)) if c.isdigit())
 
 
 @slow_ok(max_examples=40, derandomize=True, database=None)
-@given(cursor=st.text(st.sampled_from(_ISDIGIT), min_size=1, max_size=32) | st.text(min_size=1, max_size=32))
+@given(
+    cursor=st.text(st.sampled_from(_ISDIGIT), min_size=1, max_size=32)
+    | st.text(min_size=1, max_size=32)
+)
 @example(cursor="\u00b2")  # superscript two
 @example(cursor="1\u2460")  # 1, circled digit one
 @example(cursor="\u0663")  # Arabic-Indic three
 def test_video_list_cursor_is_a_200_or_a_400(live, catalog_before, cursor):
     r = live.client.get("/v1/videos", params={"cursor": cursor})
-    assert r.status_code in (200, 400), f"GET /v1/videos?cursor={cursor!r}: {r.status_code} {r.text[:300]}"
+    assert r.status_code in (200, 400), (
+        f"GET /v1/videos?cursor={cursor!r}: {r.status_code} {r.text[:300]}"
+    )
     if r.status_code == 400:
         body = r.json()
-        assert body == {"error": {"code": "invalid_cursor", "message": body["error"]["message"]}}, body
+        assert body == {"error": {"code": "invalid_cursor", "message": body["error"]["message"]}}, (
+            body
+        )
     else:
         assert set(r.json()) == {"videos", "next_cursor"}
 
@@ -287,14 +322,23 @@ def _nested_request(live, target: str, doc: str):
     """One request carrying ``doc``; none of them can ingest a video (see the docstring)."""
     c = live.client
     if target == "search json":
-        return c.post("/v1/search", content=f'{{"text": "a cat", "filter": {doc}}}',
-                      headers={"content-type": "application/json"})
+        return c.post(
+            "/v1/search",
+            content=f'{{"text": "a cat", "filter": {doc}}}',
+            headers={"content-type": "application/json"},
+        )
     if target == "search form filter":
         return c.post("/v1/search", files={"clip": ("c.mp4", b"not a video")}, data={"filter": doc})
     if target == "videos json":  # no "uri": a 422 if it parses
-        return c.post("/v1/videos", content=f'{{"metadata": {doc}}}', headers={"content-type": "application/json"})
+        return c.post(
+            "/v1/videos",
+            content=f'{{"metadata": {doc}}}',
+            headers={"content-type": "application/json"},
+        )
     # target == "videos form metadata": ``doc`` is a list, so a 422 (not an object) if it parses
-    return c.post("/v1/videos", files={"file": ("v.mp4", b"not a video", "video/mp4")}, data={"metadata": doc})
+    return c.post(
+        "/v1/videos", files={"file": ("v.mp4", b"not a video", "video/mp4")}, data={"metadata": doc}
+    )
 
 
 @slow_ok(max_examples=30, derandomize=True, database=None)
@@ -321,26 +365,49 @@ def test_deeply_nested_json_is_never_a_5xx(live, catalog_before, depth, kind, ta
 
 
 def _nested_around(depth: int, inner: str, kind: str) -> str:
-    return "[" * depth + inner + "]" * depth if kind == "list" else '{"a":' * depth + inner + "}" * depth
+    return (
+        "[" * depth + inner + "]" * depth
+        if kind == "list"
+        else '{"a":' * depth + inner + "}" * depth
+    )
 
 
 # Hostile values, written as JSON text: json.dumps will not write NaN on purpose nor a
 # 5000-digit integer at all, and a lone surrogate only an escape can spell.
-_NUMBERS = st.sampled_from([
-    "1" * 5000, "-" + "9" * 4301,  # past Python's 4300-digit limit on reading an integer
-    str(2**63), str(-(2**63) - 1), "1" + "0" * 30,  # past SQLite's 64-bit integers
-    "NaN", "Infinity", "-Infinity", "1e999", "-0.0",
-]) | st.integers().map(str)
-_LONG_NAMES = st.builds(lambda c, n: c * n, st.sampled_from(["視頻", "é", "🎬", "a", "e\u0301", "\u202e", " "]),
-                        st.integers(50, 300))  # 100 CJK characters are 300 bytes: over a file name's 255
+_NUMBERS = st.sampled_from(
+    [
+        "1" * 5000,
+        "-" + "9" * 4301,  # past Python's 4300-digit limit on reading an integer
+        str(2**63),
+        str(-(2**63) - 1),
+        "1" + "0" * 30,  # past SQLite's 64-bit integers
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e999",
+        "-0.0",
+    ]
+) | st.integers().map(str)
+_LONG_NAMES = st.builds(
+    lambda c, n: c * n,
+    st.sampled_from(["視頻", "é", "🎬", "a", "e\u0301", "\u202e", " "]),
+    st.integers(50, 300),
+)  # 100 CJK characters are 300 bytes: over a file name's 255
 _NAMES = st.text(max_size=30) | _LONG_NAMES
 _TEXT = _NAMES.map(json.dumps) | st.just('"x\\ud800"')
 _SCALARS = _NUMBERS | _TEXT | st.sampled_from(["true", "false", "null"])
-_VALUES = st.builds(_nested_around, st.integers(0, 10) | st.sampled_from([255, 256, 300, 900]), _SCALARS,
-                    st.sampled_from(["list", "object"]))
-_MANY_KEYS = st.integers(250, 400).map(lambda n: "{" + ",".join(f'"k{i}": {i}' for i in range(n)) + "}")
+_VALUES = st.builds(
+    _nested_around,
+    st.integers(0, 10) | st.sampled_from([255, 256, 300, 900]),
+    _SCALARS,
+    st.sampled_from(["list", "object"]),
+)
+_MANY_KEYS = st.integers(250, 400).map(
+    lambda n: "{" + ",".join(f'"k{i}": {i}' for i in range(n)) + "}"
+)
 _OBJECTS = _MANY_KEYS | st.lists(st.tuples(_TEXT, _VALUES), max_size=4).map(
-    lambda items: "{" + ",".join(f"{key}: {value}" for key, value in items) + "}")
+    lambda items: "{" + ",".join(f"{key}: {value}" for key, value in items) + "}"
+)
 
 
 def _answered(live, r, where: str) -> dict | None:
@@ -348,14 +415,22 @@ def _answered(live, r, where: str) -> dict | None:
     assert r.status_code < 500, f"{where}: {r.status_code} {r.text[:300]}"
     if r.status_code >= 400:
         body = r.json()
-        assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, f"{where}: {body}"
+        assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, (
+            f"{where}: {body}"
+        )
         return None
     return _forget_if_ingested(live, r)
 
 
 @slow_ok(max_examples=40, derandomize=True, database=None)
-@given(uri=st.integers(0, 3), title=st.none() | _TEXT | _VALUES, metadata=st.none() | _OBJECTS | _VALUES)
-def test_hostile_values_in_a_json_ingest_are_never_a_5xx(live, catalog_before, local_uris, uri, title, metadata):
+@given(
+    uri=st.integers(0, 3),
+    title=st.none() | _TEXT | _VALUES,
+    metadata=st.none() | _OBJECTS | _VALUES,
+)
+def test_hostile_values_in_a_json_ingest_are_never_a_5xx(
+    live, catalog_before, local_uris, uri, title, metadata
+):
     fields = {"uri": json.dumps(local_uris[uri]), "title": title, "metadata": metadata}
     body = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items() if v is not None) + "}"
     r = live.client.post("/v1/videos", content=body, headers={"content-type": "application/json"})
@@ -363,13 +438,23 @@ def test_hostile_values_in_a_json_ingest_are_never_a_5xx(live, catalog_before, l
 
 
 @slow_ok(max_examples=40, derandomize=True, database=None)
-@given(filename=_NAMES.filter(str.strip), title=st.none() | _NAMES, metadata=st.none() | _OBJECTS | _VALUES)
+@given(
+    filename=_NAMES.filter(str.strip),
+    title=st.none() | _NAMES,
+    metadata=st.none() | _OBJECTS | _VALUES,
+)
 @example(filename="視頻" * 50 + ".mp4", title=None, metadata=None)
 @example(filename="x.mp4", title="AC/DC live", metadata=_nested_around(300, "1", "object"))
-def test_hostile_values_in_an_upload_are_never_a_5xx(live, catalog_before, filename, title, metadata):
+def test_hostile_values_in_an_upload_are_never_a_5xx(
+    live, catalog_before, filename, title, metadata
+):
     data = {k: v for k, v in (("title", title), ("metadata", metadata)) if v is not None}
     r = live.client.post("/v1/videos", files={"file": (filename, NOISE)}, data=data)
-    video = _answered(live, r, f"upload {filename[:60]!r}, title {title and title[:60]!r}, metadata {metadata and metadata[:200]}")
+    video = _answered(
+        live,
+        r,
+        f"upload {filename[:60]!r}, title {title and title[:60]!r}, metadata {metadata and metadata[:200]}",
+    )
     if video is not None and title and title.strip():
         assert video["title"] == title  # kept as given
 
@@ -378,12 +463,21 @@ def test_hostile_values_in_an_upload_are_never_a_5xx(live, catalog_before, filen
 @given(text=_TEXT | _VALUES, top_k=_NUMBERS, value=_VALUES, form=st.booleans())
 def test_hostile_values_in_a_search_are_never_a_5xx(live, catalog_before, text, top_k, value, form):
     if form:
-        r = live.client.post("/v1/search", files={"clip": ("c.mp4", b"x")},
-                             data={"top_k": top_k, "filter": '{"k": %s}' % value})
+        r = live.client.post(
+            "/v1/search",
+            files={"clip": ("c.mp4", b"x")},
+            data={"top_k": top_k, "filter": '{"k": %s}' % value},
+        )
     else:
         body = '{"text": %s, "top_k": %s, "filter": {"k": %s}}' % (text, top_k, value)
-        r = live.client.post("/v1/search", content=body, headers={"content-type": "application/json"})
-    _answered(live, r, f"search ({'form' if form else 'json'}) text {text[:100]}, top_k {top_k[:20]}, filter {value[:100]}")
+        r = live.client.post(
+            "/v1/search", content=body, headers={"content-type": "application/json"}
+        )
+    _answered(
+        live,
+        r,
+        f"search ({'form' if form else 'json'}) text {text[:100]}, top_k {top_k[:20]}, filter {value[:100]}",
+    )
 
 
 def test_the_fuzz_left_the_catalog_alone(live, catalog_before):

@@ -7,13 +7,28 @@ import re
 
 import pytest
 
-PAGES = ["/", "/static/app.js", "/static/style.css", "/healthz", "/metrics", "/openapi.json", "/docs", "/redoc",
-         "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/docs/swagger-init.js", "/docs/redoc.standalone.js",
-         "/no-such-page"]
+PAGES = [
+    "/",
+    "/static/app.js",
+    "/static/style.css",
+    "/healthz",
+    "/metrics",
+    "/openapi.json",
+    "/docs",
+    "/redoc",
+    "/docs/swagger-ui-bundle.js",
+    "/docs/swagger-ui.css",
+    "/docs/swagger-init.js",
+    "/docs/redoc.standalone.js",
+    "/no-such-page",
+]
 
 
 def directives(csp: str) -> dict[str, set[str]]:
-    return {name: set(values) for name, *values in (part.split() for part in csp.split(";") if part.strip())}
+    return {
+        name: set(values)
+        for name, *values in (part.split() for part in csp.split(";") if part.strip())
+    }
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -33,7 +48,10 @@ def check(r) -> None:
     assert csp["script-src"] == {"'self'"}  # no inline script, no other origin
     assert csp["object-src"] == {"'none'"} and csp["frame-ancestors"] == {"'none'"}
     assert csp["base-uri"] == {"'self'"} and csp["default-src"] == {"'self'"}
-    assert csp["img-src"] == {"'self'", "data:", "blob:"} and csp["media-src"] == {"'self'", "blob:"}
+    assert csp["img-src"] == {"'self'", "data:", "blob:"} and csp["media-src"] == {
+        "'self'",
+        "blob:",
+    }
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["referrer-policy"] == "no-referrer"
 
@@ -47,5 +65,7 @@ def test_docs_load_only_files_the_service_serves(live, path):
     loaded = re.findall(r'(?:src|href|spec-url)="([^"]+)"', r.text)
     assert loaded, r.text
     for url in loaded:
-        got = live.anon.get("/" + url)  # relative to /docs, /redoc: so they work under a route prefix
+        got = live.anon.get(
+            "/" + url
+        )  # relative to /docs, /redoc: so they work under a route prefix
         assert got.status_code == 200 and len(got.content) > 100, (url, got.status_code)

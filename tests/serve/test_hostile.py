@@ -47,11 +47,17 @@ def test_a_slow_upload_holds_up_nobody_and_leaves_nothing_behind(live):
     requests go on; when it gives up, no video or job is left of it."""
     before = live.client.get("/v1/videos", params={"limit": 500}).json()["videos"]
     url = urlparse(live.url)
-    body_head = (b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"slow.mp4\"\r\n"
-                 b"Content-Type: video/mp4\r\n\r\n\x00\x00\x00\x18ftypmp42")
+    body_head = (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="slow.mp4"\r\n'
+        b"Content-Type: video/mp4\r\n\r\n\x00\x00\x00\x18ftypmp42"
+    )
     slow = socket.create_connection((url.hostname, url.port))
-    slow.sendall(b"POST /v1/videos HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + live.cfg.api_key.encode()
-                 + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 5000000\r\n\r\n" + body_head)
+    slow.sendall(
+        b"POST /v1/videos HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + live.cfg.api_key.encode()
+        + b"\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 5000000\r\n\r\n"
+        + body_head
+    )
     stop = threading.Event()
 
     def trickle() -> None:
@@ -66,7 +72,10 @@ def test_a_slow_upload_holds_up_nobody_and_leaves_nothing_behind(live):
     t.start()
     try:
         # while the upload crawls, others are served
-        codes = [live.client.post("/v1/search", json={"text": "a rocket", "top_k": 1}).status_code for _ in range(5)]
+        codes = [
+            live.client.post("/v1/search", json={"text": "a rocket", "top_k": 1}).status_code
+            for _ in range(5)
+        ]
         assert codes == [200] * 5
     finally:
         stop.set()
@@ -77,17 +86,23 @@ def test_a_slow_upload_holds_up_nobody_and_leaves_nothing_behind(live):
     assert [v["video_id"] for v in after] == [v["video_id"] for v in before]
 
 
-def test_hostile_media_fail_their_own_jobs_with_reasons_and_odd_but_real_video_is_indexed(live, tmp_path):
+def test_hostile_media_fail_their_own_jobs_with_reasons_and_odd_but_real_video_is_indexed(
+    live, tmp_path
+):
     """Uploads that pass the quick sniff but are broken inside fail their own jobs, each
     with its reason; a real video with an extreme frame count in an unexpected container
     is indexed within the frame cap. The rest of the index is untouched."""
     zero_timescale(live.videos["kitchen.mp4"].path, tmp_path / "zero-fps.mp4")
     huge_frame(tmp_path / "huge.mp4")
-    tiny_frames(tmp_path / "many.mp4", 20_000, 1000, container="matroska")  # 20 s, an mkv named .mp4
+    tiny_frames(
+        tmp_path / "many.mp4", 20_000, 1000, container="matroska"
+    )  # 20 s, an mkv named .mp4
     reasons = {"zero-fps.mp4": "frame rate", "huge.mp4": "over the limit", "many.mp4": None}
     jobs = {}
     for name in reasons:
-        r = live.client.post("/v1/videos", files={"file": (name, (tmp_path / name).read_bytes(), "video/mp4")})
+        r = live.client.post(
+            "/v1/videos", files={"file": (name, (tmp_path / name).read_bytes(), "video/mp4")}
+        )
         assert r.status_code == 202, r.text
         jobs[name] = r.json()
     for name, reason in reasons.items():
@@ -95,7 +110,9 @@ def test_hostile_media_fail_their_own_jobs_with_reasons_and_odd_but_real_video_i
         if reason is None:
             assert job["status"] == "ready" and job["frames_indexed"] >= 1, job
         else:
-            assert job["status"] == "failed" and name in job["error"] and reason in job["error"], job
+            assert job["status"] == "failed" and name in job["error"] and reason in job["error"], (
+                job
+            )
     many = live.client.get(f"/v1/videos/{jobs['many.mp4']['video_id']}").json()
     assert many["fps"] == 1000 and many["duration_s"] == 20
     for ingested in jobs.values():
@@ -122,12 +139,23 @@ def test_metadata_nested_past_the_depth_cap_is_refused_at_ingest(live):
     """300 levels were stored with a 202 and then made every listing that showed them a 500."""
     deep = _nested_object(300)
     uri = live.videos["launch.mp4"].path.as_uri()
-    assert "deep" in error(live.client.post("/v1/videos", json={"uri": uri, "metadata": deep}), 422, "metadata_too_deep")
-    r = live.client.post("/v1/videos", files={"file": ("v.mkv", b"\x1a\x45\xdf\xa3" + bytes(64), "video/x-matroska")},
-                         data={"metadata": json.dumps(deep)})
+    assert "deep" in error(
+        live.client.post("/v1/videos", json={"uri": uri, "metadata": deep}),
+        422,
+        "metadata_too_deep",
+    )
+    r = live.client.post(
+        "/v1/videos",
+        files={"file": ("v.mkv", b"\x1a\x45\xdf\xa3" + bytes(64), "video/x-matroska")},
+        data={"metadata": json.dumps(deep)},
+    )
     error(r, 422, "metadata_too_deep")
     many = {f"k{i}": i for i in range(live.cfg.max_metadata_keys + 1)}
-    error(live.client.post("/v1/videos", json={"uri": uri, "metadata": many}), 422, "metadata_too_many_keys")
+    error(
+        live.client.post("/v1/videos", json={"uri": uri, "metadata": many}),
+        422,
+        "metadata_too_many_keys",
+    )
     assert live.client.get("/v1/videos", params={"limit": 500}).status_code == 200
 
 
@@ -162,26 +190,43 @@ def test_metadata_stored_with_nan_before_the_check_does_not_break_filtered_searc
         r = live.client.post("/v1/search", json={"text": "a cat", "filter": {"set": "demo"}})
         assert r.status_code == 200, r.text[:300]
         assert {m["video_id"] for m in r.json()["results"]} <= set(live.ids.values())
-        assert live.client.get(f"/v1/videos/{video_id}").json()["metadata"] == {"set": "demo", "n": None}
+        assert live.client.get(f"/v1/videos/{video_id}").json()["metadata"] == {
+            "set": "demo",
+            "n": None,
+        }
     finally:
         assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
 
 
-_NOT_QUITE_JSON = ["1" * 5000, "NaN", "-Infinity"]  # Python reads them: past its 4300-digit int limit, not JSON
+_NOT_QUITE_JSON = [
+    "1" * 5000,
+    "NaN",
+    "-Infinity",
+]  # Python reads them: past its 4300-digit int limit, not JSON
 
 
 @pytest.mark.parametrize("value", _NOT_QUITE_JSON)
 def test_json_that_python_reads_but_the_service_cannot_use_is_a_400(live, value):
-    for doc in ('{"text": "a cat", "top_k": %s}', '{"text": "a cat", "min_score": %s}',
-                '{"text": "a cat", "filter": {"n": %s}}'):
-        r = live.client.post("/v1/search", content=doc % value, headers={"content-type": "application/json"})
+    for doc in (
+        '{"text": "a cat", "top_k": %s}',
+        '{"text": "a cat", "min_score": %s}',
+        '{"text": "a cat", "filter": {"n": %s}}',
+    ):
+        r = live.client.post(
+            "/v1/search", content=doc % value, headers={"content-type": "application/json"}
+        )
         assert "JSON" in error(r, 400, "malformed_json")
     uri = live.videos["launch.mp4"].path.as_uri()
     body = '{"uri": "%s", "metadata": {"n": %s}}' % (uri, value)
-    error(live.client.post("/v1/videos", content=body, headers={"content-type": "application/json"}), 400,
-          "malformed_json")
+    error(
+        live.client.post("/v1/videos", content=body, headers={"content-type": "application/json"}),
+        400,
+        "malformed_json",
+    )
     form = {"metadata": '{"n": %s}' % value}
-    r = live.client.post("/v1/videos", files={"file": ("v.mkv", b"\x1a\x45\xdf\xa3" + bytes(64))}, data=form)
+    r = live.client.post(
+        "/v1/videos", files={"file": ("v.mkv", b"\x1a\x45\xdf\xa3" + bytes(64))}, data=form
+    )
     error(r, 400, "malformed_json")
 
 
@@ -190,12 +235,18 @@ def test_text_with_a_lone_surrogate_is_a_422(live):
     cannot store it and a listing could not send it back."""
     uri = live.videos["launch.mp4"].path.as_uri()
     for body, code in (('{"text": "a cat\\ud800"}', "invalid_request"),):
-        r = live.client.post("/v1/search", content=body, headers={"content-type": "application/json"})
+        r = live.client.post(
+            "/v1/search", content=body, headers={"content-type": "application/json"}
+        )
         error(r, 422, code)
-    for body, code in (('{"uri": "%s", "title": "x\\udc00"}' % uri, "invalid_request"),
-                       ('{"uri": "%s", "metadata": {"a": ["x\\udc00"]}}' % uri, "invalid_metadata"),
-                       ('{"uri": "%s", "metadata": {"\\ud800": 1}}' % uri, "invalid_metadata")):
-        r = live.client.post("/v1/videos", content=body, headers={"content-type": "application/json"})
+    for body, code in (
+        ('{"uri": "%s", "title": "x\\udc00"}' % uri, "invalid_request"),
+        ('{"uri": "%s", "metadata": {"a": ["x\\udc00"]}}' % uri, "invalid_metadata"),
+        ('{"uri": "%s", "metadata": {"\\ud800": 1}}' % uri, "invalid_metadata"),
+    ):
+        r = live.client.post(
+            "/v1/videos", content=body, headers={"content-type": "application/json"}
+        )
         error(r, 422, code)
 
 
@@ -203,7 +254,9 @@ def test_text_with_a_lone_surrogate_is_a_422(live):
 def test_a_filter_value_past_int64_is_a_4xx_naming_the_key(live, value):
     r = live.client.post("/v1/search", json={"text": "a cat", "filter": {"count": value}})
     assert "count" in error(r, 422)
-    r = live.client.post("/v1/search", files={"clip": ("c.mp4", b"x")}, data={"filter": json.dumps({"count": value})})
+    r = live.client.post(
+        "/v1/search", files={"clip": ("c.mp4", b"x")}, data={"filter": json.dumps({"count": value})}
+    )
     assert "count" in error(r, 422)
     r = live.client.post("/v1/search", json={"text": "a cat", "filter": {"count": 2**63 - 1}})
     assert r.status_code == 200, r.text
@@ -221,12 +274,16 @@ def test_an_upload_named_in_100_cjk_characters_is_stored_under_a_name_that_fits_
         assert live.vf.wait(r.json()["job_id"])["status"] == "ready"
         assert live.client.get(f"/v1/videos/{video_id}").json()["title"] == stem
         stored = [p for p in (live.cfg.data_dir / "media").glob("*/*") if p.name.startswith("視頻")]
-        assert len(stored) == 1 and stored[0].suffix == ".mp4" and len(stored[0].name.encode()) <= 255
+        assert (
+            len(stored) == 1 and stored[0].suffix == ".mp4" and len(stored[0].name.encode()) <= 255
+        )
     finally:
         assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
     assert live.anon.get("/healthz").json()["vectors"] == live.vectors
 
 
-@pytest.mark.parametrize("uri", ["http://[", "https://[::1/v.mp4", "file://[/v.mp4", "http://a]/v.mp4"])
+@pytest.mark.parametrize(
+    "uri", ["http://[", "https://[::1/v.mp4", "file://[/v.mp4", "http://a]/v.mp4"]
+)
 def test_a_uri_python_cannot_split_is_a_400(live, uri):
     error(live.client.post("/v1/videos", json={"uri": uri}), 400, "invalid_uri")

@@ -10,13 +10,17 @@ from vifusion import _talks
 
 def _upload(live: Live, path) -> dict:
     with open(path, "rb") as f:
-        r = live.client.post("/v1/videos", files={"file": (path.name, f, "application/octet-stream")})
+        r = live.client.post(
+            "/v1/videos", files={"file": (path.name, f, "application/octet-stream")}
+        )
     assert r.status_code == 202, r.text
     return r.json()
 
 
 def test_a_video_without_audio_is_ready_with_a_warning(live: Live, tmp_path) -> None:
-    talk = _talks.write_talk(tmp_path / "slides.mp4", 2.0, audio="none", shown=[(0.0, 2.0, ["Quarterly revenue"])])
+    talk = _talks.write_talk(
+        tmp_path / "slides.mp4", 2.0, audio="none", shown=[(0.0, 2.0, ["Quarterly revenue"])]
+    )
     queued = _upload(live, talk.path)
     job = live.vf.wait(queued["job_id"])
     try:

@@ -28,7 +28,9 @@ def test_a_file_uri_video_swapped_after_indexing_is_not_served(live, tmp_path, s
         message = error(live.client.get(f"/v1/videos/{video_id}/media"), 404, "not_found")
         assert why in message, message
         # a thumbnail not cached yet decodes the checked file too, never the swapped name
-        message = error(live.client.get(f"/v1/videos/{video_id}/thumbnail", params={"t": 1.7}), 404, "not_found")
+        message = error(
+            live.client.get(f"/v1/videos/{video_id}/thumbnail", params={"t": 1.7}), 404, "not_found"
+        )
         assert why in message, message
     finally:
         path.unlink()

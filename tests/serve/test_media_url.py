@@ -41,7 +41,9 @@ def test_a_signed_url_plays_without_the_key_and_serves_byte_ranges(live):
     assert part.content == data[100:1100]
     assert part.headers["content-range"] == f"bytes 100-1099/{len(data)}"
 
-    tail = live.anon.get(url, headers={"Range": "bytes=-500"})  # the last 500 bytes, as a player reads an index
+    tail = live.anon.get(
+        url, headers={"Range": "bytes=-500"}
+    )  # the last 500 bytes, as a player reads an index
     assert tail.status_code == 206 and tail.content == data[-500:]
 
     r = live.anon.get(url, headers={"Range": f"bytes={len(data) + 10}-"})
@@ -62,13 +64,18 @@ def test_the_keyed_media_route_serves_byte_ranges_too(live):
 def test_minting_a_url_needs_the_key(live):
     vid = live.ids["kitchen.mp4"]
     error(live.anon.post(f"/v1/videos/{vid}/media-url"), 401, "unauthorized")
-    error(live.anon.post(f"/v1/videos/{vid}/media-url", headers={"Authorization": "Bearer wrong"}), 401)
+    error(
+        live.anon.post(f"/v1/videos/{vid}/media-url", headers={"Authorization": "Bearer wrong"}),
+        401,
+    )
     error(live.client.post("/v1/videos/999999/media-url"), 404, "not_found")
 
 
 def test_an_expired_url_is_refused(live):
     vid = live.ids["kitchen.mp4"]
-    url, exp = MediaSigner(KEY, 60).url(vid, now=time.time() - 120)  # signed as the service signs, 1 min ago
+    url, exp = MediaSigner(KEY, 60).url(
+        vid, now=time.time() - 120
+    )  # signed as the service signs, 1 min ago
     assert exp < time.time()
     message = error(live.anon.get(url), 403, "expired")
     assert "media-url" in message
@@ -87,7 +94,9 @@ def test_a_tampered_or_missing_signature_is_refused(live):
     exp = int(parse_qs(urlsplit(url).query)["exp"][0])
     flipped = ("A" if sig[0] != "A" else "B") + sig[1:]
     error(live.anon.get(tampered(url, sig=flipped)), 403, "bad_signature")
-    error(live.anon.get(tampered(url, exp=str(exp + 3600))), 403, "bad_signature")  # a longer life is not signed
+    error(
+        live.anon.get(tampered(url, exp=str(exp + 3600))), 403, "bad_signature"
+    )  # a longer life is not signed
     error(live.anon.get(f"/media/{vid}"), 403, "bad_signature")
     error(live.anon.get(f"/media/{vid}?exp={exp}"), 403, "bad_signature")
     error(live.anon.get(tampered(url, exp="-5")), 403, "bad_signature")
@@ -102,8 +111,18 @@ def test_the_signature_of_one_video_does_not_open_another(live):
     error(live.anon.get(url.replace(f"/media/{a}?", f"/media/{b}?", 1)), 403, "bad_signature")
 
 
-@pytest.mark.parametrize("path", ["/media/..%2F..%2Fetc%2Fpasswd", "/media/%2E%2E/v1/videos", "/media/1%2F..%2F2",
-                                  "/media/-1", "/media/0", "/media/1.5", "/media/%00"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/media/..%2F..%2Fetc%2Fpasswd",
+        "/media/%2E%2E/v1/videos",
+        "/media/1%2F..%2F2",
+        "/media/-1",
+        "/media/0",
+        "/media/1.5",
+        "/media/%00",
+    ],
+)
 def test_the_id_cannot_name_a_path(live, path):
     url = signed(live, live.ids["kitchen.mp4"])
     r = live.anon.get(path + "?" + urlsplit(url).query)
@@ -125,8 +144,15 @@ def test_a_deleted_video_is_a_404_even_with_a_valid_url(live):
 
 def test_signed_urls_draw_on_the_media_budget_of_their_address():
     g = Gate()
-    g.configure(KEY, Config(rate_limit_media_rps=0.01, rate_limit_media_burst=2, rate_limit_rps=0.01,
-                            rate_limit_burst=5))
+    g.configure(
+        KEY,
+        Config(
+            rate_limit_media_rps=0.01,
+            rate_limit_media_burst=2,
+            rate_limit_rps=0.01,
+            rate_limit_burst=5,
+        ),
+    )
     assert [g.check_signed("10.0.0.1") for _ in range(2)] == [None, None]
     limited = g.check_signed("10.0.0.1")
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1

@@ -25,8 +25,15 @@ from vifusion.samples import write_video
 from .conftest import KEY
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHOT = Path("/tmp/vifusion-page.png")
 SLOW_MS = 240_000  # ingest on a busy 2-core machine
 
@@ -35,7 +42,9 @@ SLOW_MS = 240_000  # ingest on a busy 2-core machine
 def browser():
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium not installed: apt-get install chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the python playwright package is not installed")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the python playwright package is not installed"
+    )
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
         yield b
@@ -55,13 +64,17 @@ def watched(context, live, errors: list[str]):
     context.route("**/*", route)
     p = context.new_page()
     p.on("pageerror", lambda e: errors.append(str(e)))
-    p.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+    p.on(
+        "console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None
+    )
     return p
 
 
 @pytest.fixture
 def page(browser, live):
-    context = browser.new_context(viewport={"width": 1280, "height": 860})  # fresh storage each test
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 860}
+    )  # fresh storage each test
     context.set_default_timeout(60_000)
     errors: list[str] = []
     p = watched(context, live, errors)
@@ -118,7 +131,9 @@ def test_upload_search_and_play(page, live, tmp_path):
         page.click("#search-button")
         first = page.locator("#results .result").first
         first.wait_for(timeout=120_000)
-        vid, start, end = (first.get_attribute(a) for a in ("data-video-id", "data-start", "data-end"))
+        vid, start, end = (
+            first.get_attribute(a) for a in ("data-video-id", "data-start", "data-end")
+        )
         vid, start, end = int(vid), float(start), float(end)
         cat = live.videos["kitchen.mp4"].scene_of("chelsea")
         upload_cat = clip.scene_of("chelsea")
@@ -160,10 +175,16 @@ def test_upload_search_and_play(page, live, tmp_path):
         )
         # It plays from a signed URL (no key in it), fetched in byte ranges.
         src = page.eval_on_selector("#player", "v => v.src")
-        assert src.startswith(f"{live.url}/media/{vid}?") and "exp=" in src and "sig=" in src and KEY not in src, src
+        assert (
+            src.startswith(f"{live.url}/media/{vid}?")
+            and "exp=" in src
+            and "sig=" in src
+            and KEY not in src
+        ), src
         assert 206 in [r.status for r in media], [(r.status, r.url) for r in media]
         played = page.eval_on_selector(
-            "#player", "v => ({first: v.played.start(0), now: v.currentTime, paused: v.paused, error: v.error})"
+            "#player",
+            "v => ({first: v.played.start(0), now: v.currentTime, paused: v.paused, error: v.error})",
         )
         assert played["error"] is None, played
         assert abs(played["first"] - start) < 0.3, (played, start)
@@ -173,20 +194,35 @@ def test_upload_search_and_play(page, live, tmp_path):
         # Under the video, a mark per moment of this search in this video, the one playing
         # highlighted; clicking a mark seeks to its moment.
         moments = page.locator(f'#results .result[data-video-id="{vid}"]').evaluate_all(
-            "rs => rs.map(r => [Number(r.dataset.start), Number(r.dataset.end)]).sort((a, b) => a[0] - b[0])")
+            "rs => rs.map(r => [Number(r.dataset.start), Number(r.dataset.end)]).sort((a, b) => a[0] - b[0])"
+        )
         marks = page.locator("#timeline .mark")
         assert page.locator("#timeline").is_visible()
-        assert marks.evaluate_all("ms => ms.map(m => [Number(m.dataset.start), Number(m.dataset.end)])") == moments
-        assert page.locator("#timeline .mark.current").get_attribute("data-start") == first.get_attribute("data-start")
+        assert (
+            marks.evaluate_all(
+                "ms => ms.map(m => [Number(m.dataset.start), Number(m.dataset.end)])"
+            )
+            == moments
+        )
+        assert page.locator("#timeline .mark.current").get_attribute(
+            "data-start"
+        ) == first.get_attribute("data-start")
         last = marks.last
         page.eval_on_selector("#player", "v => { v.pause(); v.currentTime = 0; }")
         last.click()
-        last_start, last_end = float(last.get_attribute("data-start")), float(last.get_attribute("data-end"))
-        page.wait_for_function(f"() => {{ const v = document.getElementById('player'); return !v.seeking"
-                               f" && v.currentTime >= {last_start} - 0.3 && v.currentTime <= {last_end} + 1; }}")
+        last_start, last_end = (
+            float(last.get_attribute("data-start")),
+            float(last.get_attribute("data-end")),
+        )
+        page.wait_for_function(
+            f"() => {{ const v = document.getElementById('player'); return !v.seeking"
+            f" && v.currentTime >= {last_start} - 0.3 && v.currentTime <= {last_end} + 1; }}"
+        )
         assert "current" in last.get_attribute("class")
         # A video with no words gets no subtitle tracks and no subtitle choice.
-        page.wait_for_function(f"() => document.getElementById('player').dataset.subtitlesOf === '{vid}'")
+        page.wait_for_function(
+            f"() => document.getElementById('player').dataset.subtitlesOf === '{vid}'"
+        )
         assert page.eval_on_selector("#player", "v => v.textTracks.length") == 0
         assert page.locator("#subs-row").is_hidden()
         page.screenshot(path=str(tmp_path / "player.png"))
@@ -216,7 +252,10 @@ def test_search_by_image_and_clip(page, live, tmp_path, kind):
     first = page.locator("#results .result").first
     first.wait_for(timeout=120_000)
     assert query.name in page.inner_text("#results-head")
-    assert page.locator("#query-name").inner_text() == ("Image: " if kind == "image" else "Clip: ") + query.name
+    assert (
+        page.locator("#query-name").inner_text()
+        == ("Image: " if kind == "image" else "Clip: ") + query.name
+    )
     cat = live.videos["kitchen.mp4"].scene_of("chelsea")
     vid, start, end = (first.get_attribute(a) for a in ("data-video-id", "data-start", "data-end"))
     assert int(vid) == live.ids["kitchen.mp4"], f"top result for the cat {kind} is video {vid}"
@@ -284,8 +323,12 @@ def test_library_lists_plays_retries_and_deletes(page, live):
         with page.expect_response(f"**/v1/videos/{broken}/retry") as retried:
             failed.locator(".lib-retry").click()
         assert retried.value.status == 202
-        page.wait_for_selector(f'#library .video-row[data-video-id="{broken}"]:not([data-status=failed])')
-        page.wait_for_selector(f'#library .video-row[data-video-id="{broken}"][data-status=ready]', timeout=SLOW_MS)
+        page.wait_for_selector(
+            f'#library .video-row[data-video-id="{broken}"]:not([data-status=failed])'
+        )
+        page.wait_for_selector(
+            f'#library .video-row[data-video-id="{broken}"][data-status=ready]', timeout=SLOW_MS
+        )
         assert failed.locator(".lib-status").inner_text().startswith("Ready")
 
         # Play from the library: a signed URL, from the start; no search, so no marks.
@@ -298,7 +341,9 @@ def test_library_lists_plays_retries_and_deletes(page, live):
         # and the video goes on from where it was.
         expired, _ = MediaSigner(KEY, 60).url(kitchen["video_id"], now=time.time() - 120)
         page.eval_on_selector("#player", "v => { v.pause(); v.currentTime = 3; }")
-        page.wait_for_function("() => { const v = document.getElementById('player'); return !v.seeking && v.currentTime === 3; }")
+        page.wait_for_function(
+            "() => { const v = document.getElementById('player'); return !v.seeking && v.currentTime === 3; }"
+        )
         page.eval_on_selector("#player", f"v => {{ v.src = '{expired}'; }}")
         page.wait_for_function(f"""() => {{ const v = document.getElementById('player');
             return v.src.includes('/media/') && !v.src.endsWith('{expired}') && v.readyState >= 2 && !v.seeking
@@ -324,12 +369,23 @@ def test_library_lists_plays_retries_and_deletes(page, live):
 
 # -- what is said and written: modalities, snippets, subtitles ---------------------------
 
-STAGES = {"fetching": "fetching the video", "probing": "reading its format", "frames": "reading frames",
-          "speech": "transcribing speech", "saving": "saving"}  # as the page names a job's stage
-SAID = [(1.0, 4.0, "Our mascot Quillfeather approved the harbour budget."),
-        (5.0, 8.0, "<script>window.pwned = 1</script> is what the slide said & nothing more")]
+STAGES = {
+    "fetching": "fetching the video",
+    "probing": "reading its format",
+    "frames": "reading frames",
+    "speech": "transcribing speech",
+    "saving": "saving",
+}  # as the page names a job's stage
+SAID = [
+    (1.0, 4.0, "Our mascot Quillfeather approved the harbour budget."),
+    (5.0, 8.0, "<script>window.pwned = 1</script> is what the slide said & nothing more"),
+]
 SHOWN = [(2.0, 6.0, "Harbour budget: three new cranes")]
-BADGE = {"visual": "visual", "speech": "speech", "screen": "screen text"}  # a modality as its badge names it
+BADGE = {
+    "visual": "visual",
+    "speech": "speech",
+    "screen": "screen text",
+}  # a modality as its badge names it
 
 
 def record_job_status(page):
@@ -360,7 +416,10 @@ def words(live):
 def searches(page) -> list:
     """The /v1/search requests the page sends from now on."""
     sent = []
-    page.on("request", lambda r: sent.append(r) if r.url.endswith("/v1/search") and r.method == "POST" else None)
+    page.on(
+        "request",
+        lambda r: sent.append(r) if r.url.endswith("/v1/search") and r.method == "POST" else None,
+    )
     return sent
 
 
@@ -372,15 +431,21 @@ def search_text(page, text: str) -> None:
 
 def wait_searched(page) -> None:
     """Wait for the search under way to be shown (the button is off while one runs)."""
-    page.wait_for_function("() => !document.getElementById('search-button').disabled"
-                           " && !document.querySelector('#results .loading')")
+    page.wait_for_function(
+        "() => !document.getElementById('search-button').disabled"
+        " && !document.querySelector('#results .loading')"
+    )
 
 
 def test_modality_toggles_choose_what_a_text_search_looks_in(page, live, words, tmp_path):
     enter_key(page, KEY)
     page.locator("#key-dialog").wait_for(state="hidden")
     sent = searches(page)
-    assert [page.is_checked(f"#mode-{m}") for m in ("visual", "speech", "screen")] == [True, True, True]
+    assert [page.is_checked(f"#mode-{m}") for m in ("visual", "speech", "screen")] == [
+        True,
+        True,
+        True,
+    ]
 
     search_text(page, "mascot Quillfeather")
     assert json.loads(sent[-1].post_data)["modalities"] == ["visual", "speech", "screen"]
@@ -388,7 +453,10 @@ def test_modality_toggles_choose_what_a_text_search_looks_in(page, live, words, 
     assert said.count() == 1
     assert said.get_attribute("data-start") == "1" and said.get_attribute("data-end") == "4"
     badges = [b.lower() for b in said.locator(".badge").all_inner_texts()]
-    assert badges == [BADGE[m] for m in said.get_attribute("data-matched").split(",")] and "speech" in badges
+    assert (
+        badges == [BADGE[m] for m in said.get_attribute("data-matched").split(",")]
+        and "speech" in badges
+    )
     assert said.locator(".snippet mark").all_inner_texts() == ["mascot", "Quillfeather"]
     assert said.locator(".snippet").inner_text() == SAID[0][2]
     page.screenshot(path=str(tmp_path / "words.png"), full_page=True)
@@ -408,7 +476,9 @@ def test_modality_toggles_choose_what_a_text_search_looks_in(page, live, words, 
     search_text(page, "harbour cranes")
     assert json.loads(sent[-1].post_data)["modalities"] == ["screen"]
     first = page.locator("#results .result").first
-    assert first.get_attribute("data-matched") == "screen" and first.get_attribute("data-video-id") == str(words)
+    assert first.get_attribute("data-matched") == "screen" and first.get_attribute(
+        "data-video-id"
+    ) == str(words)
     assert first.locator(".snippet mark").all_inner_texts() == ["Harbour", "cranes"]
     assert page.locator("#results .result").count() == 1
     # The last ticked modality stays ticked: a search must look somewhere.
@@ -439,7 +509,9 @@ def test_a_snippet_is_shown_as_text_with_the_query_words_marked(page, live, word
     snippet = said.locator(".snippet")
     assert snippet.inner_text() == SAID[1][2]  # the markup in the words is shown, as words
     assert snippet.locator("mark").all_inner_texts() == ["script", "pwned", "script"]
-    assert snippet.evaluate("p => [...p.children].every(c => c.tagName === 'MARK')")  # nothing else became an element
+    assert snippet.evaluate(
+        "p => [...p.children].every(c => c.tagName === 'MARK')"
+    )  # nothing else became an element
     assert page.locator("#results script").count() == 0
     assert page.evaluate("window.pwned") is None
 
@@ -458,26 +530,40 @@ def test_subtitles_play_with_the_video(page, live, words, tmp_path):
         }""",
         timeout=60_000,
     )
-    tracks = page.eval_on_selector("#player", """v => [...v.querySelectorAll('track')].map(t => ({
-        label: t.label, src: t.src, mode: t.track.mode, cues: [...t.track.cues].map(c => [c.startTime, c.endTime, c.text])}))""")
-    assert [(t["label"], t["mode"]) for t in tracks] == [("Speech", "showing"), ("Screen text", "hidden")]
+    tracks = page.eval_on_selector(
+        "#player",
+        """v => [...v.querySelectorAll('track')].map(t => ({
+        label: t.label, src: t.src, mode: t.track.mode, cues: [...t.track.cues].map(c => [c.startTime, c.endTime, c.text])}))""",
+    )
+    assert [(t["label"], t["mode"]) for t in tracks] == [
+        ("Speech", "showing"),
+        ("Screen text", "hidden"),
+    ]
     assert all(t["src"].startswith("blob:") for t in tracks)  # fetched with the key
     assert tracks[0]["cues"][0] == list(SAID[0])
-    assert tracks[0]["cues"][1][2] == SAID[1][2].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert tracks[0]["cues"][1][2] == SAID[1][2].replace("&", "&amp;").replace("<", "&lt;").replace(
+        ">", "&gt;"
+    )
     assert tracks[1]["cues"] == [list(SHOWN[0])]
 
     # The choice under the player shows what it names.
     page.locator("#subs-row").wait_for(state="visible")
     modes = "v => [...v.textTracks].map(t => t.mode)"
-    for choice, expected in [("both", ["showing", "showing"]), ("screen", ["hidden", "showing"]),
-                             ("off", ["hidden", "hidden"]), ("speech", ["showing", "hidden"])]:
+    for choice, expected in [
+        ("both", ["showing", "showing"]),
+        ("screen", ["hidden", "showing"]),
+        ("off", ["hidden", "hidden"]),
+        ("speech", ["showing", "hidden"]),
+    ]:
         page.select_option("#subs", choice)
         assert page.eval_on_selector("#player", modes) == expected, choice
 
     # A still at 2.5 s, with the speech subtitle on it, to look at.
     page.eval_on_selector("#player", "v => { v.pause(); v.currentTime = 2.5; }")
-    page.wait_for_function("() => { const v = document.getElementById('player');"
-                           " return !v.seeking && v.textTracks[0].activeCues.length === 1; }")
+    page.wait_for_function(
+        "() => { const v = document.getElementById('player');"
+        " return !v.seeking && v.textTracks[0].activeCues.length === 1; }"
+    )
     page.screenshot(path=str(tmp_path / "subtitles.png"))
     shutil.copy(tmp_path / "subtitles.png", SHOT.with_name("vifusion-subtitles.png"))
 
@@ -533,7 +619,11 @@ def test_wrong_key_is_refused(page, live, tmp_path):
 
 def stored(page) -> tuple[str | None, str | None]:
     """The key as this tab keeps it: (sessionStorage, localStorage)."""
-    return tuple(page.evaluate("[sessionStorage.getItem('vifusion.apiKey'), localStorage.getItem('vifusion.apiKey')]"))
+    return tuple(
+        page.evaluate(
+            "[sessionStorage.getItem('vifusion.apiKey'), localStorage.getItem('vifusion.apiKey')]"
+        )
+    )
 
 
 def test_the_key_outlives_the_tab_only_when_remembered(page, live):

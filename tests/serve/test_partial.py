@@ -13,8 +13,11 @@ import ray
 
 
 def shard_pids() -> list[int]:
-    return sorted(a["Pid"] for a in ray._private.state.actors().values()
-                  if a["ActorClassName"] == "ShardReplica" and a["State"] == "ALIVE")
+    return sorted(
+        a["Pid"]
+        for a in ray._private.state.actors().values()
+        if a["ActorClassName"] == "ShardReplica" and a["State"] == "ALIVE"
+    )
 
 
 def test_a_killed_shard_never_fails_a_search_and_comes_back_whole(live):

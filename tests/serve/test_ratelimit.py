@@ -70,11 +70,15 @@ def test_each_address_has_its_own_budget():
     auth = f"Bearer {KEY}"
     assert [g.check(auth, "10.0.0.1", "/v1/search") for _ in range(2)] == [None, None]
     assert g.check(auth, "10.0.0.1", "/v1/search").status_code == 429
-    assert g.check(auth, "10.0.0.2", "/v1/search") is None  # another client, same key: not locked out
+    assert (
+        g.check(auth, "10.0.0.2", "/v1/search") is None
+    )  # another client, same key: not locked out
 
 
 def test_thumbnails_and_media_do_not_use_up_the_search_budget():
-    g = gate(rate_limit_rps=0.01, rate_limit_burst=2, rate_limit_media_rps=0.01, rate_limit_media_burst=3)
+    g = gate(
+        rate_limit_rps=0.01, rate_limit_burst=2, rate_limit_media_rps=0.01, rate_limit_media_burst=3
+    )
     auth = f"Bearer {KEY}"
     for path in ("/v1/videos/1/thumbnail", "/v1/videos/2/thumbnail", "/v1/videos/1/media"):
         assert g.check(auth, "10.0.0.1", path) is None
@@ -117,13 +121,17 @@ def test_live_limit_answers_429_with_retry_after(live):
         # while the old one still answers: wait until the new one is the only one left.
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            states = serve.status().applications["vifusion"].deployments["ViFusionApp"].replica_states
+            states = (
+                serve.status().applications["vifusion"].deployments["ViFusionApp"].replica_states
+            )
             if dict(states) == {"RUNNING": 1}:
                 return
             time.sleep(0.5)
         raise TimeoutError(f"replica not replaced: {states}")
 
-    redeploy(rate_limit_rps=0.5, rate_limit_burst=6, rate_limit_media_rps=0.5, rate_limit_media_burst=3)
+    redeploy(
+        rate_limit_rps=0.5, rate_limit_burst=6, rate_limit_media_rps=0.5, rate_limit_media_burst=3
+    )
     try:
         thumbnail = f"/v1/videos/{live.ids['kitchen.mp4']}/thumbnail"
         limited, codes = first_429(lambda: live.client.get(thumbnail, params={"t": 1.0}))
@@ -138,9 +146,23 @@ def test_live_limit_answers_429_with_retry_after(live):
         assert int(limited.headers["retry-after"]) >= 1
         assert limited.json()["error"]["code"] == "rate_limited"
         # Another key (even a wrong one) is not throttled by this one's bucket: it gets its 401.
-        assert live.anon.get("/v1/videos", headers={"Authorization": "Bearer other"}).status_code == 401
+        assert (
+            live.anon.get("/v1/videos", headers={"Authorization": "Bearer other"}).status_code
+            == 401
+        )
     finally:
-        redeploy(**{name: getattr(live.cfg, name) for name in
-                    ("rate_limit_rps", "rate_limit_burst", "rate_limit_media_rps", "rate_limit_media_burst")})
+        redeploy(
+            **{
+                name: getattr(live.cfg, name)
+                for name in (
+                    "rate_limit_rps",
+                    "rate_limit_burst",
+                    "rate_limit_media_rps",
+                    "rate_limit_media_burst",
+                )
+            }
+        )
     assert live.client.get("/v1/videos").status_code == 200
-    assert live.anon.get("/healthz").json()["vectors"] == live.vectors  # same replica: nothing re-ingested or lost
+    assert (
+        live.anon.get("/healthz").json()["vectors"] == live.vectors
+    )  # same replica: nothing re-ingested or lost

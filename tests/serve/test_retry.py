@@ -42,9 +42,15 @@ def test_a_failed_video_is_indexed_again_once_its_file_is_fixed(live, vf, broken
 
     shutil.copyfile(live.videos["street.mp4"].path, path)  # the whole file now
     again = vf.retry(video_id)
-    assert again["video_id"] == video_id and again["status"] == "queued" and again["job_id"] != first_job
+    assert (
+        again["video_id"] == video_id
+        and again["status"] == "queued"
+        and again["job_id"] != first_job
+    )
     listed = next(v for v in vf.videos() if v["video_id"] == video_id)
-    assert listed["job_id"] == again["job_id"] and listed["status"] != "failed"  # the library follows the new job
+    assert (
+        listed["job_id"] == again["job_id"] and listed["status"] != "failed"
+    )  # the library follows the new job
     # while it is queued or running it is not failed: a second retry would index it twice
     with pytest.raises(ApiError) as twice:
         vf.retry(video_id)

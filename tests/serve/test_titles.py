@@ -20,7 +20,9 @@ def assert_titled(live, r, title: str) -> None:
         assert live.client.delete(f"/v1/videos/{video_id}").status_code == 204
 
 
-@pytest.mark.parametrize("title", ["Dr. Who", "AC/DC live", "..\\..\\etc", "  spaced  ", "視頻" * 100])
+@pytest.mark.parametrize(
+    "title", ["Dr. Who", "AC/DC live", "..\\..\\etc", "  spaced  ", "視頻" * 100]
+)
 def test_a_given_title_is_kept_as_given(live, title):
     r = live.client.post("/v1/videos", files={"file": ("x.mkv", NOISE)}, data={"title": title})
     assert_titled(live, r, title)
@@ -30,13 +32,18 @@ def test_a_given_title_is_kept_as_given(live, title):
     assert_titled(live, r, title)
 
 
-@pytest.mark.parametrize(("filename", "title"), [
-    ("Dr. Who.mkv", "Dr. Who"),
-    ("C:\\clips\\AC-DC live.mkv", "AC-DC live"),
-    ("Dr. Who", "Dr. Who"),  # no extension: nothing to cut
-    ("archive.tar.mkv", "archive.tar"),
-])
-def test_a_title_taken_from_the_file_name_drops_only_the_folder_and_the_extension(live, filename, title):
+@pytest.mark.parametrize(
+    ("filename", "title"),
+    [
+        ("Dr. Who.mkv", "Dr. Who"),
+        ("C:\\clips\\AC-DC live.mkv", "AC-DC live"),
+        ("Dr. Who", "Dr. Who"),  # no extension: nothing to cut
+        ("archive.tar.mkv", "archive.tar"),
+    ],
+)
+def test_a_title_taken_from_the_file_name_drops_only_the_folder_and_the_extension(
+    live, filename, title
+):
     r = live.client.post("/v1/videos", files={"file": (filename, NOISE)})
     assert_titled(live, r, title)
 
@@ -47,5 +54,7 @@ def test_a_title_over_the_cap_is_a_422(live):
     long = "t" * (MAX_TITLE_CHARS + 1)
     r = live.client.post("/v1/videos", files={"file": ("x.mkv", NOISE)}, data={"title": long})
     assert "title" in error(r, 422)
-    r = live.client.post("/v1/videos", json={"uri": live.videos["launch.mp4"].path.as_uri(), "title": long})
+    r = live.client.post(
+        "/v1/videos", json={"uri": live.videos["launch.mp4"].path.as_uri(), "title": long}
+    )
     assert "title" in error(r, 422)

@@ -12,8 +12,10 @@ from tests.serve.test_app import error
 from vifusion.catalog import Catalog
 from vifusion.ranking import bracketed
 
-SAID = [(1.0, 3.5, "Welcome to the Lisbon office & <b>its</b> kitchen tour."),
-        (4.0, 7.0, "Our mascot Zorblax approved the quarterly budget.")]
+SAID = [
+    (1.0, 3.5, "Welcome to the Lisbon office & <b>its</b> kitchen tour."),
+    (4.0, 7.0, "Our mascot Zorblax approved the quarterly budget."),
+]
 SHOWN = [(2.0, 6.0, "Hiring plan: three engineers in Porto")]
 
 
@@ -41,7 +43,10 @@ def test_a_spoken_phrase_finds_its_moment_with_the_words(live, words):
     top = search(live, text="mascot Zorblax approved the budget", top_k=3)[0]
     assert (top["video_id"], top["start_s"], top["end_s"]) == (kitchen, 4.0, 7.0)
     assert "speech" in top["matched"]
-    assert bracketed(top["snippet"], top["highlights"]) == "Our [mascot] [Zorblax] [approved] the quarterly [budget]."
+    assert (
+        bracketed(top["snippet"], top["highlights"])
+        == "Our [mascot] [Zorblax] [approved] the quarterly [budget]."
+    )
 
 
 def test_a_written_phrase_as_a_multipart_search_with_a_comma_list(live, words):
@@ -50,14 +55,25 @@ def test_a_written_phrase_as_a_multipart_search_with_a_comma_list(live, words):
     r = live.client.post("/v1/search", files=form)
     assert r.status_code == 200, r.text
     top = r.json()["results"][0]
-    assert (top["video_id"], top["start_s"], top["end_s"], top["matched"]) == (street, 2.0, 6.0, ["screen"])
-    assert bracketed(top["snippet"], top["highlights"]) == "[Hiring] plan: three [engineers] in [Porto]"
+    assert (top["video_id"], top["start_s"], top["end_s"], top["matched"]) == (
+        street,
+        2.0,
+        6.0,
+        ["screen"],
+    )
+    assert (
+        bracketed(top["snippet"], top["highlights"])
+        == "[Hiring] plan: three [engineers] in [Porto]"
+    )
 
 
 def test_modalities_restrict_the_search(live, words):
     kitchen, _ = words
     said = "mascot Zorblax approved the budget"
-    assert all("speech" not in m["matched"] for m in search(live, text=said, top_k=20, modalities=["screen"]))
+    assert all(
+        "speech" not in m["matched"]
+        for m in search(live, text=said, top_k=20, modalities=["screen"])
+    )
     seen = search(live, text=said, top_k=20, modalities=["visual"])
     assert seen and all(m["matched"] == ["visual"] and m["snippet"] is None for m in seen)
     assert search(live, text=said, modalities=["speech"])[0]["video_id"] == kitchen
@@ -76,9 +92,16 @@ def test_the_metadata_filter_applies_to_speech_and_screen_text(live, words):
         assert search(live, text=text, top_k=20, filter={"upload": True})  # where the words are
 
 
-@pytest.mark.parametrize("modalities", [["smell"], [], "", "visual,smell", ["visual"] * 4, [1], {"a": 1}, [{}], [["speech"]]])
+@pytest.mark.parametrize(
+    "modalities",
+    [["smell"], [], "", "visual,smell", ["visual"] * 4, [1], {"a": 1}, [{}], [["speech"]]],
+)
 def test_unknown_modalities_are_a_422(live, modalities):
-    error(live.client.post("/v1/search", json={"text": "a cat", "modalities": modalities}), 422, "invalid_request")
+    error(
+        live.client.post("/v1/search", json={"text": "a cat", "modalities": modalities}),
+        422,
+        "invalid_request",
+    )
 
 
 def test_a_multipart_unknown_modality_is_a_422(live):
@@ -87,13 +110,35 @@ def test_a_multipart_unknown_modality_is_a_422(live):
 
 
 def test_a_clip_query_without_visual_is_a_422(live):
-    r = live.client.post("/v1/search", json={"video_id": live.ids["street.mp4"], "start_s": 1, "end_s": 3,
-                                             "modalities": ["speech"]})
+    r = live.client.post(
+        "/v1/search",
+        json={
+            "video_id": live.ids["street.mp4"],
+            "start_s": 1,
+            "end_s": 3,
+            "modalities": ["speech"],
+        },
+    )
     assert "visual" in error(r, 422, "invalid_query")
 
 
-@pytest.mark.parametrize("query", ['"', "NEAR(", "*", "zorblax*", "-budget", "AND OR NOT", "x" * 1000,
-                                   "'; DROP TABLE texts; --", "budget\x00", "💸 budget", "{budget}", "^budget"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        "NEAR(",
+        "*",
+        "zorblax*",
+        "-budget",
+        "AND OR NOT",
+        "x" * 1000,
+        "'; DROP TABLE texts; --",
+        "budget\x00",
+        "💸 budget",
+        "{budget}",
+        "^budget",
+    ],
+)
 def test_hostile_query_strings_are_searches(live, words, query):
     r = live.client.post("/v1/search", json={"text": query, "modalities": ["speech", "screen"]})
     assert r.status_code == 200, r.text
@@ -106,16 +151,26 @@ def test_a_transcript_as_json(live, words):
     kitchen, street = words
     r = live.client.get(f"/v1/videos/{kitchen}/transcript")
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
-    assert r.json() == {"video_id": kitchen, "segments": [
-        {"kind": "speech", "start_s": s, "end_s": e, "text": t} for s, e, t in SAID]}
-    assert live.client.get(f"/v1/videos/{street}/transcript").json()["segments"] == []  # nothing said
-    shown = live.client.get(f"/v1/videos/{street}/transcript", params={"kind": "screen"}).json()["segments"]
+    assert r.json() == {
+        "video_id": kitchen,
+        "segments": [{"kind": "speech", "start_s": s, "end_s": e, "text": t} for s, e, t in SAID],
+    }
+    assert (
+        live.client.get(f"/v1/videos/{street}/transcript").json()["segments"] == []
+    )  # nothing said
+    shown = live.client.get(f"/v1/videos/{street}/transcript", params={"kind": "screen"}).json()[
+        "segments"
+    ]
     assert shown == [{"kind": "screen", "start_s": 2.0, "end_s": 6.0, "text": SHOWN[0][2]}]
-    both = live.client.get(f"/v1/videos/{street}/transcript", params={"kind": "all"}).json()["segments"]
+    both = live.client.get(f"/v1/videos/{street}/transcript", params={"kind": "all"}).json()[
+        "segments"
+    ]
     assert both == shown
 
 
-_TIMING = re.compile(r"^(\d{2,}):([0-5]\d):([0-5]\d)\.(\d{3}) --> (\d{2,}):([0-5]\d):([0-5]\d)\.(\d{3})$")
+_TIMING = re.compile(
+    r"^(\d{2,}):([0-5]\d):([0-5]\d)\.(\d{3}) --> (\d{2,}):([0-5]\d):([0-5]\d)\.(\d{3})$"
+)
 
 
 def parse_webvtt(body: str) -> list[tuple[str | None, float, float, str]]:
@@ -148,7 +203,12 @@ def test_a_transcript_as_webvtt_escapes_the_words(live, words):
     r = live.client.get(f"/v1/videos/{kitchen}/transcript", params={"format": "vtt"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/vtt")
     assert parse_webvtt(r.text) == [
-        ("speech-0", 1.0, 3.5, "Welcome to the Lisbon office &amp; &lt;b&gt;its&lt;/b&gt; kitchen tour."),
+        (
+            "speech-0",
+            1.0,
+            3.5,
+            "Welcome to the Lisbon office &amp; &lt;b&gt;its&lt;/b&gt; kitchen tour.",
+        ),
         ("speech-1", 4.0, 7.0, SAID[1][2]),
     ]
     r = live.client.get(f"/v1/videos/{street}/transcript", params={"format": "vtt", "kind": "all"})
@@ -158,10 +218,20 @@ def test_a_transcript_as_webvtt_escapes_the_words(live, words):
 
 def test_transcript_errors(live, words):
     error(live.client.get("/v1/videos/999999/transcript"), 404, "not_found")
-    error(live.client.get("/v1/videos/999999/transcript", params={"format": "vtt"}), 404, "not_found")
+    error(
+        live.client.get("/v1/videos/999999/transcript", params={"format": "vtt"}), 404, "not_found"
+    )
     kitchen, _ = words
-    error(live.client.get(f"/v1/videos/{kitchen}/transcript", params={"kind": "audio"}), 422, "invalid_request")
-    error(live.client.get(f"/v1/videos/{kitchen}/transcript", params={"format": "srt"}), 422, "invalid_request")
+    error(
+        live.client.get(f"/v1/videos/{kitchen}/transcript", params={"kind": "audio"}),
+        422,
+        "invalid_request",
+    )
+    error(
+        live.client.get(f"/v1/videos/{kitchen}/transcript", params={"format": "srt"}),
+        422,
+        "invalid_request",
+    )
     error(live.client.get("/v1/videos/0/transcript"), 422, "invalid_request")
     error(live.anon.get(f"/v1/videos/{kitchen}/transcript"), 401, "unauthorized")
 
@@ -173,7 +243,10 @@ def test_openapi_documents_modalities_matched_snippet_and_transcripts(live):
     assert "modalities" in request["application/json"]["schema"]["properties"]
     assert "modalities" in request["multipart/form-data"]["schema"]["properties"]
     assert {"matched", "snippet"} <= set(spec["components"]["schemas"]["Moment"]["properties"])
-    assert "text/vtt" in spec["paths"]["/v1/videos/{video_id}/transcript"]["get"]["responses"]["200"]["content"]
+    assert (
+        "text/vtt"
+        in spec["paths"]["/v1/videos/{video_id}/transcript"]["get"]["responses"]["200"]["content"]
+    )
 
 
 def test_the_python_client_searches_by_modality_and_reads_transcripts(live, words, tmp_path):

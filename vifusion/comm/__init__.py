@@ -8,5 +8,15 @@ from vifusion.comm.link import LinkMonitor, LinkStats
 from vifusion.comm.message import WireBatch
 from vifusion.comm.transport import Delivery, Transport
 
-__all__ = ["CodecPolicy", "Delivery", "Encoded", "Ladder", "LinkMonitor", "LinkStats", "Rung", "SharedTables",
-           "Transport", "WireBatch"]
+__all__ = [
+    "CodecPolicy",
+    "Delivery",
+    "Encoded",
+    "Ladder",
+    "LinkMonitor",
+    "LinkStats",
+    "Rung",
+    "SharedTables",
+    "Transport",
+    "WireBatch",
+]

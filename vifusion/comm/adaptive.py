@@ -91,7 +91,9 @@ class CodecPolicy:
         if link.receiver_share > self.receiver_bound:
             return False
         slowed = link.backlog_age > 0 and link.delivery_rate < self.drop * link.capacity
-        sagging = link.backlog_age > self.backlog_s and link.delivery_rate < self.sag * link.capacity
+        sagging = (
+            link.backlog_age > self.backlog_s and link.delivery_rate < self.sag * link.capacity
+        )
         return slowed or sagging or link.queueing_delay > self.delay_s
 
     def squeezed(self, link: LinkStats) -> bool:
@@ -101,7 +103,10 @@ class CodecPolicy:
         alone, which a busy sender seldom sends)."""
         if not (link.path_rate and link.capacity):
             return False
-        return link.path_rate < self.drop * link.capacity and link.delivery_rate < self.drop * link.capacity
+        return (
+            link.path_rate < self.drop * link.capacity
+            and link.delivery_rate < self.drop * link.capacity
+        )
 
     def update(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
         """Take one sample (call it once per acknowledgement); returns the level to use."""

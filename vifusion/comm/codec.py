@@ -84,13 +84,18 @@ class Codec(ABC):
     @abstractmethod
     def decode(self, e: Encoded) -> np.ndarray: ...
 
-    def _payload(self, e: Encoded, shapes: tuple[tuple[tuple[int, ...], type], ...]) -> tuple[np.ndarray, ...]:
+    def _payload(
+        self, e: Encoded, shapes: tuple[tuple[tuple[int, ...], type], ...]
+    ) -> tuple[np.ndarray, ...]:
         """``e``'s arrays, checked against this codec and the expected (shape, dtype)s."""
         if e.codec != self.name or e.version != self.version:
-            raise ValueError(f"codec {e.codec} version {e.version or '-'} given to codec {self.name} "
-                             f"version {self.version or '-'}")
+            raise ValueError(
+                f"codec {e.codec} version {e.version or '-'} given to codec {self.name} "
+                f"version {self.version or '-'}"
+            )
         if len(e.arrays) != len(shapes) or any(
-                a.shape != s or a.dtype != t for a, (s, t) in zip(e.arrays, shapes)):
+            a.shape != s or a.dtype != t for a, (s, t) in zip(e.arrays, shapes)
+        ):
             got = [(a.shape, str(a.dtype)) for a in e.arrays]
             raise ValueError(f"malformed {self.name} payload for {e.rows} rows: {got}")
         return e.arrays
@@ -108,8 +113,9 @@ def _space_norms(x: np.ndarray, bounds: tuple[tuple[int, int], ...]) -> np.ndarr
     return out
 
 
-def _int8_quantize(x: np.ndarray, bounds: tuple[tuple[int, int], ...],
-                   norms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _int8_quantize(
+    x: np.ndarray, bounds: tuple[tuple[int, int], ...], norms: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8, one scale per row per column range: (q, scales (n, 2) float32).
 
     ``q = round(x / s)`` with ``s = max|x| / 127``; the scale sent is ``norms / ||q||``, not
@@ -121,7 +127,7 @@ def _int8_quantize(x: np.ndarray, bounds: tuple[tuple[int, int], ...],
     inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
     y = np.empty(x.shape, np.float32)
     for i, (lo, hi) in enumerate(bounds):
-        np.multiply(x[:, lo:hi], inv[:, i:i + 1], out=y[:, lo:hi])
+        np.multiply(x[:, lo:hi], inv[:, i : i + 1], out=y[:, lo:hi])
     np.rint(y, out=y)
     np.clip(y, -127, 127, out=y)  # |y| <= 127 (1 + eps) already: a guard, not a clamp
     qnorm = _space_norms(y, bounds)
@@ -129,13 +135,13 @@ def _int8_quantize(x: np.ndarray, bounds: tuple[tuple[int, int], ...],
     return y.astype(np.int8), scales
 
 
-def _int8_dequantize(q: np.ndarray, scales: np.ndarray, bounds: tuple[tuple[int, int], ...]) -> np.ndarray:
+def _int8_dequantize(
+    q: np.ndarray, scales: np.ndarray, bounds: tuple[tuple[int, int], ...]
+) -> np.ndarray:
     out = q.astype(np.float32)
     for i, (lo, hi) in enumerate(bounds):
-        out[:, lo:hi] *= scales[:, i:i + 1]
+        out[:, lo:hi] *= scales[:, i : i + 1]
     return out
-
-
 
 
 class _Fp32(Codec):
@@ -191,6 +197,7 @@ class _Int8(Codec):
 
 # -- table codecs -------------------------------------------------------------------------
 
+
 class _Sparse(Codec):
     """Shared-mask sparse (PacTrain-style): per space only the mask's dims travel, as int8
     (as in ``int8``, scale over the kept dims); decode puts them back and zeros elsewhere.
@@ -205,7 +212,9 @@ class _Sparse(Codec):
     def __init__(self, tables: SharedTables) -> None:
         self.version = tables.version
         # kept columns as positions in the fused row; the kept values travel packed
-        self._cols = np.concatenate([m.astype(np.intp) + lo for m, lo in zip(tables.masks, _SPACE_LO)])
+        self._cols = np.concatenate(
+            [m.astype(np.intp) + lo for m, lo in zip(tables.masks, _SPACE_LO)]
+        )
         kv = len(tables.masks[0])
         self._bounds = ((0, kv), (kv, len(self._cols)))
         self.bytes_per_row = len(self._cols) + 4 * len(_SPACE_DIMS)
@@ -217,7 +226,9 @@ class _Sparse(Codec):
         return Encoded(self.name, self.version, len(x), (q, scales))
 
     def decode(self, e: Encoded) -> np.ndarray:
-        q, scales = self._payload(e, (((e.rows, len(self._cols)), np.int8), ((e.rows, 2), np.float32)))
+        q, scales = self._payload(
+            e, (((e.rows, len(self._cols)), np.int8), ((e.rows, 2), np.float32))
+        )
         out = np.zeros((e.rows, _D), np.float32)
         out[:, self._cols] = _int8_dequantize(q, scales, self._bounds)
         return out
@@ -260,26 +271,29 @@ class _PQ(Codec):
         if len(x):
             c0 = 0
             for q, lo, d, m in zip(self._faiss(), _SPACE_LO, _SPACE_DIMS, self._m):
-                codes[:, c0:c0 + m] = q.compute_codes(np.ascontiguousarray(x[:, lo:lo + d]))
+                codes[:, c0 : c0 + m] = q.compute_codes(np.ascontiguousarray(x[:, lo : lo + d]))
                 c0 += m
         return Encoded(self.name, self.version, len(x), (codes, _space_norms(x, _FULL)))
 
     def decode(self, e: Encoded) -> np.ndarray:
-        codes, norms = self._payload(e, (((e.rows, sum(self._m)), np.uint8), ((e.rows, 2), np.float32)))
+        codes, norms = self._payload(
+            e, (((e.rows, sum(self._m)), np.uint8), ((e.rows, 2), np.float32))
+        )
         out = np.empty((e.rows, _D), np.float32)
         c0 = 0
         for c, lo, d, m in zip(self._centroids, _SPACE_LO, _SPACE_DIMS, self._m):
             # centroid lookup: (n, M) codes -> (n, M, dsub) -> (n, d)
-            out[:, lo:lo + d] = c[np.arange(m), codes[:, c0:c0 + m]].reshape(e.rows, d)
+            out[:, lo : lo + d] = c[np.arange(m), codes[:, c0 : c0 + m]].reshape(e.rows, d)
             c0 += m
         rnorms = _space_norms(out, _FULL)
         gain = np.divide(norms, rnorms, out=np.zeros_like(rnorms), where=rnorms > 0)
         for i, (lo, hi) in enumerate(_FULL):
-            out[:, lo:hi] *= gain[:, i:i + 1]
+            out[:, lo:hi] *= gain[:, i : i + 1]
         return out
 
 
 # -- the ladder ---------------------------------------------------------------------------
+
 
 class Ladder:
     """The codecs in ladder order, least lossy (and largest) first: fp32, fp16, int8, and
@@ -294,7 +308,9 @@ class Ladder:
         self.codecs: tuple[Codec, ...] = tuple(codecs)
         for i, c in enumerate(self.codecs):
             if c.level != i or (i and c.bytes_per_row >= self.codecs[i - 1].bytes_per_row):
-                raise ValueError(f"ladder out of order at {c!r}: each rung must be smaller than the last")
+                raise ValueError(
+                    f"ladder out of order at {c!r}: each rung must be smaller than the last"
+                )
         self._by_name = {c.name: c for c in self.codecs}
 
     def get(self, name: str) -> Codec:
@@ -302,7 +318,9 @@ class Ladder:
         try:
             return self._by_name[name]
         except KeyError:
-            raise ValueError(f"unknown codec {name!r}: this ladder has {', '.join(self._by_name)}") from None
+            raise ValueError(
+                f"unknown codec {name!r}: this ladder has {', '.join(self._by_name)}"
+            ) from None
 
     def decode(self, e: Encoded) -> np.ndarray:
         """Decode with the codec ``e`` names; ValueError for a codec or tables version this
@@ -310,16 +328,24 @@ class Ladder:
         codec = self._by_name.get(e.codec)
         if codec is None:
             if e.codec in (_Sparse.name, _PQ.name):
-                raise ValueError(f"codec {e.codec} version {e.version} unknown here: "
-                                 "this node has no shared tables")
-            raise ValueError(f"unknown codec {e.codec!r}: this ladder has {', '.join(self._by_name)}")
+                raise ValueError(
+                    f"codec {e.codec} version {e.version} unknown here: "
+                    "this node has no shared tables"
+                )
+            raise ValueError(
+                f"unknown codec {e.codec!r}: this ladder has {', '.join(self._by_name)}"
+            )
         if e.version != codec.version:
-            raise ValueError(f"codec {e.codec} version {e.version or '-'} unknown here: "
-                             f"this node has {codec.version or '-'}")
+            raise ValueError(
+                f"codec {e.codec} version {e.version or '-'} unknown here: "
+                f"this node has {codec.version or '-'}"
+            )
         return codec.decode(e)
 
 
-def recall_at_k(ladder: Ladder, rows: np.ndarray, k: int = 10, queries: int = 100) -> dict[str, float]:
+def recall_at_k(
+    ladder: Ladder, rows: np.ndarray, k: int = 10, queries: int = 100
+) -> dict[str, float]:
     """How well each codec of ``ladder`` keeps search results on real ``rows`` (held out from
     the tables' training): per codec, the frame-level recall@k of the decoded rows against the
     exact ones, the worse of the two spaces; the first ``queries`` rows are the queries.
@@ -331,8 +357,8 @@ def recall_at_k(ladder: Ladder, rows: np.ndarray, k: int = 10, queries: int = 10
         y = codec.decode(codec.encode(x))
         worst = 1.0
         for lo, d in zip(_SPACE_LO, _SPACE_DIMS, strict=True):
-            exact = np.argsort(-(q[:, lo:lo + d] @ x[:, lo:lo + d].T), axis=1)[:, :k]
-            got = np.argsort(-(q[:, lo:lo + d] @ y[:, lo:lo + d].T), axis=1)[:, :k]
+            exact = np.argsort(-(q[:, lo : lo + d] @ x[:, lo : lo + d].T), axis=1)[:, :k]
+            got = np.argsort(-(q[:, lo : lo + d] @ y[:, lo : lo + d].T), axis=1)[:, :k]
             hits = [len(set(a) & set(b)) / k for a, b in zip(exact, got, strict=True)]
             worst = min(worst, float(np.mean(hits)))
         out[codec.name] = worst

@@ -44,7 +44,11 @@ def _high(samples: list[float]) -> float:
     of ``samples``, sorted."""
     if not samples:
         return 0.0
-    return samples[min(len(samples) - 1, int(0.8 * len(samples)))] if len(samples) >= 5 else samples[-1]
+    return (
+        samples[min(len(samples) - 1, int(0.8 * len(samples)))]
+        if len(samples) >= 5
+        else samples[-1]
+    )
 
 
 class _WindowMin:
@@ -109,8 +113,12 @@ class LinkStats:
     acked_bytes: int
     acked_messages: int
     service_s: float  # smoothed time the destination spends on a message
-    per_message_s: float  # fixed cost of one message (send call or the destination's part), windowed min
-    rtt_stale: bool = False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
+    per_message_s: (
+        float  # fixed cost of one message (send call or the destination's part), windowed min
+    )
+    rtt_stale: bool = (
+        False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
+    )
     receiver_share: float = 0.0  # smoothed share of a round trip the destination was busy
 
 
@@ -177,7 +185,9 @@ class LinkMonitor:
         self._last_activity = clock()
         self._backlog_age = 0.0
 
-    def on_send(self, nbytes: int, logical: int | None = None, *, backlog: bool, submit_s: float = 0.0) -> int:
+    def on_send(
+        self, nbytes: int, logical: int | None = None, *, backlog: bool, submit_s: float = 0.0
+    ) -> int:
         """Record a message leaving; returns a token for ``on_ack``. ``logical``: its size
         uncompressed (default ``nbytes``). ``backlog``: more was waiting behind it, so the
         sample it yields measures the link, not the sender."""
@@ -188,14 +198,25 @@ class LinkMonitor:
         token = self._next
         self._next += 1
         self._sent[token] = _Sent(
-            nbytes, nbytes if logical is None else logical, now, self._in_flight_bytes,
-            self._delivered, self._logical, self._t_delivered, self._first_sent, not backlog, submit_s, self._busy,
+            nbytes,
+            nbytes if logical is None else logical,
+            now,
+            self._in_flight_bytes,
+            self._delivered,
+            self._logical,
+            self._t_delivered,
+            self._first_sent,
+            not backlog,
+            submit_s,
+            self._busy,
         )
         self._in_flight_bytes += nbytes
         self._last_activity = now
         return token
 
-    def on_ack(self, token: int, service_s: float = 0.0, fixed_s: float = 0.0, busy_s: float | None = None) -> None:
+    def on_ack(
+        self, token: int, service_s: float = 0.0, fixed_s: float = 0.0, busy_s: float | None = None
+    ) -> None:
         """Record the destination's acknowledgement of a message (``service_s``: how long it
         spent on it, ``fixed_s``: what the message cost it, e.g. its CPU time and a log sync
         it waited for, ``busy_s``: its running total of time spent serving; all reported by
@@ -265,7 +286,9 @@ class LinkMonitor:
 
     @property
     def delivery_rate(self) -> float:
-        self._recent_rates.expire(self._clock(), self.rate_window_s)  # the newest stands, however old
+        self._recent_rates.expire(
+            self._clock(), self.rate_window_s
+        )  # the newest stands, however old
         return self._recent_rates.high()
 
     @property

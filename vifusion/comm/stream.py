@@ -31,7 +31,9 @@ from vifusion.comm.message import WireBatch
 
 log = logging.getLogger(__name__)
 
-Ack = tuple[int, float, float, float]  # vectors held, service s, cost s, busy s (``ShardReplica.receive``)
+Ack = tuple[
+    int, float, float, float
+]  # vectors held, service s, cost s, busy s (``ShardReplica.receive``)
 
 # magic, kind, rows, arrays, then the lengths of: codec, version, batch id
 _HEAD = struct.Struct("<4sBIBBBH")
@@ -67,7 +69,9 @@ class StreamServer:
     all staged by then (``WriteAheadLog.sync``). Checking a batch's tag on the thread that
     applies them would put it in the way of every batch."""
 
-    def __init__(self, stage: Callable[[WireBatch], Callable[[], Ack]], ping: Callable[[], Ack], host: str) -> None:
+    def __init__(
+        self, stage: Callable[[WireBatch], Callable[[], Ack]], ping: Callable[[], Ack], host: str
+    ) -> None:
         self._stage, self._ping = stage, ping
         listener = socket.socket(_family(host), socket.SOCK_STREAM)
         listener.bind((host, 0))
@@ -82,7 +86,9 @@ class StreamServer:
         channel.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # For the reply thread, in order: a batch's commit, a probe, or why a batch failed.
         replies: queue.Queue = queue.Queue(_STAGED)
-        replier = threading.Thread(target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True)
+        replier = threading.Thread(
+            target=self._reply, args=(channel, replies), name="shard-stream-reply", daemon=True
+        )
         replier.start()
         try:
             while (request := _read_request(channel)) is not None:
@@ -164,8 +170,9 @@ class ShardStream:
 
     def _write(self) -> None:
         try:
-            channel = wire.open_connection(_family(self._address[0]), self._address, self._secret,
-                                           timeout=_CONNECT_TIMEOUT_S)
+            channel = wire.open_connection(
+                _family(self._address[0]), self._address, self._secret, timeout=_CONNECT_TIMEOUT_S
+            )
         except OSError as e:
             self._fail(f"cannot open the shard stream to {self._address}: {e}")
             return
@@ -174,7 +181,9 @@ class ShardStream:
                 channel.close()
                 return
             self._channel = channel
-        threading.Thread(target=self._read, args=(channel,), name="shard-stream-read", daemon=True).start()
+        threading.Thread(
+            target=self._read, args=(channel,), name="shard-stream-read", daemon=True
+        ).start()
         while (item := self._outbox.get()) is not None:
             message, future = item
             try:
@@ -253,12 +262,18 @@ def _request(message: WireBatch | int) -> list:
     p = batch.payload
     codec, version, batch_id = p.codec.encode(), p.version.encode(), batch.batch_id.encode()
     arrays = [np.ascontiguousarray(a) for a in (batch.ids, batch.times, *p.arrays)]
-    parts = [_HEAD.pack(_MAGIC, _BATCH, p.rows, len(arrays), len(codec), len(version), len(batch_id)),
-             codec, version, batch_id]
+    parts = [
+        _HEAD.pack(_MAGIC, _BATCH, p.rows, len(arrays), len(codec), len(version), len(batch_id)),
+        codec,
+        version,
+        batch_id,
+    ]
     for a in arrays:
         if a.ndim > _MAX_NDIM:
             raise ValueError(f"a {a.ndim}-d array cannot travel on the shard stream")
-        parts.append(_ARRAY.pack(a.dtype.str.encode(), a.ndim) + b"".join(_DIM.pack(d) for d in a.shape))
+        parts.append(
+            _ARRAY.pack(a.dtype.str.encode(), a.ndim) + b"".join(_DIM.pack(d) for d in a.shape)
+        )
     parts += arrays
     return parts
 
@@ -293,8 +308,11 @@ def _read_request(channel: wire.Channel) -> WireBatch | int | None:
         except (TypeError, UnicodeDecodeError):
             return None
         shapes.append((tuple(d for (d,) in _DIM.iter_unpack(dims)), dtype))
-    if count < 2 or any(t.kind not in _KINDS for _, t in shapes) or \
-            sum(int(np.prod(s)) * t.itemsize for s, t in shapes) > MAX_MESSAGE_BYTES:
+    if (
+        count < 2
+        or any(t.kind not in _KINDS for _, t in shapes)
+        or sum(int(np.prod(s)) * t.itemsize for s, t in shapes) > MAX_MESSAGE_BYTES
+    ):
         log.warning("shard stream: a request of %d arrays %s, connection closed", count, shapes)
         return None
     arrays = [np.empty(s, t) for s, t in shapes]
@@ -304,11 +322,19 @@ def _read_request(channel: wire.Channel) -> WireBatch | int | None:
     if not channel.check():
         return None
     try:
-        codec, version, batch_id = (bytes(names[a:b]).decode() for a, b in
-                                    ((0, codec_len), (codec_len, codec_len + version_len), (codec_len + version_len, None)))
+        codec, version, batch_id = (
+            bytes(names[a:b]).decode()
+            for a, b in (
+                (0, codec_len),
+                (codec_len, codec_len + version_len),
+                (codec_len + version_len, None),
+            )
+        )
     except UnicodeDecodeError:
         return None
-    return WireBatch(arrays[0], arrays[1], Encoded(codec, version, rows, tuple(arrays[2:])), batch_id)
+    return WireBatch(
+        arrays[0], arrays[1], Encoded(codec, version, rows, tuple(arrays[2:])), batch_id
+    )
 
 
 def _error(status: int, text: str) -> Exception:

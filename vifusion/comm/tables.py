@@ -13,7 +13,15 @@ import faiss
 import numpy as np
 
 from vifusion._files import fsync_dir
-from vifusion.comm._layout import _FULL, _PQ_BITS, _PQ_KSUB, _SPACE_DIMS, _SPACE_LO, _rows, _space_absmax
+from vifusion.comm._layout import (
+    _FULL,
+    _PQ_BITS,
+    _PQ_KSUB,
+    _SPACE_DIMS,
+    _SPACE_LO,
+    _rows,
+    _space_absmax,
+)
 
 
 def _content_version(pq: tuple[np.ndarray, ...], masks: tuple[np.ndarray, ...]) -> str:
@@ -31,8 +39,6 @@ def _per_space(v: Any) -> tuple[Any, Any]:
     if len(pair) != len(_SPACE_DIMS):
         raise ValueError(f"expected one value or one per space (visual, semantic), got {v!r}")
     return pair
-
-
 
 
 def _keeps(keep: float | tuple[float, float]) -> tuple[float, float]:
@@ -68,24 +74,47 @@ class SharedTables:
 
     def __post_init__(self) -> None:
         for d, c, m in zip(_SPACE_DIMS, self.pq, self.masks, strict=True):
-            if c.ndim != 3 or c.shape[1] != _PQ_KSUB or c.shape[0] * c.shape[2] != d or c.dtype != np.float32:
-                raise ValueError(f"pq centroids of shape {c.shape} ({c.dtype}) do not fit a {d}-d space")
-            if (m.ndim != 1 or m.dtype != np.int32 or not 0 < len(m) <= d
-                    or m[0] < 0 or m[-1] >= d or (np.diff(m) <= 0).any()):
-                raise ValueError(f"a mask must be sorted unique int32 indices within the {d}-d space")
+            if (
+                c.ndim != 3
+                or c.shape[1] != _PQ_KSUB
+                or c.shape[0] * c.shape[2] != d
+                or c.dtype != np.float32
+            ):
+                raise ValueError(
+                    f"pq centroids of shape {c.shape} ({c.dtype}) do not fit a {d}-d space"
+                )
+            if (
+                m.ndim != 1
+                or m.dtype != np.int32
+                or not 0 < len(m) <= d
+                or m[0] < 0
+                or m[-1] >= d
+                or (np.diff(m) <= 0).any()
+            ):
+                raise ValueError(
+                    f"a mask must be sorted unique int32 indices within the {d}-d space"
+                )
         if self.version != _content_version(self.pq, self.masks):
             raise ValueError(f"tables version {self.version} does not match their content")
 
     @classmethod
-    def of(cls, pq: tuple[np.ndarray, np.ndarray], masks: tuple[np.ndarray, np.ndarray]) -> SharedTables:
+    def of(
+        cls, pq: tuple[np.ndarray, np.ndarray], masks: tuple[np.ndarray, np.ndarray]
+    ) -> SharedTables:
         """Tables from their arrays, versioned by content."""
         pq = tuple(np.ascontiguousarray(c, np.float32) for c in pq)
         masks = tuple(np.ascontiguousarray(m, np.int32) for m in masks)
         return cls(_content_version(pq, masks), pq, masks)
 
     @classmethod
-    def train(cls, features: np.ndarray, *, keep: float | tuple[float, float] = (0.4, 0.8),
-              pq_dims_per_sub: int | tuple[int, int] = (8, 2), seed: int = 0) -> SharedTables:
+    def train(
+        cls,
+        features: np.ndarray,
+        *,
+        keep: float | tuple[float, float] = (0.4, 0.8),
+        pq_dims_per_sub: int | tuple[int, int] = (8, 2),
+        seed: int = 0,
+    ) -> SharedTables:
         """Train from a sample of real ``(n, D)`` rows (n >= 256; some thousands is plenty).
 
         Both parameters take one value for both spaces or a (visual, semantic) pair.
@@ -103,11 +132,13 @@ class SharedTables:
         keeps = _keeps(keep)
         subs = _per_space(pq_dims_per_sub)
         if not all(isinstance(s, int) and s >= 2 and d % s == 0 for s, d in zip(subs, _SPACE_DIMS)):
-            raise ValueError(f"pq_dims_per_sub {pq_dims_per_sub} must be >= 2 and divide {_SPACE_DIMS}")
+            raise ValueError(
+                f"pq_dims_per_sub {pq_dims_per_sub} must be >= 2 and divide {_SPACE_DIMS}"
+            )
         _space_absmax(x, _FULL)  # NaN/inf check
         masks, pq = [], []
         for lo, d, kf, sub in zip(_SPACE_LO, _SPACE_DIMS, keeps, subs):
-            xs = np.ascontiguousarray(x[:, lo:lo + d])
+            xs = np.ascontiguousarray(x[:, lo : lo + d])
             masks.append(_mask(xs, kf))
             q = faiss.ProductQuantizer(d, d // sub, _PQ_BITS)
             q.cp.seed = seed
@@ -122,7 +153,9 @@ class SharedTables:
         without the seconds of k-means that training pq costs."""
         x = _rows(features)
         _space_absmax(x, _FULL)  # NaN/inf check
-        masks = tuple(_mask(x[:, lo:lo + d], kf) for lo, d, kf in zip(_SPACE_LO, _SPACE_DIMS, _keeps(keep)))
+        masks = tuple(
+            _mask(x[:, lo : lo + d], kf) for lo, d, kf in zip(_SPACE_LO, _SPACE_DIMS, _keeps(keep))
+        )
         return SharedTables.of(self.pq, masks)
 
     def save(self, directory: Path) -> Path:
@@ -132,8 +165,14 @@ class SharedTables:
         path = directory / f"tables-{self.version}.npz"
         tmp = directory / f".{path.name}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
-            np.savez(f, version=np.array(self.version), pq_visual=self.pq[0], pq_semantic=self.pq[1],
-                     mask_visual=self.masks[0], mask_semantic=self.masks[1])
+            np.savez(
+                f,
+                version=np.array(self.version),
+                pq_visual=self.pq[0],
+                pq_semantic=self.pq[1],
+                mask_visual=self.masks[0],
+                mask_semantic=self.masks[1],
+            )
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -145,5 +184,8 @@ class SharedTables:
         """Read tables written by :meth:`save`; ValueError if the content does not match its
         recorded version (a corrupt or hand-edited file)."""
         with np.load(Path(path), allow_pickle=False) as z:
-            return cls(str(z["version"]), (z["pq_visual"], z["pq_semantic"]),
-                       (z["mask_visual"], z["mask_semantic"]))
+            return cls(
+                str(z["version"]),
+                (z["pq_visual"], z["pq_semantic"]),
+                (z["mask_visual"], z["mask_semantic"]),
+            )

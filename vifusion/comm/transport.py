@@ -93,9 +93,17 @@ class Transport:
     collects acknowledgements (``poll``): a sender that waited in ``poll`` could not send the
     rows that came in meanwhile, and kept one message in flight whatever its window."""
 
-    def __init__(self, tables: SharedTables | None = None, *, adaptive: bool = True, fixed: str | None = None,
-                 allowed: Collection[str] | None = None, policy: dict[str, float] | None = None,
-                 small_bytes: int = 64 << 10, stream: bool = True) -> None:
+    def __init__(
+        self,
+        tables: SharedTables | None = None,
+        *,
+        adaptive: bool = True,
+        fixed: str | None = None,
+        allowed: Collection[str] | None = None,
+        policy: dict[str, float] | None = None,
+        small_bytes: int = 64 << 10,
+        stream: bool = True,
+    ) -> None:
         """``adaptive``: each link's codec follows its congestion; otherwise exact fp32, or
         the ``fixed`` codec on every link (for comparisons). ``allowed``: the codecs the
         adaptive policy may pick (None: the whole ladder), e.g. those that keep recall.
@@ -115,20 +123,32 @@ class Transport:
         self.inline_bytes = inline_limit()
         self.use_tables(tables, allowed)
 
-    def use_tables(self, tables: SharedTables | None, allowed: Collection[str] | None = None) -> None:
+    def use_tables(
+        self, tables: SharedTables | None, allowed: Collection[str] | None = None
+    ) -> None:
         """Switch to a ladder with these tables (adds the sparse and pq rungs, where allowed)."""
         ladder = Ladder(tables)
         tables_ref = ray.put(tables) if tables is not None else None
         with self._lock:
             self.ladder, self._tables_ref = ladder, tables_ref
-            self._codecs = [c for c in ladder.codecs if c.lossless or allowed is None or c.name in allowed]
+            self._codecs = [
+                c for c in ladder.codecs if c.lossless or allowed is None or c.name in allowed
+            ]
             self._encode_s = [0.0] * len(self._codecs)
             rungs = [Rung(c.name, c.bytes_per_row) for c in self._codecs]
             for link in self._links.values():
                 link.policy.rungs = rungs
                 link.policy.level = min(link.policy.level, len(rungs) - 1)
 
-    def send(self, dest: Hashable, handle: ActorHandle, batch: FusedBatch, *, backlog: bool, tag: Any = None) -> None:
+    def send(
+        self,
+        dest: Hashable,
+        handle: ActorHandle,
+        batch: FusedBatch,
+        *,
+        backlog: bool,
+        tag: Any = None,
+    ) -> None:
         """Encode ``batch`` with the link's codec and send it to ``handle.receive``."""
         with self._lock:
             link = self._link(dest)
@@ -142,14 +162,31 @@ class Transport:
         if len(batch):
             cost = (time.perf_counter() - t0) / len(batch)
             encode_s[level] = cost if not encode_s[level] else 0.8 * encode_s[level] + 0.2 * cost
-        wire = WireBatch(batch.ids, batch.times, payload, batch.batch_id, tables_ref if payload.version else None)
+        wire = WireBatch(
+            batch.ids, batch.times, payload, batch.batch_id, tables_ref if payload.version else None
+        )
         t1 = time.perf_counter()
         future = stream.send(wire) if stream else self._call(handle, wire)
         submit_s = time.perf_counter() - t1
         with self._lock:
-            token = link.monitor.on_send(wire.nbytes, batch.nbytes, backlog=backlog, submit_s=submit_s)
-            self._track(dest, link, future, _Sent(token, tag, len(batch), wire.nbytes, codec.name, handle, wire,
-                                                  stream is not None))
+            token = link.monitor.on_send(
+                wire.nbytes, batch.nbytes, backlog=backlog, submit_s=submit_s
+            )
+            self._track(
+                dest,
+                link,
+                future,
+                _Sent(
+                    token,
+                    tag,
+                    len(batch),
+                    wire.nbytes,
+                    codec.name,
+                    handle,
+                    wire,
+                    stream is not None,
+                ),
+            )
 
     def probe(self, dest: Hashable, handle: ActorHandle) -> None:
         """A tiny message on an idle link, to keep its min RTT current."""
@@ -158,7 +195,12 @@ class Transport:
             stream = self._stream(link, handle)
             future = stream.ping() if stream else handle.ping.remote().future()
             token = link.monitor.on_send(64, 0, backlog=False)
-            self._track(dest, link, future, _Sent(token, None, 0, 64, "probe", handle, None, stream is not None))
+            self._track(
+                dest,
+                link,
+                future,
+                _Sent(token, None, 0, 64, "probe", handle, None, stream is not None),
+            )
 
     def poll(self, timeout: float) -> list[Delivery]:
         """Acknowledgements (and failures) that arrive within ``timeout`` seconds."""
@@ -185,7 +227,9 @@ class Transport:
                     if sent.by_stream and isinstance(ack, StreamLost | TablesUnknown):
                         self._resend(dest, link, sent, ack)
                     elif sent.wire is not None:
-                        out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec, ack))
+                        out.append(
+                            Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec, ack)
+                        )
                     continue
                 _, service_s, fixed_s, busy_s = ack
                 link.monitor.on_ack(sent.token, service_s, fixed_s, busy_s)
@@ -193,8 +237,16 @@ class Transport:
                 if sent.by_stream:
                     link.failed_in_a_row = 0
                 if sent.wire is not None:
-                    out.append(Delivery(dest, sent.tag, sent.rows, sent.wire_bytes, sent.codec,
-                                        by_stream=sent.by_stream))
+                    out.append(
+                        Delivery(
+                            dest,
+                            sent.tag,
+                            sent.rows,
+                            sent.wire_bytes,
+                            sent.codec,
+                            by_stream=sent.by_stream,
+                        )
+                    )
         return out
 
     def by_stream(self, dest: Hashable) -> bool:
@@ -262,7 +314,7 @@ class Transport:
         """What the stream could not deliver goes again by actor call (``self._lock`` held)."""
         if isinstance(why, StreamLost) and link.stream is not None and link.stream.closed:
             log.warning("shard stream to %s: %s; actor calls for now", dest, why)
-            wait_s = min(_STREAM_RETRY_S * 2 ** link.failed_in_a_row, _STREAM_RETRY_MAX_S)
+            wait_s = min(_STREAM_RETRY_S * 2**link.failed_in_a_row, _STREAM_RETRY_MAX_S)
             link.stream, link.stream_after = None, time.monotonic() + wait_s
             link.failed_in_a_row += 1
             link.stream_failures = [*link.stream_failures[-4:], str(why)]
@@ -270,8 +322,21 @@ class Transport:
             return
         future = self._call(sent.handle, sent.wire)
         token = link.monitor.on_send(sent.wire_bytes, backlog=True)
-        self._track(dest, link, future, _Sent(token, sent.tag, sent.rows, sent.wire_bytes, sent.codec, sent.handle,
-                                              sent.wire, False))
+        self._track(
+            dest,
+            link,
+            future,
+            _Sent(
+                token,
+                sent.tag,
+                sent.rows,
+                sent.wire_bytes,
+                sent.codec,
+                sent.handle,
+                sent.wire,
+                False,
+            ),
+        )
 
     def _stream(self, link: _Link, handle: ActorHandle) -> ShardStream | None:
         """The link's stream to ``handle``'s replica, or None: an actor call (``self._lock``
@@ -299,7 +364,10 @@ class Transport:
         link = self._links.get(dest)
         if link is None:
             rungs = [Rung(c.name, c.bytes_per_row) for c in self._codecs]
-            link = _Link(LinkMonitor(small_bytes=self._small_bytes), CodecPolicy(rungs, enabled=self.adaptive, **self._policy_args))
+            link = _Link(
+                LinkMonitor(small_bytes=self._small_bytes),
+                CodecPolicy(rungs, enabled=self.adaptive, **self._policy_args),
+            )
             if self.fixed is not None:
                 link.policy.level = [c.name for c in self._codecs].index(self.fixed)
             self._links[dest] = link

@@ -94,14 +94,22 @@ class Server:
     proves the secret goes to ``serve(channel)``, which reads requests until the connection
     closes. ``handshake_s``, ``max_handshakes``: as ``HANDSHAKE_S``, ``MAX_HANDSHAKES``."""
 
-    def __init__(self, listener: socket.socket, serve: Callable[[Channel], None], name: str,
-                 handshake_s: float = HANDSHAKE_S, max_handshakes: int = MAX_HANDSHAKES) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        serve: Callable[[Channel], None],
+        name: str,
+        handshake_s: float = HANDSHAKE_S,
+        max_handshakes: int = MAX_HANDSHAKES,
+    ) -> None:
         self.secret = os.urandom(SECRET_BYTES)
         self._listener = listener
         self._serve = serve
         self._name = name
         self._handshake_s, self._max_handshakes = handshake_s, max_handshakes
-        self._waiting: dict[socket.socket, None] = {}  # connections in their handshake, oldest first
+        self._waiting: dict[
+            socket.socket, None
+        ] = {}  # connections in their handshake, oldest first
         self._lock = threading.Lock()
         listener.listen(64)
         threading.Thread(target=self._accept, name=f"{name}-accept", daemon=True).start()
@@ -125,7 +133,9 @@ class Server:
                     with contextlib.suppress(OSError):
                         oldest.shutdown(socket.SHUT_RDWR)  # wakes its thread, which closes it
                 self._waiting[conn] = None
-            threading.Thread(target=self._welcome, args=(conn,), name=f"{self._name}-conn", daemon=True).start()
+            threading.Thread(
+                target=self._welcome, args=(conn,), name=f"{self._name}-conn", daemon=True
+            ).start()
 
     def _welcome(self, conn: socket.socket) -> None:
         with conn:
@@ -162,8 +172,9 @@ def _answer(conn: socket.socket, secret: bytes, deadline: float) -> Channel | No
     return Channel(conn, _derive(secret, _SERVER_KEY, nonces), _derive(secret, _CLIENT_KEY, nonces))
 
 
-def open_connection(family: int, address: str | tuple[str, int], secret: bytes,
-                    timeout: float | None = None) -> Channel:
+def open_connection(
+    family: int, address: str | tuple[str, int], secret: bytes, timeout: float | None = None
+) -> Channel:
     """Connect and prove ``secret`` both ways. Raises OSError where the server is out of
     reach or closed the connection (a wrong secret, or a server going away), ``Forged``
     where it does not prove it holds the secret."""
@@ -172,7 +183,9 @@ def open_connection(family: int, address: str | tuple[str, int], secret: bytes,
         conn.settimeout(timeout)
         conn.connect(address)
         if family != socket.AF_UNIX:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are small and awaited
+            conn.setsockopt(
+                socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+            )  # replies are small and awaited
         ours = os.urandom(NONCE_BYTES)
         conn.sendall(ours)
         theirs = bytearray(NONCE_BYTES)

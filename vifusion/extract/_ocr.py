@@ -134,8 +134,11 @@ class LineReader:
         from rapidocr_onnxruntime import RapidOCR
 
         self.engine = RapidOCR(
-            intra_op_num_threads=threads, inter_op_num_threads=1,
-            det_use_cuda=cuda, cls_use_cuda=cuda, rec_use_cuda=cuda,
+            intra_op_num_threads=threads,
+            inter_op_num_threads=1,
+            det_use_cuda=cuda,
+            cls_use_cuda=cuda,
+            rec_use_cuda=cuda,
         )
 
     def sees_text(self, rgb: np.ndarray, side: int) -> bool:
@@ -150,12 +153,18 @@ class LineReader:
         h, w = rgb.shape[:2]
         scale = side / min(h, w)
         if scale < 1:
-            rgb = cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+            rgb = cv2.resize(
+                rgb,
+                (max(1, round(w * scale)), max(1, round(h * scale))),
+                interpolation=cv2.INTER_AREA,
+            )
         x = DetPreProcess(side, "min", det.mean, det.std)(np.ascontiguousarray(rgb[:, :, ::-1]))
         if x is None:  # no size to look at: let ``read`` decide
             return True
         prob = det.infer(x)[0]
-        boxes, _ = det.postprocess_op(prob, prob.shape[2:])  # in the map's own pixels: shapes undistorted
+        boxes, _ = det.postprocess_op(
+            prob, prob.shape[2:]
+        )  # in the map's own pixels: shapes undistorted
         for box in boxes:
             _, (w, h), _ = cv2.minAreaRect(np.asarray(box, np.float32))
             if max(w, h) >= _GATE_MIN_ASPECT * max(min(w, h), 1.0):

@@ -88,8 +88,9 @@ def _exported() -> bytes:
             self.model = model
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+            return self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
 
     from transformers.utils import logging as hf_logging
 
@@ -99,10 +100,17 @@ def _exported() -> bytes:
     sample = AutoTokenizer.from_pretrained(path)(["a photo of a cat"], return_tensors="pt")
     buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's notes on constants it keeps (none matter here)
+        warnings.simplefilter(
+            "ignore"
+        )  # the tracer's notes on constants it keeps (none matter here)
         torch.onnx.export(
-            Hidden(model), tuple(sample[name] for name in _INPUTS), buf, dynamo=False, opset_version=_OPSET,
-            input_names=list(_INPUTS), output_names=["hidden"],
+            Hidden(model),
+            tuple(sample[name] for name in _INPUTS),
+            buf,
+            dynamo=False,
+            opset_version=_OPSET,
+            input_names=list(_INPUTS),
+            output_names=["hidden"],
             dynamic_axes={name: {0: "batch", 1: "tokens"} for name in (*_INPUTS, "hidden")},
         )
     return buf.getvalue()
@@ -130,8 +138,10 @@ class TextEmbedder:
         out = np.zeros((len(texts), 384), np.float32)
         for i, text in enumerate(texts):
             enc = self.tokenizer.encode(text)
-            feed = {name: np.array([values], np.int64)
-                    for name, values in zip(_INPUTS, (enc.ids, enc.attention_mask, enc.type_ids))}
+            feed = {
+                name: np.array([values], np.int64)
+                for name, values in zip(_INPUTS, (enc.ids, enc.attention_mask, enc.type_ids))
+            }
             hidden = self.session.run(None, feed)[0][0].astype(np.float64)  # (tokens, 384)
             pooled = hidden.mean(axis=0)  # the mask is all ones: no padding
             out[i] = pooled / max(np.linalg.norm(pooled), 1e-12)

@@ -32,7 +32,9 @@ from vifusion.placement import extractor_options, load_plan, planned_extractors
 from vifusion.types import FusedBatch
 
 EMBED_SIDE = 224  # short side of the frames the embedder takes (it crops 224 x 224)
-_TEXT_ROWS_PER_HANDOVER = 256  # a text row is a frame-wide row (zero visual columns): ~1.7 MB per 256
+_TEXT_ROWS_PER_HANDOVER = (
+    256  # a text row is a frame-wide row (zero visual columns): ~1.7 MB per 256
+)
 TextRows = list[tuple[float, float, str]]  # (start_s, end_s, text) of a video's rows of one kind
 
 
@@ -98,11 +100,22 @@ class Extractor:
                 # Frames big enough to read text on where screen text is read; shrunk to embed.
                 side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
                 info, total, batches = open_sampled(
-                    Path(path), cfg.sample_fps, cfg.max_frames, side, cfg.embed_batch,
-                    min_short_side=EMBED_SIDE if cfg.screen_text else None, file=file,
+                    Path(path),
+                    cfg.sample_fps,
+                    cfg.max_frames,
+                    side,
+                    cfg.embed_batch,
+                    min_short_side=EMBED_SIDE if cfg.screen_text else None,
+                    file=file,
                 )
-                yield {"event": "probed", "duration_s": info.duration_s, "fps": info.fps,
-                       "width": info.width, "height": info.height, "frames_total": total}
+                yield {
+                    "event": "probed",
+                    "duration_s": info.duration_s,
+                    "fps": info.fps,
+                    "width": info.width,
+                    "height": info.height,
+                    "frames_total": total,
+                }
                 with self._hearing(Path(path), file) as heard:
                     yield {"event": "stage", "stage": "frames"}
                     tracker = self.screen().track() if cfg.screen_text else None
@@ -112,10 +125,13 @@ class Extractor:
                     for frames, spans in prefetch(batches):
                         visual, semantic = self.embedder.embed_frames(_shrink(frames, EMBED_SIDE))
                         batch = FusedBatch.of_video(
-                            video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic)
+                            video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic
+                        )
                         done += len(batch)
                         if handing is not None:
-                            instance = _same(instance, handing.result())  # back-pressure reaches this actor here
+                            instance = _same(
+                                instance, handing.result()
+                            )  # back-pressure reaches this actor here
                         handing = self.handoff.submit(shard_no, batch, time.time())
                         if tracker is not None:  # read while the frames' hand-over travels
                             for rgb, (_, t0, t1) in zip(frames, spans):
@@ -124,11 +140,15 @@ class Extractor:
                     if tracker is not None:
                         shown += tracker.finish()
                     texts: dict[str, TextRows] = {
-                        "screen": sorted((s.start_s, s.end_s, s.text) for s in shown), "speech": []}
+                        "screen": sorted((s.start_s, s.end_s, s.text) for s in shown),
+                        "speech": [],
+                    }
                     if heard is not None:
                         yield {"event": "stage", "stage": "speech"}
                         transcript = heard.result()
-                        texts["speech"] = [(s.start_s, s.end_s, s.text) for s in transcript.segments]
+                        texts["speech"] = [
+                            (s.start_s, s.end_s, s.text) for s in transcript.segments
+                        ]
                         if transcript.reason is not None:
                             yield {"event": "warning", "warning": transcript.reason}
             yield {"event": "stage", "stage": "saving"}
@@ -148,11 +168,18 @@ class Extractor:
         except DecodeError as e:
             self._abandon(video_id)
             yield {"event": "failed", "error": str(e)}
-        except (AggregatorLost, ray.exceptions.RayActorError) as e:  # not the video's fault: worth a retry
+        except (
+            AggregatorLost,
+            ray.exceptions.RayActorError,
+        ) as e:  # not the video's fault: worth a retry
             yield {"event": "failed", "error": f"{name}: {_reason(e)}", "retry": True}
         except Exception as e:  # a bug, a dead shard or a full disk fails this video, not the actor
             self._abandon(video_id)
-            yield {"event": "failed", "error": f"{name}: {_reason(e)}", "storage": storage_reason(e)}
+            yield {
+                "event": "failed",
+                "error": f"{name}: {_reason(e)}",
+                "storage": storage_reason(e),
+            }
 
     @contextlib.contextmanager
     def _hearing(self, path: Path, file: io.FileIO) -> Iterator[Future | None]:
@@ -181,7 +208,9 @@ class Extractor:
         for first in range(0, len(rows), _TEXT_ROWS_PER_HANDOVER):
             part = rows[first : first + _TEXT_ROWS_PER_HANDOVER]
             vectors = self.embedder.embed_text([text for _, _, text in part])
-            yield FusedBatch.of_texts(video_id, kind, first, [(t0, t1) for t0, t1, _ in part], vectors)
+            yield FusedBatch.of_texts(
+                video_id, kind, first, [(t0, t1) for t0, t1, _ in part], vectors
+            )
 
     def _abandon(self, video_id: int) -> None:
         """Drop a failed video's unsent frames and settle its sends; the driver then
@@ -224,6 +253,8 @@ def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[A
     cls = ray.remote(Extractor)
     planned = planned_extractors(load_plan(cfg.data_dir) if cfg.use_plan else None)
     if planned:
-        return [cls.options(**options, max_restarts=-1).remote(cfg, aggregators) for options in planned]
+        return [
+            cls.options(**options, max_restarts=-1).remote(cfg, aggregators) for options in planned
+        ]
     cls = cls.options(**extractor_options(cfg.num_extractors), max_restarts=-1)
     return [cls.remote(cfg, aggregators) for _ in range(cfg.num_extractors)]

@@ -41,7 +41,9 @@ class AudioReport:
     truncated: bool = False
 
 
-def _first_audio_stream(container: av.container.InputContainer) -> av.audio.stream.AudioStream | None:
+def _first_audio_stream(
+    container: av.container.InputContainer,
+) -> av.audio.stream.AudioStream | None:
     return container.streams.audio[0] if container.streams.audio else None
 
 
@@ -74,9 +76,13 @@ class AudioReader:
     Iterate ``windows()`` once; ``report`` is final after that (``status`` no_audio or broken
     is known at once where the file has no usable track)."""
 
-    def __init__(self, path: Path, max_duration_s: float, window_s: float = WINDOW_S, src: str | None = None) -> None:
+    def __init__(
+        self, path: Path, max_duration_s: float, window_s: float = WINDOW_S, src: str | None = None
+    ) -> None:
         if not max_duration_s > 0 or not window_s > 0:
-            raise ValueError(f"max_duration_s and window_s must be > 0, got {max_duration_s}, {window_s}")
+            raise ValueError(
+                f"max_duration_s and window_s must be > 0, got {max_duration_s}, {window_s}"
+            )
         self.path = Path(path)
         self.src = src or str(self.path)
         self.max_samples = int(max_duration_s * SAMPLE_RATE)
@@ -153,16 +159,31 @@ class AudioReader:
                 yield from self._take([None], resampler)  # the resampler's last samples
             self.report.duration_s = self._total / SAMPLE_RATE
             if packets == 0:
-                self._set("no_audio" if broke_off is None else "broken",
-                          "audio track holds no packets" if broke_off is None else f"cannot read audio: {broke_off}")
+                self._set(
+                    "no_audio" if broke_off is None else "broken",
+                    "audio track holds no packets"
+                    if broke_off is None
+                    else f"cannot read audio: {broke_off}",
+                )
             elif bad > _MAX_BAD_SHARE * packets or self._total == 0:
-                self._set("broken", f"broken audio stream ({bad} of {packets} packets undecodable: {error})")
+                self._set(
+                    "broken",
+                    f"broken audio stream ({bad} of {packets} packets undecodable: {error})",
+                )
             elif bad:
-                self._set("ok", f"{bad} of {packets} audio packets undecodable ({error}); the rest transcribed")
+                self._set(
+                    "ok",
+                    f"{bad} of {packets} audio packets undecodable ({error}); the rest transcribed",
+                )
             elif broke_off is not None:
-                self._set("ok", f"audio breaks off after {self.report.duration_s:.1f} s ({broke_off})")
+                self._set(
+                    "ok", f"audio breaks off after {self.report.duration_s:.1f} s ({broke_off})"
+                )
             elif self.report.truncated:
-                self._set("ok", f"audio past {self.max_samples / SAMPLE_RATE:.0f} s left out (audio_max_s)")
+                self._set(
+                    "ok",
+                    f"audio past {self.max_samples / SAMPLE_RATE:.0f} s left out (audio_max_s)",
+                )
 
     def _take(
         self, frames: list[av.AudioFrame | None], resampler: av.AudioResampler

@@ -101,7 +101,9 @@ def _scan(path: Path, src: str) -> tuple[VideoInfo, bool]:
         raise _fail(path, f"cannot open: {_av_reason(e)}") from None
     with container:
         streams = [
-            s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic
+            s
+            for s in container.streams.video
+            if not s.disposition & av.stream.Disposition.attached_pic
         ]
         if not streams:
             raise _fail(path, "not a video (no video stream)")
@@ -117,7 +119,10 @@ def _scan(path: Path, src: str) -> tuple[VideoInfo, bool]:
         if width <= 0 or height <= 0:
             raise _fail(path, f"not a video (frame size {width}x{height})")
         if width * height > MAX_FRAME_PIXELS:  # each decoded frame would take gigabytes
-            raise _fail(path, f"frame size {width}x{height} is over the limit of {MAX_FRAME_PIXELS} pixels (8192x8192)")
+            raise _fail(
+                path,
+                f"frame size {width}x{height} is over the limit of {MAX_FRAME_PIXELS} pixels (8192x8192)",
+            )
         sar = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
         if sar and sar > 0 and sar != 1:
             width = max(1, round(width * Fraction(sar)))
@@ -131,12 +136,18 @@ def _scan(path: Path, src: str) -> tuple[VideoInfo, bool]:
                     if packet.pts is not None:
                         max_pts = max(max_pts, abs(packet.pts))
         except av.error.FFmpegError as e:
-            raise _fail(path, f"truncated or corrupt: {_av_reason(e)} after {packets} frames") from None
+            raise _fail(
+                path, f"truncated or corrupt: {_av_reason(e)} after {packets} frames"
+            ) from None
     if packets == 0:
         raise _fail(path, "not a video (no frames)")
     if declared and packets < declared:
-        raise _fail(path, f"truncated or corrupt: header lists {declared} frames, file holds {packets}")
-    info = VideoInfo(duration_s=packets / fps, fps=fps, width=width, height=height, num_frames=packets)
+        raise _fail(
+            path, f"truncated or corrupt: header lists {declared} frames, file holds {packets}"
+        )
+    info = VideoInfo(
+        duration_s=packets / fps, fps=fps, width=width, height=height, num_frames=packets
+    )
     return info, max_pts <= _DECORD_MAX_PTS
 
 
@@ -145,7 +156,9 @@ def _open_decord(src: str, width: int = -1, height: int = -1):  # -> decord.Vide
 
     # One thread: extractors run one per core next to torch; decord's default (one per core
     # per reader) oversubscribes the machine.
-    return decord.VideoReader(src, ctx=decord.cpu(0), width=width, height=height, num_threads=1, fault_tol=_FAULT_TOL)
+    return decord.VideoReader(
+        src, ctx=decord.cpu(0), width=width, height=height, num_threads=1, fault_tol=_FAULT_TOL
+    )
 
 
 def _probe(path: Path, file: io.FileIO | None = None) -> _Probe:
@@ -183,7 +196,9 @@ def probe(path: Path) -> VideoInfo:
     return _probe(Path(path)).info
 
 
-def sample_frames(info: VideoInfo, sample_fps: float, max_frames: int) -> list[tuple[int, float, float]]:
+def sample_frames(
+    info: VideoInfo, sample_fps: float, max_frames: int
+) -> list[tuple[int, float, float]]:
     """(frame index, t_start, t_end) of the frames to keep: one per ``1 / sample_fps`` s, the
     frame at the middle of each interval; at most ``max_frames``, spread over the whole video
     when capped; at least one; never more than one per video frame."""
@@ -230,8 +245,15 @@ def open_video(path: Path, follow_symlinks: bool = True) -> io.FileIO:
 
 
 def open_sampled(
-    path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16,
-    follow_symlinks: bool = True, *, min_short_side: int | None = None, file: io.FileIO | None = None,
+    path: Path,
+    sample_fps: float,
+    max_frames: int,
+    short_side: int = 224,
+    batch: int = 16,
+    follow_symlinks: bool = True,
+    *,
+    min_short_side: int | None = None,
+    file: io.FileIO | None = None,
 ) -> tuple[VideoInfo, int, Batches]:
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
     ``decode`` yields). DecodeError here for a file that cannot be opened at all.
@@ -277,7 +299,11 @@ def decode(
 
 
 def _decode_decord(
-    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int, src: str | None = None
+    path: Path,
+    samples: list[tuple[int, float, float]],
+    size: tuple[int, int],
+    batch: int,
+    src: str | None = None,
 ) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
     """Decode ``src`` (default: ``path``, which errors name)."""
     try:
@@ -291,14 +317,21 @@ def _decode_decord(
             out = vr.get_batch([s[0] for s in chunk])
         except Exception as e:
             raise _fail(
-                path, f"truncated or corrupt: frames {chunk[0][0]}..{chunk[-1][0]}: {_first_line(e)}"
+                path,
+                f"truncated or corrupt: frames {chunk[0][0]}..{chunk[-1][0]}: {_first_line(e)}",
             ) from None
-        frames = out.asnumpy() if hasattr(out, "asnumpy") else np.asarray(out)  # decord's bridge may be set
+        frames = (
+            out.asnumpy() if hasattr(out, "asnumpy") else np.asarray(out)
+        )  # decord's bridge may be set
         yield frames, chunk
 
 
 def _decode_pyav(
-    path: Path, samples: list[tuple[int, float, float]], size: tuple[int, int], batch: int, src: str | None = None
+    path: Path,
+    samples: list[tuple[int, float, float]],
+    size: tuple[int, int],
+    batch: int,
+    src: str | None = None,
 ) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
     """Decode ``src`` (default: ``path``, which errors name)."""
     width, height = size
@@ -308,7 +341,9 @@ def _decode_pyav(
     try:
         with av.open(src or str(path)) as container:
             stream = next(
-                s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic
+                s
+                for s in container.streams.video
+                if not s.disposition & av.stream.Disposition.attached_pic
             )
             stream.thread_count = 1
             # Every frame must be decoded (frames depend on earlier ones); only the kept ones

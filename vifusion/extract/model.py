@@ -98,4 +98,6 @@ def _export_query_model(cache_dir: Path) -> None:
     try:
         _text_onnx.export(cache_dir)
     except (OSError, ImportError, RuntimeError) as e:
-        log.warning("the query text model was not exported to ONNX (searches load torch instead): %s", e)
+        log.warning(
+            "the query text model was not exported to ONNX (searches load torch instead): %s", e
+        )

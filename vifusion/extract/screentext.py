@@ -63,7 +63,7 @@ def thumbnail(rgb: np.ndarray) -> np.ndarray:
 
 
 def ocr_device() -> str:
-    """"cuda" where onnxruntime has its CUDA provider (the onnxruntime-gpu wheel), else "cpu"."""
+    """ "cuda" where onnxruntime has its CUDA provider (the onnxruntime-gpu wheel), else "cpu"."""
     import onnxruntime
 
     return "cuda" if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else "cpu"
@@ -133,7 +133,9 @@ class ScreenTextTracker:
         moved = np.abs(thumbnail(rgb) - self._last_thumb) > _CHANGED_LEVELS
         return float(moved.mean()) > cfg.ocr_change_share
 
-    def add(self, rgb: np.ndarray, start_s: float, end_s: float, changed: bool | None = None) -> list[TextSpan]:
+    def add(
+        self, rgb: np.ndarray, start_s: float, end_s: float, changed: bool | None = None
+    ) -> list[TextSpan]:
         """Take the next frame, shown over [start_s, end_s). ``changed``: the caller's own
         test (True: read it; False: read it only if the still interval has passed); None:
         this tracker compares thumbnails. Returns the spans that ended before this frame."""
@@ -171,8 +173,15 @@ class ScreenTextTracker:
         for span in self._open:
             if span.key == key:
                 return span
-        best = max(self._open, key=lambda s: difflib.SequenceMatcher(None, s.key, key).ratio(), default=None)
-        if best is not None and difflib.SequenceMatcher(None, best.key, key).ratio() >= _SAME_LINE_RATIO:
+        best = max(
+            self._open,
+            key=lambda s: difflib.SequenceMatcher(None, s.key, key).ratio(),
+            default=None,
+        )
+        if (
+            best is not None
+            and difflib.SequenceMatcher(None, best.key, key).ratio() >= _SAME_LINE_RATIO
+        ):
             return best
         return None
 
@@ -183,4 +192,9 @@ class ScreenTextTracker:
 
     @staticmethod
     def _span(s: _Open) -> TextSpan:
-        return TextSpan(round(float(s.start_s), 6), round(float(s.end_s), 6), s.text, round(float(s.confidence), 4))
+        return TextSpan(
+            round(float(s.start_s), 6),
+            round(float(s.end_s), 6),
+            s.text,
+            round(float(s.confidence), 4),
+        )

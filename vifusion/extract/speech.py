@@ -55,7 +55,7 @@ def default_model_dir() -> Path:
 
 
 def speech_device() -> str:
-    """"cuda" where CTranslate2 sees a GPU, else "cpu" (decided per process, as for the extractor)."""
+    """ "cuda" where CTranslate2 sees a GPU, else "cpu" (decided per process, as for the extractor)."""
     import ctranslate2
 
     return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
@@ -73,7 +73,9 @@ def _split_at_pauses(segment) -> list[tuple[float, float, str]]:  # segment: fas
         if word.start - prev.end >= PAUSE_S:
             runs.append([])
         runs[-1].append(word)
-    return [(run[0].start, run[-1].end, " ".join("".join(w.word for w in run).split())) for run in runs]
+    return [
+        (run[0].start, run[-1].end, " ".join("".join(w.word for w in run).split())) for run in runs
+    ]
 
 
 class Transcriber:
@@ -84,15 +86,24 @@ class Transcriber:
         self.model_dir = Path(cfg.speech_model_dir or default_model_dir())
         for name in ("model.bin", "tokenizer.json"):
             if not (self.model_dir / name).is_file():
-                raise FileNotFoundError(f"{self.model_dir}: not a CTranslate2 Whisper model directory (no {name})")
+                raise FileNotFoundError(
+                    f"{self.model_dir}: not a CTranslate2 Whisper model directory (no {name})"
+                )
         self.device = device or speech_device()
         if self.device != "cpu":
             try:
                 self.model = self._load()
                 # CTranslate2 loads cuBLAS / cuDNN at the first forward pass: try one now.
-                list(self.model.transcribe(np.full(SAMPLE_RATE, 0.01, np.float32), language=cfg.speech_language)[0])
+                list(
+                    self.model.transcribe(
+                        np.full(SAMPLE_RATE, 0.01, np.float32), language=cfg.speech_language
+                    )[0]
+                )
                 return
-            except (RuntimeError, ValueError) as e:  # a GPU CTranslate2 cannot use (CUDA libraries, compute type)
+            except (
+                RuntimeError,
+                ValueError,
+            ) as e:  # a GPU CTranslate2 cannot use (CUDA libraries, compute type)
                 log.warning("speech model on %s failed (%s); using the CPU", self.device, e)
                 self.device = "cpu"
         self.model = self._load()
@@ -101,8 +112,12 @@ class Transcriber:
         from faster_whisper import WhisperModel
 
         return WhisperModel(
-            str(self.model_dir), device=self.device, compute_type=self._compute_type(),
-            cpu_threads=self.cfg.speech_threads or self.cfg.threads, num_workers=1, local_files_only=True,
+            str(self.model_dir),
+            device=self.device,
+            compute_type=self._compute_type(),
+            cpu_threads=self.cfg.speech_threads or self.cfg.threads,
+            num_workers=1,
+            local_files_only=True,
         )
 
     def _compute_type(self) -> str:
@@ -130,10 +145,15 @@ class Transcriber:
                 continue
             for start, end, text in _split_at_pauses(s):
                 if _WORD.search(text):
-                    out.append(Segment(
-                        round(float(offset_s + start), 3), round(float(offset_s + end), 3), text,
-                        round(float(s.avg_logprob), 4), round(float(s.no_speech_prob), 4),
-                    ))
+                    out.append(
+                        Segment(
+                            round(float(offset_s + start), 3),
+                            round(float(offset_s + end), 3),
+                            text,
+                            round(float(s.avg_logprob), 4),
+                            round(float(s.no_speech_prob), 4),
+                        )
+                    )
         return out
 
     def transcribe_file(self, path: Path) -> Transcript:
@@ -159,4 +179,3 @@ def transcribe_audio(
     if reason is None and not segments:
         reason = f"{reader.path.name}: no speech heard in {report.duration_s:.1f} s of audio"
     return Transcript(tuple(segments), report, reason)
-

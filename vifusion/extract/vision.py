@@ -27,7 +27,12 @@ def load_efficientnet_lite0(device: torch.device) -> torch.nn.Module:
 def preprocess(frames: np.ndarray, device: torch.device) -> torch.Tensor:
     """uint8 (b, H, W, 3) RGB -> float (b, 3, 224, 224): aspect-preserving resize of the
     short side to 224, centre crop, ``(x - 127) / 128`` as Lite0 was trained."""
-    x = torch.from_numpy(np.require(frames, np.uint8, ["C", "W"])).to(device).permute(0, 3, 1, 2).float()
+    x = (
+        torch.from_numpy(np.require(frames, np.uint8, ["C", "W"]))
+        .to(device)
+        .permute(0, 3, 1, 2)
+        .float()
+    )
     h, w = x.shape[2:]
     if min(h, w) != INPUT_SIZE:
         scale = INPUT_SIZE / min(h, w)
@@ -40,7 +45,9 @@ def preprocess(frames: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def features_and_probs(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def features_and_probs(
+    model: torch.nn.Module, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(pooled features (b, 1280), class probabilities (b, 1000)) in one pass."""
     fmap = model.extract_features(x)
     pooled = fmap.mean(dim=(2, 3))

@@ -8,5 +8,14 @@ from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.handoff import AggregatorLost, Handoff
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
 
-__all__ = ["FRAME_BYTES", "Aggregator", "AggregatorLost", "FlushPlan", "FlushPolicy", "FusionBuffer", "Handoff",
-           "TemporalDedup", "start_aggregators"]
+__all__ = [
+    "FRAME_BYTES",
+    "Aggregator",
+    "AggregatorLost",
+    "FlushPlan",
+    "FlushPolicy",
+    "FusionBuffer",
+    "Handoff",
+    "TemporalDedup",
+    "start_aggregators",
+]

@@ -21,7 +21,9 @@ def newest_tables(directory: Path) -> tuple[SharedTables | None, dict[str, float
     return SharedTables.load(found[-1]), json.loads(quality.read_text()) if quality.exists() else {}
 
 
-def train_tables(rows: np.ndarray, keep: tuple[float, float], directory: Path) -> tuple[SharedTables, dict[str, float]]:
+def train_tables(
+    rows: np.ndarray, keep: tuple[float, float], directory: Path
+) -> tuple[SharedTables, dict[str, float]]:
     """Tables trained on four fifths of ``rows``, their recall measured on the rest; both
     saved under ``directory``."""
     held_out = max(len(rows) // 5, 1)

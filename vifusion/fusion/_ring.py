@@ -16,12 +16,12 @@ class Ring:
         return min(self._n, len(self._a))
 
     def extend(self, x: np.ndarray) -> None:
-        x = x[-len(self._a):]
+        x = x[-len(self._a) :]
         at = self._n % len(self._a)
         head = min(len(x), len(self._a) - at)
-        self._a[at:at + head] = x[:head]
-        self._a[:len(x) - head] = x[head:]
+        self._a[at : at + head] = x[:head]
+        self._a[: len(x) - head] = x[head:]
         self._n += len(x)
 
     def values(self) -> np.ndarray:
-        return self._a[:len(self)]
+        return self._a[: len(self)]

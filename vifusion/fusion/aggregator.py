@@ -51,8 +51,13 @@ log = logging.getLogger(__name__)
 class Aggregator:
     """Fuses the frames of all local extractors per destination shard and sends them."""
 
-    def __init__(self, cfg: Config, shards: list[ActorHandle], tables: SharedTables | None = None,
-                 quality: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        shards: list[ActorHandle],
+        tables: SharedTables | None = None,
+        quality: dict[str, float] | None = None,
+    ) -> None:
         """``tables`` and their ``quality`` (``recall_at_k``): given, used as they are."""
         self.cfg = cfg
         self.shards = shards
@@ -61,13 +66,17 @@ class Aggregator:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # the pump: rows in, room in a window, urgency
         self._room = threading.Condition(self._lock)  # extractors: a buffer below a batch again
-        self._settled = threading.Condition(self._lock)  # finish, abandon: rows acknowledged or failed
+        self._settled = threading.Condition(
+            self._lock
+        )  # finish, abandon: rows acknowledged or failed
         self._dedup = TemporalDedup(cfg.dedup_cosine if cfg.fusion else 2.0)
         self._buffers: dict[int, FusionBuffer] = {}
         self._plans: dict[int, FlushPlan] = {}
         self._urgent: set[int] = set()
         self._dest: dict[int, int] = {}  # video -> shard
-        self._pending: Counter[int] = Counter()  # video -> rows handed to a buffer, not yet acknowledged
+        self._pending: Counter[int] = (
+            Counter()
+        )  # video -> rows handed to a buffer, not yet acknowledged
         self._failed: dict[int, Exception] = {}  # video -> what finish() raises
         self._sent: Counter[int] = Counter()  # video -> rows acknowledged
         self._counts: Counter[str] = Counter()
@@ -81,20 +90,36 @@ class Aggregator:
         self._quality = quality or {}
         self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
         self._new_tables: SharedTables | None = None
-        self._transport = Transport(tables, adaptive=adaptive, allowed=self._allowed(),
-                                    small_bytes=cfg.fusion_min_bytes, stream=cfg.fusion_stream)
-        self._flush = FlushPolicy(cfg.fusion_latency_target_s, min_bytes=cfg.fusion_min_bytes,
-                                  max_bytes=cfg.fusion_max_bytes, inline_bytes=self._transport.inline_bytes)
+        self._transport = Transport(
+            tables,
+            adaptive=adaptive,
+            allowed=self._allowed(),
+            small_bytes=cfg.fusion_min_bytes,
+            stream=cfg.fusion_stream,
+        )
+        self._flush = FlushPolicy(
+            cfg.fusion_latency_target_s,
+            min_bytes=cfg.fusion_min_bytes,
+            max_bytes=cfg.fusion_max_bytes,
+            inline_bytes=self._transport.inline_bytes,
+        )
         self._stopped = False
         self.instance = uuid.uuid4().hex  # a restarted aggregator has forgotten what it held
-        self._handoff = _handoff_server(self.submit, self.instance) if cfg.fusion_local_handoff else None
-        threading.Thread(target=self._loop, args=(self._pump_once,), name="aggregator-pump", daemon=True).start()
-        threading.Thread(target=self._loop, args=(self._collect_once,), name="aggregator-acks", daemon=True).start()
+        self._handoff = (
+            _handoff_server(self.submit, self.instance) if cfg.fusion_local_handoff else None
+        )
+        threading.Thread(
+            target=self._loop, args=(self._pump_once,), name="aggregator-pump", daemon=True
+        ).start()
+        threading.Thread(
+            target=self._loop, args=(self._collect_once,), name="aggregator-acks", daemon=True
+        ).start()
 
     # -- extractors ------------------------------------------------------------------
 
-    def submit(self, shard_no: int, batch: FusedBatch, extracted: float | None = None,
-               urgent: bool = False) -> str:
+    def submit(
+        self, shard_no: int, batch: FusedBatch, extracted: float | None = None, urgent: bool = False
+    ) -> str:
         """Hand over rows bound for shard ``shard_no``, each video's in stream order
         (``extracted``: wall-clock time they were embedded). Blocks while that shard's buffer
         holds a full batch, and returns once it holds less than one again. ``urgent`` (the query path): send without waiting for a
@@ -218,7 +243,9 @@ class Aggregator:
             return
         by_dest = np.array([self._dest[v] for v in video_of(batch.ids).tolist()])
         for d in dests:
-            self._buffers.setdefault(d, FusionBuffer()).add(batch.rows(by_dest == d), now, extracted)
+            self._buffers.setdefault(d, FusionBuffer()).add(
+                batch.rows(by_dest == d), now, extracted
+            )
 
     def _close_runs(self, videos: set[int]) -> FusedBatch:
         return FusedBatch.concat([self._dedup.close(v) for v in videos])
@@ -229,17 +256,23 @@ class Aggregator:
         self._train_rows.append(batch.features.copy())
         if sum(len(r) for r in self._train_rows) >= self.cfg.codec_train_rows:
             rows, self._train_rows = np.concatenate(self._train_rows), None
-            threading.Thread(target=self._train, args=(rows,), name="aggregator-train", daemon=True).start()
+            threading.Thread(
+                target=self._train, args=(rows,), name="aggregator-train", daemon=True
+            ).start()
 
     def _train(self, rows: np.ndarray) -> None:
-        tables, quality = train_tables(rows, self.cfg.codec_sparse_keep, self.cfg.data_dir / "codec")
+        tables, quality = train_tables(
+            rows, self.cfg.codec_sparse_keep, self.cfg.data_dir / "codec"
+        )
         with self._lock:
             self._new_tables, self._quality = tables, quality
 
     def _allowed(self) -> set[str]:
         """Codecs the adaptive policy may pick: fp16 and int8 (bounded error), and the table
         codecs whose measured recall reaches the floor."""
-        return {"fp16", "int8"} | {c for c, r in self._quality.items() if r >= self.cfg.codec_min_recall}
+        return {"fp16", "int8"} | {
+            c for c, r in self._quality.items() if r >= self.cfg.codec_min_recall
+        }
 
     # -- the pump ------------------------------------------------------------------------
 
@@ -252,7 +285,9 @@ class Aggregator:
                 with self._lock:
                     for v, n in self._pending.items():
                         if n:
-                            self._failed.setdefault(v, RuntimeError(f"aggregator failed: {type(e).__name__}: {e}"))
+                            self._failed.setdefault(
+                                v, RuntimeError(f"aggregator failed: {type(e).__name__}: {e}")
+                            )
                     self._settled.notify_all()
 
     def _pump_once(self) -> None:
@@ -281,7 +316,9 @@ class Aggregator:
                     # Less than a batch leaves at once, cut in up to a window of parts: the
                     # shard stores the first while the next travels.
                     size = max(math.ceil(buf.nbytes / room), self.cfg.fusion_min_bytes)
-                while room > 0 and (buf.due(plan, now, link_idle=idle) or (dest in self._urgent and len(buf))):
+                while room > 0 and (
+                    buf.due(plan, now, link_idle=idle) or (dest in self._urgent and len(buf))
+                ):
                     sends.append((dest, buf.take(size), len(buf) > 0))
                     room -= 1
                 if not len(buf):
@@ -336,12 +373,22 @@ class Aggregator:
         s = self._transport.stats(dest)
         level, codec = self._transport.codec(dest)
         return {
-            "delivery_rate": s.delivery_rate, "capacity": s.capacity, "path_rate": s.path_rate, "min_rtt_s": s.min_rtt,
-            "service_s": s.service_s, "per_message_s": s.per_message_s,
-            "queueing_delay_s": s.queueing_delay, "backlog_age_s": s.backlog_age, "in_flight": s.in_flight,
+            "delivery_rate": s.delivery_rate,
+            "capacity": s.capacity,
+            "path_rate": s.path_rate,
+            "min_rtt_s": s.min_rtt,
+            "service_s": s.service_s,
+            "per_message_s": s.per_message_s,
+            "queueing_delay_s": s.queueing_delay,
+            "backlog_age_s": s.backlog_age,
+            "in_flight": s.in_flight,
             "receiver_share": s.receiver_share,
-            "batch_bytes": plan.max_bytes, "window": plan.window, "level": level, "codec": codec,
-            "by_stream": self._transport.by_stream(dest), "stream_failures": self._transport.stream_failures(dest),
+            "batch_bytes": plan.max_bytes,
+            "window": plan.window,
+            "level": level,
+            "codec": codec,
+            "by_stream": self._transport.by_stream(dest),
+            "stream_failures": self._transport.stream_failures(dest),
             "history": self._transport.history(dest),
         }
 
@@ -381,6 +428,7 @@ def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, Actor
         if not node["Alive"]:
             continue
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        out[node["NodeID"]] = cls.options(num_cpus=0, max_concurrency=64, max_restarts=-1,
-                                          scheduling_strategy=strategy).remote(cfg, shards)
+        out[node["NodeID"]] = cls.options(
+            num_cpus=0, max_concurrency=64, max_restarts=-1, scheduling_strategy=strategy
+        ).remote(cfg, shards)
     return out

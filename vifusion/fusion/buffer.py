@@ -68,7 +68,11 @@ class FusionBuffer:
         (nothing in flight to this destination)."""
         if not self._chunks:
             return False
-        return link_idle or self.nbytes >= plan.max_bytes or now - self._chunks[0].arrived >= plan.max_age_s
+        return (
+            link_idle
+            or self.nbytes >= plan.max_bytes
+            or now - self._chunks[0].arrived >= plan.max_age_s
+        )
 
     def take(self, max_bytes: int) -> Taken | None:
         """The oldest rows, up to ``max_bytes`` (at least one), as one batch; None when empty."""

@@ -103,8 +103,10 @@ class TemporalDedup:
         x = block.features
         run = self._runs.get(video)
         a = x if run is None else np.vstack([run.anchor[None], x])
-        same = ((a[:, :VISUAL_DIM] @ a[:, :VISUAL_DIM].T >= self.threshold)
-                & (a[:, VISUAL_DIM:] @ a[:, VISUAL_DIM:].T >= self.threshold)).tolist()
+        same = (
+            (a[:, :VISUAL_DIM] @ a[:, :VISUAL_DIM].T >= self.threshold)
+            & (a[:, VISUAL_DIM:] @ a[:, VISUAL_DIM:].T >= self.threshold)
+        ).tolist()
         # Run starts, in rows of ``a``: a row joins the run of the last start if it matches
         # that start's anchor, otherwise it starts a run of its own.
         starts, anchor = [0], 0
@@ -127,15 +129,29 @@ class TemporalDedup:
                 continue
             b_lo, b_hi = lo - off, hi - off
             if last:
-                self._runs[video] = _Run(x[b_lo].copy(), int(block.ids[b_lo]), float(block.times[b_lo, 0]),
-                                         float(block.times[b_lo:b_hi, 1].max()), x[b_lo:b_hi].sum(axis=0),
-                                         b_hi - b_lo, now)
+                self._runs[video] = _Run(
+                    x[b_lo].copy(),
+                    int(block.ids[b_lo]),
+                    float(block.times[b_lo, 0]),
+                    float(block.times[b_lo:b_hi, 1].max()),
+                    x[b_lo:b_hi].sum(axis=0),
+                    b_hi - b_lo,
+                    now,
+                )
             elif b_hi - b_lo == 1:
                 closed.append(block.rows(slice(b_lo, b_hi)))  # a single frame leaves exact
             else:
-                closed.append(_Run(x[b_lo], int(block.ids[b_lo]), float(block.times[b_lo, 0]),
-                                   float(block.times[b_lo:b_hi, 1].max()), x[b_lo:b_hi].sum(axis=0),
-                                   b_hi - b_lo, now))
+                closed.append(
+                    _Run(
+                        x[b_lo],
+                        int(block.ids[b_lo]),
+                        float(block.times[b_lo, 0]),
+                        float(block.times[b_lo:b_hi, 1].max()),
+                        x[b_lo:b_hi].sum(axis=0),
+                        b_hi - b_lo,
+                        now,
+                    )
+                )
         return [c if isinstance(c, FusedBatch) else _emit([c]) for c in closed]
 
 

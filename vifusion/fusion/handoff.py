@@ -94,7 +94,9 @@ class Handoff:
         """Whether hand-overs travel through the aggregator's local socket (after one ``submit``)."""
         return self._channel is not None
 
-    def submit(self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool = False) -> Future[str]:
+    def submit(
+        self, shard_no: int, batch: FusedBatch, extracted: float, urgent: bool = False
+    ) -> Future[str]:
         if self._local and self._connect():
             self._last = self._worker.submit(self._send, shard_no, batch, extracted, urgent)
         else:
@@ -144,13 +146,23 @@ class Handoff:
         if channel is None:  # an earlier hand-over lost the connection; its caller was told
             raise AggregatorLost("the node aggregator's connection closed")
         batch_id = batch.batch_id.encode()
-        head = _HEAD.pack(_MAGIC, shard_no, len(batch), batch.features.shape[1], urgent, extracted, len(batch_id))
+        head = _HEAD.pack(
+            _MAGIC, shard_no, len(batch), batch.features.shape[1], urgent, extracted, len(batch_id)
+        )
         try:
-            channel.send([head, batch_id, *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features))])
+            channel.send(
+                [
+                    head,
+                    batch_id,
+                    *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features)),
+                ]
+            )
             status, text = _read_reply(channel)
         except (OSError, AggregatorLost) as e:
             self._drop()
-            raise AggregatorLost(f"the node aggregator's connection closed under a hand-over ({e})") from e
+            raise AggregatorLost(
+                f"the node aggregator's connection closed under a hand-over ({e})"
+            ) from e
         if status == _BAD_INPUT:
             raise ValueError(text)
         if status != _OK:

@@ -64,7 +64,9 @@ class FlushPolicy:
         self.max_window = max_window
         self.inline_bytes = inline_bytes
 
-    def plan(self, link: LinkStats | None, wire_ratio: float = 1.0, by_stream: bool = False) -> FlushPlan:
+    def plan(
+        self, link: LinkStats | None, wire_ratio: float = 1.0, by_stream: bool = False
+    ) -> FlushPlan:
         """The plan for a link; ``wire_ratio`` = wire bytes / uncompressed bytes now;
         ``by_stream``: its batches travel on the shard stream, not by actor call."""
         age = self.latency_target_s / 4
@@ -81,8 +83,12 @@ class FlushPolicy:
             wire = self.inline_bytes - _HEADROOM
         # A batch's round trip, and the rate of the pipe's slowest stage: the link, or a
         # destination that takes longer to serve a batch than the link takes to carry it.
-        round_trip = (link.min_rtt + link.service_s + link.per_message_s
-                      + max(wire - self.min_bytes, 0) / capacity)
+        round_trip = (
+            link.min_rtt
+            + link.service_s
+            + link.per_message_s
+            + max(wire - self.min_bytes, 0) / capacity
+        )
         pipe = min(capacity, wire / link.service_s) if link.service_s else capacity
         window = math.ceil((pipe * round_trip + self.min_bytes) / wire)
         window = min(max(window, self.min_window), self.max_window)

@@ -30,7 +30,9 @@ import threading
 import faiss
 import numpy as np
 
-CHUNK = 1 << 12  # vectors per chunk: its growth copies (and first touches) at most ~14 MB of both spaces
+CHUNK = (
+    1 << 12
+)  # vectors per chunk: its growth copies (and first touches) at most ~14 MB of both spaces
 
 
 class ChunkedFlat:
@@ -61,7 +63,7 @@ class ChunkedFlat:
                 self._parts.append(ahead.get() if ahead else _chunk(self.d))
                 self._count_sealed()
             n = min(self.chunk - int(self._parts[-1].ntotal), len(ids) - at)
-            self._parts[-1].add_with_ids(x[at:at + n], ids[at:at + n])
+            self._parts[-1].add_with_ids(x[at : at + n], ids[at : at + n])
             at += n
         if self._next is None and self._parts[-1].ntotal >= self.chunk // 2:
             self._next = _Ahead(self.d, self.chunk)
@@ -86,8 +88,9 @@ class ChunkedFlat:
             raise KeyError(f"ids not in the index: {ids[~found][:5].tolist()}")
         return out
 
-    def search(self, queries: np.ndarray, k: int,
-               params: faiss.SearchParameters | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, params: faiss.SearchParameters | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         if len(self._parts) == 1:
             return self._parts[0].search(queries, k, params=params)
         found = [p.search(queries, k, params=params) for p in self._parts]
@@ -101,7 +104,9 @@ class ChunkedFlat:
         return np.concatenate([faiss.vector_to_array(p.id_map) for p in self._parts])
 
     def serialize(self) -> list[np.ndarray]:
-        return [faiss.serialize_index(p) for p in self._parts if p.ntotal] or [faiss.serialize_index(self._parts[0])]
+        return [faiss.serialize_index(p) for p in self._parts if p.ntotal] or [
+            faiss.serialize_index(self._parts[0])
+        ]
 
     @classmethod
     def deserialize(cls, blobs: list[np.ndarray], d: int) -> ChunkedFlat:
@@ -119,7 +124,9 @@ class _Ahead:
     def __init__(self, d: int, chunk: int) -> None:
         self._d = d
         self._index: faiss.Index | None = None
-        self._thread = threading.Thread(target=self._make, args=(d, chunk), name="flat-chunk-ahead", daemon=True)
+        self._thread = threading.Thread(
+            target=self._make, args=(d, chunk), name="flat-chunk-ahead", daemon=True
+        )
         self._thread.start()
 
     def _make(self, d: int, chunk: int) -> None:
@@ -138,7 +145,9 @@ class _Ahead:
 
 def _flat_from(blob: np.ndarray, d: int) -> faiss.Index:
     index = faiss.deserialize_index(blob)
-    if not isinstance(index, faiss.IndexIDMap2) or not isinstance(faiss.downcast_index(index.index), faiss.IndexFlatIP):
+    if not isinstance(index, faiss.IndexIDMap2) or not isinstance(
+        faiss.downcast_index(index.index), faiss.IndexFlatIP
+    ):
         raise ValueError(f"expected an IDMap2,Flat index, got {type(index).__name__}")
     if index.d != d:
         raise ValueError(f"index has dim {index.d}, expected {d}")

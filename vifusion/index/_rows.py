@@ -8,10 +8,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from vifusion.types import (FRAME, FRAME_SPACES, SCREEN, SEMANTIC_DIM, SPACES, SPEECH, VISUAL_DIM,
-                            FusedBatch, kind_of)
+from vifusion.types import (
+    FRAME,
+    FRAME_SPACES,
+    SCREEN,
+    SEMANTIC_DIM,
+    SPACES,
+    SPEECH,
+    VISUAL_DIM,
+    FusedBatch,
+    kind_of,
+)
 
-DIMS: dict[str, int] = {"visual": VISUAL_DIM, "semantic": SEMANTIC_DIM, "speech": SEMANTIC_DIM, "screen": SEMANTIC_DIM}
+DIMS: dict[str, int] = {
+    "visual": VISUAL_DIM,
+    "semantic": SEMANTIC_DIM,
+    "speech": SEMANTIC_DIM,
+    "screen": SEMANTIC_DIM,
+}
 # A space's vectors are these columns of its rows (``FusedBatch.space``).
 COLUMNS = {"visual": "visual", "semantic": "semantic", "speech": "semantic", "screen": "semantic"}
 SPACES_OF_KIND = {FRAME: FRAME_SPACES, SPEECH: ("speech",), SCREEN: ("screen",)}
@@ -34,7 +48,11 @@ def check_batch(batch: FusedBatch) -> None:
     """Raise ``ValueError`` for a batch of inconsistent shapes or ids of no row kind."""
     n = len(batch.ids)
     ids = np.asarray(batch.ids)
-    if ids.shape != (n,) or np.shape(batch.times) != (n, 2) or batch.features.shape != (n, VISUAL_DIM + SEMANTIC_DIM):
+    if (
+        ids.shape != (n,)
+        or np.shape(batch.times) != (n, 2)
+        or batch.features.shape != (n, VISUAL_DIM + SEMANTIC_DIM)
+    ):
         raise ValueError(
             f"malformed batch {batch.batch_id}: ids {ids.shape}, times {np.shape(batch.times)}, "
             f"features {batch.features.shape}"

@@ -40,12 +40,18 @@ class Loaded:
     size: int  # bytes of the file
 
 
-def pack(shard_no: int, seq: int, times: Times, seen: list[str], spaces: dict[str, SpaceIndex]) -> dict:
+def pack(
+    shard_no: int, seq: int, times: Times, seen: list[str], spaces: dict[str, SpaceIndex]
+) -> dict:
     """The arrays of a snapshot (taken under the shard's lock, written outside it)."""
     ids, flat = _flat_times(times)
     parts = {
-        "format": np.int64(_FORMAT), "shard": np.int64(shard_no), "seq": np.int64(seq),
-        "ids": ids, "times": flat, "batches": np.array(seen, dtype=np.str_),
+        "format": np.int64(_FORMAT),
+        "shard": np.int64(shard_no),
+        "seq": np.int64(seq),
+        "ids": ids,
+        "times": flat,
+        "batches": np.array(seen, dtype=np.str_),
     }
     for space, sp in spaces.items():
         blobs = sp.serialize()

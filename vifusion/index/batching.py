@@ -106,7 +106,12 @@ class QueryBatcher:
                 if self._queue:
                     waiting = sum(len(r.queries) for r in self._queue)
                     age = time.monotonic() - self._queue[0].arrived
-                    if self._in_flight < self.window or waiting >= self.max_batch or age >= self.max_wait_s or self._closed:
+                    if (
+                        self._in_flight < self.window
+                        or waiting >= self.max_batch
+                        or age >= self.max_wait_s
+                        or self._closed
+                    ):
                         break
                     self._cond.wait(self.max_wait_s - age)
                 elif self._closed:
@@ -114,7 +119,9 @@ class QueryBatcher:
                 else:
                     self._cond.wait()
             taken, rows = [], 0
-            while self._queue and (not taken or rows + len(self._queue[0].queries) <= self.max_batch):
+            while self._queue and (
+                not taken or rows + len(self._queue[0].queries) <= self.max_batch
+            ):
                 req = self._queue.pop(0)
                 taken.append(req)
                 rows += len(req.queries)
@@ -124,13 +131,17 @@ class QueryBatcher:
 
     def _dispatch(self) -> None:
         while (taken := self._take()) is not None:
-            queries = taken[0].queries if len(taken) == 1 else np.concatenate([r.queries for r in taken])
+            queries = (
+                taken[0].queries if len(taken) == 1 else np.concatenate([r.queries for r in taken])
+            )
             k = max(r.k for r in taken)
             try:
                 wait = self._start(queries, k)
             except BaseException as e:
+
                 def wait(e: BaseException = e) -> list[ShardResult]:
                     raise e
+
             call = _Call(wait, self._finished)
             offset = 0
             for r in taken:

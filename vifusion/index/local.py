@@ -31,9 +31,13 @@ class LocalShards:
         self._shards: list[Shard | None] = []
         for n in range(cfg.num_shards if built is not None else 0):
             directory = shard_dir(cfg.data_dir, n)
-            self._shards.append(Shard(n, directory, cfg, writer=False) if directory.is_dir() else None)
+            self._shards.append(
+                Shard(n, directory, cfg, writer=False) if directory.is_dir() else None
+            )
 
-    def search(self, space: str, queries: np.ndarray, k: int, videos: Iterable[int] | None = None) -> Found:
+    def search(
+        self, space: str, queries: np.ndarray, k: int, videos: Iterable[int] | None = None
+    ) -> Found:
         """Top-k hits per query across all shards, best first (see ``ShardSet.search``)."""
         queries = check_queries(space, queries, k)
         if videos is None:
@@ -42,12 +46,18 @@ class LocalShards:
             per: dict[int, list[int]] = {}
             for v in videos:
                 per.setdefault(shard_for(int(v), self.num_shards), []).append(int(v))
-            asked = [(self._shards[n], vs) for n, vs in per.items() if n < len(self._shards) and self._shards[n]]
+            asked = [
+                (self._shards[n], vs)
+                for n, vs in per.items()
+                if n < len(self._shards) and self._shards[n]
+            ]
         if not asked:
             return Found([[] for _ in range(len(queries))])
         return Found(merge_topk([shard.search(space, queries, k, vs) for shard, vs in asked], k))
 
-    def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    def frames(
+        self, space: str, video_id: int, start_s: float, end_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A video's stored vectors in a time range: see ``Shard.frames``."""
         n = shard_for(video_id, self.num_shards)
         shard = self._shards[n] if n < len(self._shards) else None

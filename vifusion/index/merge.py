@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import heapq
-from itertools import islice
 from collections.abc import Iterator
+from itertools import islice
 from operator import itemgetter
 
 import numpy as np
@@ -40,7 +40,9 @@ def merge_topk(per_shard: list[ShardResult], k: int) -> list[list[SearchHit]]:
         merged = heapq.merge(*streams, key=itemgetter(0), reverse=True)
         out.append(
             [
-                SearchHit(video_id=int(video_of(i)), t_start=t0, t_end=t1, score=s, row=int(row_no(i)))
+                SearchHit(
+                    video_id=int(video_of(i)), t_start=t0, t_end=t1, score=s, row=int(row_no(i))
+                )
                 for s, i, t0, t1 in islice(merged, k)
             ]
         )

@@ -40,7 +40,9 @@ class ShardReplica:
     given: this is the primary. Names, not handles: Ray cannot restart an actor whose
     constructor arguments include actor handles (they are kept in the object store)."""
 
-    def __init__(self, shard_no: int, directory: Path, cfg: Config, followers: list[str] | None = None) -> None:
+    def __init__(
+        self, shard_no: int, directory: Path, cfg: Config, followers: list[str] | None = None
+    ) -> None:
         self.primary = followers is not None
         self.shard = Shard(shard_no, directory, cfg, writer=self.primary, background=True)
         self._names = list(followers or [])
@@ -160,7 +162,9 @@ class ShardReplica:
         version = wire.payload.version
         if version not in self._ladders:
             if wire.tables is None:  # a stream batch: the sender sends it again with the tables
-                raise TablesUnknown(f"tables version {version} unknown here; send them with the batch")
+                raise TablesUnknown(
+                    f"tables version {version} unknown here; send them with the batch"
+                )
             self._ladders[version] = Ladder(ray.get(wire.tables))
         return self._ladders[version]
 

@@ -20,7 +20,11 @@ import ray
 
 from vifusion.config import Config
 from vifusion.index.batching import QueryBatcher, ShardResult
-from vifusion.index.layout import check_layout, shard_dir, shard_for  # noqa: F401 (imported from here too)
+from vifusion.index.layout import (  # noqa: F401 (imported from here too)
+    check_layout,
+    shard_dir,
+    shard_for,
+)
 from vifusion.index.merge import merge_topk
 from vifusion.index.replica import ShardReplica
 from vifusion.index.shard import check_queries
@@ -33,8 +37,11 @@ _MISSING = -2  # the ids of a shard that did not answer (-1: no hit), through fu
 
 
 def _missing(nq: int, k: int) -> ShardResult:
-    return (np.full((nq, k), -np.inf, np.float32), np.full((nq, k), _MISSING, np.int64),
-            np.zeros((nq, k, 2), np.float32))
+    return (
+        np.full((nq, k), -np.inf, np.float32),
+        np.full((nq, k), _MISSING, np.int64),
+        np.zeros((nq, k, 2), np.float32),
+    )
 
 
 def _is_missing(r: ShardResult) -> bool:
@@ -58,12 +65,15 @@ class ShardSet:
         # placement.py (spread, a shard's replicas on different nodes).
         actor = ray.remote(ShardReplica)
         opts = dict(
-            num_cpus=0, max_concurrency=1, max_restarts=-1, max_task_retries=-1,
+            num_cpus=0,
+            max_concurrency=1,
+            max_restarts=-1,
+            max_task_retries=-1,
             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
-        where = (planned_shard_strategies(load_plan(cfg.data_dir) if cfg.use_plan else None, cfg.num_shards,
-                                          cfg.shard_replicas)
-                 or shard_strategies(cfg.num_shards, cfg.shard_replicas))
+        where = planned_shard_strategies(
+            load_plan(cfg.data_dir) if cfg.use_plan else None, cfg.num_shards, cfg.shard_replicas
+        ) or shard_strategies(cfg.num_shards, cfg.shard_replicas)
         self._replicas: list[list[ray.actor.ActorHandle]] = []
         self._down: dict[tuple[int, int], float] = {}
         self._turn = itertools.count()
@@ -73,9 +83,15 @@ class ShardSet:
             for n in range(cfg.num_shards):
                 directory = shard_dir(cfg.data_dir, n)
                 names = [f"{prefix}-{n}-{r}" for r in range(1, cfg.shard_replicas)]
-                followers = [actor.options(**opts, name=name, scheduling_strategy=where[n][r + 1]).remote(n, directory, cfg)
-                             for r, name in enumerate(names)]
-                primary = actor.options(**opts, scheduling_strategy=where[n][0]).remote(n, directory, cfg, names)
+                followers = [
+                    actor.options(**opts, name=name, scheduling_strategy=where[n][r + 1]).remote(
+                        n, directory, cfg
+                    )
+                    for r, name in enumerate(names)
+                ]
+                primary = actor.options(**opts, scheduling_strategy=where[n][0]).remote(
+                    n, directory, cfg, names
+                )
                 self._replicas.append([primary, *followers])
             # Surface a bad snapshot or directory here rather than on the first call.
             ray.get([h.stats.remote() for group in self._replicas for h in group])
@@ -95,8 +111,12 @@ class ShardSet:
         if on and not self._batchers:
             cfg = self._cfg
             self._batchers = {
-                space: QueryBatcher(self._starter(space), cfg.query_batch_max, cfg.query_window,
-                                    cfg.query_wait_ms / 1000)
+                space: QueryBatcher(
+                    self._starter(space),
+                    cfg.query_batch_max,
+                    cfg.query_window,
+                    cfg.query_wait_ms / 1000,
+                )
                 for space in SPACES
             }
         elif not on:
@@ -169,7 +189,9 @@ class ShardSet:
         missing = [n for n, r in zip(shards, results, strict=True) if _is_missing(r)]
         return Found(merge_topk(results, k), missing)
 
-    def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    def frames(
+        self, space: str, video_id: int, start_s: float, end_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A video's stored frame vectors in a time range: see ``Shard.frames``."""
         return ray.get(self.handle_for(video_id).frames.remote(space, video_id, start_s, end_s))
 
@@ -191,10 +213,12 @@ class ShardSet:
     def _starter(self, space: str) -> Callable[[np.ndarray, int], Callable[[], list[ShardResult]]]:
         def start(queries: np.ndarray, k: int) -> Callable[[], list[ShardResult]]:
             return self._fan_out(space, queries, k, dict.fromkeys(range(len(self._replicas))))
+
         return start
 
-    def _fan_out(self, space: str, queries: np.ndarray, k: int,
-                 per: dict[int, list[int] | None]) -> Callable[[], list[ShardResult]]:
+    def _fan_out(
+        self, space: str, queries: np.ndarray, k: int, per: dict[int, list[int] | None]
+    ) -> Callable[[], list[ShardResult]]:
         """Send the search to one replica of each listed shard; return how to collect it."""
         # Large query sets: one copy in the object store, read by every shard. Small ones
         # (a single text or image query) travel inline: a put costs more than they weigh.
@@ -217,9 +241,12 @@ class ShardSet:
                 if ref is None:
                     out.append(_missing(len(queries), k))
             return out
+
         return collect
 
-    def _send(self, n: int, space: str, arg, k: int, videos: list[int] | None) -> tuple[int, ray.ObjectRef | None]:
+    def _send(
+        self, n: int, space: str, arg, k: int, videos: list[int] | None
+    ) -> tuple[int, ray.ObjectRef | None]:
         """Ask one live replica of shard ``n``; None where every one failed lately (Ray is
         restarting them: the search goes on without this shard)."""
         group = self._replicas[n]

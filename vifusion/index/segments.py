@@ -27,7 +27,9 @@ def _top(segments: list[Segment], top_k: int) -> list[Segment]:
     return segments[:top_k]
 
 
-def group_segments(hits: list[SearchHit], max_gap_s: float, drop: float, top_k: int) -> list[Segment]:
+def group_segments(
+    hits: list[SearchHit], max_gap_s: float, drop: float, top_k: int
+) -> list[Segment]:
     """Group frame hits into segments and return the ``top_k`` best, highest score first.
 
     Seed and grow: the best hit not yet in a segment seeds one, which grows over neighbouring
@@ -51,16 +53,27 @@ def group_segments(hits: list[SearchHit], max_gap_s: float, drop: float, top_k: 
             lo = hi = seed
             while lo > 0 and _joins(vh[lo - 1], vh[lo], taken[lo - 1], floor, max_gap_s):
                 lo -= 1
-            while hi + 1 < len(vh) and _joins(vh[hi + 1], vh[hi], taken[hi + 1], floor, max_gap_s, after=True):
+            while hi + 1 < len(vh) and _joins(
+                vh[hi + 1], vh[hi], taken[hi + 1], floor, max_gap_s, after=True
+            ):
                 hi += 1
             for i in range(lo, hi + 1):
                 taken[i] = True
-            segments.append(Segment(video_id, vh[lo].t_start, max(h.t_end for h in vh[lo : hi + 1]),
-                                    vh[seed].score, hi - lo + 1))
+            segments.append(
+                Segment(
+                    video_id,
+                    vh[lo].t_start,
+                    max(h.t_end for h in vh[lo : hi + 1]),
+                    vh[seed].score,
+                    hi - lo + 1,
+                )
+            )
     return _top(segments, top_k)
 
 
-def _joins(h: SearchHit, edge: SearchHit, taken: bool, floor: float, max_gap_s: float, after: bool = False) -> bool:
+def _joins(
+    h: SearchHit, edge: SearchHit, taken: bool, floor: float, max_gap_s: float, after: bool = False
+) -> bool:
     """Whether ``h``, next to a segment's ``edge`` frame, extends the segment."""
     gap = h.t_start - edge.t_end if after else edge.t_start - h.t_end
     return not taken and gap <= max_gap_s and h.score >= floor

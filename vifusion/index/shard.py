@@ -51,8 +51,15 @@ class Shard:
     Thread-safe; background work (snapshots, rebuilds) runs in one daemon thread.
     """
 
-    def __init__(self, shard_no: int, directory: Path, cfg: Config, *, writer: bool = True,
-                 background: bool = False) -> None:
+    def __init__(
+        self,
+        shard_no: int,
+        directory: Path,
+        cfg: Config,
+        *,
+        writer: bool = True,
+        background: bool = False,
+    ) -> None:
         self.shard_no = shard_no
         self.directory = Path(directory)
         self.writer = writer
@@ -69,8 +76,14 @@ class Shard:
         self._load_state()
         self._wal = WriteAheadLog(self.directory / WAL_DIR, after=self.seq) if writer else None
         if self._wal is not None and self._wal.last_seq != self.seq:
-            raise LogCorrupt(f"{self.directory}: log ends at seq {self._wal.last_seq}, replay reached {self.seq}")
-        self._worker = Worker(f"shard {shard_no}", f"shard-{shard_no}-upkeep", self._run) if background else None
+            raise LogCorrupt(
+                f"{self.directory}: log ends at seq {self._wal.last_seq}, replay reached {self.seq}"
+            )
+        self._worker = (
+            Worker(f"shard {shard_no}", f"shard-{shard_no}-upkeep", self._run)
+            if background
+            else None
+        )
         self._upkeep()
 
     # -- writes (the writer) ----------------------------------------------------------
@@ -131,7 +144,9 @@ class Shard:
                 if self.seq == self._snapshot_seq and (self.directory / SNAPSHOT).exists():
                     return
                 seq = self.seq
-                parts = _snapshot.pack(self.shard_no, seq, self._times, list(self._seen), self._spaces)
+                parts = _snapshot.pack(
+                    self.shard_no, seq, self._times, list(self._seen), self._spaces
+                )
                 self._wal.rotate()
             size = _snapshot.write(self.directory, parts)
             with self._lock:
@@ -172,8 +187,11 @@ class Shard:
                 subset = self._ids_of(videos, KIND_OF_SPACE[space])
                 if not len(subset):
                     nq = len(queries)
-                    return (np.full((nq, k), -np.finfo(np.float32).max, np.float32),
-                            np.full((nq, k), -1, np.int64), np.zeros((nq, k, 2), np.float32))
+                    return (
+                        np.full((nq, k), -np.finfo(np.float32).max, np.float32),
+                        np.full((nq, k), -1, np.int64),
+                        np.zeros((nq, k, 2), np.float32),
+                    )
             scores, ids = self._spaces[space].search(queries, int(k), subset)
             times = np.zeros(ids.shape + (2,), dtype=np.float32)
             found = ids >= 0
@@ -182,7 +200,9 @@ class Shard:
                 times[found] = [vt[i >> FRAME_BITS][i] for i in ids[found].tolist()]
         return scores, ids, times
 
-    def frames(self, space: str, video_id: int, start_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    def frames(
+        self, space: str, video_id: int, start_s: float, end_s: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The stored vectors of a video's rows in ``space`` (frames for visual and semantic,
         segments or spans for speech and screen) that overlap [start_s, end_s], in time
         order: times (n, 2) float32 and vectors (n, d) float32 (n may be 0)."""
@@ -191,8 +211,11 @@ class Shard:
         kind = KIND_OF_SPACE[space]
         with self._lock:
             rows = self._times.get(video_id, {})
-            picked = sorted((t, i) for i, t in rows.items()
-                            if t[1] > start_s and t[0] < end_s and (i >> KIND_SHIFT) & 3 == kind)
+            picked = sorted(
+                (t, i)
+                for i, t in rows.items()
+                if t[1] > start_s and t[0] < end_s and (i >> KIND_SHIFT) & 3 == kind
+            )
             ids = np.array([i for _, i in picked], dtype=np.int64)
             vectors = self._spaces[space].reconstruct(ids)
         return np.array([t for t, _ in picked], dtype=np.float32).reshape(-1, 2), vectors
@@ -326,7 +349,9 @@ class Shard:
             new = SpaceIndex.build(old.d, self._policy, ids, vectors, seed=self.shard_no)
             del vectors
             with self._lock:
-                for op in self._capture[space]:  # in order: a replaced id's removal precedes its add
+                for op in self._capture[
+                    space
+                ]:  # in order: a replaced id's removal precedes its add
                     if op[0] == "add":
                         new.add(op[1], op[2])
                     else:
@@ -369,7 +394,9 @@ class Shard:
                 return
             if self.writer:
                 raise LogCorrupt(f"{self.directory}: the log has a gap after seq {self.seq}")
-        raise LogCorrupt(f"{self.directory}: no consistent snapshot + log after {_LOAD_TRIES} tries")
+        raise LogCorrupt(
+            f"{self.directory}: no consistent snapshot + log after {_LOAD_TRIES} tries"
+        )
 
     def _take(self, loaded: _snapshot.Loaded) -> None:
         self._spaces, self._times = loaded.spaces, loaded.times

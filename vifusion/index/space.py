@@ -57,8 +57,14 @@ class IndexPolicy:
 class SpaceIndex:
     """The vectors of one space, searchable, removable and readable by id."""
 
-    def __init__(self, d: int, policy: IndexPolicy, factory: str = FLAT, index: faiss.Index | ChunkedFlat | None = None,
-                 trained_n: int = 0) -> None:
+    def __init__(
+        self,
+        d: int,
+        policy: IndexPolicy,
+        factory: str = FLAT,
+        index: faiss.Index | ChunkedFlat | None = None,
+        trained_n: int = 0,
+    ) -> None:
         self.d = d
         self.policy = policy
         self.factory = factory
@@ -66,7 +72,9 @@ class SpaceIndex:
         self.trained_n = trained_n
 
     @classmethod
-    def build(cls, d: int, policy: IndexPolicy, ids: np.ndarray, vectors: np.ndarray, seed: int = 0) -> SpaceIndex:
+    def build(
+        cls, d: int, policy: IndexPolicy, ids: np.ndarray, vectors: np.ndarray, seed: int = 0
+    ) -> SpaceIndex:
         """A new index of the type that suits ``len(ids)`` vectors, holding them."""
         factory = policy.factory_for(len(ids))
         if factory == FLAT:
@@ -76,7 +84,11 @@ class SpaceIndex:
             nlist = faiss.extract_index_ivf(index).nlist
             rng = np.random.default_rng(seed)
             take = min(len(ids), nlist * _TRAIN_PER_LIST)
-            sample = vectors[np.sort(rng.choice(len(ids), take, replace=False))] if take < len(ids) else vectors
+            sample = (
+                vectors[np.sort(rng.choice(len(ids), take, replace=False))]
+                if take < len(ids)
+                else vectors
+            )
             index.cp.niter = 10
             index.cp.min_points_per_centroid = 1  # silence the "too few points" warning
             index.cp.max_points_per_centroid = _TRAIN_PER_LIST
@@ -100,12 +112,17 @@ class SpaceIndex:
         size that calls for more inverted lists."""
         if self.is_flat:
             return self.ntotal > self.policy.exact_max
-        return self.ntotal >= _REGROW * self.trained_n and self.policy.factory_for(self.ntotal) != self.factory
+        return (
+            self.ntotal >= _REGROW * self.trained_n
+            and self.policy.factory_for(self.ntotal) != self.factory
+        )
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add vectors under ids that are not present (the caller removes old ones first)."""
         if len(ids):
-            self.index.add_with_ids(np.ascontiguousarray(vectors, np.float32), np.ascontiguousarray(ids, np.int64))
+            self.index.add_with_ids(
+                np.ascontiguousarray(vectors, np.float32), np.ascontiguousarray(ids, np.int64)
+            )
 
     def remove(self, ids: np.ndarray) -> int:
         """Remove these ids (absent ones are ignored); return how many were removed."""
@@ -114,7 +131,11 @@ class SpaceIndex:
             return 0
         # The hash direct map of an IVF index only removes by an explicit id array; a flat
         # IDMap2 tests every stored id against the selector, so it wants a hash set.
-        sel = faiss.IDSelectorBatch(ids) if self.is_flat else faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids))
+        sel = (
+            faiss.IDSelectorBatch(ids)
+            if self.is_flat
+            else faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids))
+        )
         return int(self.index.remove_ids(sel))
 
     def reconstruct(self, ids: np.ndarray) -> np.ndarray:
@@ -124,24 +145,34 @@ class SpaceIndex:
             return np.zeros((0, self.d), np.float32)
         return self.index.reconstruct_batch(ids)
 
-    def search(self, queries: np.ndarray, k: int, subset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, subset: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, ids) per query; with ``subset``, only among those ids, without
         losing top-k to the filter (small subsets are searched exactly)."""
         if subset is None:
             params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.policy.nprobe)
             return self.index.search(queries, k, params=params)
         if self.is_flat:
-            return self.index.search(queries, k, params=faiss.SearchParameters(sel=faiss.IDSelectorBatch(subset)))
+            return self.index.search(
+                queries, k, params=faiss.SearchParameters(sel=faiss.IDSelectorBatch(subset))
+            )
         if len(subset) <= _EXACT_SUBSET:
-            scores, rows = faiss.knn(queries, self.reconstruct(subset), min(k, len(subset)), faiss.METRIC_INNER_PRODUCT)
+            scores, rows = faiss.knn(
+                queries, self.reconstruct(subset), min(k, len(subset)), faiss.METRIC_INNER_PRODUCT
+            )
             ids = np.where(rows >= 0, subset[np.maximum(rows, 0)], -1)
             if ids.shape[1] < k:  # pad as FAISS does where fewer than k exist
                 pad = k - ids.shape[1]
                 ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-                scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.finfo(np.float32).max)
+                scores = np.pad(
+                    scores, ((0, 0), (0, pad)), constant_values=-np.finfo(np.float32).max
+                )
             return scores, ids
         # A large subset: IVF restricted to it, probing wider since the filter thins each list.
-        params = faiss.SearchParametersIVF(nprobe=4 * self.policy.nprobe, sel=faiss.IDSelectorBatch(subset))
+        params = faiss.SearchParametersIVF(
+            nprobe=4 * self.policy.nprobe, sel=faiss.IDSelectorBatch(subset)
+        )
         return self.index.search(queries, k, params=params)
 
     def serialize(self) -> list[np.ndarray]:
@@ -151,8 +182,9 @@ class SpaceIndex:
         return [faiss.serialize_index(self.index)]
 
     @classmethod
-    def deserialize(cls, blobs: list[np.ndarray], d: int, policy: IndexPolicy, factory: str,
-                    trained_n: int) -> SpaceIndex:
+    def deserialize(
+        cls, blobs: list[np.ndarray], d: int, policy: IndexPolicy, factory: str, trained_n: int
+    ) -> SpaceIndex:
         if factory == FLAT:
             return cls(d, policy, factory, ChunkedFlat.deserialize(blobs, d), trained_n)
         if len(blobs) != 1:
@@ -167,6 +199,9 @@ class SpaceIndex:
         if self.is_flat:
             return self.index.ids()
         invlists = faiss.extract_index_ivf(self.index).invlists
-        parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
-                 for i in range(invlists.nlist) if invlists.list_size(i)]
+        parts = [
+            faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
+            for i in range(invlists.nlist)
+            if invlists.list_size(i)
+        ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -57,12 +57,15 @@ def encode(op: Op) -> bytes:
         return struct.pack("<Bq", _DELETE, op.video_id)
     bid = op.batch_id.encode()
     n = len(op.ids)
-    return b"".join((
-        struct.pack("<BHI", _ADD, len(bid), n), bid,
-        np.ascontiguousarray(op.ids, np.int64).tobytes(),
-        np.ascontiguousarray(op.times, np.float32).tobytes(),
-        np.ascontiguousarray(op.features, np.float32).tobytes(),
-    ))
+    return b"".join(
+        (
+            struct.pack("<BHI", _ADD, len(bid), n),
+            bid,
+            np.ascontiguousarray(op.ids, np.int64).tobytes(),
+            np.ascontiguousarray(op.times, np.float32).tobytes(),
+            np.ascontiguousarray(op.features, np.float32).tobytes(),
+        )
+    )
 
 
 def decode(payload: bytes) -> Op:
@@ -125,8 +128,10 @@ def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]
                 later = _next_record(data, pos + 1, prev)
                 if later is None:
                     break
-                raise LogCorrupt(f"{path}: damaged record at byte {pos}, and a whole record "
-                                 f"(seq {later[1]}) after it at byte {later[0]}: not a torn tail")
+                raise LogCorrupt(
+                    f"{path}: damaged record at byte {pos}, and a whole record "
+                    f"(seq {later[1]}) after it at byte {later[0]}: not a torn tail"
+                )
             raise LogCorrupt(f"{path}: damaged record at byte {pos}")
         records.append((seq, payload))
         pos = end
@@ -183,7 +188,9 @@ class WriteAheadLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = after  # written (flushed to the OS); ``durable_seq``: synced
         self.bytes_since_rotate = 0
-        self.last_sync_s = 0.0  # how long the last fdatasync took (a write that waits for its own pays it)
+        self.last_sync_s = (
+            0.0  # how long the last fdatasync took (a write that waits for its own pays it)
+        )
         # Guards the open file against a switch (rotate, cut) during a sync, and orders syncs.
         self._sync_lock = threading.Lock()
         self._failed: OSError | None = None

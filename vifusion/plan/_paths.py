@@ -13,7 +13,9 @@ from vifusion.comm.link import LinkStats
 from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer
 from vifusion.plan._events import Sim
 
-RUNGS = tuple(Rung(c.name, c.bytes_per_row) for c in Ladder().codecs)  # fp32, fp16, int8 (no tables)
+RUNGS = tuple(
+    Rung(c.name, c.bytes_per_row) for c in Ladder().codecs
+)  # fp32, fp16, int8 (no tables)
 
 
 class RowBuffer(FusionBuffer):
@@ -69,11 +71,21 @@ class Link:
         measured = self.rate if self.acked else 0.0
         oldest = self.buffer.oldest()
         return LinkStats(
-            delivery_rate=measured, capacity=measured, path_rate=measured, logical_rate=measured,
-            min_rtt=self.rtt, queueing_delay=self.qdelay, backlog_age=now - oldest if oldest is not None else 0.0,
-            in_flight_bytes=self.in_flight_bytes, in_flight=self.in_flight, acked_bytes=0,
-            acked_messages=self.acked, service_s=self.service_s, per_message_s=self.message_cs,
-            rtt_stale=False)
+            delivery_rate=measured,
+            capacity=measured,
+            path_rate=measured,
+            logical_rate=measured,
+            min_rtt=self.rtt,
+            queueing_delay=self.qdelay,
+            backlog_age=now - oldest if oldest is not None else 0.0,
+            in_flight_bytes=self.in_flight_bytes,
+            in_flight=self.in_flight,
+            acked_bytes=0,
+            acked_messages=self.acked,
+            service_s=self.service_s,
+            per_message_s=self.message_cs,
+            rtt_stale=False,
+        )
 
     def wire_ratio(self) -> float:
         return RUNGS[self.policy.level].bytes_per_row / RUNGS[0].bytes_per_row

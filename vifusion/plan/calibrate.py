@@ -37,8 +37,15 @@ _PHOTOS = ("coffee", "rocket", "motion", "astronaut")
 
 def _key(cfg: Config) -> str:
     """What the costs depend on besides the node: sampling, model settings, what is read."""
-    parts = (cfg.sample_fps, cfg.embed_batch, cfg.conse_top_k, cfg.screen_text, cfg.ocr_frame_side,
-             cfg.dedup_cosine if cfg.fusion else 2.0, "efficientnet_lite0+MiniLM")
+    parts = (
+        cfg.sample_fps,
+        cfg.embed_batch,
+        cfg.conse_top_k,
+        cfg.screen_text,
+        cfg.ocr_frame_side,
+        cfg.dedup_cosine if cfg.fusion else 2.0,
+        "efficientnet_lite0+MiniLM",
+    )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
 
@@ -59,8 +66,14 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         video = write_video(Path(tmp) / "v.mp4", _PHOTOS, scene_s=scene_s).path
         side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
         fps = max(cfg.sample_fps, 4.0)  # enough frames to time, whatever the sampling
-        _, total, batches = open_sampled(video, fps, cfg.max_frames, side, cfg.embed_batch,
-                                         min_short_side=EMBED_SIDE if cfg.screen_text else None)
+        _, total, batches = open_sampled(
+            video,
+            fps,
+            cfg.max_frames,
+            side,
+            cfg.embed_batch,
+            min_short_side=EMBED_SIDE if cfg.screen_text else None,
+        )
         decoded, t = [], time.process_time()  # decord decodes on threads of its own
         for frames, spans in batches:
             decoded.append((frames, spans))
@@ -73,8 +86,11 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         rows, t, w = [], time.process_time(), time.perf_counter()
         for frames, spans in decoded:
             visual, semantic = embedder.embed_frames(_shrink(frames, EMBED_SIDE))
-            rows.append(FusedBatch.of_video(1, sum(len(r) for r in rows), [(a, b) for _, a, b in spans],
-                                            visual, semantic))
+            rows.append(
+                FusedBatch.of_video(
+                    1, sum(len(r) for r in rows), [(a, b) for _, a, b in spans], visual, semantic
+                )
+            )
         embed_cs, embed_wall = (time.process_time() - t) / total, (time.perf_counter() - w) / total
 
         text_cs = 0.0
@@ -106,17 +122,28 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         t = time.process_time()
         seq = shard.stage(FusedBatch(one.ids, one.times, one.features))[1]
         apply_cs = max((time.process_time() - t - message_cs) / len(one), 0.0)
-        syncs = [shard.commit(shard.stage(FusedBatch(small.ids, small.times, small.features))[1])
-                 for _ in range(10)]
+        syncs = [
+            shard.commit(shard.stage(FusedBatch(small.ids, small.times, small.features))[1])
+            for _ in range(10)
+        ]
         shard.commit(seq)
         sync_s = float(np.median(syncs))
-    return StageCosts(decode_cs=decode_cs, embed_cs=0.0 if gpu else embed_cs, embed_gpu_s=embed_wall if gpu else 0.0,
-                      text_cs=text_cs, aggregate_cs=aggregate_cs, apply_cs=apply_cs, message_cs=message_cs,
-                      sync_s=sync_s, dedup_ratio=max(kept, 1) / total)
+    return StageCosts(
+        decode_cs=decode_cs,
+        embed_cs=0.0 if gpu else embed_cs,
+        embed_gpu_s=embed_wall if gpu else 0.0,
+        text_cs=text_cs,
+        aggregate_cs=aggregate_cs,
+        apply_cs=apply_cs,
+        message_cs=message_cs,
+        sync_s=sync_s,
+        dedup_ratio=max(kept, 1) / total,
+    )
 
 
-def calibrate(cfg: Config, cluster: Cluster, live: list[Node] | None = None,
-              refresh: bool = False) -> dict[str, StageCosts]:
+def calibrate(
+    cfg: Config, cluster: Cluster, live: list[Node] | None = None, refresh: bool = False
+) -> dict[str, StageCosts]:
     """Costs per node type: cached, or measured (on a live node of the type where there is
     one, else here)."""
     out: dict[str, StageCosts] = {}
@@ -143,6 +170,7 @@ def _on_node(cfg: Config, node_id: str) -> StageCosts:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(measure).options(num_cpus=1,
-                                       scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+    task = ray.remote(measure).options(
+        num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+    )
     return ray.get(task.remote(cfg))

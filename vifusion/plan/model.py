@@ -33,11 +33,23 @@ DEFAULT_RTT_S = 0.0005
 # vCPUs, GPUs, GiB of the instance types deploy/cluster.yaml names and a few neighbours;
 # any other type gives CPU (and GPU, memory) in its `resources` or labels.
 INSTANCE_TYPES: dict[str, tuple[int, int, int]] = {
-    "m6i.large": (2, 0, 8), "m6i.xlarge": (4, 0, 16), "m6i.2xlarge": (8, 0, 32), "m6i.4xlarge": (16, 0, 64),
-    "c6i.xlarge": (4, 0, 8), "c6i.2xlarge": (8, 0, 16), "c6i.4xlarge": (16, 0, 32),
-    "r6i.xlarge": (4, 0, 32), "r6i.2xlarge": (8, 0, 64), "r6i.4xlarge": (16, 0, 128),
-    "g5.xlarge": (4, 1, 16), "g5.2xlarge": (8, 1, 32), "g5.4xlarge": (16, 1, 64), "g5.12xlarge": (48, 4, 192),
-    "g4dn.xlarge": (4, 1, 16), "g4dn.2xlarge": (8, 1, 32), "g6.xlarge": (4, 1, 16),
+    "m6i.large": (2, 0, 8),
+    "m6i.xlarge": (4, 0, 16),
+    "m6i.2xlarge": (8, 0, 32),
+    "m6i.4xlarge": (16, 0, 64),
+    "c6i.xlarge": (4, 0, 8),
+    "c6i.2xlarge": (8, 0, 16),
+    "c6i.4xlarge": (16, 0, 32),
+    "r6i.xlarge": (4, 0, 32),
+    "r6i.2xlarge": (8, 0, 64),
+    "r6i.4xlarge": (16, 0, 128),
+    "g5.xlarge": (4, 1, 16),
+    "g5.2xlarge": (8, 1, 32),
+    "g5.4xlarge": (16, 1, 64),
+    "g5.12xlarge": (48, 4, 192),
+    "g4dn.xlarge": (4, 1, 16),
+    "g4dn.2xlarge": (8, 1, 32),
+    "g6.xlarge": (4, 1, 16),
 }
 
 
@@ -45,7 +57,16 @@ def rate_bps(rate: str | float) -> float:
     """A rate ("1gbit", "20mbit", "500kbps", or a number of bits/s) in bits per second."""
     if isinstance(rate, (int, float)):
         return float(rate)
-    units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+    units = {
+        "bit": 1,
+        "kbit": 1e3,
+        "mbit": 1e6,
+        "gbit": 1e9,
+        "bps": 8,
+        "kbps": 8e3,
+        "mbps": 8e6,
+        "gbps": 8e9,
+    }
     m = re.fullmatch(r"([0-9.]+)\s*([a-z]*)", str(rate).strip().lower())
     if not m or (m[2] or "bit") not in units:
         raise ValueError(f"not a rate: {rate!r} (say 1gbit, 20mbit, 500kbps)")
@@ -102,11 +123,21 @@ class Cluster:
     def with_link(self, type_name: str, rate: str, rtt_ms: float | None = None) -> Cluster:
         """This cluster with one node type's link set (both ways)."""
         if all(t.name != type_name for t in self.types):
-            raise ValueError(f"no node type {type_name!r}; there are {', '.join(t.name for t in self.types)}")
+            raise ValueError(
+                f"no node type {type_name!r}; there are {', '.join(t.name for t in self.types)}"
+            )
         bps = rate_bps(rate) / 8
-        return replace(self, types=tuple(
-            replace(t, uplink=bps, downlink=bps, rtt_s=t.rtt_s if rtt_ms is None else rtt_ms / 1e3)
-            if t.name == type_name else t for t in self.types))
+        return replace(
+            self,
+            types=tuple(
+                replace(
+                    t, uplink=bps, downlink=bps, rtt_s=t.rtt_s if rtt_ms is None else rtt_ms / 1e3
+                )
+                if t.name == type_name
+                else t
+                for t in self.types
+            ),
+        )
 
 
 def path(src: NodeType, dst: NodeType) -> tuple[float, float]:
@@ -116,19 +147,30 @@ def path(src: NodeType, dst: NodeType) -> tuple[float, float]:
 
 def _node_type(name: str, spec: dict[str, Any], count: int) -> NodeType:
     res = dict(spec.get("resources") or {})
-    labels = {k[len(LABEL):]: v for k, v in (spec.get("labels") or {}).items() if k.startswith(LABEL)}
-    known = INSTANCE_TYPES.get(str((spec.get("node_config") or {}).get("InstanceType")), (None, 0, 16))
+    labels = {
+        k[len(LABEL) :]: v for k, v in (spec.get("labels") or {}).items() if k.startswith(LABEL)
+    }
+    known = INSTANCE_TYPES.get(
+        str((spec.get("node_config") or {}).get("InstanceType")), (None, 0, 16)
+    )
     cpus = labels.get("cpus", res.pop("CPU", known[0]))
     if cpus is None:
-        raise ValueError(f"node type {name}: how many CPUs? give resources: {{CPU: n}} or the label "
-                         f"{LABEL}cpus (instance type {(spec.get('node_config') or {}).get('InstanceType')} is "
-                         "not in vifusion.plan.model.INSTANCE_TYPES)")
+        raise ValueError(
+            f"node type {name}: how many CPUs? give resources: {{CPU: n}} or the label "
+            f"{LABEL}cpus (instance type {(spec.get('node_config') or {}).get('InstanceType')} is "
+            "not in vifusion.plan.model.INSTANCE_TYPES)"
+        )
     gpus = labels.get("gpus", res.pop("GPU", known[1]))
     memory = res.pop("memory", None) or float(labels.get("memory-gb", known[2])) * (1 << 30)
     up = rate_bps(labels.get("uplink", DEFAULT_RATE_BPS)) / 8
     return NodeType(
-        name=name, count=count, cpus=float(cpus), gpus=int(gpus), memory_bytes=int(memory),
-        cpu_share=float(labels.get("cpu-share", 1.0)), uplink=up,
+        name=name,
+        count=count,
+        cpus=float(cpus),
+        gpus=int(gpus),
+        memory_bytes=int(memory),
+        cpu_share=float(labels.get("cpu-share", 1.0)),
+        uplink=up,
         downlink=rate_bps(labels["downlink"]) / 8 if "downlink" in labels else up,
         rtt_s=float(labels.get("rtt-ms", DEFAULT_RTT_S * 1e3)) / 1e3,
         resources={k: float(v) for k, v in res.items() if k != "object_store_memory"},
@@ -148,7 +190,11 @@ def from_yaml(path_: Path | str, *, at_max: bool = False) -> Cluster:
             raise ValueError(f"{path_}: head_node_type {head!r} is not among available_node_types")
         out = []
         for name, spec in types.items():
-            n = 1 if name == head else int(spec.get("max_workers" if at_max else "min_workers", 0) or 0)
+            n = (
+                1
+                if name == head
+                else int(spec.get("max_workers" if at_max else "min_workers", 0) or 0)
+            )
             if n:
                 out.append(_node_type(name, spec, n))
         return Cluster(tuple(out), head)
@@ -157,8 +203,13 @@ def from_yaml(path_: Path | str, *, at_max: bool = False) -> Cluster:
         # One type for every host (the local provider has no node types): say their cores.
         spec = {"resources": {}, "labels": doc.get("vifusion_labels") or {}}
         workers = len(provider.get("worker_ips") or [])
-        return Cluster((_node_type("head", spec, 1), *((_node_type("worker", spec, workers),) if workers else ())),
-                       "head")
+        return Cluster(
+            (
+                _node_type("head", spec, 1),
+                *((_node_type("worker", spec, workers),) if workers else ()),
+            ),
+            "head",
+        )
     raise ValueError(f"{path_}: no available_node_types and not a local provider")
 
 
@@ -171,17 +222,27 @@ def from_ray() -> tuple[Cluster, list[Node]]:
     head_id = _head_node_id()
     for n in sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: n["NodeID"]):
         res = n["Resources"]
-        key = ("head",) if n["NodeID"] == head_id else (
-            res.get("CPU", 0), res.get("GPU", 0), round(res.get("memory", 0) / (1 << 30)),
-            tuple(sorted((k, v) for k, v in res.items() if k in ("extract", "shard"))),
-            tuple(sorted((n.get("Labels") or {}).items())))
+        key = (
+            ("head",)
+            if n["NodeID"] == head_id
+            else (
+                res.get("CPU", 0),
+                res.get("GPU", 0),
+                round(res.get("memory", 0) / (1 << 30)),
+                tuple(sorted((k, v) for k, v in res.items() if k in ("extract", "shard"))),
+                tuple(sorted((n.get("Labels") or {}).items())),
+            )
+        )
         groups.setdefault(key, []).append(n)
     types, nodes = [], []
     for i, (key, members) in enumerate(sorted(groups.items(), key=lambda kv: kv[0] != ("head",))):
         name = "head" if key == ("head",) else f"type{i}"
         first = members[0]
-        res = {k: v for k, v in first["Resources"].items()
-               if k in ("CPU", "GPU", "memory", "extract", "shard")}
+        res = {
+            k: v
+            for k, v in first["Resources"].items()
+            if k in ("CPU", "GPU", "memory", "extract", "shard")
+        }
         t = _node_type(name, {"resources": res, "labels": first.get("Labels") or {}}, len(members))
         types.append(t)
         nodes += [Node(t, j, m["NodeManagerAddress"], m["NodeID"]) for j, m in enumerate(members)]

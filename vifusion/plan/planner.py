@@ -20,28 +20,56 @@ VIDEO_S = 600.0  # the steady workload: videos this long, without end
 
 def workload(cfg: Config, video_s: float = VIDEO_S) -> Workload:
     frames = max(1, min(cfg.max_frames, round(video_s * cfg.sample_fps)))
-    return Workload(videos=0, frames_per_video=frames, embed_batch=cfg.embed_batch,
-                    latency_target_s=cfg.fusion_latency_target_s, steady=True)
+    return Workload(
+        videos=0,
+        frames_per_video=frames,
+        embed_batch=cfg.embed_batch,
+        latency_target_s=cfg.fusion_latency_target_s,
+        steady=True,
+    )
 
 
-def make_plan(cfg: Config, cluster: Cluster, costs: dict[str, StageCosts], live: list[Node] | None = None,
-              parallel: bool | None = None) -> tuple[SearchReport, dict[str, Any]]:
+def make_plan(
+    cfg: Config,
+    cluster: Cluster,
+    costs: dict[str, StageCosts],
+    live: list[Node] | None = None,
+    parallel: bool | None = None,
+) -> tuple[SearchReport, dict[str, Any]]:
     """Search the cluster's placements; the report and the plan as ``plan.json`` holds it."""
-    report = search(cluster, costs, workload(cfg), num_shards=cfg.num_shards, replicas=cfg.shard_replicas,
-                    parallel=parallel)
+    report = search(
+        cluster,
+        costs,
+        workload(cfg),
+        num_shards=cfg.num_shards,
+        replicas=cfg.shard_replicas,
+        parallel=parallel,
+    )
     return report, plan_document(cluster, report.best, live)
 
 
-def plan_document(cluster: Cluster, chosen: Evaluated, live: list[Node] | None = None) -> dict[str, Any]:
+def plan_document(
+    cluster: Cluster, chosen: Evaluated, live: list[Node] | None = None
+) -> dict[str, Any]:
     nodes = cluster.nodes()
     ips = {n.name: n.ip for n in live or []}
     c = chosen.candidate
     return {
         "version": 1,
         "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "nodes": [{"name": n.name, "type": n.type.name, "head": n.type.name == cluster.head, "ip": ips.get(n.name),
-                   "signature": signature({"CPU": n.type.cpus, "GPU": n.type.gpus, **n.type.resources}),
-                   "extractors": c.extractors[i]} for i, n in enumerate(nodes)],
+        "nodes": [
+            {
+                "name": n.name,
+                "type": n.type.name,
+                "head": n.type.name == cluster.head,
+                "ip": ips.get(n.name),
+                "signature": signature(
+                    {"CPU": n.type.cpus, "GPU": n.type.gpus, **n.type.resources}
+                ),
+                "extractors": c.extractors[i],
+            }
+            for i, n in enumerate(nodes)
+        ],
         "shards": [[nodes[i].name for i in group] for group in c.shards],
         "fusion_min_bytes": c.fusion_min_bytes,
         "fusion_max_bytes": c.fusion_max_bytes,
@@ -72,16 +100,21 @@ def describe(cluster: Cluster, e: Evaluated) -> str:
     parts, i = [], 0
     while i < len(nodes):
         j = i
-        while j + 1 < len(nodes) and nodes[j + 1].type is nodes[i].type and \
-                e.candidate.extractors[j + 1] == e.candidate.extractors[i]:
+        while (
+            j + 1 < len(nodes)
+            and nodes[j + 1].type is nodes[i].type
+            and e.candidate.extractors[j + 1] == e.candidate.extractors[i]
+        ):
             j += 1
         names = nodes[i].name if i == j else f"{nodes[i].name}..{nodes[j].index}"
         parts.append(f"{names}: {e.candidate.extractors[i]}")
         i = j + 1
     shards = ", ".join("+".join(nodes[n].name for n in g) for g in e.candidate.shards)
-    return (f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
-            f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
-            f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms")
+    return (
+        f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
+        f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
+        f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms"
+    )
 
 
 def report_lines(cluster: Cluster, report: SearchReport) -> list[str]:
@@ -89,10 +122,14 @@ def report_lines(cluster: Cluster, report: SearchReport) -> list[str]:
     if report.runner_up is not None:
         lines.append(f"runner-up: {describe(cluster, report.runner_up)}")
     lines.append(f"even:      {describe(cluster, report.even)}")
-    gain = report.best.result.fps / report.even.result.fps if report.even.result.fps else float("inf")
-    lines.append(f"predicted {gain:.2f}x the even spread; {report.candidates} candidates: {report.evaluated} "
-                 f"simulated, {report.pruned_infeasible} infeasible, {report.pruned_dominated} dominated; "
-                 f"searched in {report.seconds:.2f} s")
+    gain = (
+        report.best.result.fps / report.even.result.fps if report.even.result.fps else float("inf")
+    )
+    lines.append(
+        f"predicted {gain:.2f}x the even spread; {report.candidates} candidates: {report.evaluated} "
+        f"simulated, {report.pruned_infeasible} infeasible, {report.pruned_dominated} dominated; "
+        f"searched in {report.seconds:.2f} s"
+    )
     return lines
 
 
@@ -100,7 +137,14 @@ def report_json(cluster: Cluster, report: SearchReport, plan: dict[str, Any]) ->
     def one(e: Evaluated | None) -> dict[str, Any] | None:
         return None if e is None else {**plan_document(cluster, e), "made": None}
 
-    return {"plan": plan, "runner_up": one(report.runner_up), "even": one(report.even),
-            "candidates": report.candidates, "candidates_evaluated": report.evaluated,
-            "candidates_pruned": report.pruned, "pruned_infeasible": report.pruned_infeasible,
-            "pruned_dominated": report.pruned_dominated, "search_s": round(report.seconds, 3)}
+    return {
+        "plan": plan,
+        "runner_up": one(report.runner_up),
+        "even": one(report.even),
+        "candidates": report.candidates,
+        "candidates_evaluated": report.evaluated,
+        "candidates_pruned": report.pruned,
+        "pruned_infeasible": report.pruned_infeasible,
+        "pruned_dominated": report.pruned_dominated,
+        "search_s": round(report.seconds, 3),
+    }

@@ -38,7 +38,9 @@ from vifusion.plan.simulate import _MEASURED_MIN, Candidate, Result, StageCosts,
 FUSION_LIMITS = ((64 << 10, 8 << 20), (256 << 10, 8 << 20), (64 << 10, 1 << 20))
 _SMALLEST_ROW = min(c.bytes_per_row for c in Ladder().codecs) + 16
 _AGGREGATOR_BYTES = 512 << 20
-_SHARD_ROW_BYTES = 2 * (6656 + 64)  # a row in the index (two spaces, fp32) and its ids, times, slack
+_SHARD_ROW_BYTES = 2 * (
+    6656 + 64
+)  # a row in the index (two spaces, fp32) and its ids, times, slack
 _TIE = 1e-6
 
 
@@ -70,11 +72,15 @@ def extractor_options(t: NodeType) -> list[int]:
     most = max(int(t.cpus), 0)
     if most <= 6:
         return list(range(most + 1))
-    return sorted({0, 1, 2, *(2 ** i for i in range(2, int(math.log2(most)) + 1)), most})
+    return sorted({0, 1, 2, *(2**i for i in range(2, int(math.log2(most)) + 1)), most})
 
 
-def candidates(cluster: Cluster, num_shards: int, replicas: int,
-               fusion: Iterable[tuple[int, int]] = FUSION_LIMITS) -> Iterable[Candidate]:
+def candidates(
+    cluster: Cluster,
+    num_shards: int,
+    replicas: int,
+    fusion: Iterable[tuple[int, int]] = FUSION_LIMITS,
+) -> Iterable[Candidate]:
     """Every candidate of the space (see the module doc), the even spread among them."""
     nodes = cluster.nodes()
     index = {n.name: i for i, n in enumerate(nodes)}
@@ -95,11 +101,15 @@ def even_spread(cluster: Cluster, num_shards: int, replicas: int) -> Candidate:
     (what the weakest node's cores allow, at least one), shards round-robin over all nodes."""
     nodes = cluster.nodes()
     each = max(1, min(int(n.type.cpus) for n in nodes))
-    return Candidate(tuple(each for _ in nodes), tuple(tuple(g) for g in spread(num_shards, replicas,
-                                                                              list(range(len(nodes))))))
+    return Candidate(
+        tuple(each for _ in nodes),
+        tuple(tuple(g) for g in spread(num_shards, replicas, list(range(len(nodes))))),
+    )
 
 
-def feasible(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload) -> bool:
+def feasible(
+    cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload
+) -> bool:
     nodes = cluster.nodes()
     if not sum(c.extractors):
         return False
@@ -109,14 +119,19 @@ def feasible(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workl
         for n in group:
             held[n] += 1
     for i, n in enumerate(nodes):
-        need = (_AGGREGATOR_BYTES + c.extractors[i] * costs[n.type.name].extractor_bytes
-                + held[i] * rows * costs[n.type.name].dedup_ratio * _SHARD_ROW_BYTES)
+        need = (
+            _AGGREGATOR_BYTES
+            + c.extractors[i] * costs[n.type.name].extractor_bytes
+            + held[i] * rows * costs[n.type.name].dedup_ratio * _SHARD_ROW_BYTES
+        )
         if c.extractors[i] > n.type.cpus or need > n.type.memory_bytes:
             return False
     return True
 
 
-def upper_bound(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload) -> float:
+def upper_bound(
+    cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload
+) -> float:
     """Frames/s no simulated run of ``c`` can exceed (see the module doc)."""
     nodes = cluster.nodes()
     primaries = {g[0] for g in c.shards}
@@ -140,7 +155,10 @@ def upper_bound(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, wo
     ratio = max(costs[n.type.name].dedup_ratio for n in nodes)
     primary_nodes = sorted({g[0] for g in c.shards})
     # Every frame is made on its shard's node or comes in through that node's downlink.
-    rate = min(sum(make), sum(make[p] + nodes[p].type.downlink / (ratio * _SMALLEST_ROW) for p in primary_nodes))
+    rate = min(
+        sum(make),
+        sum(make[p] + nodes[p].type.downlink / (ratio * _SMALLEST_ROW) for p in primary_nodes),
+    )
     apply_s = [costs[nodes[g[0]].type.name].apply_cs * ratio for g in c.shards]
     if workload.steady:  # each frame is applied by one shard, on one thread
         return min(rate, sum(1 / (a or 1e-12) for a in apply_s))
@@ -148,8 +166,13 @@ def upper_bound(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, wo
     seconds = total / rate if rate else math.inf
     # An extractor indexes its videos one after another: some extractor gets at least
     # videos / extractors of them, at no more than the fastest extractor's own rate.
-    fastest = max(_one_extractor(n.type, costs[n.type.name]) for i, n in enumerate(nodes) if c.extractors[i])
-    seconds = max(seconds, math.ceil(workload.videos / sum(c.extractors)) * workload.frames_per_video / fastest)
+    fastest = max(
+        _one_extractor(n.type, costs[n.type.name]) for i, n in enumerate(nodes) if c.extractors[i]
+    )
+    seconds = max(
+        seconds,
+        math.ceil(workload.videos / sum(c.extractors)) * workload.frames_per_video / fastest,
+    )
     per_shard = [0] * len(c.shards)
     for v in range(1, workload.videos + 1):
         per_shard[v % len(c.shards)] += workload.frames_per_video
@@ -160,7 +183,11 @@ def upper_bound(cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, wo
 def _one_extractor(t: NodeType, s: StageCosts) -> float:
     """Frames/s of one extractor alone on a node of type ``t``: no more than its decode
     thread, its embedding (torch on the node's cores, or one GPU) and the node's cores allow."""
-    embed = 1 / s.embed_gpu_s if s.embed_gpu_s and t.gpus else min(t.cpus, t.cores) / (s.embed_cs or 1e-12)
+    embed = (
+        1 / s.embed_gpu_s
+        if s.embed_gpu_s and t.gpus
+        else min(t.cpus, t.cores) / (s.embed_cs or 1e-12)
+    )
     cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs)
     return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))
 
@@ -173,29 +200,67 @@ def _better(a: Result, b: Result | None) -> bool:
     return a.fps >= b.fps * (1 - _TIE) and a.p50_s < b.p50_s
 
 
-def _evaluate_chunk(cluster: Cluster, costs: dict[str, StageCosts], chunk: list[Candidate],
-                    workload: Workload) -> list[Result]:
+def _evaluate_chunk(
+    cluster: Cluster, costs: dict[str, StageCosts], chunk: list[Candidate], workload: Workload
+) -> list[Result]:
     return [simulate(cluster, costs, c, workload) for c in chunk]
 
 
-def search(cluster: Cluster, costs: dict[str, StageCosts], workload: Workload, *, num_shards: int = 2,
-           replicas: int = 1, space: Iterable[Candidate] | None = None, prune: bool = True,
-           parallel: bool | None = None, batch: int = 16) -> SearchReport:
+def search(
+    cluster: Cluster,
+    costs: dict[str, StageCosts],
+    workload: Workload,
+    *,
+    num_shards: int = 2,
+    replicas: int = 1,
+    space: Iterable[Candidate] | None = None,
+    prune: bool = True,
+    parallel: bool | None = None,
+    batch: int = 16,
+) -> SearchReport:
     """The best candidate of ``space`` (default: ``candidates``) for ``workload``, with the
     runner-up and the even spread beside it. ``parallel``: simulate on Ray (None: when Ray is
     up)."""
     t0 = time.perf_counter()
     if space is None:  # placements first, then the fusion limits of the best few
-        first = search(cluster, costs, workload, num_shards=num_shards, replicas=replicas, prune=prune,
-                       parallel=parallel, batch=batch,
-                       space=list(candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1])))
-        variants = [replace(e.candidate, fusion_min_bytes=lo, fusion_max_bytes=hi)
-                    for e in first.ranked[:3] for lo, hi in FUSION_LIMITS[1:]]
-        second = search(cluster, costs, workload, num_shards=num_shards, replicas=replicas, prune=False,
-                        parallel=parallel, batch=batch, space=[e.candidate for e in first.ranked[:3]] + variants)
-        return SearchReport(second.best, second.runner_up, first.even, first.candidates + len(variants),
-                            first.evaluated + len(variants), first.pruned_infeasible, first.pruned_dominated,
-                            time.perf_counter() - t0, second.ranked)
+        first = search(
+            cluster,
+            costs,
+            workload,
+            num_shards=num_shards,
+            replicas=replicas,
+            prune=prune,
+            parallel=parallel,
+            batch=batch,
+            space=list(candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1])),
+        )
+        variants = [
+            replace(e.candidate, fusion_min_bytes=lo, fusion_max_bytes=hi)
+            for e in first.ranked[:3]
+            for lo, hi in FUSION_LIMITS[1:]
+        ]
+        second = search(
+            cluster,
+            costs,
+            workload,
+            num_shards=num_shards,
+            replicas=replicas,
+            prune=False,
+            parallel=parallel,
+            batch=batch,
+            space=[e.candidate for e in first.ranked[:3]] + variants,
+        )
+        return SearchReport(
+            second.best,
+            second.runner_up,
+            first.even,
+            first.candidates + len(variants),
+            first.evaluated + len(variants),
+            first.pruned_infeasible,
+            first.pruned_dominated,
+            time.perf_counter() - t0,
+            second.ranked,
+        )
     space = list(space)
     even = even_spread(cluster, num_shards, replicas)
     ok = [c for c in space if feasible(cluster, costs, c, workload)]
@@ -226,19 +291,31 @@ def search(cluster: Cluster, costs: dict[str, StageCosts], workload: Workload, *
     if even not in done:  # for comparison: simulated even where pruned
         done[even] = run([even])[0]
         dominated -= even in bounds
-    ranked = sorted((Evaluated(c, r) for c, r in done.items() if c in bounds or c == even),
-                    key=lambda e: (-round(e.result.fps, 6), e.result.p50_s))
+    ranked = sorted(
+        (Evaluated(c, r) for c, r in done.items() if c in bounds or c == even),
+        key=lambda e: (-round(e.result.fps, 6), e.result.p50_s),
+    )
     ranked = [e for e in ranked if e.candidate in bounds]  # the even spread may be infeasible
     if not ranked:
-        raise ValueError("no feasible placement: every candidate lacks memory or CPUs for what it places")
-    return SearchReport(best=ranked[0], runner_up=ranked[1] if len(ranked) > 1 else None,
-                        even=Evaluated(even, done[even]), candidates=len(space), evaluated=len(done),
-                        pruned_infeasible=infeasible, pruned_dominated=dominated,
-                        seconds=time.perf_counter() - t0, ranked=ranked)
+        raise ValueError(
+            "no feasible placement: every candidate lacks memory or CPUs for what it places"
+        )
+    return SearchReport(
+        best=ranked[0],
+        runner_up=ranked[1] if len(ranked) > 1 else None,
+        even=Evaluated(even, done[even]),
+        candidates=len(space),
+        evaluated=len(done),
+        pruned_infeasible=infeasible,
+        pruned_dominated=dominated,
+        seconds=time.perf_counter() - t0,
+        ranked=ranked,
+    )
 
 
-def _runner(cluster: Cluster, costs: dict[str, StageCosts], workload: Workload,
-            parallel: bool | None) -> Callable[[list[Candidate]], list[Result]]:
+def _runner(
+    cluster: Cluster, costs: dict[str, StageCosts], workload: Workload, parallel: bool | None
+) -> Callable[[list[Candidate]], list[Result]]:
     import ray
 
     if parallel is None:
@@ -253,7 +330,11 @@ def _runner(cluster: Cluster, costs: dict[str, StageCosts], workload: Workload,
         if not chunk:
             return []
         size = math.ceil(len(chunk) / workers)
-        parts = [chunk[j:j + size] for j in range(0, len(chunk), size)]
-        return [r for part in ray.get([task.remote(refs[0], refs[1], p, refs[2]) for p in parts]) for r in part]
+        parts = [chunk[j : j + size] for j in range(0, len(chunk), size)]
+        return [
+            r
+            for part in ray.get([task.remote(refs[0], refs[1], p, refs[2]) for p in parts])
+            for r in part
+        ]
 
     return run

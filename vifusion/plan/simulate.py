@@ -90,8 +90,13 @@ class Result:
 class Simulation:
     """One run of ``workload`` on ``cluster`` placed as ``candidate`` (``costs``: by node type)."""
 
-    def __init__(self, cluster: Cluster, costs: dict[str, StageCosts], candidate: Candidate,
-                 workload: Workload) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        costs: dict[str, StageCosts],
+        candidate: Candidate,
+        workload: Workload,
+    ) -> None:
         self.sim = Sim()
         self.nodes: list[Node] = cluster.nodes()
         self.costs = [costs[n.type.name] for n in self.nodes]
@@ -100,8 +105,11 @@ class Simulation:
         self.gpu = [Cpu(self.sim, n.type.gpus) if n.type.gpus else None for n in self.nodes]
         self.agg = [Serial(c) for c in self.cpu]
         self.uplink_free = [0.0] * len(self.nodes)
-        self.policy = FlushPolicy(workload.latency_target_s, min_bytes=candidate.fusion_min_bytes,
-                                  max_bytes=candidate.fusion_max_bytes)
+        self.policy = FlushPolicy(
+            workload.latency_target_s,
+            min_bytes=candidate.fusion_min_bytes,
+            max_bytes=candidate.fusion_max_bytes,
+        )
         self.links: dict[tuple[int, int], Link] = {}
         self.shard_apply = [Serial(self.cpu[group[0]]) for group in candidate.shards]
         self.staged: list[list] = [[] for _ in candidate.shards]
@@ -113,7 +121,9 @@ class Simulation:
         self.started: list[float] = []  # when each video's extraction began, in video order
         self.frames_done = 0
         self.last_ack = 0.0
-        self.handed: list[tuple[float, int]] = [(0.0, 0)]  # (time, frames handed over by then), steady runs
+        self.handed: list[tuple[float, int]] = [
+            (0.0, 0)
+        ]  # (time, frames handed over by then), steady runs
         self.marks = (0, 0)
         self.latencies: list[tuple[float, float]] = []  # (latency, rows)
         self.messages = 0
@@ -127,15 +137,30 @@ class Simulation:
                 _Extractor(self, i).next_video()
         if self.work.steady:
             extractors = sum(self.cand.extractors)
-            self.marks = (_WARM * extractors, _WARM * extractors + max(_MEASURED * extractors, _MEASURED_MIN))
+            self.marks = (
+                _WARM * extractors,
+                _WARM * extractors + max(_MEASURED * extractors, _MEASURED_MIN),
+            )
             self.sim.run(horizon_s)
             (t0, f0), (t1, f1) = self.handed[self.marks[0]], self.handed[-1]
-            return Result((f1 - f0) / (t1 - t0) if t1 > t0 else 0.0, self._p50(), int(f1 - f0), t1 - t0,
-                          self.messages, self.codec_rows)
+            return Result(
+                (f1 - f0) / (t1 - t0) if t1 > t0 else 0.0,
+                self._p50(),
+                int(f1 - f0),
+                t1 - t0,
+                self.messages,
+                self.codec_rows,
+            )
         self.sim.run(horizon_s)
         seconds = self.last_ack or self.sim.now
-        return Result(self.frames_done / seconds if seconds else 0.0, self._p50(), self.frames_done, seconds,
-                      self.messages, self.codec_rows)
+        return Result(
+            self.frames_done / seconds if seconds else 0.0,
+            self._p50(),
+            self.frames_done,
+            seconds,
+            self.messages,
+            self.codec_rows,
+        )
 
     def _p50(self) -> float:
         lat = sorted(self.latencies)
@@ -164,8 +189,15 @@ class Simulation:
             self.links[key] = Link(self.sim, rate, rtt, self.costs[dst].message_cs)
         return self.links[key]
 
-    def submit(self, node: int, shard: int, video: int, frames: int, extracted: float,
-               handed: Callable[[], None]) -> None:
+    def submit(
+        self,
+        node: int,
+        shard: int,
+        video: int,
+        frames: int,
+        extracted: float,
+        handed: Callable[[], None],
+    ) -> None:
         costs = self.costs[node]
 
         def aggregated() -> None:
@@ -204,15 +236,21 @@ class Simulation:
         plan = self._plan(link)
         idle, room = not link.in_flight, plan.window - link.in_flight
         size = plan.max_bytes
-        if idle and link.buffer.nbytes < size:  # less than a batch leaves at once, cut in up to a window of parts
+        if (
+            idle and link.buffer.nbytes < size
+        ):  # less than a batch leaves at once, cut in up to a window of parts
             size = max(math.ceil(link.buffer.nbytes / room), self.cand.fusion_min_bytes)
-        while room > 0 and (link.buffer.due(plan, now, link_idle=idle) or (link.urgent and len(link.buffer))):
+        while room > 0 and (
+            link.buffer.due(plan, now, link_idle=idle) or (link.urgent and len(link.buffer))
+        ):
             self._send(node, shard, link, link.buffer.take_rows(size))
             room -= 1
         if not len(link.buffer):
             link.urgent = False
         elif room > 0:
-            due = link.buffer.oldest() + plan.max_age_s + 1e-9  # past rounding: due() must see it due
+            due = (
+                link.buffer.oldest() + plan.max_age_s + 1e-9
+            )  # past rounding: due() must see it due
             if link.timer is None or link.timer > due:
                 link.timer = due
                 self.sim.at(max(due, now), self._timer, node, shard, due)
@@ -237,7 +275,9 @@ class Simulation:
         encode = rows * self.costs[node].encode_cs[min(level, len(self.costs[node].encode_cs) - 1)]
         self.agg[node].add(encode, lambda: self._transmit(node, shard, link, chunks, rows, nbytes))
 
-    def _transmit(self, node: int, shard: int, link: Link, chunks: list[Rows], rows: float, nbytes: int) -> None:
+    def _transmit(
+        self, node: int, shard: int, link: Link, chunks: list[Rows], rows: float, nbytes: int
+    ) -> None:
         now, dst = self.sim.now, self.cand.shards[shard][0]
         if dst == node:
             arrive = now + nbytes / link.rate + link.rtt / 2
@@ -250,7 +290,9 @@ class Simulation:
 
     # -- the shard ------------------------------------------------------------------------
 
-    def _receive(self, node: int, shard: int, link: Link, chunks: list[Rows], rows: float, nbytes: int) -> None:
+    def _receive(
+        self, node: int, shard: int, link: Link, chunks: list[Rows], rows: float, nbytes: int
+    ) -> None:
         arrived = self.sim.now
         group = self.cand.shards[shard]
         costs = self.costs[group[0]]
@@ -272,13 +314,23 @@ class Simulation:
         def synced() -> None:
             self.syncing[shard] = False
             for node, link, chunks, nbytes, arrived in batch:
-                self.sim.at(self.sim.now + link.rtt / 2, self._ack, node, shard, link, chunks, nbytes,
-                            self.sim.now - arrived)
+                self.sim.at(
+                    self.sim.now + link.rtt / 2,
+                    self._ack,
+                    node,
+                    shard,
+                    link,
+                    chunks,
+                    nbytes,
+                    self.sim.now - arrived,
+                )
             self._sync(shard)
 
         self.sim.at(self.sim.now + self.costs[self.cand.shards[shard][0]].sync_s, synced)
 
-    def _ack(self, node: int, shard: int, link: Link, chunks: list[Rows], nbytes: int, service_s: float) -> None:
+    def _ack(
+        self, node: int, shard: int, link: Link, chunks: list[Rows], nbytes: int, service_s: float
+    ) -> None:
         now = self.sim.now
         link.in_flight -= 1
         link.in_flight_bytes -= nbytes
@@ -343,7 +395,9 @@ class _Extractor:
             self.s.cpu[self.node].add(n * self.costs.text_cs, 1.0, lambda: None)
             self.gpu.add(n * self.costs.embed_gpu_s, 1.0, self._embedded)
         else:
-            self.s.cpu[self.node].add(n * (self.costs.embed_cs + self.costs.text_cs), self.threads, self._embedded)
+            self.s.cpu[self.node].add(
+                n * (self.costs.embed_cs + self.costs.text_cs), self.threads, self._embedded
+            )
 
     def _embedded(self) -> None:
         self.embedding = False
@@ -373,6 +427,8 @@ class _Extractor:
             self._hand()
 
 
-def simulate(cluster: Cluster, costs: dict[str, StageCosts], candidate: Candidate, workload: Workload) -> Result:
+def simulate(
+    cluster: Cluster, costs: dict[str, StageCosts], candidate: Candidate, workload: Workload
+) -> Result:
     """Predicted frames/s and p50 of ``candidate`` for ``workload`` (see the module doc)."""
     return Simulation(cluster, costs, candidate, workload).run()
