@@ -5,10 +5,11 @@ A row's kind picks its spaces (``_rows.py``); all kinds share the one id -> time
 a time lookup and a delete by video cover them all. Every add and delete is logged before
 it is applied, and synced before it is acknowledged. A snapshot (``_snapshot.py``) is
 written when the log has grown past ``cfg.snapshot_log_bytes`` (and half the last
-snapshot's size); the log it covers is then deleted. Start-up = last snapshot + replay of
-the log after it. Index types change with size (``space.py``); rebuilds run off the write
-path, with the writes that arrive meanwhile re-applied to the new index before it replaces
-the old one. With ``background``, snapshots and rebuilds run on a worker thread (``_upkeep.py``).
+snapshot's size); the log it covers is then deleted. Start-up (``_loading.py``) = last
+snapshot + replay of the log after it. Index types change with size (``space.py``); rebuilds
+run off the write path, with the writes that arrive meanwhile re-applied to the new index
+before it replaces the old one. With ``background``, snapshots and rebuilds run on a worker
+thread (``_upkeep.py``).
 
 A shard directory has one writer (``writer=True``, the primary replica). Readers
 (followers) load the same snapshot + log and then apply the writer's operations, in seq
@@ -20,7 +21,6 @@ Limits: a rebuild or a snapshot briefly holds about twice the index memory.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import faiss
@@ -28,23 +28,22 @@ import numpy as np
 
 from vifusion.config import Config
 from vifusion.index import _snapshot
+from vifusion.index._loading import WAL_DIR, Loading
 from vifusion.index._rows import COLUMNS, DIMS, SPACES_OF_KIND, by_kind, check_batch, check_queries
 from vifusion.index._snapshot import SNAPSHOT
 from vifusion.index._upkeep import Task, Worker
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog, replay
+from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog
 from vifusion.types import FRAME_BITS, KIND_OF_SPACE, KIND_SHIFT, SPACES, FusedBatch, kind_of
 
 __all__ = ["DIMS", "SNAPSHOT", "WAL_DIR", "Shard", "check_queries"]
 
-WAL_DIR = "wal"
 # Batch ids remembered for idempotent re-sends (kept in snapshots too): senders keep only a
 # few batches in flight, and a re-applied batch is an upsert of the same ids anyway.
 _SEEN_BATCHES = 1 << 14
-_LOAD_TRIES = 5  # a reader racing the writer's snapshot + log clean-up starts over
 
 
-class Shard:
+class Shard(Loading):
     """The vectors of the videos routed to one shard, every space.
 
     Re-adding an id replaces its vectors and time span (re-indexing a video is an upsert).
@@ -298,16 +297,6 @@ class Shard:
                 if space in self._capture:
                     self._capture[space].append(("remove", kind_ids))
 
-    def _catch_up(self, through: int) -> None:
-        for seq, op in replay(self.directory / WAL_DIR, self.seq):
-            if seq > through:
-                return
-            if seq != self.seq + 1:
-                break
-            self._apply(seq, op)
-        if self.seq < through:  # the log it needed was folded into a newer snapshot
-            self._load_state()
-
     # -- background upkeep ------------------------------------------------------------
 
     def _upkeep(self) -> None:
@@ -360,49 +349,6 @@ class Shard:
         finally:
             with self._lock:
                 self._capture.pop(space, None)
-
-    # -- loading ------------------------------------------------------------------------
-
-    def _reset(self) -> None:
-        self._spaces = {s: SpaceIndex(d, self._policy) for s, d in DIMS.items()}
-        # video_id -> {vector id -> (t_start, t_end)}, rows of every kind: per video so deletes
-        # and counts are cheap.
-        self._times: dict[int, dict[int, tuple[float, float]]] = {}
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self.seq = 0
-        self._snapshot_seq = 0
-        self._snapshot_size = 0
-
-    def _load_state(self) -> None:
-        """Last snapshot, then the log after it. A reader racing the writer (a snapshot
-        replaced, log segments dropped) starts over; the writer must find no gap."""
-        for _ in range(_LOAD_TRIES):
-            self._reset()
-            try:
-                path = self.directory / SNAPSHOT
-                if path.exists():
-                    self._take(_snapshot.read(path, self._policy))
-                gap = False
-                for seq, op in replay(self.directory / WAL_DIR, self.seq):
-                    if seq != self.seq + 1:
-                        gap = True
-                        break
-                    self._apply(seq, op)
-            except FileNotFoundError:
-                gap = True
-            if not gap:
-                return
-            if self.writer:
-                raise LogCorrupt(f"{self.directory}: the log has a gap after seq {self.seq}")
-        raise LogCorrupt(
-            f"{self.directory}: no consistent snapshot + log after {_LOAD_TRIES} tries"
-        )
-
-    def _take(self, loaded: _snapshot.Loaded) -> None:
-        self._spaces, self._times = loaded.spaces, loaded.times
-        self._seen = OrderedDict.fromkeys(loaded.seen)
-        self.seq = self._snapshot_seq = loaded.seq
-        self._snapshot_size = loaded.size
 
     # -- helpers ------------------------------------------------------------------------
 
