@@ -31,15 +31,15 @@ import ray
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from vifusion._files import StorageError, storage_reason
 from vifusion.comm.codec import SharedTables
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
 from vifusion.fusion._codec_tables import newest_tables, train_tables
+from vifusion.fusion._deliveries import link_view, send_failed, video_counts
 from vifusion.fusion._ring import Ring
 from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
-from vifusion.fusion.handoff import HandoffServer
+from vifusion.fusion.handoff import open_server
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
 from vifusion.types import FusedBatch, video_of
 
@@ -66,17 +66,14 @@ class Aggregator:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # the pump: rows in, room in a window, urgency
         self._room = threading.Condition(self._lock)  # extractors: a buffer below a batch again
-        self._settled = threading.Condition(
-            self._lock
-        )  # finish, abandon: rows acknowledged or failed
+        # finish, abandon: rows acknowledged or failed
+        self._settled = threading.Condition(self._lock)
         self._dedup = TemporalDedup(cfg.dedup_cosine if cfg.fusion else 2.0)
         self._buffers: dict[int, FusionBuffer] = {}
         self._plans: dict[int, FlushPlan] = {}
         self._urgent: set[int] = set()
         self._dest: dict[int, int] = {}  # video -> shard
-        self._pending: Counter[int] = (
-            Counter()
-        )  # video -> rows handed to a buffer, not yet acknowledged
+        self._pending: Counter[int] = Counter()  # video -> rows in a buffer, not acknowledged
         self._failed: dict[int, Exception] = {}  # video -> what finish() raises
         self._sent: Counter[int] = Counter()  # video -> rows acknowledged
         self._counts: Counter[str] = Counter()
@@ -106,7 +103,7 @@ class Aggregator:
         self._stopped = False
         self.instance = uuid.uuid4().hex  # a restarted aggregator has forgotten what it held
         self._handoff = (
-            _handoff_server(self.submit, self.instance) if cfg.fusion_local_handoff else None
+            open_server(self.submit, self.instance) if cfg.fusion_local_handoff else None
         )
         threading.Thread(
             target=self._loop, args=(self._pump_once,), name="aggregator-pump", daemon=True
@@ -122,13 +119,14 @@ class Aggregator:
     ) -> str:
         """Hand over rows bound for shard ``shard_no``, each video's in stream order
         (``extracted``: wall-clock time they were embedded). Blocks while that shard's buffer
-        holds a full batch, and returns once it holds less than one again. ``urgent`` (the query path): send without waiting for a
-        batch to fill. Returns this aggregator's instance id: Ray restarts a dead aggregator
-        empty, so a caller that sees the id change knows rows it handed over are lost."""
+        holds a full batch, and returns once it holds less than one again. ``urgent`` (the
+        query path): send without waiting for a batch to fill. Returns this aggregator's
+        instance id: Ray restarts a dead aggregator empty, so a caller that sees the id change
+        knows rows it handed over are lost."""
         batch.check()
         now = time.monotonic()
         extracted = time.time() if extracted is None else extracted
-        videos = set(_video_counts(batch.ids)[0])
+        videos = set(video_counts(batch.ids)[0])
         with self._lock:
             buf = self._buffers.setdefault(shard_no, FusionBuffer())
             self._wait_below_a_batch(shard_no, buf)
@@ -201,7 +199,9 @@ class Aggregator:
                 "latency_p99_s": float(np.percentile(lat, 99)),
                 "tables": self._tables.version if self._tables else None,
                 "codecs_allowed": sorted(self._allowed()),
-                "links": {d: self._link_view(d, plan) for d, plan in self._plans.items()},
+                "links": {
+                    d: link_view(self._transport, d, plan) for d, plan in self._plans.items()
+                },
             }
 
     def stop(self) -> None:
@@ -232,10 +232,10 @@ class Aggregator:
         return self._flush.plan(t.stats(dest), t.wire_ratio(dest), t.by_stream(dest))
 
     def _route(self, batch: FusedBatch, now: float, extracted: float) -> None:
-        """Rows into their destinations' buffers (a video's destination is where it was submitted)."""
+        """Rows into their destinations' buffers (a video goes where it was submitted)."""
         if not len(batch):
             return
-        videos, counts = _video_counts(batch.ids)
+        videos, counts = video_counts(batch.ids)
         self._pending.update(dict(zip(videos, counts, strict=True)))
         dests = {self._dest[v] for v in videos}
         if len(dests) == 1:
@@ -350,10 +350,10 @@ class Aggregator:
         with self._lock:
             for d in deliveries:
                 taken: Taken = d.tag
-                for v, n in zip(*_video_counts(taken.batch.ids), strict=True):
+                for v, n in zip(*video_counts(taken.batch.ids), strict=True):
                     self._pending[v] -= n
                     if d.error is not None:
-                        self._failed.setdefault(v, _send_failed(d))
+                        self._failed.setdefault(v, send_failed(d))
                     else:
                         self._sent[v] += n
                 if d.error is None:
@@ -367,57 +367,6 @@ class Aggregator:
                     self._latencies.extend(acked - taken.extracted)
             self._work.notify()
             self._settled.notify_all()
-
-    def _link_view(self, dest: int, plan: FlushPlan) -> dict[str, Any]:
-        """A link's statistics, its plan and its codec history, for ``stats``."""
-        s = self._transport.stats(dest)
-        level, codec = self._transport.codec(dest)
-        return {
-            "delivery_rate": s.delivery_rate,
-            "capacity": s.capacity,
-            "path_rate": s.path_rate,
-            "min_rtt_s": s.min_rtt,
-            "service_s": s.service_s,
-            "per_message_s": s.per_message_s,
-            "queueing_delay_s": s.queueing_delay,
-            "backlog_age_s": s.backlog_age,
-            "in_flight": s.in_flight,
-            "receiver_share": s.receiver_share,
-            "batch_bytes": plan.max_bytes,
-            "window": plan.window,
-            "level": level,
-            "codec": codec,
-            "by_stream": self._transport.by_stream(dest),
-            "stream_failures": self._transport.stream_failures(dest),
-            "history": self._transport.history(dest),
-        }
-
-
-def _video_counts(ids: np.ndarray) -> tuple[list[int], list[int]]:
-    """The videos among vector ``ids`` and how many rows each has. A batch is mostly one
-    video's frames, which needs no sort (``np.unique`` was a tenth of the aggregator's time
-    holding the GIL at 1 Gbit)."""
-    videos = video_of(ids)
-    if len(videos) and videos[0] == videos[-1] and (videos == videos[0]).all():
-        return [int(videos[0])], [len(videos)]
-    v, n = np.unique(videos, return_counts=True)
-    return v.tolist(), n.tolist()
-
-
-def _send_failed(d: Delivery) -> Exception:
-    """What ``finish`` raises for rows a shard did not take: a StorageError where the shard's
-    disk refused them (the driver then waits for room instead of failing the video)."""
-    message = f"sending to shard {d.dest} failed: {type(d.error).__name__}: {d.error}"
-    reason = storage_reason(d.error)
-    return StorageError(reason, message) if reason else RuntimeError(message)
-
-
-def _handoff_server(submit: Callable[..., str], name: str) -> HandoffServer | None:
-    try:
-        return HandoffServer(submit, name)
-    except OSError as e:  # no abstract Unix sockets here (not Linux): actor calls only
-        log.info("no local hand-over socket: %s", e)
-        return None
 
 
 def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, ActorHandle]:

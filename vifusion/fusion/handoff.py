@@ -75,6 +75,16 @@ class HandoffServer:
                 return
 
 
+def open_server(submit: Submit, name: str) -> HandoffServer | None:
+    """A ``HandoffServer``, or None where this host has no abstract Unix sockets (not Linux):
+    extractors then hand over by actor call only."""
+    try:
+        return HandoffServer(submit, name)
+    except OSError as e:
+        log.info("no local hand-over socket: %s", e)
+        return None
+
+
 class Handoff:
     """An extractor's end, for one node aggregator. ``submit`` returns at once with a
     ``Future`` of the aggregator's instance id, so one hand-over travels while the caller
