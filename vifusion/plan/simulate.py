@@ -13,7 +13,8 @@ CPU on a node is shared equally among the running work (processor sharing), none
 it can use. Reports frames per second over the run and the p50 of a row's embedded ->
 acknowledged time (as ``benchmarks/plan.py`` and the aggregator measure them). Not modelled:
 dedup runs held open, per-video start, Ray's scheduling, other traffic on the links.
-The event engine is ``_events.py``; the buffer and link models are ``_paths.py``.
+The event engine is ``_events.py``; the buffer and link models are ``_paths.py``; an
+extractor's model is ``_extractor.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
 from vifusion.plan._events import Cpu, Serial, Sim
+from vifusion.plan._extractor import Extractor
 from vifusion.plan._paths import RUNGS, Link, Rows
 from vifusion.plan.model import Cluster, Node, path
 
@@ -121,9 +123,8 @@ class Simulation:
         self.started: list[float] = []  # when each video's extraction began, in video order
         self.frames_done = 0
         self.last_ack = 0.0
-        self.handed: list[tuple[float, int]] = [
-            (0.0, 0)
-        ]  # (time, frames handed over by then), steady runs
+        # (time, frames handed over by then), steady runs
+        self.handed: list[tuple[float, int]] = [(0.0, 0)]
         self.marks = (0, 0)
         self.latencies: list[tuple[float, float]] = []  # (latency, rows)
         self.messages = 0
@@ -134,7 +135,7 @@ class Simulation:
     def run(self, horizon_s: float = 3600.0) -> Result:
         for i, k in enumerate(self.cand.extractors):
             for _ in range(k):
-                _Extractor(self, i).next_video()
+                Extractor(self, i).next_video()
         if self.work.steady:
             extractors = sum(self.cand.extractors)
             self.marks = (
@@ -345,86 +346,6 @@ class Simulation:
                 self.pending.pop(c.video)
                 self.finishing.pop(c.video)()
         self.pump(node, shard)
-
-
-class _Extractor:
-    """One extractor actor: videos one at a time, decode ahead, one hand-over in flight."""
-
-    _DEPTH = 2  # prefetch depth
-
-    def __init__(self, s: Simulation, node: int) -> None:
-        self.s, self.node = s, node
-        self.costs = s.costs[node]
-        n = s.nodes[node]
-        self.gpu = s.gpu[node] if self.costs.embed_gpu_s and n.type.gpus else None
-        self.threads = n.type.cpus
-
-    def next_video(self) -> None:
-        video = self.s.take_video()
-        if video is None:
-            return
-        self.video, self.shard = video, video % len(self.s.cand.shards)
-        frames, b = self.s.work.frames_per_video, self.s.work.embed_batch
-        self.batches = [min(b, frames - i) for i in range(0, frames, b)]
-        self.decoded = self.ready = self.embedded_n = self.handed_n = 0
-        self.decoding = self.embedding = self.handing = False
-        self.waiting: tuple[int, float] | None = None  # an embedded batch not yet handed over
-        self._decode()
-
-    def _decode(self) -> None:
-        if self.decoding or self.ready >= self._DEPTH or self.decoded >= len(self.batches):
-            return
-        self.decoding = True
-        n = self.batches[self.decoded]
-        self.s.cpu[self.node].add(n * self.costs.decode_cs, 1.0, self._decoded)
-
-    def _decoded(self) -> None:
-        self.decoding = False
-        self.decoded += 1
-        self.ready += 1
-        self._decode()
-        self._embed()
-
-    def _embed(self) -> None:
-        if self.embedding or not self.ready or self.waiting is not None:
-            return
-        self.embedding, self.ready = True, self.ready - 1
-        self._decode()
-        n = self.batches[self.embedded_n]
-        if self.gpu is not None:
-            self.s.cpu[self.node].add(n * self.costs.text_cs, 1.0, lambda: None)
-            self.gpu.add(n * self.costs.embed_gpu_s, 1.0, self._embedded)
-        else:
-            self.s.cpu[self.node].add(
-                n * (self.costs.embed_cs + self.costs.text_cs), self.threads, self._embedded
-            )
-
-    def _embedded(self) -> None:
-        self.embedding = False
-        self.waiting = (self.batches[self.embedded_n], self.s.sim.now)
-        self.embedded_n += 1
-        self._hand()
-
-    def _hand(self) -> None:
-        if self.handing or self.waiting is None:
-            return
-        (n, t), self.waiting = self.waiting, None
-        self.handing = True
-        self.s.submit(self.node, self.shard, self.video, n, t, self._handed)
-        self._embed()
-
-    def _handed(self) -> None:
-        self.handing = False
-        self.handed_n += 1
-        self.s.frames_done += self.batches[self.handed_n - 1]
-        if self.s.work.steady:
-            self.s.handed.append((self.s.sim.now, self.s.frames_done))
-            if len(self.s.handed) > self.s.marks[1]:
-                self.s.sim.stop()
-        if self.handed_n == len(self.batches):
-            self.s.finish(self.node, self.shard, self.video, self.next_video)
-        else:
-            self._hand()
 
 
 def simulate(
