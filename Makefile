@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls bench-stream bench-wal clean
+.PHONY: venv lint demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls bench-stream bench-wal bench-cli-search clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -r requirements.txt
+	$(BIN)/pip install -r requirements-dev.txt
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
@@ -18,7 +18,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/vifusion demo
 
-test: $(STAMP)
+lint: $(STAMP)  # the formatter and the linter, over the whole tree (settings in pyproject.toml)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+test: lint
 	$(BIN)/pytest -q
 
 test-all: $(STAMP)
@@ -50,6 +54,9 @@ bench-stream: $(STAMP)  # the shard's end of the stream: a batch synced beside t
 
 bench-wal: $(STAMP)  # the shard's log: synced pages dropped from the page cache, against kept
 	$(BIN)/python benchmarks/wal.py
+
+bench-cli-search: $(STAMP)  # `vifusion search` cold: in-process readers and the ONNX query model, against Ray
+	$(BIN)/python benchmarks/cli_search.py --service
 
 clean:
 	rm -rf $(VENV) vifusion-data

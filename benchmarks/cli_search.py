@@ -59,7 +59,9 @@ def timed(argv: list[str]) -> tuple[float, float, float]:
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}"
+        )
     proc.stderr.close()
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
@@ -67,10 +69,18 @@ def timed(argv: list[str]) -> tuple[float, float, float]:
 def measure(name: str, argv: list[str], runs: int) -> dict:
     timed(argv)  # warm the file cache
     walls, cpus, rss = zip(*(timed(argv) for _ in range(runs)))
-    out = {"median_s": round(statistics.median(walls), 3), "min_s": round(min(walls), 3),
-           "cpu_s": round(statistics.median(cpus), 3), "peak_rss_mib": round(max(rss)), "runs": runs}
-    print(f"{name:8} median {out['median_s']:6.2f} s  (min {out['min_s']:.2f} s, {runs} runs)  "
-          f"CPU {out['cpu_s']:.2f} s  peak RSS {out['peak_rss_mib']} MiB", flush=True)
+    out = {
+        "median_s": round(statistics.median(walls), 3),
+        "min_s": round(min(walls), 3),
+        "cpu_s": round(statistics.median(cpus), 3),
+        "peak_rss_mib": round(max(rss)),
+        "runs": runs,
+    }
+    print(
+        f"{name:8} median {out['median_s']:6.2f} s  (min {out['min_s']:.2f} s, {runs} runs)  "
+        f"CPU {out['cpu_s']:.2f} s  peak RSS {out['peak_rss_mib']} MiB",
+        flush=True,
+    )
     return out
 
 
@@ -80,15 +90,24 @@ def index_demo(data: Path, work: Path) -> None:
     videos = work / "videos"
     write_demo_set(videos)
     print(f"indexing the demo videos into {data} ...", flush=True)
-    subprocess.run(cli("index", "--quiet", "--data-dir", str(data), str(videos)), check=True, env=_env(),
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        cli("index", "--quiet", "--data-dir", str(data), str(videos)),
+        check=True,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def start_service(data: Path, port: int) -> subprocess.Popen:
     from vifusion._running import running_url
 
-    proc = subprocess.Popen(cli("serve", "--data-dir", str(data), "--port", str(port)), env={**_env(), **SERVE_ENV},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cli("serve", "--data-dir", str(data), "--port", str(port)),
+        env={**_env(), **SERVE_ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while running_url(data) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -111,9 +130,16 @@ def stop_service(proc: subprocess.Popen) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs")
-    ap.add_argument("--service", action="store_true", help="also time the search through a running `vifusion serve`")
-    ap.add_argument("--data-dir", type=Path, help="an indexed data dir to search (default: the demo videos, indexed "
-                    "into a temp dir)")
+    ap.add_argument(
+        "--service",
+        action="store_true",
+        help="also time the search through a running `vifusion serve`",
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        help="an indexed data dir to search (default: the demo videos, indexed into a temp dir)",
+    )
     ap.add_argument("--port", type=int, default=18471, help="the service's port (--service)")
     args = ap.parse_args()
     runs, ray_runs = (3, 1) if args.quick else (10, 3)
@@ -124,8 +150,10 @@ def main() -> int:
         if args.data_dir is None:
             index_demo(data, work)
         search = ["search", "--data-dir", str(data), QUERY]
-        figures = {"local": measure("local", cli(*search), runs),
-                   "ray": measure("ray", cli(*search[:-1], "--address", "local", QUERY), ray_runs)}
+        figures = {
+            "local": measure("local", cli(*search), runs),
+            "ray": measure("ray", cli(*search[:-1], "--address", "local", QUERY), ray_runs),
+        }
         if args.service:
             service = start_service(data, args.port)
             try:
@@ -134,10 +162,24 @@ def main() -> int:
                 stop_service(service)
         ratio = figures["ray"]["median_s"] / figures["local"]["median_s"]
         met = figures["local"]["median_s"] <= AIM_S
-        print(f"local is {ratio:.1f}x faster than the Ray path; aim <= {AIM_S} s: {'met' if met else 'NOT met'}")
-        print(json.dumps({"benchmark": "cli_search", "query": QUERY, "quick": args.quick, "machine": machine(),
-                          **figures, "speedup": round(ratio, 1), "aim_s": AIM_S, "aim_met": met,
-                          "load_avg_1m": [round(load_at_start, 2), round(os.getloadavg()[0], 2)]}))
+        print(
+            f"local is {ratio:.1f}x faster than the Ray path; aim <= {AIM_S} s: {'met' if met else 'NOT met'}"
+        )
+        print(
+            json.dumps(
+                {
+                    "benchmark": "cli_search",
+                    "query": QUERY,
+                    "quick": args.quick,
+                    "machine": machine(),
+                    **figures,
+                    "speedup": round(ratio, 1),
+                    "aim_s": AIM_S,
+                    "aim_met": met,
+                    "load_avg_1m": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
+                }
+            )
+        )
         return 0 if met else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

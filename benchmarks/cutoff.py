@@ -69,9 +69,15 @@ def _spans(paths: list[Path], talks: int) -> list[tuple[Path, float, float, str]
 
     out = []
     for path in paths[:talks]:  # a talk shows its first slide over 0-10 s, its second over 10-20 s
-        out += [(path, 0.0, 10.0, f"{path.stem} slide 1"), (path, 10.0, 20.0, f"{path.stem} slide 2")]
+        out += [
+            (path, 0.0, 10.0, f"{path.stem} slide 1"),
+            (path, 10.0, 20.0, f"{path.stem} slide 2"),
+        ]
     for path in paths[talks:]:  # write_demo_set: 4 s a scene
-        out += [(path, 4.0 * i, 4.0 * (i + 1), f"{path.stem} {photo}") for i, photo in enumerate(DEMO_SET[path.name])]
+        out += [
+            (path, 4.0 * i, 4.0 * (i + 1), f"{path.stem} {photo}")
+            for i, photo in enumerate(DEMO_SET[path.name])
+        ]
     return out
 
 
@@ -91,12 +97,20 @@ def _ask(rt, ids: dict[str, int], queries, spans, work: Path) -> list[Asked]:
     for q in queries:
         record("text", q.text, searcher.text(q.text, TOP_K), q.video, q.start_s, q.end_s)
         if q.kind == "visual":
-            record("text_visual", q.text, searcher.text(q.text, TOP_K, modalities=["visual"]), q.video,
-                   q.start_s, q.end_s)
+            record(
+                "text_visual",
+                q.text,
+                searcher.text(q.text, TOP_K, modalities=["visual"]),
+                q.video,
+                q.start_s,
+                q.end_s,
+            )
     for i, (path, start, end, name) in enumerate(spans):
         mid = (start + end) / 2
         video = SampleVideo(path, path.name, ())
-        record("image", name, searcher.image(distorted_frame(video, mid), TOP_K), path.name, start, end)
+        record(
+            "image", name, searcher.image(distorted_frame(video, mid), TOP_K), path.name, start, end
+        )
         clip = write_clip(path, work / f"clip{i}.mp4", start + 0.5, start + 3.5, (192, 144))
         record("clip", name, searcher.clip(clip, TOP_K), path.name, start, end)
     return asked
@@ -107,8 +121,11 @@ def _table(asked: list[Asked]) -> dict:
     out = {}
     for kind in KINDS:
         mine = [a for a in asked if a.kind == kind]
-        ratios = [a.scores[a.right.index(True)] / a.scores[0] for a in mine
-                  if any(a.right) and not a.right[0] and a.scores[0] > 0]
+        ratios = [
+            a.scores[a.right.index(True)] / a.scores[0]
+            for a in mine
+            if any(a.right) and not a.right[0] and a.scores[0] > 0
+        ]
         noise = sum(not ok for a in mine for ok in a.right)
         listed = sum(any(a.right) for a in mine)
         rows = []
@@ -122,11 +139,21 @@ def _table(asked: list[Asked]) -> dict:
                 recalled += any(a.right[:n])
                 if any(a.right) and not any(a.right[:n]):
                     lost.append(a.label)
-            rows.append({"fraction": f, "kept": round(kept / len(mine), 2),
-                         "noise_dropped": round(1 - kept_noise / noise, 3) if noise else 0.0,
-                         "recall": round(recalled / listed, 3) if listed else 1.0, "lost": lost})
-        out[kind] = {"queries": len(mine), "right_first": sum(a.right[0] for a in mine if a.right),
-                     "min_ratio": round(min(ratios), 3) if ratios else None, "rows": rows}
+            rows.append(
+                {
+                    "fraction": f,
+                    "kept": round(kept / len(mine), 2),
+                    "noise_dropped": round(1 - kept_noise / noise, 3) if noise else 0.0,
+                    "recall": round(recalled / listed, 3) if listed else 1.0,
+                    "lost": lost,
+                }
+            )
+        out[kind] = {
+            "queries": len(mine),
+            "right_first": sum(a.right[0] for a in mine if a.right),
+            "min_ratio": round(min(ratios), 3) if ratios else None,
+            "rows": rows,
+        }
     return out
 
 
@@ -143,7 +170,10 @@ def main() -> int:
         print(f"cutoff: --talks must be between 1 and {len(TALKS)}", file=sys.stderr)
         return 2
     if not _talks.have_espeak():
-        print("cutoff: espeak-ng is not installed (Debian: apt-get install espeak-ng)", file=sys.stderr)
+        print(
+            "cutoff: espeak-ng is not installed (Debian: apt-get install espeak-ng)",
+            file=sys.stderr,
+        )
         return 2
     from vifusion.runtime import Runtime
 
@@ -159,17 +189,26 @@ def main() -> int:
             asked = _ask(rt, ids, queries, spans, Path(tmp))
     table = _table(asked)
     for a in asked:
-        marks = " ".join(f"{s / a.scores[0]:.2f}{'*' if ok else ''}" for s, ok in zip(a.scores, a.right)) \
-            if a.scores and a.scores[0] > 0 else "-"
+        marks = (
+            " ".join(
+                f"{s / a.scores[0]:.2f}{'*' if ok else ''}" for s, ok in zip(a.scores, a.right)
+            )
+            if a.scores and a.scores[0] > 0
+            else "-"
+        )
         print(f"  {a.kind:11} {a.label[:40]:40} top {a.scores[0] if a.scores else 0:.3f}: {marks}")
     print("score / top of each moment, * the right one")
     print(f"{'kind':11} {'fraction':>8} {'kept':>5} {'noise dropped':>13} {'recall':>6}  lost")
     for kind, t in table.items():
         for r in t["rows"]:
-            print(f"{kind:11} {r['fraction']:8.1f} {r['kept']:5.2f} {r['noise_dropped']:13.1%} {r['recall']:6.3f}  "
-                  f"{', '.join(r['lost'])}")
-        print(f"{kind:11} {t['queries']} queries, right moment first {t['right_first']}, "
-              f"lowest right moment below the top at {t['min_ratio']} of the top score")
+            print(
+                f"{kind:11} {r['fraction']:8.1f} {r['kept']:5.2f} {r['noise_dropped']:13.1%} {r['recall']:6.3f}  "
+                f"{', '.join(r['lost'])}"
+            )
+        print(
+            f"{kind:11} {t['queries']} queries, right moment first {t['right_first']}, "
+            f"lowest right moment below the top at {t['min_ratio']} of the top score"
+        )
     print(json.dumps({"talks": args.talks, "top_k": TOP_K, "kinds": table, "machine": machine()}))
     return 0
 

@@ -54,11 +54,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import machine  # benchmarks/ is on sys.path when a script here runs
 
 from vifusion.config import Config
 from vifusion.extract.decode import decode, output_size, probe, sample_frames
 from vifusion.samples import MOTION, PHOTOS, write_video
-from _common import machine  # benchmarks/ is on sys.path when a script here runs
 
 SIZE = (640, 360)  # (width, height) of the workload videos
 FPS = 30
@@ -230,7 +230,11 @@ def bench_baseline(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -> 
         .map(_resize_row)
         .map_batches(
             EmbedFrames,
-            fn_constructor_kwargs={"threads": threads, "conse_top_k": cfg.conse_top_k, "cache_dir": cache_dir},
+            fn_constructor_kwargs={
+                "threads": threads,
+                "conse_top_k": cfg.conse_top_k,
+                "cache_dir": cache_dir,
+            },
             batch_size=BATCH,
             batch_format="numpy",
             compute=ActorPoolStrategy(size=1),
@@ -305,8 +309,12 @@ def print_table(results: list[Result]) -> None:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="2 videos x 20 s (under a minute)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads everywhere; 0: Config.threads")
-    p.add_argument("--cache", type=Path, default=Path("/tmp/vifusion-bench/extract"), help="video cache")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads everywhere; 0: Config.threads"
+    )
+    p.add_argument(
+        "--cache", type=Path, default=Path("/tmp/vifusion-bench/extract"), help="video cache"
+    )
     return p.parse_args()
 
 
@@ -321,14 +329,21 @@ def main() -> None:
     models = args.cache / "models"  # class-name text vectors, cached across runs
 
     wl = make_workload(args.cache, num_videos, seconds, cfg)
-    print(f"workload: {len(wl.videos)} videos x {seconds:g} s, {SIZE[0]}x{SIZE[1]}, {FPS} fps, "
-          f"{len(wl.videos) * seconds * FPS:.0f} frames decoded, {wl.frames} sampled "
-          f"({cfg.sample_fps:g}/s); batch {BATCH}, {threads} torch threads", flush=True)
+    print(
+        f"workload: {len(wl.videos)} videos x {seconds:g} s, {SIZE[0]}x{SIZE[1]}, {FPS} fps, "
+        f"{len(wl.videos) * seconds * FPS:.0f} frames decoded, {wl.frames} sampled "
+        f"({cfg.sample_fps:g}/s); batch {BATCH}, {threads} torch threads",
+        flush=True,
+    )
 
     # Model-only first, before Ray starts: the bound is measured with nothing else running.
     model_only = bench_model_only(cfg, wl, threads, models)
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING)
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
     quiet_ray_data()
     try:
         vifusion = bench_vifusion(cfg, wl)  # closes its actors: the baseline needs both CPUs
@@ -342,23 +357,27 @@ def main() -> None:
     fraction = vifusion.fps / model_only.fps
     print(f"ViFusion / baseline:   {speedup:.2f}x  (aim >= 1.5x)")
     print(f"ViFusion / model-only: {fraction:.0%}  (aim >= 80%)")
-    print(json.dumps({
-        "benchmark": "extract",
-        "quick": args.quick,
-        "frames": wl.frames,
-        "vifusion_fps": round(vifusion.fps, 2),
-        "baseline_fps": round(baseline.fps, 2),
-        "model_only_fps": round(model_only.fps, 2),
-        "speedup_vs_baseline": round(speedup, 3),
-        "fraction_of_model_bound": round(fraction, 3),
-        "vifusion_s": round(vifusion.seconds, 3),
-        "baseline_s": round(baseline.seconds, 3),
-        "model_only_s": round(model_only.seconds, 3),
-        "model_only_frames": model_only.frames,
-        "threads": threads,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "extract",
+                "quick": args.quick,
+                "frames": wl.frames,
+                "vifusion_fps": round(vifusion.fps, 2),
+                "baseline_fps": round(baseline.fps, 2),
+                "model_only_fps": round(model_only.fps, 2),
+                "speedup_vs_baseline": round(speedup, 3),
+                "fraction_of_model_bound": round(fraction, 3),
+                "vifusion_s": round(vifusion.seconds, 3),
+                "baseline_s": round(baseline.seconds, 3),
+                "model_only_s": round(model_only.seconds, 3),
+                "model_only_frames": model_only.frames,
+                "threads": threads,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "machine": machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -96,6 +96,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import cpu_seconds, run_benchmark
+
 from deploy.netbed import DELAY_LINE
 from vifusion.comm import Ladder, SharedTables, WireBatch
 from vifusion.comm.codec import Codec
@@ -106,7 +107,12 @@ from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 D = VISUAL_DIM + SEMANTIC_DIM
 CHUNK = 64  # rows produced at a time
-_SIZED_FROM = ("min_rtt_s", "service_s", "per_message_s", "capacity")  # what (4)'s window comes from
+_SIZED_FROM = (
+    "min_rtt_s",
+    "service_s",
+    "per_message_s",
+    "capacity",
+)  # what (4)'s window comes from
 K = 10
 FRAMES_PER_SOURCE = 128  # real videos in the cache: 32 s at 4 frames/s
 
@@ -122,7 +128,10 @@ POLICIES = {
 CODECS = ("5", "6", "7")  # the always-compressing baselines
 MIN_RECALL = 0.99  # video recall@10 a codec must keep to count in the squeeze's comparison
 ROUNDED = ("2", "3", "4", *CODECS)  # run --rounds times on clear links: the aims compare them
-PINNED = ("4@256K", "4@512K")  # (4) with its batch pinned to that many KiB; --policies takes any 4@<n>K
+PINNED = (
+    "4@256K",
+    "4@512K",
+)  # (4) with its batch pinned to that many KiB; --policies takes any 4@<n>K
 VARIANTS = {  # (4) with one of its paths by actor call
     "4call": {"fusion_local_handoff": False},  # extractors -> aggregator, not the local socket
     "4ray": {"fusion_stream": False},  # aggregator -> shard, not the shard stream
@@ -132,12 +141,17 @@ OFFERED = {"2@6k": 6000.0, "4@6k": 6000.0}  # open loop: rows replayed at this r
 
 # -- the replayed rows (the same function on the sender and for the ground truth) ---------
 
-def make_rows(pool: np.ndarray, next_row: np.ndarray, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+
+def make_rows(
+    pool: np.ndarray, next_row: np.ndarray, start: int, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``start .. start+n`` of the replay: ids and (n, D) float32 features."""
     g = np.arange(start, start + n)
     i = g % len(pool)
     cycle = g // len(pool)
-    a = (0.5 + 0.5 * ((g * 0.6180339887) % 1.0)).astype(np.float32)[:, None]  # per row, whatever the chunking
+    a = (0.5 + 0.5 * ((g * 0.6180339887) % 1.0)).astype(np.float32)[
+        :, None
+    ]  # per row, whatever the chunking
     x = a * pool[i] + (1 - a) * pool[next_row[i]]
     for lo, hi in ((0, VISUAL_DIM), (VISUAL_DIM, D)):
         x[:, lo:hi] /= np.linalg.norm(x[:, lo:hi], axis=1, keepdims=True)
@@ -151,17 +165,30 @@ def on_the_wire(batch: FusedBatch, codec: Codec, tables_ref: object = None) -> W
     """What (5)-(7) send: ``batch`` encoded with ``codec``, naming the tables (an ObjectRef)
     a table codec needs, as the shard's ``receive`` takes it."""
     payload = codec.encode(batch.features)
-    return WireBatch(batch.ids, batch.times, payload, batch.batch_id, tables_ref if payload.version else None)
+    return WireBatch(
+        batch.ids, batch.times, payload, batch.batch_id, tables_ref if payload.version else None
+    )
 
 
 class Replayer:
     """The sender on host 0: produces rows and sends them by one policy."""
 
-    def __init__(self, pool: np.ndarray, next_row: np.ndarray, tables: SharedTables | None = None) -> None:
+    def __init__(
+        self, pool: np.ndarray, next_row: np.ndarray, tables: SharedTables | None = None
+    ) -> None:
         self.pool, self.next_row, self.tables = pool, next_row, tables
 
-    def run_fixed(self, shard, rows: int, age: float, window: int, duration: float,
-                  rate: float | None = None, codec: str = "fp32", offset: int = 0) -> dict:
+    def run_fixed(
+        self,
+        shard,
+        rows: int,
+        age: float,
+        window: int,
+        duration: float,
+        rate: float | None = None,
+        codec: str = "fp32",
+        offset: int = 0,
+    ) -> dict:
         """A plain Ray sender: batches of ``rows`` (or ``age`` old), ``window`` in flight.
         ``rate``: rows are produced on that schedule (open loop), else as fast as it sends.
         ``offset``: the first row replayed (senders side by side replay stretches apart).
@@ -204,8 +231,11 @@ class Replayer:
             # An empty rest would leave buf_t[0] empty for the age test.
             buf_ids, buf_x, buf_t = ([ids[n:]], [x[n:]], [t[n:]]) if n < len(ids) else ([], [], [])
             settle(False)
-            call = (shard.add.remote(batch) if coder.lossless
-                    else shard.receive.remote(on_the_wire(batch, coder, tables_ref)))
+            call = (
+                shard.add.remote(batch)
+                if coder.lossless
+                else shard.receive.remote(on_the_wire(batch, coder, tables_ref))
+            )
             in_flight.append((call, t[:n], n))
 
         held = 0
@@ -233,10 +263,21 @@ class Replayer:
         if held:
             send(held)
         settle(True)
-        return {"made": made, "acks": acks, "latency": np.concatenate(latencies).tolist() if latencies else []}
+        return {
+            "made": made,
+            "acks": acks,
+            "latency": np.concatenate(latencies).tolist() if latencies else [],
+        }
 
-    def run_vifusion(self, aggregator, duration: float, rate: float | None = None, local: bool = True,
-                     poll_s: float = 0.25, offset: int = 0) -> dict:
+    def run_vifusion(
+        self,
+        aggregator,
+        duration: float,
+        rate: float | None = None,
+        local: bool = True,
+        poll_s: float = 0.25,
+        offset: int = 0,
+    ) -> dict:
         """Through the node aggregator, as extractors hand frames over (``rate``, ``offset``:
         as in ``run_fixed``; ``local``: by its local socket, else by actor call)."""
         import ray
@@ -251,10 +292,17 @@ class Replayer:
             while not stop.is_set():
                 s = ray.get(aggregator.stats.remote())
                 link = s["links"].get(0, {})
-                timeline.append({"t": time.time() - t0, "rows": s.get("rows_out", 0),
-                                 "wire": s.get("wire_bytes", 0), "level": link.get("level", 0),
-                                 "batch_bytes": link.get("batch_bytes", 0), "window": link.get("window", 0),
-                                 **{k: link.get(k, 0) for k in _SIZED_FROM}})
+                timeline.append(
+                    {
+                        "t": time.time() - t0,
+                        "rows": s.get("rows_out", 0),
+                        "wire": s.get("wire_bytes", 0),
+                        "level": link.get("level", 0),
+                        "batch_bytes": link.get("batch_bytes", 0),
+                        "window": link.get("window", 0),
+                        **{k: link.get(k, 0) for k in _SIZED_FROM},
+                    }
+                )
                 stop.wait(poll_s)
 
         watcher = threading.Thread(target=watch, daemon=True)
@@ -287,6 +335,7 @@ class Replayer:
 
 # -- the driver: runs inside host 0 -------------------------------------------------------
 
+
 def drive(spec: dict) -> None:
     import ray
 
@@ -305,14 +354,33 @@ def drive(spec: dict) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"vf-fusion-{policy}-"))
         pinned = _pinned(policy)
         pin = {"fusion_min_bytes": pinned, "fusion_max_bytes": pinned} if pinned else {}
-        cfg = Config(data_dir=work, faiss_threads=1, index_exact_max=10**9, snapshot_log_bytes=1 << 40,
-                     dedup_cosine=1.01, **VARIANTS.get(policy, {}), **pin)
-        shard = ray.remote(ShardReplica).options(resources={"host1": 1}).remote(0, work / "shard", cfg, [])
+        cfg = Config(
+            data_dir=work,
+            faiss_threads=1,
+            index_exact_max=10**9,
+            snapshot_log_bytes=1 << 40,
+            dedup_cosine=1.01,
+            **VARIANTS.get(policy, {}),
+            **pin,
+        )
+        shard = (
+            ray.remote(ShardReplica)
+            .options(resources={"host1": 1})
+            .remote(0, work / "shard", cfg, [])
+        )
         ray.get(shard.stats.remote())
-        replayer = ray.remote(Replayer).options(resources={"host0": 1}, num_cpus=0).remote(pool, next_row,
-                                                                                            sparse_tables)
-        agg = ray.remote(Aggregator).options(resources={"host0": 1}, num_cpus=0, max_concurrency=16).remote(
-            cfg, [shard], tables, spec["quality"]) if policy.startswith("4") else None
+        replayer = (
+            ray.remote(Replayer)
+            .options(resources={"host0": 1}, num_cpus=0)
+            .remote(pool, next_row, sparse_tables)
+        )
+        agg = (
+            ray.remote(Aggregator)
+            .options(resources={"host0": 1}, num_cpus=0, max_concurrency=16)
+            .remote(cfg, [shard], tables, spec["quality"])
+            if policy.startswith("4")
+            else None
+        )
         # Every actor up before the clocks start: the squeeze's times count from the sender's
         # start, and an actor's start (a second or two here) would shift them.
         ray.get([replayer.__ray_ready__.remote(), *([agg.stats.remote()] if agg else [])])
@@ -320,23 +388,41 @@ def drive(spec: dict) -> None:
         cpu0 = _cpu()
         busy0, t0 = ray.get(shard.stats.remote())["busy_s"], time.monotonic()
         squeeze = spec.get("squeeze")
-        timer = threading.Thread(target=_squeeze, args=(spec, squeeze), daemon=True) if squeeze else None
+        timer = (
+            threading.Thread(target=_squeeze, args=(spec, squeeze), daemon=True)
+            if squeeze
+            else None
+        )
         if timer:
             timer.start()
         if agg:
-            out = ray.get(replayer.run_vifusion.remote(agg, spec["duration"], OFFERED.get(policy),
-                                                       cfg.fusion_local_handoff))
+            out = ray.get(
+                replayer.run_vifusion.remote(
+                    agg, spec["duration"], OFFERED.get(policy), cfg.fusion_local_handoff
+                )
+            )
         else:
             p = POLICIES[policy.split("@")[0]]
-            out = ray.get(replayer.run_fixed.remote(shard, p["rows"], p["age"], p["window"], spec["duration"],
-                                                    OFFERED.get(policy), p.get("codec", "fp32")))
+            out = ray.get(
+                replayer.run_fixed.remote(
+                    shard,
+                    p["rows"],
+                    p["age"],
+                    p["window"],
+                    spec["duration"],
+                    OFFERED.get(policy),
+                    p.get("codec", "fp32"),
+                )
+            )
             out["codec"] = p.get("codec", "fp32")
         if timer:
             timer.join()
         out["wire_bytes"] = _counter(dev, "tx_bytes") - tx0
         out["cpu"] = _cpu_used(cpu0, _cpu())
         # the share of the run the shard spent storing (it takes one batch at a time)
-        out["cpu"]["shard_busy"] = (ray.get(shard.stats.remote())["busy_s"] - busy0) / (time.monotonic() - t0)
+        out["cpu"]["shard_busy"] = (ray.get(shard.stats.remote())["busy_s"] - busy0) / (
+            time.monotonic() - t0
+        )
         out["recall"] = _recall(shard, pool, next_row, out["made"], spec["queries"])
         results[run] = out
         ray.kill(shard)
@@ -373,7 +459,9 @@ def _cpu() -> tuple[float, list[int], dict[int, tuple[str, float]]]:
         if role is None and any(a.endswith(DELAY_LINE.name) for a in argv[1:2]):
             role = "delay line"
         elif role is None:
-            role = "ray (raylet, gcs, ...)" if "/ray/" in cmd or cmd.startswith("ray::") else "other"
+            role = (
+                "ray (raylet, gcs, ...)" if "/ray/" in cmd or cmd.startswith("ray::") else "other"
+            )
         procs[int(d.name)] = (role, used)
     return time.time(), ticks, procs
 
@@ -389,8 +477,12 @@ def _cpu_used(a: tuple, b: tuple) -> dict:
     for pid, (role, used) in b[2].items():
         before = a[2].get(pid, (role, 0.0))[1]
         roles[role] = roles.get(role, 0.0) + (used - before) / seconds
-    return {"busy_share": 1 - (d[3] + d[4]) / total, "cores": os.cpu_count(),
-            "kernel_share": (d[2] + d[5] + d[6]) / total, "roles_cores": roles}
+    return {
+        "busy_share": 1 - (d[3] + d[4]) / total,
+        "cores": os.cpu_count(),
+        "kernel_share": (d[2] + d[5] + d[6]) / total,
+        "roles_cores": roles,
+    }
 
 
 def _squeeze(spec: dict, squeeze: dict) -> None:
@@ -421,8 +513,10 @@ def _recall(shard, pool: np.ndarray, next_row: np.ndarray, made: int, queries_pa
             best_s, best_i = np.take_along_axis(s_all, top, 1), np.take_along_axis(i_all, top, 1)
         _, got, _ = ray.get(shard.search.remote(space, q, K))
         real = len(pool) // FRAMES_PER_SOURCE
-        rec = [len(set(_source(g, real)) & set(_source(t, real))) / len(set(_source(t, real)))
-               for g, t in zip(got, best_i, strict=True)]
+        rec = [
+            len(set(_source(g, real)) & set(_source(t, real))) / len(set(_source(t, real)))
+            for g, t in zip(got, best_i, strict=True)
+        ]
         out[space] = float(np.mean(rec))
     return out
 
@@ -434,27 +528,37 @@ def _source(ids: np.ndarray, sources: int) -> list[int]:
 
 # -- the orchestrator: root namespace ---------------------------------------------------------
 
+
 def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
     line_rows = link["bps"] / 8 / FRAME_BYTES
     if policy.startswith("4"):
         st = out["stats"]
         tl = out["timeline"]
         rows = _rows_by(tl, duration)
-        row = {"features_per_s": rows / duration, "latency_p50_ms": 1000 * st["latency_p50_s"],
-               "latency_p99_ms": 1000 * st["latency_p99_s"], "codec_rows": st["codec_rows"],
-               "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
-               "window_p50": float(np.median([p["window"] for p in tl] or [0])),
-               "handoff": "socket" if out["by_socket"] else "actor call",
-               "by_stream": st.get("rows_by_stream", 0) / max(st.get("rows_out", 0), 1),
-               "stream_failures": st["links"].get(0, {}).get("stream_failures", []),
-               # what the window is sized from (policy.py): medians over the run
-               "link_p50": {k: float(np.median([p.get(k, 0) for p in tl] or [0]))
-                            for k in _SIZED_FROM}}
+        row = {
+            "features_per_s": rows / duration,
+            "latency_p50_ms": 1000 * st["latency_p50_s"],
+            "latency_p99_ms": 1000 * st["latency_p99_s"],
+            "codec_rows": st["codec_rows"],
+            "batch_kib_p50": float(np.median([p["batch_bytes"] for p in tl] or [0])) / 1024,
+            "window_p50": float(np.median([p["window"] for p in tl] or [0])),
+            "handoff": "socket" if out["by_socket"] else "actor call",
+            "by_stream": st.get("rows_by_stream", 0) / max(st.get("rows_out", 0), 1),
+            "stream_failures": st["links"].get(0, {}).get("stream_failures", []),
+            # what the window is sized from (policy.py): medians over the run
+            "link_p50": {
+                k: float(np.median([p.get(k, 0) for p in tl] or [0])) for k in _SIZED_FROM
+            },
+        }
     else:
         lat = np.array(out["latency"]) if out["latency"] else np.zeros(1)
         rows = sum(n for t, n in out["acks"] if t <= duration)
-        row = {"features_per_s": rows / duration, "latency_p50_ms": 1000 * float(np.percentile(lat, 50)),
-               "latency_p99_ms": 1000 * float(np.percentile(lat, 99)), "codec_rows": {out["codec"]: out["made"]}}
+        row = {
+            "features_per_s": rows / duration,
+            "latency_p50_ms": 1000 * float(np.percentile(lat, 50)),
+            "latency_p99_ms": 1000 * float(np.percentile(lat, 99)),
+            "codec_rows": {out["codec"]: out["made"]},
+        }
     row["line_share"] = row["features_per_s"] / line_rows
     row["cpu"] = out["cpu"]
     row["wire_mb"] = out["wire_bytes"] / 1e6
@@ -527,9 +631,13 @@ def real_rows() -> dict[str, np.ndarray]:
     rows = np.concatenate([visual, semantic], 1).astype(np.float32)
     half = len(rows) // 2
     rng = np.random.default_rng(3)
-    return {"train": rows[:half - FRAMES_PER_SOURCE], "held_out": rows[half - FRAMES_PER_SOURCE:half],
-            "queries": rows[rng.choice(half, 100, replace=False)], "pool": rows[half:],
-            "next_row": next_row[half:] - half}
+    return {
+        "train": rows[: half - FRAMES_PER_SOURCE],
+        "held_out": rows[half - FRAMES_PER_SOURCE : half],
+        "queries": rows[rng.choice(half, 100, replace=False)],
+        "pool": rows[half:],
+        "next_row": next_row[half:] - half,
+    }
 
 
 def prepare(work: Path, sparse_keep: tuple[float, float]) -> dict:
@@ -546,8 +654,14 @@ def prepare(work: Path, sparse_keep: tuple[float, float]) -> dict:
     quality = recall_at_k(Ladder(tables), r["held_out"])
     np.save(work / "queries.npy", r["queries"])
     np.savez(work / "features.npz", pool=r["pool"], next_row=r["next_row"])
-    return {"tables": str(tables_path), "sparse_tables": str(sparse_path), "queries": str(work / "queries.npy"),
-            "quality": quality, "features": str(work / "features.npz"), "tables_train_s": train_s}
+    return {
+        "tables": str(tables_path),
+        "sparse_tables": str(sparse_path),
+        "queries": str(work / "queries.npy"),
+        "quality": quality,
+        "features": str(work / "features.npz"),
+        "tables_train_s": train_s,
+    }
 
 
 def run_link(name: str, link: dict, policies: list[str], duration: float, files: dict) -> dict:
@@ -555,12 +669,28 @@ def run_link(name: str, link: dict, policies: list[str], duration: float, files:
 
     with NetBed(hosts=2, rate=link["rate"], delay_ms=link["delay_ms"]) as bed:
         address = bed.start_ray(num_cpus=2, env=RAY_TUNED)  # as ViFusion runs Ray
-        spec = {**files, "address": address, "policies": policies, "duration": duration, "rate": link["rate"],
-                "dev": bed.link_device, "squeeze": link.get("squeeze")}
+        spec = {
+            **files,
+            "address": address,
+            "policies": policies,
+            "duration": duration,
+            "rate": link["rate"],
+            "dev": bed.link_device,
+            "squeeze": link.get("squeeze"),
+        }
         if "squeeze" in link:
-            spec["squeeze_cmds"] = [bed.rate_argv(0, link["squeeze"]["rate"]), bed.rate_argv(0, link["rate"])]
-        proc = bed.exec(0, [sys.executable, __file__, "--drive", json.dumps(spec)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+            spec["squeeze_cmds"] = [
+                bed.rate_argv(0, link["squeeze"]["rate"]),
+                bed.rate_argv(0, link["rate"]),
+            ]
+        proc = bed.exec(
+            0,
+            [sys.executable, __file__, "--drive", json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+        )
         stdout, stderr = proc.communicate(timeout=600)
     result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
     if result is None:
@@ -570,18 +700,38 @@ def run_link(name: str, link: dict, policies: list[str], duration: float, files:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one link and a short squeeze (about two minutes)")
-    ap.add_argument("--link", action="append", help="run only this link of the full set (repeatable): "
-                    "1gbit, 100mbit/5ms, 20mbit/10ms, squeeze")
+    ap.add_argument(
+        "--quick", action="store_true", help="one link and a short squeeze (about two minutes)"
+    )
+    ap.add_argument(
+        "--link",
+        action="append",
+        help="run only this link of the full set (repeatable): "
+        "1gbit, 100mbit/5ms, 20mbit/10ms, squeeze",
+    )
     ap.add_argument("--policies", help="run only these policies, e.g. 2,4")
-    ap.add_argument("--rounds", type=int, help="on clear links, run (2)-(7) this many times, "
-                    "alternating, and judge the aims by the median round (default 3; --quick 1)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="on clear links, run (2)-(7) this many times, "
+        "alternating, and judge the aims by the median round (default 3; --quick 1)",
+    )
     ap.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "fusion-squeeze.png")
-    ap.add_argument("--busy", type=int, default=0, metavar="N",
-                    help="run N busy-loop processes beside everything: a machine shared with other work")
-    ap.add_argument("--sparse-keep", type=_keep, default=Config().codec_sparse_keep, metavar="V[,S]",
-                    help="(7)'s keep ratio: the share of the visual (and semantic) dims it sends "
-                    "(default Config.codec_sparse_keep: %(default)s)")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy-loop processes beside everything: a machine shared with other work",
+    )
+    ap.add_argument(
+        "--sparse-keep",
+        type=_keep,
+        default=Config().codec_sparse_keep,
+        metavar="V[,S]",
+        help="(7)'s keep ratio: the share of the visual (and semantic) dims it sends "
+        "(default Config.codec_sparse_keep: %(default)s)",
+    )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
@@ -598,53 +748,97 @@ def main() -> int:
     if args.quick:
         duration = 5.0
         sq = {"at": 1.5, "for": 2.5, "rate": "10mbit"}
-        links = {"100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": ["2", "4", *CODECS]},
-                 "squeeze": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "squeeze": sq,
-                             "policies": ["3", "4", *CODECS], "duration": 8.0}}
+        links = {
+            "100mbit/5ms": {
+                "rate": "100mbit",
+                "bps": 100e6,
+                "delay_ms": 5,
+                "policies": ["2", "4", *CODECS],
+            },
+            "squeeze": {
+                "rate": "100mbit",
+                "bps": 100e6,
+                "delay_ms": 5,
+                "squeeze": sq,
+                "policies": ["3", "4", *CODECS],
+                "duration": 8.0,
+            },
+        }
     else:
         duration = 10.0
         sq = {"at": 8.0, "for": 20.0, "rate": "10mbit"}
         every = ["1", "1w", "2", "3", "4", *CODECS]
-        links = {"1gbit": {"rate": "1gbit", "bps": 1e9, "delay_ms": 0,
-                           "policies": every + sorted(VARIANTS) + list(PINNED) + list(OFFERED)},
-                 "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
-                 "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
-                 "squeeze": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "squeeze": sq,
-                             "policies": ["1", "2", "3", "4", *CODECS], "duration": 38.0}}
+        links = {
+            "1gbit": {
+                "rate": "1gbit",
+                "bps": 1e9,
+                "delay_ms": 0,
+                "policies": every + sorted(VARIANTS) + list(PINNED) + list(OFFERED),
+            },
+            "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
+            "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
+            "squeeze": {
+                "rate": "100mbit",
+                "bps": 100e6,
+                "delay_ms": 5,
+                "squeeze": sq,
+                "policies": ["1", "2", "3", "4", *CODECS],
+                "duration": 38.0,
+            },
+        }
     if args.link:
         links = {name: links[name] for name in args.link}
     if args.policies:
         wanted = args.policies.split(",")
         for link in links.values():
-            extra = [] if "squeeze" in link else [p for p in wanted if _pinned(p) and p not in link["policies"]]
+            extra = (
+                []
+                if "squeeze" in link
+                else [p for p in wanted if _pinned(p) and p not in link["policies"]]
+            )
             link["policies"] = [p for p in link["policies"] if p in wanted] + extra
     rounds = args.rounds or (1 if args.quick else 3)
     for link in links.values():
         if "squeeze" not in link:
             again = [p for p in ROUNDED if p in link["policies"]]
-            link["policies"] = link["policies"] + [f"{p}#{k}" for k in range(2, rounds + 1) for p in again]
+            link["policies"] = link["policies"] + [
+                f"{p}#{k}" for k in range(2, rounds + 1) for p in again
+            ]
     work = Path(tempfile.mkdtemp(prefix="vf-fusion-bench-"))
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
         files = prepare(work, args.sparse_keep)
-        report: dict = {"benchmark": "fusion", "quick": args.quick, "machine": machine(), "busy": args.busy,
-                        "sparse_keep": list(args.sparse_keep),
-                        "date": time.strftime("%Y-%m-%d"), "tables_train_s": round(files.pop("tables_train_s"), 1),
-                        "links": {}}
+        report: dict = {
+            "benchmark": "fusion",
+            "quick": args.quick,
+            "machine": machine(),
+            "busy": args.busy,
+            "sparse_keep": list(args.sparse_keep),
+            "date": time.strftime("%Y-%m-%d"),
+            "tables_train_s": round(files.pop("tables_train_s"), 1),
+            "links": {},
+        }
         for name, link in links.items():
             d = link.get("duration", duration)
             print(f"== {name}: policies {', '.join(link['policies'])}, {d:.0f} s each", flush=True)
             results = run_link(name, link, link["policies"], d, files)
             rows = {p: summarise(link, p, out, d) for p, out in results.items()}
             for p, r in rows.items():
-                print(f"  ({p:>2}) {r['features_per_s']:9.0f} features/s  {100 * r['line_share']:5.1f}% of line  "
-                      f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
-                      f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
-                      f"codecs {r['codec_rows']}" + (f"  hand-over by {r['handoff']}"
-                                                 f", {100 * r['by_stream']:.0f}% of rows to the shard by stream"
-                                                 f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
-                                                 f"  {_link_line(r['link_p50'])}"
-                                                 if "batch_kib_p50" in r else ""), flush=True)
+                print(
+                    f"  ({p:>2}) {r['features_per_s']:9.0f} features/s  {100 * r['line_share']:5.1f}% of line  "
+                    f"wire {r['wire_mb']:8.1f} MB  p50 {r['latency_p50_ms']:8.1f} ms  p99 {r['latency_p99_ms']:8.1f} ms  "
+                    f"recall v/s {r['recall_video_at_10']['visual']:.3f}/{r['recall_video_at_10']['semantic']:.3f}  "
+                    f"codecs {r['codec_rows']}"
+                    + (
+                        f"  hand-over by {r['handoff']}"
+                        f", {100 * r['by_stream']:.0f}% of rows to the shard by stream"
+                        f"  batch {r['batch_kib_p50']:.0f} KiB x {r['window_p50']:.0f}"
+                        f"  {_link_line(r['link_p50'])}"
+                        if "batch_kib_p50" in r
+                        else ""
+                    ),
+                    flush=True,
+                )
                 print(f"        {_cpu_line(r)}", flush=True)
             if any("#" in p for p in rows):
                 print(f"  median of the rounds: {_medians(rows)}", flush=True)
@@ -677,15 +871,25 @@ def _medians(rows: dict) -> str:
 
 def _cpu_line(r: dict) -> str:
     cpu = r["cpu"]
-    per = {role: 1e6 * c / r["features_per_s"] for role, c in cpu["roles_cores"].items()} if r["features_per_s"] else {}
-    roles = ", ".join(f"{role} {us:.0f}" for role, us in sorted(per.items(), key=lambda x: -x[1]) if us >= 1)
-    return (f"cpu: {100 * cpu['busy_share']:.0f}% of {cpu['cores']} cores busy ({100 * cpu['kernel_share']:.0f}% in the "
-            f"kernel); per feature, us of CPU: {roles}; the shard busy storing {100 * cpu['shard_busy']:.0f}% of the run")
+    per = (
+        {role: 1e6 * c / r["features_per_s"] for role, c in cpu["roles_cores"].items()}
+        if r["features_per_s"]
+        else {}
+    )
+    roles = ", ".join(
+        f"{role} {us:.0f}" for role, us in sorted(per.items(), key=lambda x: -x[1]) if us >= 1
+    )
+    return (
+        f"cpu: {100 * cpu['busy_share']:.0f}% of {cpu['cores']} cores busy ({100 * cpu['kernel_share']:.0f}% in the "
+        f"kernel); per feature, us of CPU: {roles}; the shard busy storing {100 * cpu['shard_busy']:.0f}% of the run"
+    )
 
 
 def _link_line(p50: dict) -> str:
-    return (f"(min RTT {1000 * p50['min_rtt_s']:.1f} ms, service {1000 * p50['service_s']:.1f} ms, "
-            f"per message {1000 * p50['per_message_s']:.1f} ms, capacity {8 * p50['capacity'] / 1e6:.0f} Mbit/s)")
+    return (
+        f"(min RTT {1000 * p50['min_rtt_s']:.1f} ms, service {1000 * p50['service_s']:.1f} ms, "
+        f"per message {1000 * p50['per_message_s']:.1f} ms, capacity {8 * p50['capacity'] / 1e6:.0f} Mbit/s)"
+    )
 
 
 def ratios(links: dict) -> dict:
@@ -697,8 +901,10 @@ def ratios(links: dict) -> dict:
         p = entry["policies"]
         r = _ratios_of(p)
         rounds = sorted({int(k.split("#")[1]) for k in p if "#" in k})
-        per_round = [r] + [_ratios_of({**p, **{b: p[f"{b}#{k}"] for b in ROUNDED if f"{b}#{k}" in p}})
-                           for k in rounds]
+        per_round = [r] + [
+            _ratios_of({**p, **{b: p[f"{b}#{k}"] for b in ROUNDED if f"{b}#{k}" in p}})
+            for k in rounds
+        ]
         for key in list(r):
             values = [x[key] for x in per_round if x.get(key) is not None]
             if len(set(values)) > 1:  # the ratio has a round's policy in it
@@ -711,7 +917,9 @@ def ratios(links: dict) -> dict:
             if any(c in during for c in CODECS):
                 best = _best_codec(entry["policies"], during)
                 r["squeeze_best_codec"] = best
-                r["squeeze_fps_4_over_best_codec"] = _ratio(during["4"], during[best]) if best else None
+                r["squeeze_fps_4_over_best_codec"] = (
+                    _ratio(during["4"], during[best]) if best else None
+                )
                 # the same condition on (4)'s side: its adaptive ladder may pick int8 too
                 r["squeeze_recall_4"] = min(entry["policies"]["4"]["recall_video_at_10"].values())
             r["back_to_fp32_s"] = entry["squeeze"]["back_to_fp32_s"]
@@ -727,22 +935,38 @@ def _ratios_of(p: dict) -> dict:
     if "4" in p:
         for base in ("1", "2", "3", *CODECS):
             if base in p:
-                r[f"fps_4_over_{base}"] = _ratio(p["4"]["features_per_s"], p[base]["features_per_s"])
-                r[f"p50_4_over_{base}"] = _ratio(p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"])
+                r[f"fps_4_over_{base}"] = _ratio(
+                    p["4"]["features_per_s"], p[base]["features_per_s"]
+                )
+                r[f"p50_4_over_{base}"] = _ratio(
+                    p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"]
+                )
         for variant in sorted(VARIANTS.keys() & p.keys()):
-            r[f"fps_4_over_{variant}"] = _ratio(p["4"]["features_per_s"], p[variant]["features_per_s"])
-            r[f"p50_4_over_{variant}"] = _ratio(p["4"]["latency_p50_ms"], p[variant]["latency_p50_ms"])
+            r[f"fps_4_over_{variant}"] = _ratio(
+                p["4"]["features_per_s"], p[variant]["features_per_s"]
+            )
+            r[f"p50_4_over_{variant}"] = _ratio(
+                p["4"]["latency_p50_ms"], p[variant]["latency_p50_ms"]
+            )
         for pinned in filter(_pinned, p):
-            r[f"fps_{pinned}_over_4"] = _ratio(p[pinned]["features_per_s"], p["4"]["features_per_s"])
+            r[f"fps_{pinned}_over_4"] = _ratio(
+                p[pinned]["features_per_s"], p["4"]["features_per_s"]
+            )
             if "2" in p:
-                r[f"p50_{pinned}_over_2"] = _ratio(p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"])
+                r[f"p50_{pinned}_over_2"] = _ratio(
+                    p[pinned]["latency_p50_ms"], p["2"]["latency_p50_ms"]
+                )
     return r
 
 
 def _best_codec(policies: dict, during: dict) -> str | None:
     """Of (5)-(7), the one that carried the most during the squeeze while keeping video
     recall@10 >= ``MIN_RECALL`` in both spaces; None: none kept it."""
-    kept = [c for c in CODECS if c in during and min(policies[c]["recall_video_at_10"].values()) >= MIN_RECALL]
+    kept = [
+        c
+        for c in CODECS
+        if c in during and min(policies[c]["recall_video_at_10"].values()) >= MIN_RECALL
+    ]
     return max(kept, key=during.get, default=None)
 
 

@@ -68,8 +68,14 @@ def measure(calls: int, local: bool) -> dict:
         def run(self, receiver, rows: int, n: int) -> tuple[float, float]:
             handoff = Handoff(receiver, local=local)
             rng = np.random.default_rng(0)
-            batches = [FusedBatch(np.arange(rows, dtype=np.int64), np.zeros((rows, 2), np.float32),
-                                  rng.random((rows, VISUAL_DIM + SEMANTIC_DIM), np.float32)) for _ in range(4)]
+            batches = [
+                FusedBatch(
+                    np.arange(rows, dtype=np.int64),
+                    np.zeros((rows, 2), np.float32),
+                    rng.random((rows, VISUAL_DIM + SEMANTIC_DIM), np.float32),
+                )
+                for _ in range(4)
+            ]
             t0, c0 = time.perf_counter(), os.times()
             handing = None
             for i in range(n):
@@ -91,17 +97,27 @@ def measure(calls: int, local: bool) -> dict:
         wall, sender_cpu = ray.get(sender.run.remote(receiver, rows, n))
         r1, l1 = ray.get(receiver.cpu.remote()), _raylet_cpu()
         per_k = 1000 / (n * rows)
-        out[rows] = {"handovers_per_s": n / wall, "frames_per_s": n * rows / wall,
-                     "cpu_ms_per_1000_frames": {"sender": 1e3 * sender_cpu * per_k, "receiver": 1e3 * (r1 - r0) * per_k,
-                                                "raylet": 1e3 * (l1 - l0) * per_k}}
-        out[rows]["cpu_ms_per_1000_frames"]["total"] = sum(out[rows]["cpu_ms_per_1000_frames"].values())
+        out[rows] = {
+            "handovers_per_s": n / wall,
+            "frames_per_s": n * rows / wall,
+            "cpu_ms_per_1000_frames": {
+                "sender": 1e3 * sender_cpu * per_k,
+                "receiver": 1e3 * (r1 - r0) * per_k,
+                "raylet": 1e3 * (l1 - l0) * per_k,
+            },
+        }
+        out[rows]["cpu_ms_per_1000_frames"]["total"] = sum(
+            out[rows]["cpu_ms_per_1000_frames"].values()
+        )
     ray.shutdown()
     return out
 
 
 def _raylet_cpu() -> float:
     """CPU seconds of this machine's raylets (this benchmark's Ray is the only one it starts)."""
-    pids = subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(
+        ["pgrep", "-f", "raylet/raylet"], capture_output=True, text=True
+    ).stdout.split()
     return sum(cpu_seconds(pid) for pid in pids)
 
 
@@ -120,40 +136,72 @@ def main() -> int:
     from vifusion.runtime import RAY_TUNED
 
     if subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True).returncode == 0:
-        print("another Ray runs on this machine: its raylet would count here; stop it first", file=sys.stderr)
+        print(
+            "another Ray runs on this machine: its raylet would count here; stop it first",
+            file=sys.stderr,
+        )
         return 2
     calls = 300 if args.quick else 2000
     base = {k: v for k, v in os.environ.items() if k not in RAY_TUNED and k != "RAY_ADDRESS"}
     tuned = {**base, **RAY_TUNED}
-    variants = {"object store": (base, []), "inline (RAY_TUNED)": (tuned, []), "local socket": (tuned, ["--socket"])}
-    report: dict = {"benchmark": "handoff", "quick": args.quick, "machine": machine(),
-                    "date": time.strftime("%Y-%m-%d"), "variants": {}}
+    variants = {
+        "object store": (base, []),
+        "inline (RAY_TUNED)": (tuned, []),
+        "local socket": (tuned, ["--socket"]),
+    }
+    report: dict = {
+        "benchmark": "handoff",
+        "quick": args.quick,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "variants": {},
+    }
     for name, (env, flags) in variants.items():
-        proc = subprocess.run([sys.executable, __file__, "--measure", str(calls), *flags], env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--measure", str(calls), *flags],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             raise RuntimeError(f"{name}: the run failed:\n{proc.stderr[-3000:]}")
         report["variants"][name] = json.loads(line[7:])
     store, inline, local = report["variants"].values()
-    print(f"{'frames':>6}  {'variant':<20} {'hand-overs/s':>12} {'frames/s':>10}  CPU ms per 1000 frames "
-          f"(sender + receiver + raylet)")
+    print(
+        f"{'frames':>6}  {'variant':<20} {'hand-overs/s':>12} {'frames/s':>10}  CPU ms per 1000 frames "
+        f"(sender + receiver + raylet)"
+    )
     for rows in SIZES:
         for name, res in report["variants"].items():
             r = res[str(rows)]
             c = r["cpu_ms_per_1000_frames"]
-            print(f"{rows:>6}  {name:<20} {r['handovers_per_s']:>12.0f} {r['frames_per_s']:>10.0f}  "
-                  f"{c['total']:6.1f} = {c['sender']:.1f} + {c['receiver']:.1f} + {c['raylet']:.1f}")
+            print(
+                f"{rows:>6}  {name:<20} {r['handovers_per_s']:>12.0f} {r['frames_per_s']:>10.0f}  "
+                f"{c['total']:6.1f} = {c['sender']:.1f} + {c['receiver']:.1f} + {c['raylet']:.1f}"
+            )
     report["ratios"] = {
-        f"{rows}_frames": {"cpu_store_over_inline": round(store[str(rows)]["cpu_ms_per_1000_frames"]["total"]
-                                                          / inline[str(rows)]["cpu_ms_per_1000_frames"]["total"], 3),
-                           "frames_per_s_inline_over_store": round(inline[str(rows)]["frames_per_s"]
-                                                                   / store[str(rows)]["frames_per_s"], 3),
-                           "cpu_inline_over_socket": round(inline[str(rows)]["cpu_ms_per_1000_frames"]["total"]
-                                                           / local[str(rows)]["cpu_ms_per_1000_frames"]["total"], 3),
-                           "frames_per_s_socket_over_inline": round(local[str(rows)]["frames_per_s"]
-                                                                    / inline[str(rows)]["frames_per_s"], 3)}
-        for rows in SIZES}
+        f"{rows}_frames": {
+            "cpu_store_over_inline": round(
+                store[str(rows)]["cpu_ms_per_1000_frames"]["total"]
+                / inline[str(rows)]["cpu_ms_per_1000_frames"]["total"],
+                3,
+            ),
+            "frames_per_s_inline_over_store": round(
+                inline[str(rows)]["frames_per_s"] / store[str(rows)]["frames_per_s"], 3
+            ),
+            "cpu_inline_over_socket": round(
+                inline[str(rows)]["cpu_ms_per_1000_frames"]["total"]
+                / local[str(rows)]["cpu_ms_per_1000_frames"]["total"],
+                3,
+            ),
+            "frames_per_s_socket_over_inline": round(
+                local[str(rows)]["frames_per_s"] / inline[str(rows)]["frames_per_s"], 3
+            ),
+        }
+        for rows in SIZES
+    }
     print("ratios:", report["ratios"])
     print(json.dumps(report))
     return 0

@@ -85,22 +85,48 @@ def drive(spec: dict) -> None:
     for run in spec["runs"]:
         mode = run.split("#")[0]
         work = Path(tempfile.mkdtemp(prefix=f"vf-incast-{mode}-"))
-        cfg = Config(data_dir=work, faiss_threads=1, index_exact_max=10**9, snapshot_log_bytes=1 << 40,
-                     dedup_cosine=1.01, compression="adaptive" if mode == "adaptive" else "off")
-        shard = ray.remote(ShardReplica).options(resources={f"host{SHARD_HOST}": 1}).remote(
-            0, work / "shard", cfg, [])
+        cfg = Config(
+            data_dir=work,
+            faiss_threads=1,
+            index_exact_max=10**9,
+            snapshot_log_bytes=1 << 40,
+            dedup_cosine=1.01,
+            compression="adaptive" if mode == "adaptive" else "off",
+        )
+        shard = (
+            ray.remote(ShardReplica)
+            .options(resources={f"host{SHARD_HOST}": 1})
+            .remote(0, work / "shard", cfg, [])
+        )
         hosts = [h for h in range(EXTRACT_HOSTS) for _ in range(per_host)]
-        replayers = [ray.remote(Replayer).options(resources={f"host{h}": 1}, num_cpus=0).remote(pool, next_row)
-                     for h in hosts]
+        replayers = [
+            ray.remote(Replayer)
+            .options(resources={f"host{h}": 1}, num_cpus=0)
+            .remote(pool, next_row)
+            for h in hosts
+        ]
         given = (tables, spec["quality"]) if mode == "adaptive" else ()
-        aggs = [ray.remote(Aggregator).options(resources={f"host{h}": 1}, num_cpus=0, max_concurrency=16).remote(
-            cfg, [shard], *given) for h in range(EXTRACT_HOSTS)] if mode != "direct" else []
-        ray.get([shard.stats.remote(), *(r.__ray_ready__.remote() for r in replayers),
-                 *(a.stats.remote() for a in aggs)])
+        aggs = (
+            [
+                ray.remote(Aggregator)
+                .options(resources={f"host{h}": 1}, num_cpus=0, max_concurrency=16)
+                .remote(cfg, [shard], *given)
+                for h in range(EXTRACT_HOSTS)
+            ]
+            if mode != "direct"
+            else []
+        )
+        ray.get(
+            [
+                shard.stats.remote(),
+                *(r.__ray_ready__.remote() for r in replayers),
+                *(a.stats.remote() for a in aggs),
+            ]
+        )
         samples: list[tuple[float, int, int]] = []  # (t, frames stored, log records)
         stop = threading.Event()
 
-        def watch() -> None:
+        def watch(stop=stop, shard=shard, samples=samples) -> None:  # this round's
             while not stop.is_set():
                 s = ray.get(shard.stats.remote())
                 samples.append((time.time(), s["vectors"]["visual"], s["seq"]))
@@ -110,11 +136,17 @@ def drive(spec: dict) -> None:
         watcher.start()
         t0 = time.time()
         if aggs:
-            calls = [r.run_vifusion.remote(aggs[h], duration, None, True, offset=k * SPAN)
-                     for k, (r, h) in enumerate(zip(replayers, hosts, strict=True))]
+            calls = [
+                r.run_vifusion.remote(aggs[h], duration, None, True, offset=k * SPAN)
+                for k, (r, h) in enumerate(zip(replayers, hosts, strict=True))
+            ]
         else:
-            calls = [r.run_fixed.remote(shard, p["rows"], p["age"], p["window"], duration, offset=k * SPAN)
-                     for k, r in enumerate(replayers)]
+            calls = [
+                r.run_fixed.remote(
+                    shard, p["rows"], p["age"], p["window"], duration, offset=k * SPAN
+                )
+                for k, r in enumerate(replayers)
+            ]
         outs = ray.get(calls)
         stop.set()
         watcher.join()
@@ -129,9 +161,14 @@ def drive(spec: dict) -> None:
         else:
             p50 = float(np.median(np.concatenate([o["latency"] for o in outs])))
             codecs = {"fp32": sum(o["made"] for o in outs)}
-        results[run] = {"frames_per_s": frames / duration, "latency_p50_ms": 1000 * p50,
-                        "messages": records, "messages_per_s": records / duration,
-                        "frames_per_message": frames / max(records, 1), "codec_rows": codecs}
+        results[run] = {
+            "frames_per_s": frames / duration,
+            "latency_p50_ms": 1000 * p50,
+            "messages": records,
+            "messages_per_s": records / duration,
+            "frames_per_message": frames / max(records, 1),
+            "codec_rows": codecs,
+        }
         for actor in (shard, *replayers, *aggs):
             ray.kill(actor)
         shutil.rmtree(work, ignore_errors=True)
@@ -147,9 +184,18 @@ def _at(samples: list[tuple[float, int, int]], t: float, i: int) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one round of 5 s per mode")
-    ap.add_argument("--rounds", type=int, help="rounds of both modes, alternating (default 2; --quick 1)")
-    ap.add_argument("--rate", default="100mbit", help="the bottleneck into the shard host (default %(default)s)")
-    ap.add_argument("--extractors", type=int, default=2, help="extractors per extract host (default %(default)s)")
+    ap.add_argument(
+        "--rounds", type=int, help="rounds of both modes, alternating (default 2; --quick 1)"
+    )
+    ap.add_argument(
+        "--rate", default="100mbit", help="the bottleneck into the shard host (default %(default)s)"
+    )
+    ap.add_argument(
+        "--extractors",
+        type=int,
+        default=2,
+        help="extractors per extract host (default %(default)s)",
+    )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
@@ -175,31 +221,66 @@ def main() -> int:
         with NetBed(hosts=EXTRACT_HOSTS + 1, rate="1gbit", delay_ms=0) as bed:
             _bottleneck(bed, args.rate)
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
-            spec = {"address": address, "features": str(work / "features.npz"), "runs": runs,
-                    "duration": duration, "extractors": args.extractors, "tables": str(tables.save(work)),
-                    "quality": quality}
-            print(f"== {EXTRACT_HOSTS} hosts x {args.extractors} extractors -> 1 shard host through "
-                  f"{args.rate}: {', '.join(runs)}, {duration:.0f} s each", flush=True)
-            proc = bed.exec(0, [sys.executable, __file__, "--drive", json.dumps(spec)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+            spec = {
+                "address": address,
+                "features": str(work / "features.npz"),
+                "runs": runs,
+                "duration": duration,
+                "extractors": args.extractors,
+                "tables": str(tables.save(work)),
+                "quality": quality,
+            }
+            print(
+                f"== {EXTRACT_HOSTS} hosts x {args.extractors} extractors -> 1 shard host through "
+                f"{args.rate}: {', '.join(runs)}, {duration:.0f} s each",
+                flush=True,
+            )
+            proc = bed.exec(
+                0,
+                [sys.executable, __file__, "--drive", json.dumps(spec)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=str(ROOT),
+            )
             stdout, stderr = proc.communicate(timeout=900)
-        result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
+        result = next(
+            (line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None
+        )
         if result is None:
             raise RuntimeError(f"the driver failed:\n{stderr[-3000:]}")
         modes = json.loads(result)
         for run, m in modes.items():
-            print(f"  {run:14s} {m['frames_per_s']:8.0f} frames/s  p50 {m['latency_p50_ms']:8.1f} ms  "
-                  f"{m['messages']:6d} messages to the shard ({m['messages_per_s']:.0f}/s, "
-                  f"{m['frames_per_message']:.0f} frames each)  codecs {m['codec_rows']}", flush=True)
+            print(
+                f"  {run:14s} {m['frames_per_s']:8.0f} frames/s  p50 {m['latency_p50_ms']:8.1f} ms  "
+                f"{m['messages']:6d} messages to the shard ({m['messages_per_s']:.0f}/s, "
+                f"{m['frames_per_message']:.0f} frames each)  codecs {m['codec_rows']}",
+                flush=True,
+            )
         ratios = {}
-        for mode, key in (("aggregators", "incast_fps_ratio"), ("adaptive", "incast_fps_ratio_adaptive")):
-            per_round = [modes[f"{mode}{s}"]["frames_per_s"] / modes[f"direct{s}"]["frames_per_s"]
-                         for s in ["", *(f"#{k}" for k in range(2, rounds + 1))] if modes[f"direct{s}"]["frames_per_s"]]
+        for mode, key in (
+            ("aggregators", "incast_fps_ratio"),
+            ("adaptive", "incast_fps_ratio_adaptive"),
+        ):
+            per_round = [
+                modes[f"{mode}{s}"]["frames_per_s"] / modes[f"direct{s}"]["frames_per_s"]
+                for s in ["", *(f"#{k}" for k in range(2, rounds + 1))]
+                if modes[f"direct{s}"]["frames_per_s"]
+            ]
             ratios[key] = round(float(np.median(per_round)), 3) if per_round else None
             ratios[f"{key}_rounds"] = [round(x, 3) for x in per_round]
-        report = {"benchmark": "incast", "quick": args.quick, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
-                  "rate": args.rate, "extract_hosts": EXTRACT_HOSTS, "extractors_per_host": args.extractors,
-                  "tables_quality": quality, "modes": modes, "ratios": ratios}
+        report = {
+            "benchmark": "incast",
+            "quick": args.quick,
+            "machine": machine(),
+            "date": time.strftime("%Y-%m-%d"),
+            "rate": args.rate,
+            "extract_hosts": EXTRACT_HOSTS,
+            "extractors_per_host": args.extractors,
+            "tables_quality": quality,
+            "modes": modes,
+            "ratios": ratios,
+        }
         print("ratios:", report["ratios"])
         print(json.dumps(report))
     finally:
@@ -213,8 +294,26 @@ def _bottleneck(bed, rate: str) -> None:
     from deploy.netbed import _rate_bps
 
     burst = max(64 * 1024, 2 * bed.mtu, int(_rate_bps(rate) / 8 * 0.002))  # as the bed's uplinks
-    subprocess.run(["tc", "-n", f"{bed.bed}-sw", "qdisc", "replace", "dev", f"h{SHARD_HOST}", "root", "tbf",
-                    "rate", rate, "burst", str(burst), "latency", "50ms"], check=True)
+    subprocess.run(
+        [
+            "tc",
+            "-n",
+            f"{bed.bed}-sw",
+            "qdisc",
+            "replace",
+            "dev",
+            f"h{SHARD_HOST}",
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            str(burst),
+            "latency",
+            "50ms",
+        ],
+        check=True,
+    )
 
 
 if __name__ == "__main__":

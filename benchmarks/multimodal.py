@@ -65,80 +65,195 @@ SHOWN = ["Cache latency by region", "p99 under 40 ms in March", "Next: failover 
 # phrase two queries: in some of its words, then in other words (meaning only). No query word
 # of one kind is said or shown in the other kind, and none names what the demo's photos show.
 TALKS = [
-    ("We moved the billing service to the new data centre in Frankfurt last week.",
-     "Customer complaints dropped by half after the support team doubled.",
-     "Warehouse robots: pilot in Rotterdam", "Solar panels on every depot roof by 2027",
-     ("billing service moved to Frankfurt", "fewer complaints after the support team grew",
-      "warehouse robots in Rotterdam", "solar panels on depot roofs"),
-     ("invoicing system relocated to Germany", "fewer unhappy clients once we hired more helpdesk staff",
-      "automated storage trial in the Netherlands", "renewable energy on our buildings")),
-    ("The orchestra will rehearse the second symphony every Tuesday evening.",
-     "Our bakery sells more sourdough bread than croissants on weekends.",
-     "Glacier retreat: 40 metres per year", "Volunteer hours by district",
-     ("orchestra rehearsal on Tuesday", "sourdough bread sales at the bakery",
-      "glacier retreat", "volunteer hours per district"),
-     ("classical music practice each week", "which pastries sell best on Saturdays",
-      "melting ice in the mountains", "unpaid community work per neighbourhood")),
-    ("The bridge inspection found rust under the northern cables.",
-     "Interns from the design school start their placements in September.",
-     "Mobile app downloads doubled in Brazil", "Pension fund returns, 2019 to 2024",
-     ("rust found during the bridge inspection", "design school interns in September",
-      "app downloads in Brazil", "pension fund returns"),
-     ("corrosion on the suspension structure over the river", "students joining us in autumn",
-      "smartphone installs in South America", "retirement savings performance")),
-    ("Please remember to lock the laboratory freezer before you leave.",
-     "The football club signed a young goalkeeper from Norway.",
-     "Wind turbine maintenance schedule", "Elevator repair costs per floor",
-     ("lock the laboratory freezer", "football club signs a goalkeeper from Norway",
-      "wind turbine maintenance", "elevator repair costs"),
-     ("secure the cold storage in the lab", "new soccer player from Scandinavia",
-      "servicing plan for windmills", "what fixing the lifts costs")),
-    ("Our hospital cut waiting times in the emergency ward by twenty minutes.",
-     "The poetry festival moves to the old railway station this summer.",
-     "Tomato harvest forecast for Andalusia", "Quantum computing reading group",
-     ("emergency ward waiting times", "poetry festival at the railway station",
-      "tomato harvest forecast", "quantum computing reading group"),
-     ("patients wait less in casualty", "literature event at a former train depot",
-      "vegetable crop outlook in southern Spain", "book club about qubits")),
-    ("The city council approved a new cycling lane along the river.",
-     "Our chess team won the regional tournament without losing a game.",
-     "Satellite internet coverage map", "Museum ticket prices from March",
-     ("cycling lane along the river", "chess tournament win",
-      "satellite internet coverage", "museum ticket prices"),
-     ("bike path next to the water", "undefeated board game champions",
-      "where space broadband reaches", "gallery admission fees in spring")),
-    ("The printer on the third floor jams whenever someone prints envelopes.",
-     "We are hiring two nurses for the night shift in the children's ward.",
-     "Ocean shipping delays in the Suez canal", "Vegan menu options for the canteen",
-     ("printer jams on the third floor", "hiring night shift nurses",
-      "shipping delays in the Suez canal", "vegan options in the canteen"),
-     ("paper stuck in the copier upstairs", "paediatric nursing jobs overnight",
-      "container vessels held up in Egypt", "plant-based food at lunch")),
-    ("The vineyard expects a smaller grape harvest because of the late frost.",
-     "Our library will stay open until midnight during the exam period.",
-     "Electric bus fleet: 120 vehicles", "Password rules for staff laptops",
-     ("smaller grape harvest after frost", "library open until midnight",
-      "electric bus fleet", "password rules for laptops"),
-     ("cold weather hurts this year's wine", "late study hours in the reading rooms",
-      "battery powered public transport", "computer login security policy")),
-    ("The marathon route passes the cathedral and the central market.",
-     "Scientists measured record ozone levels over the Antarctic this spring.",
-     "Hotel occupancy in Lisbon, August", "Dental clinic opening hours",
-     ("marathon route past the cathedral", "ozone levels over Antarctica",
-      "hotel occupancy in Lisbon", "dental clinic opening hours"),
-     ("running race course through the old town", "south pole atmosphere research",
-      "tourist beds filled in Portugal in summer", "when can I see the dentist")),
-    ("The submarine cable between the islands was repaired on Friday.",
-     "Our yoga classes now start at seven in the morning.",
-     "Apple orchard irrigation budget", "Theatre season: twelve new plays",
-     ("submarine cable repaired", "early morning yoga classes",
-      "apple orchard irrigation budget", "theatre season new plays"),
-     ("undersea link fixed at the end of the week", "stretching sessions at dawn",
-      "watering costs for fruit trees", "upcoming stage productions")),
+    (
+        "We moved the billing service to the new data centre in Frankfurt last week.",
+        "Customer complaints dropped by half after the support team doubled.",
+        "Warehouse robots: pilot in Rotterdam",
+        "Solar panels on every depot roof by 2027",
+        (
+            "billing service moved to Frankfurt",
+            "fewer complaints after the support team grew",
+            "warehouse robots in Rotterdam",
+            "solar panels on depot roofs",
+        ),
+        (
+            "invoicing system relocated to Germany",
+            "fewer unhappy clients once we hired more helpdesk staff",
+            "automated storage trial in the Netherlands",
+            "renewable energy on our buildings",
+        ),
+    ),
+    (
+        "The orchestra will rehearse the second symphony every Tuesday evening.",
+        "Our bakery sells more sourdough bread than croissants on weekends.",
+        "Glacier retreat: 40 metres per year",
+        "Volunteer hours by district",
+        (
+            "orchestra rehearsal on Tuesday",
+            "sourdough bread sales at the bakery",
+            "glacier retreat",
+            "volunteer hours per district",
+        ),
+        (
+            "classical music practice each week",
+            "which pastries sell best on Saturdays",
+            "melting ice in the mountains",
+            "unpaid community work per neighbourhood",
+        ),
+    ),
+    (
+        "The bridge inspection found rust under the northern cables.",
+        "Interns from the design school start their placements in September.",
+        "Mobile app downloads doubled in Brazil",
+        "Pension fund returns, 2019 to 2024",
+        (
+            "rust found during the bridge inspection",
+            "design school interns in September",
+            "app downloads in Brazil",
+            "pension fund returns",
+        ),
+        (
+            "corrosion on the suspension structure over the river",
+            "students joining us in autumn",
+            "smartphone installs in South America",
+            "retirement savings performance",
+        ),
+    ),
+    (
+        "Please remember to lock the laboratory freezer before you leave.",
+        "The football club signed a young goalkeeper from Norway.",
+        "Wind turbine maintenance schedule",
+        "Elevator repair costs per floor",
+        (
+            "lock the laboratory freezer",
+            "football club signs a goalkeeper from Norway",
+            "wind turbine maintenance",
+            "elevator repair costs",
+        ),
+        (
+            "secure the cold storage in the lab",
+            "new soccer player from Scandinavia",
+            "servicing plan for windmills",
+            "what fixing the lifts costs",
+        ),
+    ),
+    (
+        "Our hospital cut waiting times in the emergency ward by twenty minutes.",
+        "The poetry festival moves to the old railway station this summer.",
+        "Tomato harvest forecast for Andalusia",
+        "Quantum computing reading group",
+        (
+            "emergency ward waiting times",
+            "poetry festival at the railway station",
+            "tomato harvest forecast",
+            "quantum computing reading group",
+        ),
+        (
+            "patients wait less in casualty",
+            "literature event at a former train depot",
+            "vegetable crop outlook in southern Spain",
+            "book club about qubits",
+        ),
+    ),
+    (
+        "The city council approved a new cycling lane along the river.",
+        "Our chess team won the regional tournament without losing a game.",
+        "Satellite internet coverage map",
+        "Museum ticket prices from March",
+        (
+            "cycling lane along the river",
+            "chess tournament win",
+            "satellite internet coverage",
+            "museum ticket prices",
+        ),
+        (
+            "bike path next to the water",
+            "undefeated board game champions",
+            "where space broadband reaches",
+            "gallery admission fees in spring",
+        ),
+    ),
+    (
+        "The printer on the third floor jams whenever someone prints envelopes.",
+        "We are hiring two nurses for the night shift in the children's ward.",
+        "Ocean shipping delays in the Suez canal",
+        "Vegan menu options for the canteen",
+        (
+            "printer jams on the third floor",
+            "hiring night shift nurses",
+            "shipping delays in the Suez canal",
+            "vegan options in the canteen",
+        ),
+        (
+            "paper stuck in the copier upstairs",
+            "paediatric nursing jobs overnight",
+            "container vessels held up in Egypt",
+            "plant-based food at lunch",
+        ),
+    ),
+    (
+        "The vineyard expects a smaller grape harvest because of the late frost.",
+        "Our library will stay open until midnight during the exam period.",
+        "Electric bus fleet: 120 vehicles",
+        "Password rules for staff laptops",
+        (
+            "smaller grape harvest after frost",
+            "library open until midnight",
+            "electric bus fleet",
+            "password rules for laptops",
+        ),
+        (
+            "cold weather hurts this year's wine",
+            "late study hours in the reading rooms",
+            "battery powered public transport",
+            "computer login security policy",
+        ),
+    ),
+    (
+        "The marathon route passes the cathedral and the central market.",
+        "Scientists measured record ozone levels over the Antarctic this spring.",
+        "Hotel occupancy in Lisbon, August",
+        "Dental clinic opening hours",
+        (
+            "marathon route past the cathedral",
+            "ozone levels over Antarctica",
+            "hotel occupancy in Lisbon",
+            "dental clinic opening hours",
+        ),
+        (
+            "running race course through the old town",
+            "south pole atmosphere research",
+            "tourist beds filled in Portugal in summer",
+            "when can I see the dentist",
+        ),
+    ),
+    (
+        "The submarine cable between the islands was repaired on Friday.",
+        "Our yoga classes now start at seven in the morning.",
+        "Apple orchard irrigation budget",
+        "Theatre season: twelve new plays",
+        (
+            "submarine cable repaired",
+            "early morning yoga classes",
+            "apple orchard irrigation budget",
+            "theatre season new plays",
+        ),
+        (
+            "undersea link fixed at the end of the week",
+            "stretching sessions at dawn",
+            "watering costs for fruit trees",
+            "upcoming stage productions",
+        ),
+    ),
 ]
-VISUAL = [("a cat", "kitchen.mp4", "chelsea"), ("a cup of coffee", "kitchen.mp4", "coffee"),
-          ("a rocket", "launch.mp4", "rocket"), ("a motorcycle", "street.mp4", "motorcycle"),
-          ("an astronaut", "launch.mp4", "astronaut"), ("a camera", "street.mp4", "camera")]
+VISUAL = [
+    ("a cat", "kitchen.mp4", "chelsea"),
+    ("a cup of coffee", "kitchen.mp4", "coffee"),
+    ("a rocket", "launch.mp4", "rocket"),
+    ("a motorcycle", "street.mp4", "motorcycle"),
+    ("an astronaut", "launch.mp4", "astronaut"),
+    ("a camera", "street.mp4", "camera"),
+]
 KINDS = ("spoken", "spoken_meaning", "written", "written_meaning", "visual")
 TOP_K = 10
 
@@ -158,10 +273,16 @@ def _corpus(directory: Path, talks: int) -> tuple[list[Path], list[Query]]:
 
     paths, queries = [], []
     for i, (said_a, said_b, shown_a, shown_b, words, meanings) in enumerate(TALKS[:talks]):
-        talk = _talks.write_talk(directory / f"talk{i}.mp4", 20.0, said=[(1.0, said_a), (11.0, said_b)],
-                                 shown=[(0.0, 10.0, [shown_a]), (10.0, 20.0, [shown_b])])
+        talk = _talks.write_talk(
+            directory / f"talk{i}.mp4",
+            20.0,
+            said=[(1.0, said_a), (11.0, said_b)],
+            shown=[(0.0, 10.0, [shown_a]), (10.0, 20.0, [shown_b])],
+        )
         paths.append(talk.path)
-        spans = [(s.start_s, s.end_s) for s in talk.said] + [(s.start_s, s.end_s) for s in talk.shown]
+        spans = [(s.start_s, s.end_s) for s in talk.said] + [
+            (s.start_s, s.end_s) for s in talk.shown
+        ]
         kinds = ("spoken", "spoken", "written", "written")
         for asks, suffix in ((words, ""), (meanings, "_meaning")):
             for ask, kind, (start, end) in zip(asks, kinds, spans):
@@ -176,8 +297,14 @@ def _corpus(directory: Path, talks: int) -> tuple[list[Path], list[Query]]:
 
 def _rank(found, q: Query, video_id: int) -> int | None:
     """The rank (from 1) of the first right moment among ``found``, None if none is."""
-    return next((i for i, m in enumerate(found, start=1)
-                 if m.video_id == video_id and m.start_s < q.end_s and q.start_s < m.end_s), None)
+    return next(
+        (
+            i
+            for i, m in enumerate(found, start=1)
+            if m.video_id == video_id and m.start_s < q.end_s and q.start_s < m.end_s
+        ),
+        None,
+    )
 
 
 def retrieval(talks: int) -> dict:
@@ -187,7 +314,9 @@ def retrieval(talks: int) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="vifusion-multimodal-") as tmp:
         paths, queries = _corpus(Path(tmp) / "videos", talks)
-        with Runtime(Config(data_dir=Path(tmp) / "visual", speech=False, screen_text=False), writer=True) as rt:
+        with Runtime(
+            Config(data_dir=Path(tmp) / "visual", speech=False, screen_text=False), writer=True
+        ) as rt:
             visual_fps, _ = _ingest(rt, paths)
         cfg = Config(data_dir=Path(tmp) / "data")
         with Runtime(cfg, writer=True) as rt:
@@ -198,18 +327,30 @@ def retrieval(talks: int) -> dict:
             ranks: dict[str, list[int | None]] = {way: [] for way in (*FUSIONS, "visual_only")}
             for q in queries:
                 for fusion in FUSIONS:
-                    ranks[fusion].append(_rank(searcher.text(q.text, TOP_K, fusion=fusion), q, ids[q.video]))
-                ranks["visual_only"].append(_rank(searcher.text(q.text, TOP_K, modalities=["visual"]), q, ids[q.video]))
-            heard = {Path(p).name: rt.catalog.texts(ids[Path(p).name], "speech") for p in paths[:talks]}
+                    ranks[fusion].append(
+                        _rank(searcher.text(q.text, TOP_K, fusion=fusion), q, ids[q.video])
+                    )
+                ranks["visual_only"].append(
+                    _rank(searcher.text(q.text, TOP_K, modalities=["visual"]), q, ids[q.video])
+                )
+            heard = {
+                Path(p).name: rt.catalog.texts(ids[Path(p).name], "speech") for p in paths[:talks]
+            }
 
-    print(f"ingest: {len(paths)} videos ({talks} talks), frames/s visual only {visual_fps:.1f}, every modality "
-          f"{all_fps:.1f}: ingest_ratio {all_fps / visual_fps:.2f}")
-    print(f"retrieval: {len(queries)} queries; rank of the right moment in the top {TOP_K} (- not there)")
+    print(
+        f"ingest: {len(paths)} videos ({talks} talks), frames/s visual only {visual_fps:.1f}, every modality "
+        f"{all_fps:.1f}: ingest_ratio {all_fps / visual_fps:.2f}"
+    )
+    print(
+        f"retrieval: {len(queries)} queries; rank of the right moment in the top {TOP_K} (- not there)"
+    )
     show = lambda r: "-" if r is None else str(r)  # noqa: E731
     print(f"  {'kind':15} {'rrf':>4} {'cal':>4} {'vis':>4}  query")
     for i, q in enumerate(queries):
-        print(f"  {q.kind:15} {show(ranks['rrf'][i]):>4} {show(ranks['calibrated'][i]):>4} "
-              f"{show(ranks['visual_only'][i]):>4}  {q.text!r} ({q.video} {q.start_s:.1f}-{q.end_s:.1f} s)")
+        print(
+            f"  {q.kind:15} {show(ranks['rrf'][i]):>4} {show(ranks['calibrated'][i]):>4} "
+            f"{show(ranks['visual_only'][i]):>4}  {q.text!r} ({q.video} {q.start_s:.1f}-{q.end_s:.1f} s)"
+        )
     for name, rows in heard.items():
         print(f"  tiny.en heard in {name}: " + " | ".join(r.text for r in rows))
 
@@ -225,8 +366,13 @@ def retrieval(talks: int) -> dict:
         report |= {f"r1_{fusion}": r1(fusion), f"mrr_{fusion}": mrr(fusion)}
     for kind in KINDS:
         report |= {f"r1_{kind}_{way}": r1(way, kind) for way in (*FUSIONS, "visual_only")}
-    return report | {"queries": len(queries), "talks": talks, "ingest_ratio": round(all_fps / visual_fps, 3),
-                     "fps_all": round(all_fps, 2), "fps_visual_only": round(visual_fps, 2)}
+    return report | {
+        "queries": len(queries),
+        "talks": talks,
+        "ingest_ratio": round(all_fps / visual_fps, 3),
+        "fps_all": round(all_fps, 2),
+        "fps_visual_only": round(visual_fps, 2),
+    }
 
 
 def _ingest(rt, paths: list[Path]) -> tuple[float, list]:
@@ -254,7 +400,9 @@ def _measure(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 repeats instead of 5, 2 talks instead of 10")
+    ap.add_argument(
+        "--quick", action="store_true", help="2 repeats instead of 5, 2 talks instead of 10"
+    )
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--talks", type=int, default=None, help=f"talks in the corpus (1-{len(TALKS)})")
     args = ap.parse_args()
@@ -264,7 +412,10 @@ def main() -> int:
         print(f"multimodal: --talks must be between 1 and {len(TALKS)}", file=sys.stderr)
         return 2
     if not _talks.have_espeak():
-        print("multimodal: espeak-ng is not installed (Debian: apt-get install espeak-ng)", file=sys.stderr)
+        print(
+            "multimodal: espeak-ng is not installed (Debian: apt-get install espeak-ng)",
+            file=sys.stderr,
+        )
         return 2
     cfg = Config(speech_threads=1, ocr_threads=1)
 

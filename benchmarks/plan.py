@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import run_benchmark  # noqa: E402
 
-PHOTOS = ["coffee", "chelsea", "rocket", "astronaut", "hubble", "motorcycle", "camera", "coins", "ihc", "retina"]
+PHOTOS = [
+    "coffee",
+    "chelsea",
+    "rocket",
+    "astronaut",
+    "hubble",
+    "motorcycle",
+    "camera",
+    "coins",
+    "ihc",
+    "retina",
+]
 RATES = ("1gbit", "20mbit", "1gbit")
 CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
 DELAY_MS = 10.0
@@ -55,7 +65,12 @@ def drive(spec: dict) -> None:
     from vifusion.runtime import Runtime
 
     ray.init(address=spec["address"], log_to_driver=False)
-    cfg = Config(data_dir=Path(spec["data"]), ray_address=spec["address"], sample_fps=spec["sample_fps"], **CFG)
+    cfg = Config(
+        data_dir=Path(spec["data"]),
+        ray_address=spec["address"],
+        sample_fps=spec["sample_fps"],
+        **CFG,
+    )
     with Runtime(cfg, writer=True) as rt:
         ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
         t0 = time.perf_counter()
@@ -63,9 +78,19 @@ def drive(spec: dict) -> None:
         wall = time.perf_counter() - t0
         extractors = len(rt.indexer.extractors)
     frames = sum(r.frames for r in results if r.status == "ready")
-    print("RESULT " + json.dumps({"videos_ready": sum(r.status == "ready" for r in results), "frames": frames,
-                                  "seconds": wall, "frames_per_s": frames / wall, "extractors": extractors}),
-          flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "videos_ready": sum(r.status == "ready" for r in results),
+                "frames": frames,
+                "seconds": wall,
+                "frames_per_s": frames / wall,
+                "extractors": extractors,
+            }
+        ),
+        flush=True,
+    )
 
 
 class _Cgroups:
@@ -74,8 +99,11 @@ class _Cgroups:
 
     def __init__(self, name: str, cores: tuple[float, ...]) -> None:
         v2 = Path("/sys/fs/cgroup")
-        self.v2 = "cpu" in (v2 / "cgroup.controllers").read_text().split() if (v2 / "cgroup.controllers").exists() \
+        self.v2 = (
+            "cpu" in (v2 / "cgroup.controllers").read_text().split()
+            if (v2 / "cgroup.controllers").exists()
             else False
+        )
         base = v2 if self.v2 else v2 / "cpu"
         if not self.v2 and not (base / "cpu.cfs_quota_us").exists():
             raise RuntimeError("no cpu cgroup controller (v2 cpu.max or v1 cpu.cfs_quota_us) here")
@@ -111,10 +139,17 @@ def _ns_pids(ns: str) -> set[int]:
 def sixteen_nodes():
     from vifusion.plan.model import Cluster, NodeType
 
-    return Cluster((NodeType("head", 1, 4, memory_bytes=16 << 30),
-                    NodeType("gpu", 4, 4, gpus=1, memory_bytes=16 << 30),
-                    NodeType("mem", 8, 8, memory_bytes=64 << 30, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01),
-                    NodeType("small", 3, 2, memory_bytes=8 << 30, cpu_share=0.5)), "head")
+    return Cluster(
+        (
+            NodeType("head", 1, 4, memory_bytes=16 << 30),
+            NodeType("gpu", 4, 4, gpus=1, memory_bytes=16 << 30),
+            NodeType(
+                "mem", 8, 8, memory_bytes=64 << 30, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01
+            ),
+            NodeType("small", 3, 2, memory_bytes=8 << 30, cpu_share=0.5),
+        ),
+        "head",
+    )
 
 
 def main() -> int:
@@ -145,16 +180,27 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="vf-plan-bench-"))
     groups = None
     try:
-        videos = [write_video(work / f"v{i}.mp4", (PHOTOS[i % len(PHOTOS)], PHOTOS[(i + 3) % len(PHOTOS)], "motion"),
-                              scene_s=scene_s).path for i in range(count)]
+        videos = [
+            write_video(
+                work / f"v{i}.mp4",
+                (PHOTOS[i % len(PHOTOS)], PHOTOS[(i + 3) % len(PHOTOS)], "motion"),
+                scene_s=scene_s,
+            ).path
+            for i in range(count)
+        ]
         frames_per_video = round(3 * scene_s * fps)
         cfg = Config(data_dir=work / "calibration", sample_fps=fps, **CFG)
         costs_here = measure(cfg)
 
         # The 16-node cluster: how long the search takes, how much it prunes.
         big = sixteen_nodes()
-        big_report = search(big, {t.name: costs_here for t in big.types},
-                            Workload(0, round(600 * fps), steady=True), num_shards=2, parallel=False)
+        big_report = search(
+            big,
+            {t.name: costs_here for t in big.types},
+            Workload(0, round(600 * fps), steady=True),
+            num_shards=2,
+            parallel=False,
+        )
 
         with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS) as bed:
             for i, rate in enumerate(RATES):
@@ -163,8 +209,18 @@ def main() -> int:
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
             for i, host in enumerate(bed.hosts):
                 groups.move(i, _ns_pids(host.name))
-            types = tuple(NodeType(f"h{i}", 1, 2, cpu_share=c / 2, uplink=_bps(r) / 8, downlink=1e9 / 8,
-                                   rtt_s=2 * DELAY_MS / 1e3) for i, (r, c) in enumerate(zip(RATES, CORES, strict=True)))
+            types = tuple(
+                NodeType(
+                    f"h{i}",
+                    1,
+                    2,
+                    cpu_share=c / 2,
+                    uplink=_bps(r) / 8,
+                    downlink=1e9 / 8,
+                    rtt_s=2 * DELAY_MS / 1e3,
+                )
+                for i, (r, c) in enumerate(zip(RATES, CORES, strict=True))
+            )
             cluster = Cluster(types, "h0")
             costs = {t.name: costs_here for t in types}
             live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
@@ -182,34 +238,64 @@ def main() -> int:
                 data.mkdir()
                 doc = plan_document(cluster, Evaluated(candidate, predicted), live)
                 (data / "plan.json").write_text(json.dumps(doc))
-                spec = {"address": address, "videos": [str(v) for v in videos], "data": str(data),
-                        "sample_fps": fps}
-                proc = bed.exec(0, [sys.executable, __file__, "--drive", json.dumps(spec)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                spec = {
+                    "address": address,
+                    "videos": [str(v) for v in videos],
+                    "data": str(data),
+                    "sample_fps": fps,
+                }
+                proc = bed.exec(
+                    0,
+                    [sys.executable, __file__, "--drive", json.dumps(spec)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=str(ROOT),
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )
                 groups.move(0, {proc.pid})
                 stdout, stderr = proc.communicate(timeout=1200)
-                result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
+                result = next(
+                    (line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None
+                )
                 if result is None:
                     raise RuntimeError(f"the driver failed ({mode}):\n{stderr[-3000:]}")
-                res[mode] = json.loads(result) | {"predicted_fps": round(predicted.fps, 2),
-                                                  "placement": {"extractors": list(candidate.extractors),
-                                                                "shards": [list(g) for g in candidate.shards]}}
+                res[mode] = json.loads(result) | {
+                    "predicted_fps": round(predicted.fps, 2),
+                    "placement": {
+                        "extractors": list(candidate.extractors),
+                        "shards": [list(g) for g in candidate.shards],
+                    },
+                }
         for mode, r in res.items():
-            print(f"  {mode:>4}: {r['frames']} frames of {r['videos_ready']} videos in {r['seconds']:.1f} s = "
-                  f"{r['frames_per_s']:.1f} frames/s (predicted {r['predicted_fps']:.1f}); {r['placement']}",
-                  flush=True)
+            print(
+                f"  {mode:>4}: {r['frames']} frames of {r['videos_ready']} videos in {r['seconds']:.1f} s = "
+                f"{r['frames_per_s']:.1f} frames/s (predicted {r['predicted_fps']:.1f}); {r['placement']}",
+                flush=True,
+            )
         plan, even = res["plan"], res["even"]
         out = {
-            "benchmark": "plan", "quick": args.quick, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
-            "bed": {"rates": RATES, "delay_ms": DELAY_MS, "cores": CORES}, "videos": count, "sample_fps": fps,
-            "predicted_fps": plan["predicted_fps"], "measured_fps": round(plan["frames_per_s"], 2),
-            "plan_error": round(abs(plan["predicted_fps"] - plan["frames_per_s"]) / plan["frames_per_s"], 3),
-            "even_predicted_fps": even["predicted_fps"], "even_measured_fps": round(even["frames_per_s"], 2),
+            "benchmark": "plan",
+            "quick": args.quick,
+            "machine": machine(),
+            "date": time.strftime("%Y-%m-%d"),
+            "bed": {"rates": RATES, "delay_ms": DELAY_MS, "cores": CORES},
+            "videos": count,
+            "sample_fps": fps,
+            "predicted_fps": plan["predicted_fps"],
+            "measured_fps": round(plan["frames_per_s"], 2),
+            "plan_error": round(
+                abs(plan["predicted_fps"] - plan["frames_per_s"]) / plan["frames_per_s"], 3
+            ),
+            "even_predicted_fps": even["predicted_fps"],
+            "even_measured_fps": round(even["frames_per_s"], 2),
             "chosen_over_even": round(plan["frames_per_s"] / even["frames_per_s"], 3),
             "bed_search_s": round(bed_search_s, 3),
-            "search_s": round(big_report.seconds, 3), "candidates_evaluated": big_report.evaluated,
-            "candidates_pruned": big_report.pruned, "candidates": big_report.candidates, "modes": res,
+            "search_s": round(big_report.seconds, 3),
+            "candidates_evaluated": big_report.evaluated,
+            "candidates_pruned": big_report.pruned,
+            "candidates": big_report.candidates,
+            "modes": res,
         }
         print(json.dumps(out))
     finally:

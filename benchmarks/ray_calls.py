@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import cpu_seconds, run_benchmark  # noqa: E402
+
 from vifusion.runtime import tune_ray  # noqa: E402
 
 tune_ray()  # before Ray starts: the inline limit ViFusion runs with
@@ -89,8 +90,12 @@ def measure(sink, wire: WireBatch, calls: int, put: bool) -> dict:
     ray.get(in_flight)
     wall, sender, nodes = time.perf_counter() - t0, _cpu() - c0, _ray_cpu() - n0
     receiver = ray.get(sink.cpu.remote()) - r0
-    return {"wall_ms": 1e3 * wall / calls, "sender_cpu_ms": 1e3 * sender / calls,
-            "receiver_cpu_ms": 1e3 * receiver / calls, "ray_cpu_ms": 1e3 * nodes / calls}
+    return {
+        "wall_ms": 1e3 * wall / calls,
+        "sender_cpu_ms": 1e3 * sender / calls,
+        "receiver_cpu_ms": 1e3 * receiver / calls,
+        "ray_cpu_ms": 1e3 * nodes / calls,
+    }
 
 
 def run(calls: int, address: str | None) -> dict:
@@ -107,7 +112,10 @@ def run(calls: int, address: str | None) -> dict:
     rng = np.random.default_rng(0)
     limit = inline_limit()
     out = {"inline_limit_bytes": limit, "sizes": {}}
-    print(f"one actor call, {WINDOW} in flight, {calls} calls; inline limit {limit >> 10} KiB", flush=True)
+    print(
+        f"one actor call, {WINDOW} in flight, {calls} calls; inline limit {limit >> 10} KiB",
+        flush=True,
+    )
     for frames in (1, 10, 40, 80, 150):
         x = rng.random((frames, VISUAL_DIM + SEMANTIC_DIM), dtype=np.float32)
         batch = FusedBatch(np.arange(frames, dtype=np.int64), np.zeros((frames, 2), np.float32), x)
@@ -118,15 +126,21 @@ def run(calls: int, address: str | None) -> dict:
         out["sizes"][key] = {"frames": frames, "object_store": store, "inline": inline}
         for name, r in (("object store", store), ("inline", inline)):
             if r:
-                print(f"  {frames:4d} frames ({wire.nbytes >> 10:4d} KiB) {name:12s}  wall {r['wall_ms']:5.2f} ms  "
-                      f"CPU sender {r['sender_cpu_ms']:5.2f} ms  receiver {r['receiver_cpu_ms']:5.2f} ms  "
-                      f"Ray's node processes {r['ray_cpu_ms']:5.2f} ms")
+                print(
+                    f"  {frames:4d} frames ({wire.nbytes >> 10:4d} KiB) {name:12s}  wall {r['wall_ms']:5.2f} ms  "
+                    f"CPU sender {r['sender_cpu_ms']:5.2f} ms  receiver {r['receiver_cpu_ms']:5.2f} ms  "
+                    f"Ray's node processes {r['ray_cpu_ms']:5.2f} ms"
+                )
         if inline:
             ratio = _cpu_ms(inline) / _cpu_ms(store)
             out["sizes"][key]["cpu_inline_over_store"] = round(ratio, 3)
-            out["sizes"][key]["wall_inline_over_store"] = round(inline["wall_ms"] / store["wall_ms"], 3)
-            print(f"       inline / object store: CPU {ratio:.2f}, wall {inline['wall_ms'] / store['wall_ms']:.2f}",
-                  flush=True)
+            out["sizes"][key]["wall_inline_over_store"] = round(
+                inline["wall_ms"] / store["wall_ms"], 3
+            )
+            print(
+                f"       inline / object store: CPU {ratio:.2f}, wall {inline['wall_ms'] / store['wall_ms']:.2f}",
+                flush=True,
+            )
     ray.shutdown()
     return out
 
@@ -144,21 +158,35 @@ def across(calls: int) -> dict:
 
     with NetBed(hosts=2, rate="1gbit", delay_ms=0) as bed:
         address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
-        proc = bed.exec(0, [sys.executable, __file__, "--drive", address, "--calls", str(calls)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+        proc = bed.exec(
+            0,
+            [sys.executable, __file__, "--drive", address, "--calls", str(calls)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+        )
         stdout, stderr = proc.communicate(timeout=600)
     result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
     if result is None:
         raise RuntimeError(f"the driver on host 0 failed:\n{stderr[-3000:]}")
-    print("\n".join(line for line in stdout.splitlines() if not line.startswith("RESULT ")), flush=True)
+    print(
+        "\n".join(line for line in stdout.splitlines() if not line.startswith("RESULT ")),
+        flush=True,
+    )
     return json.loads(result)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls (under a minute)")
-    ap.add_argument("--nodes", type=int, choices=(1, 2), default=2,
-                    help="2 (default): also across two test-bed nodes (needs root)")
+    ap.add_argument(
+        "--nodes",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="2 (default): also across two test-bed nodes (needs root)",
+    )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     ap.add_argument("--calls", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -170,8 +198,12 @@ def main() -> int:
     from deploy.netbed import available
 
     calls = 200 if args.quick else 1000
-    report = {"benchmark": "ray_calls", "quick": args.quick, "machine": machine(),
-              "date": time.strftime("%Y-%m-%d")}
+    report = {
+        "benchmark": "ray_calls",
+        "quick": args.quick,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
     print("== one node", flush=True)
     report["one_node"] = run(calls, None)
     if args.nodes == 2:

@@ -61,6 +61,7 @@ NOISE = 0.3
 
 # -- features -----------------------------------------------------------------------------
 
+
 def real_features(cache: Path, n_videos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(visual, semantic, next_row): real frame features; next_row[i] is the row of the next
     frame of the same video (i itself for a video's last frame)."""
@@ -95,7 +96,11 @@ def real_features(cache: Path, n_videos: int) -> tuple[np.ndarray, np.ndarray, n
         n = sum(len(x) for x in visual) - start
         next_row.append(np.minimum(np.arange(start + 1, start + n + 1), start + n - 1))
         print(f"  features: video {v + 1}/{n_videos}, {start + n} frames", flush=True)
-    out = {"visual": np.concatenate(visual), "semantic": np.concatenate(semantic), "next_row": np.concatenate(next_row)}
+    out = {
+        "visual": np.concatenate(visual),
+        "semantic": np.concatenate(semantic),
+        "next_row": np.concatenate(next_row),
+    }
     np.savez(path, **out)
     return out["visual"], out["semantic"], out["next_row"]
 
@@ -127,9 +132,14 @@ def batch_of(chunk: int, base) -> FusedBatch:
     return FusedBatch(ids=ids, times=times, features=synth(chunk, base))
 
 
-def ground_truth(queries: dict[str, np.ndarray], n_chunks: int, base) -> dict[str, list[list[tuple[int, int]]]]:
+def ground_truth(
+    queries: dict[str, np.ndarray], n_chunks: int, base
+) -> dict[str, list[list[tuple[int, int]]]]:
     """Exact top-K (video, frame) per query and space, by brute force over every frame."""
-    best = {s: (np.full((len(q), K), -np.inf, np.float32), np.zeros((len(q), K), np.int64)) for s, q in queries.items()}
+    best = {
+        s: (np.full((len(q), K), -np.inf, np.float32), np.zeros((len(q), K), np.int64))
+        for s, q in queries.items()
+    }
     for c in range(n_chunks):
         feats = synth(c, base)
         for space, q in queries.items():
@@ -141,11 +151,17 @@ def ground_truth(queries: dict[str, np.ndarray], n_chunks: int, base) -> dict[st
             g1 = np.concatenate([g0, np.broadcast_to(gid, scores.shape)], axis=1)
             top = np.argpartition(-s1, K - 1, axis=1)[:, :K]
             best[space] = (np.take_along_axis(s1, top, 1), np.take_along_axis(g1, top, 1))
-    return {s: [[(int(g) // FRAMES_PER_VIDEO + 1, int(g) % FRAMES_PER_VIDEO) for g in row] for row in gids]
-            for s, (_, gids) in best.items()}
+    return {
+        s: [
+            [(int(g) // FRAMES_PER_VIDEO + 1, int(g) % FRAMES_PER_VIDEO) for g in row]
+            for row in gids
+        ]
+        for s, (_, gids) in best.items()
+    }
 
 
 # -- the index ------------------------------------------------------------------------------
+
 
 def build(shards, n_chunks: int, base, window: int = 8) -> float:
     import ray
@@ -157,7 +173,9 @@ def build(shards, n_chunks: int, base, window: int = 8) -> float:
             ray.get(in_flight.pop(0))
         in_flight.append(shards.handle_for(c + 1).add.remote(batch_of(c, base)))
         if (c + 1) % 100 == 0:
-            print(f"  built {c + 1}/{n_chunks} videos ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(
+                f"  built {c + 1}/{n_chunks} videos ({time.perf_counter() - t0:.0f} s)", flush=True
+            )
     ray.get(in_flight)
     ray.get([h.wait_idle.remote() for group in shards.replicas for h in group])
     return time.perf_counter() - t0
@@ -167,9 +185,14 @@ def recall(shards, queries: dict[str, np.ndarray], truth) -> dict[str, float]:
     out = {}
     for space, q in queries.items():
         got = shards.search(space, q, K)
-        out[space] = float(np.mean([
-            len({(h.video_id, int(h.t_start)) for h in hits} & set(want)) / K for hits, want in zip(got, truth[space])
-        ]))
+        out[space] = float(
+            np.mean(
+                [
+                    len({(h.video_id, int(h.t_start)) for h in hits} & set(want)) / K
+                    for hits, want in zip(got, truth[space])
+                ]
+            )
+        )
     return out
 
 
@@ -205,26 +228,41 @@ def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
     if errors:
         raise errors[0]
     all_lat = np.concatenate([np.array(x) for x in lat])
-    return {"queries": len(all_lat), "qps": round(len(all_lat) / wall, 1),
-            "p50_ms": round(float(np.percentile(all_lat, 50)), 2), "p99_ms": round(float(np.percentile(all_lat, 99)), 2)}
+    return {
+        "queries": len(all_lat),
+        "qps": round(len(all_lat) / wall, 1),
+        "p50_ms": round(float(np.percentile(all_lat, 50)), 2),
+        "p99_ms": round(float(np.percentile(all_lat, 99)), 2),
+    }
 
 
 def open_shards(data: Path, num_shards: int, exact_max: int):
     from vifusion.config import Config
     from vifusion.index import ShardSet
 
-    cfg = Config(data_dir=data, num_shards=num_shards, faiss_threads=max(1, 2 // num_shards),
-                 index_exact_max=exact_max, snapshot_log_bytes=1 << 30)
+    cfg = Config(
+        data_dir=data,
+        num_shards=num_shards,
+        faiss_threads=max(1, 2 // num_shards),
+        index_exact_max=exact_max,
+        snapshot_log_bytes=1 << 30,
+    )
     return ShardSet(cfg)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100k frames, short loads: under a minute once features are cached")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="100k frames, short loads: under a minute once features are cached",
+    )
     ap.add_argument("--n", type=int, help="frames to index (default 1,000,000; quick 100,000)")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
-    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vifusion-bench" / "search")
+    ap.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "vifusion-bench" / "search"
+    )
     args = ap.parse_args()
     n = args.n or (100_000 if args.quick else 1_000_000)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
@@ -245,13 +283,23 @@ def main() -> None:
     texts = [f"a photo of a {names[i]}" for i in rng.choice(len(names), 200, replace=False)]
     text_q = Embedder(cache_dir=args.cache / "models").embed_text(texts).astype(np.float32)
     rows = rng.choice(len(base[0]), 200, replace=False)
-    img_q = _unit(base[0][rows] + rng.standard_normal((200, VISUAL_DIM), dtype=np.float32) * (NOISE / np.sqrt(VISUAL_DIM)))
+    img_q = _unit(
+        base[0][rows]
+        + rng.standard_normal((200, VISUAL_DIM), dtype=np.float32) * (NOISE / np.sqrt(VISUAL_DIM))
+    )
     queries = {"semantic": text_q, "visual": img_q}
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     work = Path(tempfile.mkdtemp(prefix="vifusion-search-bench-"))
-    report: dict = {"benchmark": "search", "date": time.strftime("%Y-%m-%d"), "machine": machine(),
-                    "frames": n, "shards": 4, "clients": args.clients, "seconds": seconds}
+    report: dict = {
+        "benchmark": "search",
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "frames": n,
+        "shards": 4,
+        "clients": args.clients,
+        "seconds": seconds,
+    }
     try:
         shards = open_shards(work / "main", 4, exact_max)
         print(f"building {n:,} frames over 4 shards ...", flush=True)
@@ -281,7 +329,10 @@ def main() -> None:
             scaling[s] = load(sh, text_q, args.clients, seconds / 2)
             sh.close()
             print(f"  {s} shard(s), {scale_n:,} frames, fused: {scaling[s]}", flush=True)
-        report["scaling"] = {"frames": scale_n, **{f"{s}_shards_qps": v["qps"] for s, v in scaling.items()}}
+        report["scaling"] = {
+            "frames": scale_n,
+            **{f"{s}_shards_qps": v["qps"] for s, v in scaling.items()},
+        }
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
@@ -292,15 +343,21 @@ def main() -> None:
     print()
     print(f"ViFusion search benchmark  {report['date']}  {report['machine']}")
     print(f"{n:,} frames x 2 spaces over 4 shards; index {report['index']}")
-    print(f"build {report['build_s']} s; {report['bytes_per_frame']} bytes/frame on disk "
-          f"(raw fp32: {report['bytes_per_frame_fp32']})")
+    print(
+        f"build {report['build_s']} s; {report['bytes_per_frame']} bytes/frame on disk "
+        f"(raw fp32: {report['bytes_per_frame_fp32']})"
+    )
     print(f"recall@10 vs exact brute force: {report['recall_at_10']}")
     print(f"{'mode':<28}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}")
     for name, r in (("(a) one call per query", a), ("(b) query fusion", b)):
         print(f"{name:<28}{r['qps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}")
-    print(f"fusion / baseline: QPS x{report['qps_ratio']}, p50 x{report['p50_ratio']}  (aim: QPS >= 4x at p50 <= 1x)")
-    print(f"fused QPS by shard count ({scale_n:,} frames): " +
-          ", ".join(f"{s}: {v}" for s, v in report["scaling"].items() if s != "frames"))
+    print(
+        f"fusion / baseline: QPS x{report['qps_ratio']}, p50 x{report['p50_ratio']}  (aim: QPS >= 4x at p50 <= 1x)"
+    )
+    print(
+        f"fused QPS by shard count ({scale_n:,} frames): "
+        + ", ".join(f"{s}: {v}" for s, v in report["scaling"].items() if s != "frames")
+    )
     print(json.dumps(report))
 
 

@@ -63,10 +63,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import descendants, machine  # benchmarks/ is on sys.path when a script here runs
 
 from vifusion.config import Config
 from vifusion.samples import DEMO_SET, MOTION, PHOTOS, write_video
-from _common import descendants, machine  # benchmarks/ is on sys.path when a script here runs
 
 QUERIES = [
     "a cat",
@@ -136,12 +136,20 @@ def write_videos(cache: Path, quick: bool) -> list[Path]:
     differ, so none is skipped as a duplicate). Written aside then renamed, once."""
     if quick:
         folder = cache / "demo"
-        specs = [(folder / name, list(photos), 4.0, 24, (320, 240)) for name, photos in DEMO_SET.items()]
+        specs = [
+            (folder / name, list(photos), 4.0, 24, (320, 240)) for name, photos in DEMO_SET.items()
+        ]
     else:
         folder = cache / f"{SIZE[0]}x{SIZE[1]}-{FPS}fps"
         per = 6
         specs = [
-            (folder / f"video{v}-60s.mp4", [SCENES[(v * per + j) % len(SCENES)] for j in range(per)], SCENE_S, FPS, SIZE)
+            (
+                folder / f"video{v}-60s.mp4",
+                [SCENES[(v * per + j) % len(SCENES)] for j in range(per)],
+                SCENE_S,
+                FPS,
+                SIZE,
+            )
             for v in range(8)
         ]
     for path, photos, scene_s, fps, size in specs:
@@ -209,7 +217,11 @@ def idle_cpu_rate(seconds: float = 2.0) -> float:
 
 
 def run_level(
-    mode: str, clients: int, plan: Plan, make_call: Callable[[], Callable[[str], Any]], idle_rate: float
+    mode: str,
+    clients: int,
+    plan: Plan,
+    make_call: Callable[[], Callable[[str], Any]],
+    idle_rate: float,
 ) -> Level:
     """``clients`` threads; each makes its own ``call`` (e.g. an HTTP client), warms up, waits
     for the others, then sends ``plan.per_client`` queries back to back (closed loop), or
@@ -285,7 +297,9 @@ class HttpCall:
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
 
     def __call__(self, q: str) -> dict:
-        self.conn.request("POST", "/v1/search", body=json.dumps({"text": q, "top_k": TOP_K}), headers=self.headers)
+        self.conn.request(
+            "POST", "/v1/search", body=json.dumps({"text": q, "top_k": TOP_K}), headers=self.headers
+        )
         r = self.conn.getresponse()
         body = r.read()
         if r.status != 200:
@@ -301,7 +315,9 @@ def in_process_search(service) -> Callable[[str], dict]:
     from serve.app import moments
 
     def call(q: str) -> dict:
-        page = service.search(text=q, top_k=TOP_K, group_by="segment", filter=None, min_score=None, offset=0)
+        page = service.search(
+            text=q, top_k=TOP_K, group_by="segment", filter=None, min_score=None, offset=0
+        )
         return {"results": moments(service, page), "next_cursor": page.next_offset}
 
     return call
@@ -319,7 +335,9 @@ def top_hits(call: Callable[[str], dict]) -> dict[str, tuple[int, float] | None]
 # --------------------------------------------------------------------------- phases
 
 
-def http_phase(cfg: Config, key: str, videos: list[Path], plan: Plan) -> tuple[list[Level], dict, int]:
+def http_phase(
+    cfg: Config, key: str, videos: list[Path], plan: Plan
+) -> tuple[list[Level], dict, int]:
     """Deploy, ingest through the API, load it; leaves Serve running (the caller tears it down)."""
     from serve.app import deploy
 
@@ -327,7 +345,10 @@ def http_phase(cfg: Config, key: str, videos: list[Path], plan: Plan) -> tuple[l
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     deploy(cfg, "127.0.0.1", port)
-    print(f"serve up in {time.perf_counter() - t0:.1f} s; ingesting {len(videos)} videos through the API", flush=True)
+    print(
+        f"serve up in {time.perf_counter() - t0:.1f} s; ingesting {len(videos)} videos through the API",
+        flush=True,
+    )
     t0 = time.perf_counter()
     vectors = ingest(url, key, videos, timeout_s=600)
     print(f"ingested in {time.perf_counter() - t0:.1f} s: {vectors} frame vectors", flush=True)
@@ -382,22 +403,37 @@ def in_process_phase(cfg: Config, plan: Plan) -> tuple[list[Level], dict]:
 
 
 def print_table(levels: list[Level]) -> None:
-    print(f"{'mode':<12}{'clients':>8}{'requests':>10}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
-          f"{'CPU ms/req':>12}")
+    print(
+        f"{'mode':<12}{'clients':>8}{'requests':>10}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+        f"{'CPU ms/req':>12}"
+    )
     for lv in levels:
         cut = "  (time limit)" if lv.cut else ""
-        print(f"{lv.mode:<12}{lv.clients:>8}{lv.requests:>10}{lv.qps:>9.1f}{lv.pct_ms(50):>9.1f}"
-              f"{lv.pct_ms(99):>9.1f}{len(lv.errors):>8}{lv.cpu_ms_per_request:>12.1f}{cut}")
+        print(
+            f"{lv.mode:<12}{lv.clients:>8}{lv.requests:>10}{lv.qps:>9.1f}{lv.pct_ms(50):>9.1f}"
+            f"{lv.pct_ms(99):>9.1f}{len(lv.errors):>8}{lv.cpu_ms_per_request:>12.1f}{cut}"
+        )
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="3 demo videos; 1 and 4 clients (about a minute)")
-    p.add_argument("--requests", type=int, default=0, help="timed requests per client; 0: 30 quick, 100 full")
-    p.add_argument("--cache", type=Path, default=Path("/tmp/vifusion-bench/serve_load"), help="video cache")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="environment for every Ray process (set before Ray starts), e.g. a Serve setting "
-                        "such as RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0; repeatable")
+    p.add_argument(
+        "--quick", action="store_true", help="3 demo videos; 1 and 4 clients (about a minute)"
+    )
+    p.add_argument(
+        "--requests", type=int, default=0, help="timed requests per client; 0: 30 quick, 100 full"
+    )
+    p.add_argument(
+        "--cache", type=Path, default=Path("/tmp/vifusion-bench/serve_load"), help="video cache"
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for every Ray process (set before Ray starts), e.g. a Serve setting "
+        "such as RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0; repeatable",
+    )
     args = p.parse_args()
     for item in args.env:
         if "=" not in item:
@@ -427,13 +463,17 @@ def main() -> None:
         rate_limit_burst=1_000_000,
     )
     env = dict(item.split("=", 1) for item in args.env)
-    if cfg.serve_tuned:  # as `vifusion serve` runs it; --env NAME=VALUE overrides (e.g. RAY_SERVE_ENABLE_HA_PROXY=0)
+    if (
+        cfg.serve_tuned
+    ):  # as `vifusion serve` runs it; --env NAME=VALUE overrides (e.g. RAY_SERVE_ENABLE_HA_PROXY=0)
         from serve.app import SERVE_TUNED
 
         for name, value in SERVE_TUNED.items():
             env.setdefault(name, value)
     os.environ.update(env)  # the local Ray cluster started below, and all its workers, inherit it
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(
+        num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+    )
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
     try:
         from ray import serve
@@ -448,10 +488,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     seconds = sum(probe_duration(v) for v in videos)
-    print(f"workload: {len(videos)} videos, {seconds:.0f} s of video, {vectors} frame vectors in "
-          f"{cfg.num_shards} shards; {len(QUERIES)} text queries cycled, top_k {TOP_K}; "
-          f"{plan.per_client} requests per client (after {WARMUP_PER_CLIENT} warm-up), "
-          f"{cfg.query_threads} torch query thread(s)" + (f"; env {env}" if env else ""))
+    print(
+        f"workload: {len(videos)} videos, {seconds:.0f} s of video, {vectors} frame vectors in "
+        f"{cfg.num_shards} shards; {len(QUERIES)} text queries cycled, top_k {TOP_K}; "
+        f"{plan.per_client} requests per client (after {WARMUP_PER_CLIENT} warm-up), "
+        f"{cfg.query_threads} torch query thread(s)" + (f"; env {env}" if env else "")
+    )
     print_table(http + inproc)
     for lv in http:
         for e in sorted(set(lv.errors))[:5]:
@@ -462,37 +504,55 @@ def main() -> None:
     ratios, cpu_ratios = {}, {}
     for h, i in zip(http, inproc):
         ratios[h.clients] = h.qps / i.qps if i.qps else float("nan")
-        cpu_ratios[h.clients] = i.cpu_ms_per_request / h.cpu_ms_per_request if h.cpu_ms_per_request else float("nan")
-        print(f"HTTP / in-process QPS at {h.clients} client{'s' if h.clients > 1 else ''}: {ratios[h.clients]:.0%}"
-              f"   (CPU per request, in-process / HTTP: {cpu_ratios[h.clients]:.0%})")
+        cpu_ratios[h.clients] = (
+            i.cpu_ms_per_request / h.cpu_ms_per_request if h.cpu_ms_per_request else float("nan")
+        )
+        print(
+            f"HTTP / in-process QPS at {h.clients} client{'s' if h.clients > 1 else ''}: {ratios[h.clients]:.0%}"
+            f"   (CPU per request, in-process / HTTP: {cpu_ratios[h.clients]:.0%})"
+        )
     at4 = ratios.get(4, float("nan"))
-    print(f"at 4 clients: {at4:.0%} of in-process  (aim >= 70%: {'met' if at4 >= 0.7 else 'NOT met'})")
-    print(json.dumps({
-        "benchmark": "serve_load",
-        "quick": args.quick,
-        "videos": len(videos),
-        "vectors": vectors,
-        "queries": len(QUERIES),
-        "top_k": TOP_K,
-        "requests_per_client": plan.per_client,
-        "results": [
-            {"mode": lv.mode, "clients": lv.clients, "requests": lv.requests, "errors": len(lv.errors),
-             "qps": round(lv.qps, 2), "p50_ms": round(lv.pct_ms(50), 2), "p99_ms": round(lv.pct_ms(99), 2),
-             "wall_s": round(lv.wall_s, 3), "cpu_ms_per_request": round(lv.cpu_ms_per_request, 2),
-             "idle_cpu_percent": round(lv.idle_cpu_rate * 100, 1),
-             "time_limited": lv.cut}
-            for lv in http + inproc
-        ],
-        "ratios": {str(c): round(r, 3) for c, r in ratios.items()},
-        "cpu_ratios": {str(c): round(r, 3) for c, r in cpu_ratios.items()},
-        "ratio_at_4": round(at4, 3),
-        "aim_met": bool(at4 >= 0.7),
-        "top_hits_agree": not mismatched,
-        "env": env,
-        "total_s": round(time.perf_counter() - t_start, 1),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-    }))
+    print(
+        f"at 4 clients: {at4:.0%} of in-process  (aim >= 70%: {'met' if at4 >= 0.7 else 'NOT met'})"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "serve_load",
+                "quick": args.quick,
+                "videos": len(videos),
+                "vectors": vectors,
+                "queries": len(QUERIES),
+                "top_k": TOP_K,
+                "requests_per_client": plan.per_client,
+                "results": [
+                    {
+                        "mode": lv.mode,
+                        "clients": lv.clients,
+                        "requests": lv.requests,
+                        "errors": len(lv.errors),
+                        "qps": round(lv.qps, 2),
+                        "p50_ms": round(lv.pct_ms(50), 2),
+                        "p99_ms": round(lv.pct_ms(99), 2),
+                        "wall_s": round(lv.wall_s, 3),
+                        "cpu_ms_per_request": round(lv.cpu_ms_per_request, 2),
+                        "idle_cpu_percent": round(lv.idle_cpu_rate * 100, 1),
+                        "time_limited": lv.cut,
+                    }
+                    for lv in http + inproc
+                ],
+                "ratios": {str(c): round(r, 3) for c, r in ratios.items()},
+                "cpu_ratios": {str(c): round(r, 3) for c, r in cpu_ratios.items()},
+                "ratio_at_4": round(at4, 3),
+                "aim_met": bool(at4 >= 0.7),
+                "top_hits_agree": not mismatched,
+                "env": env,
+                "total_s": round(time.perf_counter() - t_start, 1),
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "machine": machine(),
+            }
+        )
+    )
 
 
 def probe_duration(path: Path) -> float:

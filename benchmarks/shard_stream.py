@@ -51,10 +51,16 @@ def serve(directory: str, variant: str, conn) -> None:
     from vifusion.config import Config
     from vifusion.index.replica import ShardReplica
 
-    cfg = Config(data_dir=Path(directory), faiss_threads=1, index_exact_max=10**9,
-                 snapshot_log_bytes=1 << 40, fusion_stream=False)
+    cfg = Config(
+        data_dir=Path(directory),
+        faiss_threads=1,
+        index_exact_max=10**9,
+        snapshot_log_bytes=1 << 40,
+        fusion_stream=False,
+    )
     replica = ShardReplica(0, Path(directory) / "shard", cfg, followers=[])
     if variant == "serial":
+
         def stage(batch):
             ack = replica.receive(batch)
             return lambda: ack
@@ -91,7 +97,9 @@ def run(directory: Path, variant: str, kib: int, seconds: float) -> dict:
             trips.append(time.perf_counter() - t)
             frames += rows
             continue
-        ids = ((1 + i) << FRAME_BITS) | frame_nos  # vector_id(1 + i, j) for every j, without a loop per batch
+        ids = (
+            (1 + i) << FRAME_BITS
+        ) | frame_nos  # vector_id(1 + i, j) for every j, without a loop per batch
         sent.append((stream.send(WireBatch(ids, times, payload, f"b{i}")), time.perf_counter()))
         i += 1
     elapsed = time.perf_counter() - t0
@@ -99,15 +107,25 @@ def run(directory: Path, variant: str, kib: int, seconds: float) -> dict:
     stream.close()
     ours.send(None)
     child.join(30)
-    return {"frames_per_s": frames / elapsed, "mb_per_s": frames * ROW_BYTES / elapsed / 1e6,
-            "round_trip_p50_ms": float(np.median(trips)) * 1e3, "batches": len(trips),
-            "sender_cpu_ms_per_1000_frames": 1e6 * sender_s / frames, "shard_cpu_ms_per_1000_frames": 1e6 * shard_s / frames}
+    return {
+        "frames_per_s": frames / elapsed,
+        "mb_per_s": frames * ROW_BYTES / elapsed / 1e6,
+        "round_trip_p50_ms": float(np.median(trips)) * 1e3,
+        "batches": len(trips),
+        "sender_cpu_ms_per_1000_frames": 1e6 * sender_s / frames,
+        "shard_cpu_ms_per_1000_frames": 1e6 * shard_s / frames,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="two sizes, one round (under a minute)")
-    ap.add_argument("--dir", type=Path, default=None, help="where the shards go (default: a temporary directory)")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the shards go (default: a temporary directory)",
+    )
     args = ap.parse_args()
     sizes, rounds, seconds = ((64, 256), 1, 4.0) if args.quick else ((64, 128, 256, 512), 3, 6.0)
     print(f"{rounds} round(s) of {seconds:.0f} s per batch size, {WINDOW} batches in flight")
@@ -115,26 +133,49 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="vf-stream-bench-", dir=args.dir) as tmp:
         for r in range(rounds):
             for kib in sizes:
-                for variant in VARIANTS[::1 if r % 2 == 0 else -1]:
+                for variant in VARIANTS[:: 1 if r % 2 == 0 else -1]:
                     out = run(Path(tmp) / f"{variant}-{kib}-{r}", variant, kib, seconds)
                     results[variant][kib].append(out)
-                    print(f"  round {r + 1} {kib:4d} KiB {variant:6s} {out['frames_per_s']:7.0f} frames/s"
-                          f"  {out['mb_per_s']:6.1f} MB/s  round trip p50 {out['round_trip_p50_ms']:.2f} ms"
-                          f"  CPU ms per 1000 frames: sender {out['sender_cpu_ms_per_1000_frames']:.1f}"
-                          f" shard {out['shard_cpu_ms_per_1000_frames']:.1f}")
-    med = {v: {kib: {k: float(np.median([o[k] for o in outs])) for k in outs[0]} for kib, outs in per.items()}
-           for v, per in results.items()}
+                    print(
+                        f"  round {r + 1} {kib:4d} KiB {variant:6s} {out['frames_per_s']:7.0f} frames/s"
+                        f"  {out['mb_per_s']:6.1f} MB/s  round trip p50 {out['round_trip_p50_ms']:.2f} ms"
+                        f"  CPU ms per 1000 frames: sender {out['sender_cpu_ms_per_1000_frames']:.1f}"
+                        f" shard {out['shard_cpu_ms_per_1000_frames']:.1f}"
+                    )
+    med = {
+        v: {
+            kib: {k: float(np.median([o[k] for o in outs])) for k in outs[0]}
+            for kib, outs in per.items()
+        }
+        for v, per in results.items()
+    }
     ratios = {}
     for kib in sizes:
         s, g = med["serial"][kib], med["group"][kib]
         ratios[f"{kib}K_fps_group_over_serial"] = round(g["frames_per_s"] / s["frames_per_s"], 3)
-        ratios[f"{kib}K_p50_group_over_serial"] = round(g["round_trip_p50_ms"] / s["round_trip_p50_ms"], 3)
-        print(f"{kib:4d} KiB (median of rounds)  serial {s['frames_per_s']:7.0f} frames/s p50 {s['round_trip_p50_ms']:.2f} ms"
-              f"  group {g['frames_per_s']:7.0f} frames/s p50 {g['round_trip_p50_ms']:.2f} ms")
+        ratios[f"{kib}K_p50_group_over_serial"] = round(
+            g["round_trip_p50_ms"] / s["round_trip_p50_ms"], 3
+        )
+        print(
+            f"{kib:4d} KiB (median of rounds)  serial {s['frames_per_s']:7.0f} frames/s p50 {s['round_trip_p50_ms']:.2f} ms"
+            f"  group {g['frames_per_s']:7.0f} frames/s p50 {g['round_trip_p50_ms']:.2f} ms"
+        )
     print("ratios:", ratios)
-    print(json.dumps({"benchmark": "shard_stream", "quick": args.quick, "machine": machine(),
-                      "date": time.strftime("%Y-%m-%d"), "window": WINDOW, "seconds": seconds,
-                      "rounds": rounds, "results": med, "ratios": ratios}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "shard_stream",
+                "quick": args.quick,
+                "machine": machine(),
+                "date": time.strftime("%Y-%m-%d"),
+                "window": WINDOW,
+                "seconds": seconds,
+                "rounds": rounds,
+                "results": med,
+                "ratios": ratios,
+            }
+        )
+    )
     return 0
 
 

@@ -35,7 +35,14 @@ from _common import descendants, machine
 from vifusion.config import Config
 from vifusion.samples import PHOTOS, write_video
 
-QUERIES = ["a cat", "a rocket", "a cup of coffee", "a motorcycle", "the night sky", "coins on a table"]
+QUERIES = [
+    "a cat",
+    "a rocket",
+    "a cup of coffee",
+    "a motorcycle",
+    "the night sky",
+    "coins on a table",
+]
 
 
 def actor_rss_mb() -> dict[str, float]:
@@ -43,7 +50,9 @@ def actor_rss_mb() -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in descendants():
         try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            title = (
+                Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            )
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
@@ -57,7 +66,9 @@ def actor_rss_mb() -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="8 videos, 30 s of load (about a minute and a half)")
+    ap.add_argument(
+        "--quick", action="store_true", help="8 videos, 30 s of load (about a minute and a half)"
+    )
     ap.add_argument("--clients", type=int, default=4)
     args = ap.parse_args()
     count, load_s = (8, 30.0) if args.quick else (40, 180.0)
@@ -69,12 +80,24 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="vifusion-soak-"))
     names = list(PHOTOS)
-    videos = [write_video(tmp / "videos" / f"v{i}.mp4", (names[i % len(names)], names[(i + 5) % len(names)]),
-                          scene_s=2.0).path for i in range(count)]
+    videos = [
+        write_video(
+            tmp / "videos" / f"v{i}.mp4",
+            (names[i % len(names)], names[(i + 5) % len(names)]),
+            scene_s=2.0,
+        ).path
+        for i in range(count)
+    ]
     key = secrets.token_urlsafe(24)
     cfg = Config(data_dir=tmp / "data", api_key=key, rate_limit_rps=1e6, rate_limit_burst=1_000_000)
     # address="local": a cluster of its own, even where another Ray runs (its processes are ours to measure)
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+    )
     codes: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     latencies: list[float] = []
     lock = threading.Lock()
@@ -106,7 +129,9 @@ def main() -> int:
 
         def ingest() -> None:
             with Client(url, key, trust_env=False) as vf:
-                jobs = [a["job_id"] for path in videos if (a := call("upload", 202, vf.upload, path))]
+                jobs = [
+                    a["job_id"] for path in videos if (a := call("upload", 202, vf.upload, path))
+                ]
                 final: dict[str, str] = {}
                 while len(final) < len(jobs):
                     for job_id in jobs:
@@ -147,20 +172,36 @@ def main() -> int:
     lat = np.array(latencies) if latencies else np.zeros(1)
     errors = sum(n for kind in codes.values() for code, n in kind.items() if code not in (200, 202))
     both = sorted(set(rss_start) & set(rss_end))
-    rss = {k: {"start_mb": round(rss_start[k], 1) if k in rss_start else None,
-               "end_mb": round(rss_end[k], 1) if k in rss_end else None}
-           for k in sorted(set(rss_start) | set(rss_end))}  # actors started on the first job: no start figure
+    rss = {
+        k: {
+            "start_mb": round(rss_start[k], 1) if k in rss_start else None,
+            "end_mb": round(rss_end[k], 1) if k in rss_end else None,
+        }
+        for k in sorted(set(rss_start) | set(rss_end))
+    }  # actors started on the first job: no start figure
     report = {
-        "benchmark": "soak", "quick": args.quick, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
-        "videos": count, "clients": args.clients, "seconds": round(elapsed, 1), "ingest_s": round(ingest_s, 1),
-        "requests": {k: dict(v) for k, v in codes.items()}, "errors": errors, "ingest": ingest_done,
-        "searches": len(latencies), "search_p50_ms": round(1000 * float(np.percentile(lat, 50)), 1),
-        "search_p99_ms": round(1000 * float(np.percentile(lat, 99)), 1), "rss": rss,
+        "benchmark": "soak",
+        "quick": args.quick,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "videos": count,
+        "clients": args.clients,
+        "seconds": round(elapsed, 1),
+        "ingest_s": round(ingest_s, 1),
+        "requests": {k: dict(v) for k, v in codes.items()},
+        "errors": errors,
+        "ingest": ingest_done,
+        "searches": len(latencies),
+        "search_p50_ms": round(1000 * float(np.percentile(lat, 50)), 1),
+        "search_p99_ms": round(1000 * float(np.percentile(lat, 99)), 1),
+        "rss": rss,
         "rss_growth_max": round(max((rss_end[k] / rss_start[k] for k in both), default=1.0), 3),
     }
-    print(f"{count} videos ingested in {ingest_s:.1f} s ({ingest_done}) under {args.clients} searching clients; "
-          f"{len(latencies)} searches, p50 {report['search_p50_ms']} ms, p99 {report['search_p99_ms']} ms; "
-          f"{errors} error responses")
+    print(
+        f"{count} videos ingested in {ingest_s:.1f} s ({ingest_done}) under {args.clients} searching clients; "
+        f"{len(latencies)} searches, p50 {report['search_p50_ms']} ms, p99 {report['search_p99_ms']} ms; "
+        f"{errors} error responses"
+    )
     for k, v in rss.items():
         print(f"  {k:48} {v['start_mb'] or 0:8.1f} MB -> {v['end_mb'] or 0:8.1f} MB")
     print(json.dumps(report))

@@ -53,25 +53,38 @@ def _top(q: np.ndarray, db: np.ndarray) -> np.ndarray:
     return np.argsort(-(q @ db.T), axis=1)[:, :K]
 
 
-def recall(space: str, codec: Codec, r: dict, ids: np.ndarray, exact: np.ndarray) -> dict[str, float]:
+def recall(
+    space: str, codec: Codec, r: dict, ids: np.ndarray, exact: np.ndarray
+) -> dict[str, float]:
     """One space's frame-level recall@10 over the pool's real frames and video-level recall@10
     over the replayed rows, stored through ``codec``, against fp32."""
     lo, hi = SPACES[space]
     q = r["queries"][:, lo:hi]
     pool = codec.decode(codec.encode(r["pool"]))[:, lo:hi]
-    frame = np.mean([len(set(a) & set(b)) / K for a, b in
-                     zip(_top(q, r["pool"][:, lo:hi]), _top(q, pool), strict=True)])
+    frame = np.mean(
+        [
+            len(set(a) & set(b)) / K
+            for a, b in zip(_top(q, r["pool"][:, lo:hi]), _top(q, pool), strict=True)
+        ]
+    )
     sources = len(r["pool"]) // FRAMES_PER_SOURCE
     got = _top(q, codec.decode(codec.encode(exact))[:, lo:hi])
-    video = np.mean([len(set(_source(ids[b], sources)) & set(_source(ids[a], sources)))
-                     / len(set(_source(ids[a], sources))) for a, b in zip(_top(q, exact[:, lo:hi]), got, strict=True)])
+    video = np.mean(
+        [
+            len(set(_source(ids[b], sources)) & set(_source(ids[a], sources)))
+            / len(set(_source(ids[a], sources)))
+            for a, b in zip(_top(q, exact[:, lo:hi]), got, strict=True)
+        ]
+    )
     return {"frame": round(float(frame), 4), "video": round(float(video), 4)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer replayed rows (5,000)")
-    ap.add_argument("--rows", type=int, default=20_000, help="replayed rows stored (default %(default)s)")
+    ap.add_argument(
+        "--rows", type=int, default=20_000, help="replayed rows stored (default %(default)s)"
+    )
     args = ap.parse_args()
     rows = 5_000 if args.quick else args.rows
     r = real_rows()
@@ -91,33 +104,61 @@ def main() -> int:
         for keep in KEEPS:  # this space's share; the other at its default
             pair = (keep, default[1]) if i == 0 else (default[0], keep)
             codec, gate = sparse(pair)
-            point = {"keep": keep, "pair": list(pair), "bytes_per_row": codec.bytes_per_row, "gate": round(gate, 4),
-                     **recall(space, codec, r, ids, exact)}
+            point = {
+                "keep": keep,
+                "pair": list(pair),
+                "bytes_per_row": codec.bytes_per_row,
+                "gate": round(gate, 4),
+                **recall(space, codec, r, ids, exact),
+            }
             curves[space].append(point)
-            print(f"  {space:8s} keep {keep:4.2f} (pair {pair[0]:.2f},{pair[1]:.2f}, {codec.bytes_per_row:4d} B/row)"
-                  f"  frame {point['frame']:.3f}  video {point['video']:.3f}  gate {gate:.3f}", flush=True)
+            print(
+                f"  {space:8s} keep {keep:4.2f} (pair {pair[0]:.2f},{pair[1]:.2f}, {codec.bytes_per_row:4d} B/row)"
+                f"  frame {point['frame']:.3f}  video {point['video']:.3f}  gate {gate:.3f}",
+                flush=True,
+            )
     int8 = Ladder().get("int8")
-    reference = {"bytes_per_row": int8.bytes_per_row,
-                 "gate": round(recall_at_k(Ladder(), r["held_out"])["int8"], 4),
-                 **{s: recall(s, int8, r, ids, exact) for s in SPACES}}
+    reference = {
+        "bytes_per_row": int8.bytes_per_row,
+        "gate": round(recall_at_k(Ladder(), r["held_out"])["int8"], 4),
+        **{s: recall(s, int8, r, ids, exact) for s in SPACES},
+    }
     print(f"  int8 {reference}", flush=True)
-    crosses = {s: {m: next((p["keep"] for p in c if p[m] >= GATE), None) for m in ("frame", "video")}
-               for s, c in curves.items()}
-    report = {"benchmark": "sparse_keep", "quick": args.quick, "machine": machine(),
-              "date": time.strftime("%Y-%m-%d"), "rows": rows, "tables_train_s": round(train_s, 1),
-              "gate": GATE, "curves": curves, "int8": reference, "crosses": crosses}
+    crosses = {
+        s: {m: next((p["keep"] for p in c if p[m] >= GATE), None) for m in ("frame", "video")}
+        for s, c in curves.items()
+    }
+    report = {
+        "benchmark": "sparse_keep",
+        "quick": args.quick,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+        "tables_train_s": round(train_s, 1),
+        "gate": GATE,
+        "curves": curves,
+        "int8": reference,
+        "crosses": crosses,
+    }
     _, report["default_gate"] = sparse(default)
     report["default_keep"] = list(default)
     report["ladder_uses_default"] = report["default_gate"] >= GATE
-    for measure in ("video", "frame"):  # the cheapest pair where the measure reaches the gate in both spaces
+    for measure in (
+        "video",
+        "frame",
+    ):  # the cheapest pair where the measure reaches the gate in both spaces
         pair = tuple(crosses[s][measure] for s in SPACES)
         if None in pair or pair == (1.0, 1.0):
             report[f"{measure}_keep"] = None  # only int8 (every dim) reaches it
             continue
         codec, gate = sparse(pair)
-        report[f"{measure}_keep"] = {"pair": list(pair), "bytes_per_row": codec.bytes_per_row,
-                                     "bytes_over_int8": round(codec.bytes_per_row / int8.bytes_per_row, 3),
-                                     "gate": round(gate, 4), "ladder_uses_it": gate >= GATE}
+        report[f"{measure}_keep"] = {
+            "pair": list(pair),
+            "bytes_per_row": codec.bytes_per_row,
+            "bytes_over_int8": round(codec.bytes_per_row / int8.bytes_per_row, 3),
+            "gate": round(gate, 4),
+            "ladder_uses_it": gate >= GATE,
+        }
     print(json.dumps(report))
     return 0
 

@@ -74,47 +74,86 @@ def run(directory: Path, batches: list[FusedBatch], uncache: bool) -> dict:
     log.close()
     nbytes = sum(b.nbytes for b in batches)
     a, w = np.array(appends) * 1e3, np.array(writes[1:]) * 1e3  # the first opened the segment
-    return {"appends_per_s": len(batches) / elapsed, "mb_per_s": nbytes / elapsed / 1e6,
-            "append_p50_ms": float(np.median(a)), "append_p90_ms": float(np.percentile(a, 90)),
-            "write_p50_ms": float(np.median(w)), "write_p90_ms": float(np.percentile(w, 90))}
+    return {
+        "appends_per_s": len(batches) / elapsed,
+        "mb_per_s": nbytes / elapsed / 1e6,
+        "append_p50_ms": float(np.median(a)),
+        "append_p90_ms": float(np.percentile(a, 90)),
+        "write_p50_ms": float(np.median(w)),
+        "write_p90_ms": float(np.percentile(w, 90)),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer appends (under a minute)")
-    ap.add_argument("--dir", type=Path, default=None, help="where the logs go (default: a temporary directory)")
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="where the logs go (default: a temporary directory)"
+    )
     args = ap.parse_args()
     if wal_module._fadvise is None:
-        print("this platform has no posix_fadvise: the log keeps its pages cached either way", file=sys.stderr)
+        print(
+            "this platform has no posix_fadvise: the log keeps its pages cached either way",
+            file=sys.stderr,
+        )
         return 2
     n, rounds = (1500, 2) if args.quick else (2000, 3)
     rng = np.random.default_rng(0)
     pool = rng.standard_normal((4 * ROWS, VISUAL_DIM + SEMANTIC_DIM), dtype=np.float32)
     batches = []
     for i in range(n):
-        ids = np.array([vector_id(1 + i // 100, (i % 100) * ROWS + j) for j in range(ROWS)], np.int64)
+        ids = np.array(
+            [vector_id(1 + i // 100, (i % 100) * ROWS + j) for j in range(ROWS)], np.int64
+        )
         at = (i % 4) * ROWS
-        batches.append(FusedBatch(ids, np.zeros((ROWS, 2), np.float32), pool[at:at + ROWS].copy()))
+        batches.append(
+            FusedBatch(ids, np.zeros((ROWS, 2), np.float32), pool[at : at + ROWS].copy())
+        )
     print(f"{rounds} rounds of {n} appends of {batches[0].nbytes / 1e3:.0f} KB, each fdatasync'ed")
     results: dict[str, list[dict]] = {"cached": [], "uncached": []}
     with tempfile.TemporaryDirectory(prefix="vf-wal-bench-", dir=args.dir) as tmp:
         for r in range(rounds):
-            for name in ("cached", "uncached")[::1 if r % 2 == 0 else -1]:
+            for name in ("cached", "uncached")[:: 1 if r % 2 == 0 else -1]:
                 out = run(Path(tmp) / f"{name}-{r}", batches, uncache=name == "uncached")
                 results[name].append(out)
-                print(f"  round {r + 1} {name:8s} {out['appends_per_s']:7.0f} appends/s  {out['mb_per_s']:6.1f} MB/s"
-                      f"  append p50 {out['append_p50_ms']:.3f} ms p90 {out['append_p90_ms']:.3f}"
-                      f"  write p50 {out['write_p50_ms']:.3f} ms p90 {out['write_p90_ms']:.3f}")
-    med = {name: {k: float(np.median([o[k] for o in outs])) for k in outs[0]} for name, outs in results.items()}
+                print(
+                    f"  round {r + 1} {name:8s} {out['appends_per_s']:7.0f} appends/s  {out['mb_per_s']:6.1f} MB/s"
+                    f"  append p50 {out['append_p50_ms']:.3f} ms p90 {out['append_p90_ms']:.3f}"
+                    f"  write p50 {out['write_p50_ms']:.3f} ms p90 {out['write_p90_ms']:.3f}"
+                )
+    med = {
+        name: {k: float(np.median([o[k] for o in outs])) for k in outs[0]}
+        for name, outs in results.items()
+    }
     for name, m in med.items():
-        print(f"{name:8s} (median of rounds) {m['appends_per_s']:7.0f} appends/s  {m['mb_per_s']:6.1f} MB/s"
-              f"  append p50 {m['append_p50_ms']:.3f} ms  write p50 {m['write_p50_ms']:.3f} ms")
-    ratios = {"appends_uncached_over_cached": round(med["uncached"]["appends_per_s"] / med["cached"]["appends_per_s"], 3),
-              "write_p50_uncached_over_cached": round(med["uncached"]["write_p50_ms"] / med["cached"]["write_p50_ms"], 3)}
+        print(
+            f"{name:8s} (median of rounds) {m['appends_per_s']:7.0f} appends/s  {m['mb_per_s']:6.1f} MB/s"
+            f"  append p50 {m['append_p50_ms']:.3f} ms  write p50 {m['write_p50_ms']:.3f} ms"
+        )
+    ratios = {
+        "appends_uncached_over_cached": round(
+            med["uncached"]["appends_per_s"] / med["cached"]["appends_per_s"], 3
+        ),
+        "write_p50_uncached_over_cached": round(
+            med["uncached"]["write_p50_ms"] / med["cached"]["write_p50_ms"], 3
+        ),
+    }
     print("ratios:", ratios)
-    print(json.dumps({"benchmark": "wal", "quick": args.quick, "machine": machine(),
-                      "date": time.strftime("%Y-%m-%d"), "rows_per_append": ROWS, "appends": n,
-                      "rounds": rounds, "results": med, "ratios": ratios}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "wal",
+                "quick": args.quick,
+                "machine": machine(),
+                "date": time.strftime("%Y-%m-%d"),
+                "rows_per_append": ROWS,
+                "appends": n,
+                "rounds": rounds,
+                "results": med,
+                "ratios": ratios,
+            }
+        )
+    )
     return 0
 
 
