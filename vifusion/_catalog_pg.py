@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vifusion._catalog_pg_texts import PostgresTexts
+from vifusion._catalog_records import job_update
 from vifusion._catalog_schema import migrate_postgres
 from vifusion._catalog_words import check_metadata_filter
 from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, CatalogUnreachable, Job, Video
@@ -163,16 +164,9 @@ class PostgresCatalog(PostgresTexts, Catalog):
             ).fetchone()
             if row is None:
                 return False
-            progress = (
-                1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            progress, frames, stage, noted = job_update(
+                row, status, progress, frames_indexed, stage, warnings
             )
-            frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
-            stage = (
-                None
-                if status in ("queued", "ready")
-                else (row["stage"] if stage is None else stage)
-            )
-            noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
             c.execute(
                 "UPDATE jobs SET status=%s, progress=%s, frames_indexed=%s, error=%s, updated_at=%s, stage=%s,"
                 " warnings=%s WHERE id=%s",

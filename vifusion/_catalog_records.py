@@ -3,6 +3,8 @@ and its states, a speech or screen text row."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,3 +79,24 @@ class Job:
     warnings: tuple[
         str, ...
     ] = ()  # what went wrong without failing it (its audio, say), one line each
+
+
+def job_update(
+    row: Any,
+    status: str,
+    progress: float | None,
+    frames_indexed: int | None,
+    stage: str | None,
+    warnings: Iterable[str] | None,
+) -> tuple[float, int, str | None, str]:
+    """A job's (progress, frames_indexed, stage, warnings as JSON) after an update to
+    ``status``, from its stored ``row``: what is not given is kept, a ready job is at 1.0, and
+    a queued or ready one has no stage. Both catalogs write these."""
+    done = 1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+    frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
+    if status in ("queued", "ready"):
+        stage = None
+    elif stage is None:
+        stage = row["stage"]
+    noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
+    return done, frames, stage, noted

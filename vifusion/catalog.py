@@ -25,6 +25,7 @@ from vifusion._catalog_records import (
     Job,
     TextRow,
     Video,
+    job_update,
 )
 from vifusion._catalog_schema import CatalogTooNew, migrate_sqlite
 from vifusion._catalog_texts import SqliteTexts
@@ -182,16 +183,9 @@ class Catalog(SqliteTexts):
             ).fetchone()
             if row is None:
                 return False
-            progress = (
-                1.0 if status == "ready" else (row["progress"] if progress is None else progress)
+            progress, frames, stage, noted = job_update(
+                row, status, progress, frames_indexed, stage, warnings
             )
-            frames = row["frames_indexed"] if frames_indexed is None else frames_indexed
-            stage = (
-                None
-                if status in ("queued", "ready")
-                else (row["stage"] if stage is None else stage)
-            )
-            noted = row["warnings"] if warnings is None else json.dumps(list(warnings))
             c.execute(
                 "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=?, stage=?, warnings=?"
                 " WHERE id=?",
