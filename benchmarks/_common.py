@@ -10,6 +10,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+# The photos (vifusion.samples.PHOTOS) the bed benchmarks' videos are made of, in the order
+# that pairs them (video i shows photo i and photo i + 3): their workloads stay as measured.
+BED_PHOTOS = [
+    "coffee",
+    "chelsea",
+    "rocket",
+    "astronaut",
+    "hubble",
+    "motorcycle",
+    "camera",
+    "coins",
+    "ihc",
+    "retina",
+]
+
 
 def machine() -> str:
     """The CPU model and count, for the report's JSON line."""

@@ -36,21 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import BED_PHOTOS as PHOTOS  # noqa: E402
 from _common import run_benchmark  # noqa: E402
 
 MODES = {"off": {"fusion": False, "compression": "off"}, "on": {}}
-PHOTOS = [
-    "coffee",
-    "chelsea",
-    "rocket",
-    "astronaut",
-    "hubble",
-    "motorcycle",
-    "camera",
-    "coins",
-    "ihc",
-    "retina",
-]
 
 
 def drive(spec: dict) -> None:

@@ -37,20 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import BED_PHOTOS as PHOTOS  # noqa: E402
 from _common import run_benchmark  # noqa: E402
 
-PHOTOS = [
-    "coffee",
-    "chelsea",
-    "rocket",
-    "astronaut",
-    "hubble",
-    "motorcycle",
-    "camera",
-    "coins",
-    "ihc",
-    "retina",
-]
 RATES = ("1gbit", "20mbit", "1gbit")
 CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
 DELAY_MS = 10.0
