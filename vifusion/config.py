@@ -36,6 +36,12 @@ class _Where(BaseModel):
         description="where the catalog lives: None, the SQLite file DATA_DIR/catalog.db (one machine); "
         "postgresql://user@host:port/db, a PostgreSQL server every node reaches (a cluster)",
     )
+    shared_actors: bool = Field(
+        False,
+        description="the shard replicas and the ingest pool are detached named actors that every "
+        "API replica on this data dir shares and that outlive any one of them (a cluster); "
+        "False: the service that starts them stops them on close (one machine)",
+    )
     catalog_pool_size: int = Field(
         8,
         gt=0,

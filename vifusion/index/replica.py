@@ -22,6 +22,7 @@ import numpy as np
 import ray
 from ray.actor import ActorHandle
 
+from vifusion._actors import NAMESPACE
 from vifusion._corewait import CoreWait
 from vifusion.comm.codec import Ladder
 from vifusion.comm.message import WireBatch
@@ -175,7 +176,7 @@ class ShardReplica:
         if not self._names:
             return
         if self._followers is None:
-            self._followers = [ray.get_actor(name) for name in self._names]
+            self._followers = [ray.get_actor(name, namespace=NAMESPACE) for name in self._names]
         arg = ray.put(op) if nbytes > _INLINE_BYTES else op
         # A follower that is down is restarted by Ray and the call retried once it is back.
         ray.get([f.apply.remote(seq, arg) for f in self._followers])

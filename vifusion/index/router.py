@@ -3,7 +3,8 @@
 Each shard runs as ``cfg.shard_replicas`` actors (``replica.py``), spread over nodes. Writes
 go to the primary; searches go round-robin, one that meets a dead replica is re-sent to
 another, and concurrent searches of one space are fused into one call per shard
-(``batching.py``). Limits: a video's shard is ``video_id % num_shards``, so a data dir is
+(``batching.py``). Replicas are named actors (``_actors.py``): a second ShardSet on the
+same data dir (another API replica, the ingest pool) attaches to the running ones. Limits: a video's shard is ``video_id % num_shards``, so a data dir is
 tied to its shard count (``index/layout.json``; another is refused); replicas of one shard
 on different nodes need the data dir on shared storage.
 """
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 import itertools
 import time
-import uuid
 from collections.abc import Callable, Iterable
 
 import numpy as np
 import ray
 
+from vifusion._actors import NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.config import Config
 from vifusion.index.batching import QueryBatcher, ShardResult
 from vifusion.index.layout import (  # noqa: F401 (imported from here too)
@@ -75,24 +76,32 @@ class ShardSet:
             load_plan(cfg.data_dir) if cfg.use_plan else None, cfg.num_shards, cfg.shard_replicas
         ) or shard_strategies(cfg.num_shards, cfg.shard_replicas)
         self._replicas: list[list[ray.actor.ActorHandle]] = []
+        self._owned: list[tuple[ray.actor.ActorHandle, str]] = []  # started here, not found
         self._down: dict[tuple[int, int], float] = {}
         self._turn = itertools.count()
         self._batchers: dict[str, QueryBatcher] = {}
+        self._shared = cfg.shared_actors
+        lifetime = "detached" if cfg.shared_actors else None
         try:
-            prefix = f"vifusion-shard-{uuid.uuid4().hex[:12]}"
             for n in range(cfg.num_shards):
                 directory = shard_dir(cfg.data_dir, n)
-                names = [f"{prefix}-{n}-{r}" for r in range(1, cfg.shard_replicas)]
-                followers = [
-                    actor.options(**opts, name=name, scheduling_strategy=where[n][r + 1]).remote(
-                        n, directory, cfg
-                    )
-                    for r, name in enumerate(names)
-                ]
-                primary = actor.options(**opts, scheduling_strategy=where[n][0]).remote(
-                    n, directory, cfg, names
-                )
-                self._replicas.append([primary, *followers])
+                names = [actor_name(cfg, "shard", n, r) for r in range(cfg.shard_replicas)]
+                group = []
+                for r, name in enumerate(names):
+                    handle = find_actor(name)
+                    if handle is None:
+                        args = (n, directory, cfg, names[1:]) if r == 0 else (n, directory, cfg)
+                        handle = actor.options(
+                            **opts,
+                            name=name,
+                            namespace=NAMESPACE,
+                            get_if_exists=True,
+                            lifetime=lifetime,
+                            scheduling_strategy=where[n][r],
+                        ).remote(*args)
+                        self._owned.append((handle, name))
+                    group.append(handle)
+                self._replicas.append(group)
             # Surface a bad snapshot or directory here rather than on the first call.
             ray.get([h.stats.remote() for group in self._replicas for h in group])
         except BaseException:
@@ -201,11 +210,24 @@ class ShardSet:
         return [{**s, "replicas": len(group)} for s, group in zip(stats, self._replicas)]
 
     def close(self) -> None:
-        """Stop the query batchers and kill the actors (everything acknowledged is on disk)."""
+        """Stop the query batchers and let go of the replicas. Those this ShardSet started are
+        killed (everything acknowledged is on disk), unless they are shared
+        (``cfg.shared_actors``): then they outlive it, for the other API replicas."""
         self.query_fusion = False
-        for group in self._replicas:
-            for h in group:
-                ray.kill(h)
+        if not self._shared:
+            for handle, name in self._owned:
+                kill_named(handle, name)
+        self._owned = []
+        self._replicas = []
+
+    def shutdown(self) -> None:
+        """Kill every replica of every shard, shared or not, found or started here (the end
+        of a cluster's service, or of a test)."""
+        self.query_fusion = False
+        for n, group in enumerate(self._replicas):
+            for r, handle in enumerate(group):
+                kill_named(handle, actor_name(self._cfg, "shard", n, r))
+        self._owned = []
         self._replicas = []
 
     # -- fan-out with fail-over ---------------------------------------------------------
