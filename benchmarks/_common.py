@@ -6,6 +6,7 @@ import contextlib
 import os
 import platform
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +65,57 @@ def cpu_seconds(pid: int | str) -> float:
     OSError once it is gone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Cgroups:
+    """One CPU cgroup per host, ``cores`` each (v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``
+    where only v1 has the cpu controller); processes moved in after they start (their
+    children, Ray's workers, are born inside)."""
+
+    def __init__(self, name: str, cores: tuple[float, ...]) -> None:
+        v2 = Path("/sys/fs/cgroup")
+        self.v2 = (
+            "cpu" in (v2 / "cgroup.controllers").read_text().split()
+            if (v2 / "cgroup.controllers").exists()
+            else False
+        )
+        base = v2 if self.v2 else v2 / "cpu"
+        if not self.v2 and not (base / "cpu.cfs_quota_us").exists():
+            raise RuntimeError("no cpu cgroup controller (v2 cpu.max or v1 cpu.cfs_quota_us) here")
+        self.dirs = [base / f"{name}-h{i}" for i in range(len(cores))]
+        for d, c in zip(self.dirs, cores, strict=True):
+            d.mkdir(exist_ok=True)
+            limit(d, c)
+
+    def move(self, host: int, pids: set[int]) -> None:
+        for pid in pids:
+            try:
+                (self.dirs[host] / "cgroup.procs").write_text(str(pid))
+            except OSError:
+                pass  # gone already
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def limit(group: Path | str, cores: float | None) -> None:
+    """Set CPU cgroup ``group``'s share to ``cores`` (None: no limit), v2 or v1."""
+    group = Path(group)
+    if (group / "cpu.max").exists():
+        (group / "cpu.max").write_text(f"{int(cores * 100000)} 100000" if cores else "max 100000")
+    else:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(cores * 100000)) if cores else "-1")
+
+
+def ns_pids(ns: str) -> set[int]:
+    """The pids of every process in network namespace ``ns``."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
 
 
 def run_benchmark(main: Callable[[], int], name: str) -> None:

@@ -17,7 +17,16 @@ features, Ray's control traffic, starting the actors).
 On this 2-core machine decoding and embedding bound the frame rate, so the link matters
 little to it; what fusion changes is the messages and bytes per frame.
 
-Run:  sudo .venv/bin/python benchmarks/cluster.py [--quick]
+**Scaling with nodes** (``--extract-nodes 1,2,4``): one bed of a head, a shard host and as
+many extract hosts as the largest count, each extract host's Ray processes in a CPU cgroup
+of its own with ``--cores-per-host`` (0.4) of a core, so the host, not this machine's two
+cores, is the unit (four hosts take 1.6 cores; the head, the shard host and the delay line
+share the rest, uncapped). Per count ``n``, one extractor on each of ``n`` hosts indexes
+``n`` x ``--videos-per-node`` videos (each extractor the same work), fusion off and on,
+alternating; speech and on-screen text off, so frames are the work. Scaling efficiency:
+frames/s at 4 nodes / (4 x frames/s at 1 node), ``scaling_efficiency_4_on`` / ``_off``.
+
+Run:  sudo .venv/bin/python benchmarks/cluster.py [--quick] [--extract-nodes 1,2,4]
 It ends with one line of JSON holding every figure.
 """
 
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,9 +47,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
-from _common import run_benchmark  # noqa: E402
+from _common import limit, run_benchmark  # noqa: E402
 
 MODES = {"off": {"fusion": False, "compression": "off"}, "on": {}}
+# Scaling: frames are the work (no speech, no OCR); one torch thread, as a host of under a
+# core cannot use two.
+SCALING_CFG = {"speech": False, "screen_text": False, "torch_threads": 1}
 
 
 def drive(spec: dict) -> None:
@@ -52,16 +65,27 @@ def drive(spec: dict) -> None:
     ray.init(address=spec["address"], log_to_driver=False)
     mode = spec["mode"]
     cfg = Config(
-        data_dir=Path(spec["work"]) / f"data-{mode}",
+        data_dir=Path(spec["work"]) / spec.get("data", f"data-{mode}"),
         ray_address=spec["address"],
         sample_fps=spec["sample_fps"],
         **MODES[mode],
+        **spec.get("cfg", {}),
     )
+    # Scaling: the extract hosts' CPU shares hold while indexing; models load unlimited.
+    groups = spec.get("cgroups", [])
+    for g in groups:
+        limit(g, None)
     with Runtime(cfg, writer=True) as rt:
         ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
+        for g in groups:
+            limit(g, spec["cores"])
+        held = _throttled_s(groups)
         t0 = time.perf_counter()
         results = rt.indexer.index_files([Path(f) for f in spec["videos"]])
         wall = time.perf_counter() - t0
+        held = [round(b - a, 1) for a, b in zip(held, _throttled_s(groups), strict=True)]
+        for g in groups:
+            limit(g, None)
         stats = ray.get([a.stats.remote() for a in rt.indexer.aggregators.values()])
     frames = sum(r.frames for r in results if r.status == "ready")
     print(
@@ -76,6 +100,7 @@ def drive(spec: dict) -> None:
                 "messages": sum(s.get("batches", 0) for s in stats),
                 "feature_bytes": sum(s.get("wire_bytes", 0) for s in stats),
                 "codec_rows": {k: v for s in stats for k, v in s.get("codec_rows", {}).items()},
+                "throttled_s": held,
             }
         ),
         flush=True,
@@ -85,11 +110,22 @@ def drive(spec: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter videos (about a minute)")
+    ap.add_argument(
+        "--extract-nodes",
+        type=lambda text: sorted({int(n) for n in text.split(",")}),
+        help="scaling with nodes: these counts of extract hosts, e.g. 1,2,4",
+    )
+    ap.add_argument(
+        "--cores-per-host", type=float, default=0.4, help="each extract host's CPU share (cores)"
+    )
+    ap.add_argument("--videos-per-node", type=int, help="videos per extract host (default 2)")
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
         drive(json.loads(args.drive))
         return 0
+    if args.extract_nodes:
+        return scaling(args)
 
     from _common import machine
 
@@ -176,6 +212,131 @@ def main() -> int:
             )
         )
     finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _video(work: Path, i: int, scene_s: float) -> Path:
+    """Video ``i`` of the bed's set: photo i and photo i + 3 (i + 4 from the eleventh on, so
+    every video is new content, which the catalog would otherwise skip), then motion."""
+    from vifusion.samples import write_video
+
+    n = len(PHOTOS)
+    photos = (PHOTOS[i % n], PHOTOS[(i + 3 + i // n) % n], "motion")
+    return write_video(work / f"v{i}.mp4", photos, scene_s=scene_s).path
+
+
+def _index(bed, spec: dict) -> dict:
+    """Run the driver in host 0 for one mode; its RESULT line."""
+    proc = bed.exec(
+        0,
+        [sys.executable, __file__, "--drive", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    stdout, stderr = proc.communicate(timeout=1200)
+    result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
+    if result is None:
+        raise RuntimeError(f"the driver failed ({spec['mode']}):\n{stderr[-3000:]}")
+    return json.loads(result)
+
+
+def _throttled_s(groups: list[str]) -> list[float]:
+    """Seconds each CPU cgroup has been held back by its quota so far."""
+    out = []
+    for d in map(Path, groups):
+        stat = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
+        out.append(int(stat.get("throttled_time", stat.get("throttled_usec", 0))) / 1e9)
+    return out
+
+
+def scaling(args: argparse.Namespace) -> int:
+    """``--extract-nodes``: end-to-end frames/s per count of extract hosts, fusion off and on."""
+    from _common import Cgroups, machine, ns_pids
+
+    from deploy.netbed import NetBed, available
+    from vifusion.runtime import RAY_TUNED
+
+    if (reason := available()) is not None:
+        print(f"cluster benchmark needs the network test bed: {reason}", file=sys.stderr)
+        return 2
+    counts = args.extract_nodes
+    per_node = args.videos_per_node or 2
+    scene_s, fps, rounds = (2.0, 4.0, 1) if args.quick else (4.0, 4.0, 2)
+    most = counts[-1]
+    work = Path(tempfile.mkdtemp(prefix="vf-scaling-bench-"))
+    groups = None
+    try:
+        videos = [str(_video(work, i, scene_s)) for i in range(most * per_node)]
+        runs: dict[int, dict[str, list[dict]]] = {n: {m: [] for m in MODES} for n in counts}
+        with NetBed(hosts=2 + most, rate="100mbit", delay_ms=5, prefix="vfsc") as bed:
+            extract_hosts = range(2, 2 + most)
+            address = bed.start_ray(
+                num_cpus=2,
+                resources=[{}, {"shard": 1}] + [{"extract": 1}] * most,
+                env=RAY_TUNED,
+            )
+            groups = Cgroups(f"{bed.bed}-x", (args.cores_per_host,) * most)
+            for g, host in enumerate(extract_hosts):
+                groups.move(g, ns_pids(bed.hosts[host].name))
+            for r in range(rounds):
+                for n in counts:
+                    for mode in MODES if r % 2 == 0 else reversed(MODES):
+                        spec = {
+                            "address": address,
+                            "videos": videos[: n * per_node],
+                            "work": str(work),
+                            "data": f"data-{n}-{mode}-{r}",
+                            "mode": mode,
+                            "sample_fps": fps,
+                            "cfg": SCALING_CFG | {"num_extractors": n},
+                            "cgroups": [str(d) for d in groups.dirs],
+                            "cores": args.cores_per_host,
+                        }
+                        tx0 = sum(bed.tx_bytes(h) for h in extract_hosts)
+                        res = _index(bed, spec)
+                        res["extract_nodes_tx_bytes"] = (
+                            sum(bed.tx_bytes(h) for h in extract_hosts) - tx0
+                        )
+                        runs[n][mode].append(res)
+                        print(
+                            f"  {n} extract node(s), fusion {mode:>3}, round {r + 1}: "
+                            f"{res['frames']} frames of {res['videos_ready']} videos in "
+                            f"{res['seconds']:.1f} s = {res['frames_per_s']:.1f} frames/s; "
+                            f"{res['messages']} messages; throttled {res['throttled_s']} s",
+                            flush=True,
+                        )
+        fps_of = {
+            n: {m: statistics.median(x["frames_per_s"] for x in rs) for m, rs in modes.items()}
+            for n, modes in runs.items()
+        }
+        out = {
+            "benchmark": "cluster-scaling",
+            "quick": args.quick,
+            "machine": machine(),
+            "date": time.strftime("%Y-%m-%d"),
+            "link": "100mbit/5ms",
+            "cores_per_extract_host": args.cores_per_host,
+            "videos_per_node": per_node,
+            "sample_fps": fps,
+            "rounds": rounds,
+            "frames_per_s": {
+                str(n): {m: round(v, 2) for m, v in f.items()} for n, f in fps_of.items()
+            },
+            "runs": {str(n): modes for n, modes in runs.items()},
+        }
+        for mode in MODES:
+            for n in counts[1:]:
+                key = f"scaling_efficiency_{n}_{mode}"
+                out[key] = (
+                    round(fps_of[n][mode] / (n * fps_of[1][mode]), 3) if 1 in fps_of else None
+                )
+        print(json.dumps(out))
+    finally:
+        if groups is not None:
+            groups.remove()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
