@@ -93,6 +93,8 @@ def test_catalog_written_before_media_column_is_upgraded(tmp_path):
     Catalog(path).close()
     with sqlite3.connect(path) as c:  # an old catalog: no media column, no versions
         c.execute("ALTER TABLE videos DROP COLUMN media")
+        c.execute("ALTER TABLE jobs DROP COLUMN lease_owner")  # nor leases
+        c.execute("ALTER TABLE jobs DROP COLUMN lease_until")
         c.execute("DROP TABLE schema_version")
     cat = Catalog(path)
     vid, _ = cat.add_video("/v/a.mp4", "a", media=tmp_path / "a.mp4")
@@ -127,6 +129,8 @@ def test_catalog_written_before_job_stages_is_upgraded(tmp_path):
     ) as c:  # a data dir of an earlier release: jobs without stage or warnings
         c.execute("ALTER TABLE jobs DROP COLUMN stage")
         c.execute("ALTER TABLE jobs DROP COLUMN warnings")
+        c.execute("ALTER TABLE jobs DROP COLUMN lease_owner")  # nor leases
+        c.execute("ALTER TABLE jobs DROP COLUMN lease_until")
         c.execute("DROP TABLE schema_version")
         c.execute(
             "INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)"

@@ -65,11 +65,12 @@ def test_a_catalog_from_before_versions_migrates_in_place_and_keeps_its_rows(tmp
     cat.close()
     with sqlite3.connect(path) as c:
         assert c.execute("SELECT version FROM schema_version").fetchall() == [
-            (1,)
+            (1,),
+            (2,),
         ]  # once, however often opened
     Catalog.open(Config(data_dir=tmp_path)).close()
     with sqlite3.connect(path) as c:
-        assert c.execute("SELECT count(*) FROM schema_version").fetchone() == (1,)
+        assert c.execute("SELECT count(*) FROM schema_version").fetchone() == (2,)
 
 
 def test_a_catalog_a_later_release_migrated_is_refused(catalog):
@@ -97,12 +98,12 @@ def test_jobs_are_leased_oldest_first_each_once(catalog):
     (v1, j1), (v2, j2) = cat.add_video("/v/1.mp4", "1"), cat.add_video("/v/2.mp4", "2")
     cat.update_job(j1, "failed", error="gone")
     assert cat.requeue(v1, "again", if_status="failed") is not None
-    leased = cat.lease_job()
+    leased = cat.lease_job("a/1", 30.0)
     assert leased.id == j2 and leased.status == "decoding"
     assert (cat.get_video(v2).status, cat.get_job(j2).status) == ("decoding", "decoding")
-    again = cat.lease_job()
+    again = cat.lease_job("a/1", 30.0)
     assert again.video_id == v1 and cat.get_video(v1).error is None
-    assert cat.lease_job() is None
+    assert cat.lease_job("a/1", 30.0) is None
 
 
 def test_a_job_another_taker_holds_is_passed_over_not_waited_for(postgres_url, tmp_path):
@@ -116,9 +117,9 @@ def test_a_job_another_taker_holds_is_passed_over_not_waited_for(postgres_url, t
             place.url
         ) as other:  # not autocommit: the lock lasts until the end of the block
             other.execute("SELECT id FROM jobs WHERE id=%s FOR UPDATE", (first,))
-            assert cat.lease_job().id == second
-            assert cat.lease_job() is None  # the held one is not handed out either
-        assert cat.lease_job().id == first
+            assert cat.lease_job("a/1", 30.0).id == second
+            assert cat.lease_job("a/1", 30.0) is None  # the held one is not handed out either
+        assert cat.lease_job("a/1", 30.0).id == first
     finally:
         place.close()
 
@@ -134,7 +135,7 @@ def test_takers_leasing_at_once_never_share_a_job(postgres_url, tmp_path):
 
         def take(k: int) -> None:
             start.wait()
-            while (job := takers[k // 2].lease_job()) is not None:
+            while (job := takers[k // 2].lease_job(f"t/{k}", 30.0)) is not None:
                 got[k % 2].append(job.id)
 
         threads = [threading.Thread(target=take, args=(k,)) for k in range(4)]

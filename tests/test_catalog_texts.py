@@ -189,7 +189,10 @@ def test_an_old_sqlite_catalog_gains_the_text_tables(tmp_path):
     old = tmp_path / "old.db"
     Catalog(old).close()
     with sqlite3.connect(old) as c:  # as today's code left it: no text tables
-        c.executescript("DROP TABLE texts_fts; DROP TABLE texts; DROP TABLE schema_version;")
+        c.executescript(
+            "DROP TABLE texts_fts; DROP TABLE texts; DROP TABLE schema_version;"
+            " ALTER TABLE jobs DROP COLUMN lease_owner; ALTER TABLE jobs DROP COLUMN lease_until;"
+        )
         c.execute(
             "INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)"
         )

@@ -28,10 +28,21 @@ from vifusion._catalog_pg_texts import PostgresTexts
 from vifusion._catalog_records import job_update
 from vifusion._catalog_schema import migrate_postgres
 from vifusion._catalog_words import check_metadata_filter
-from vifusion.catalog import JOB_STAGES, JOB_STATES, Catalog, CatalogUnreachable, Job, Video
+from vifusion.catalog import (
+    _LEASED,
+    _TAKEABLE,
+    JOB_STAGES,
+    JOB_STATES,
+    Catalog,
+    CatalogUnreachable,
+    Job,
+    Video,
+    check_holder,
+)
 
 _JOB = (
-    "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings"
+    "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings,"
+    " lease_owner, lease_until"
 )
 
 
@@ -53,6 +64,7 @@ class PostgresCatalog(PostgresTexts, Catalog):
         )  # the URL without its password, for messages
         self.path = None
         self.read_only = read_only
+        self.holder: str | None = None
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
         if read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
@@ -159,18 +171,21 @@ class PostgresCatalog(PostgresTexts, Catalog):
         now = time.time()
         with self._pool.connection() as c, c.transaction():
             row = c.execute(
-                "SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=%s FOR UPDATE",
+                "SELECT video_id, progress, frames_indexed, stage, warnings, lease_owner FROM jobs"
+                " WHERE id=%s FOR UPDATE",
                 (job_id,),
             ).fetchone()
             if row is None:
                 return False
+            check_holder(self.holder, job_id, row["lease_owner"])
             progress, frames, stage, noted = job_update(
                 row, status, progress, frames_indexed, stage, warnings
             )
             c.execute(
                 "UPDATE jobs SET status=%s, progress=%s, frames_indexed=%s, error=%s, updated_at=%s, stage=%s,"
-                " warnings=%s WHERE id=%s",
-                (status, progress, frames, error, now, stage, noted, job_id),
+                " warnings=%s, lease_owner=CASE WHEN %s='queued' THEN NULL ELSE lease_owner END,"
+                " lease_until=CASE WHEN %s='queued' THEN NULL ELSE lease_until END WHERE id=%s",
+                (status, progress, frames, error, now, stage, noted, status, status, job_id),
             )
             c.execute(
                 "UPDATE videos SET status=%s, frames_indexed=%s, error=%s WHERE id=%s",
@@ -197,24 +212,45 @@ class PostgresCatalog(PostgresTexts, Catalog):
             )
         return job_id
 
-    def lease_job(self) -> Job | None:
-        """Take the oldest queued job that no other taker holds (SKIP LOCKED: a second taker
-        passes over the row the first has locked, and gets the next one)."""
+    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+        """As SQLite's, the row locked (SKIP LOCKED: a second taker passes over the row the
+        first has locked, and gets the next one)."""
+        now = time.time()
         with self._pool.connection() as c, c.transaction():
             row = c.execute(
-                "WITH next AS (SELECT id FROM jobs WHERE status='queued' ORDER BY created_at, seq LIMIT 1"
-                " FOR UPDATE SKIP LOCKED)"
-                f" UPDATE jobs j SET status='decoding', error=NULL, updated_at=%s FROM next WHERE j.id = next.id"
-                f" RETURNING {', '.join('j.' + col for col in _JOB.split(', '))}",
-                (time.time(),),
+                f"WITH next AS (SELECT id FROM jobs WHERE {_TAKEABLE.replace('?', '%s')}"
+                " ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                f" UPDATE jobs j SET {_LEASED.replace('?', '%s')} FROM next WHERE j.id = next.id"
+                f" RETURNING {', '.join('j.' + col.strip() for col in _JOB.split(','))}",
+                (now, now, owner, now + lease_s),
             ).fetchone()
             if row is None:
                 return None
             c.execute(
-                "UPDATE videos SET status='decoding', frames_indexed=%s, error=NULL WHERE id=%s",
-                (row["frames_indexed"], row["video_id"]),
+                "UPDATE videos SET status='decoding', frames_indexed=0, error=NULL WHERE id=%s",
+                (row["video_id"],),
             )
         return _job(row)
+
+    def renew_leases(self, owner: str, lease_s: float) -> list[str]:
+        rows = self._rows(
+            "UPDATE jobs SET lease_until=%s WHERE lease_owner=%s"
+            " AND status IN ('decoding', 'indexing') RETURNING id",
+            (time.time() + lease_s, owner),
+        )
+        return sorted(r["id"] for r in rows)
+
+    def expire_leases(self, name: str) -> int:
+        return self._write(
+            "UPDATE jobs SET lease_until=NULL WHERE substr(lease_owner, 1, %s)=%s"
+            " AND status IN ('decoding', 'indexing')",
+            (len(name) + 1, name + "/"),
+        )
+
+    def check_lease(self, job_id: str) -> None:
+        row = self._row("SELECT lease_owner FROM jobs WHERE id=%s", (job_id,))
+        if row is not None:
+            check_holder(self.holder, job_id, row["lease_owner"])
 
     def get_video(self, video_id: int) -> Video | None:
         row = self._row("SELECT * FROM videos WHERE id=%s", (video_id,))

@@ -19,6 +19,12 @@ class CatalogUnreachable(ValueError):
     """The catalog's database server cannot be reached."""
 
 
+class LeaseLost(RuntimeError):
+    """A job's lease was taken over (its holder stopped renewing it in time, and another
+    worker runs the job now): the old holder's write is refused, so it can never overwrite
+    the new holder's progress or end the job."""
+
+
 @dataclass(frozen=True)
 class Video:
     id: int
@@ -79,6 +85,10 @@ class Job:
     warnings: tuple[
         str, ...
     ] = ()  # what went wrong without failing it (its audio, say), one line each
+    # Who runs it ("<worker name>/<incarnation>") and until when (time.time()) unless renewed;
+    # None: never leased (queued, or run by `vifusion index`, which leases nothing).
+    lease_owner: str | None = None
+    lease_until: float | None = None
 
 
 def job_update(

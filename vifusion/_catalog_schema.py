@@ -117,7 +117,13 @@ def _sqlite_1(c: sqlite3.Connection) -> None:
         raise
 
 
-SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1]
+def _sqlite_2(c: sqlite3.Connection) -> None:
+    """Job leases: who runs a job and until when (``Catalog.lease_job``)."""
+    c.execute("ALTER TABLE jobs ADD COLUMN lease_owner TEXT")
+    c.execute("ALTER TABLE jobs ADD COLUMN lease_until REAL")
+
+
+SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
 # rowid does. ``texts.tsv`` is the keyword index's entry of a row: its tokens' stems at their
@@ -173,7 +179,10 @@ CREATE TABLE texts (
 );
 CREATE INDEX texts_tsv ON texts USING GIN (tsv);
 """
-POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1]
+_POSTGRES_2 = """
+ALTER TABLE jobs ADD COLUMN lease_owner TEXT, ADD COLUMN lease_until DOUBLE PRECISION;
+"""
+POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1, _POSTGRES_2]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
 

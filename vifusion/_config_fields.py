@@ -30,6 +30,12 @@ class ExtractFields(BaseModel):
     num_extractors: int = Field(
         1, gt=0, description="extractor actors (each loads the models once)"
     )
+    job_lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="an ingest worker holds a job this long and renews it every third of it; "
+        "a job whose worker died (stopped renewing) is taken over by another after this",
+    )
     use_plan: bool = Field(
         True,
         description="place extractors and shard replicas, and set the fusion size "

@@ -5,6 +5,14 @@ keyword index (FTS5, BM25) for the exact words, names and numbers an embedding b
 
 WAL mode with ``synchronous=FULL``: a write that returned is on disk. One connection per
 thread (sqlite3 connections must not cross threads).
+
+Jobs are leased (``lease_job``): a worker holds a job until ``lease_until`` and renews the
+lease while it runs it (``renew_leases``); a job whose lease ran out is taken over by the next
+taker. A catalog whose ``holder`` is set writes only the jobs that holder still holds
+(``update_job`` raises LeaseLost otherwise), so a worker that lost its job to another can
+never overwrite the new holder's progress nor end the job. The video rows a job fills in
+(``set_video_info``, ``set_media``, its texts) are not fenced: both holders write the same
+video's same values.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from vifusion._catalog_records import (
     JOB_STATES,
     CatalogUnreachable,
     Job,
+    LeaseLost,
     TextRow,
     Video,
     job_update,
@@ -50,10 +59,32 @@ __all__ = [
     "CatalogTooNew",
     "CatalogUnreachable",
     "Job",
+    "LeaseLost",
     "TextRow",
     "Video",
     "max_edits",
 ]
+
+# Taking a job (``lease_job``): what a taken job is set to (now, owner, until), and which jobs
+# can be taken (now). A job taken over starts again from nothing: its progress is the new run's.
+_LEASED = (
+    "status='decoding', error=NULL, progress=0, frames_indexed=0, stage=NULL, updated_at=?,"
+    " lease_owner=?, lease_until=?"
+)
+_TAKEABLE = (
+    "status='queued' OR (status IN ('decoding', 'indexing')"
+    " AND (lease_until IS NULL OR lease_until < ?))"
+)
+
+
+def check_holder(holder: str | None, job_id: str, owner: str | None) -> None:
+    """LeaseLost where a catalog writing as ``holder`` would write a job ``owner`` holds."""
+    if holder is not None and owner != holder:
+        raise LeaseLost(
+            f"job {job_id} is no longer held by {holder}"
+            + (f": {owner} took it over" if owner else "")
+        )
+
 
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
 # (NaN, stored before ingest refused it), since one such row would fail every filtered query.
@@ -69,6 +100,7 @@ class Catalog(SqliteTexts):
         sqlite3.OperationalError where there is no catalog at ``path``."""
         self.path = Path(path)
         self.read_only = read_only
+        self.holder: str | None = None  # the lease owner whose jobs alone update_job writes
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []  # every thread's connection, for close()
         self._all_lock = threading.Lock()
@@ -168,28 +200,34 @@ class Catalog(SqliteTexts):
     ) -> bool:
         """Move a job (and its video) to ``status``; ready and failed are final. ``stage``
         (one of JOB_STAGES) and ``warnings``: None keeps the job's; queued and ready clear
-        the stage.
+        the stage; queued lets go of its lease.
 
-        Returns False, changing nothing, when the job is gone (its video was deleted)."""
+        Returns False, changing nothing, when the job is gone (its video was deleted).
+        LeaseLost, changing nothing, when ``holder`` is set and does not hold the job."""
         if status not in JOB_STATES:
             raise ValueError(f"unknown job status {status!r}")
         if stage is not None and stage not in JOB_STAGES:
             raise ValueError(f"unknown job stage {stage!r}")
         now = time.time()
         with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")  # the write lock before the read: no other write between
             row = c.execute(
-                "SELECT video_id, progress, frames_indexed, stage, warnings FROM jobs WHERE id=?",
+                "SELECT video_id, progress, frames_indexed, stage, warnings, lease_owner"
+                " FROM jobs WHERE id=?",
                 (job_id,),
             ).fetchone()
             if row is None:
                 return False
+            check_holder(self.holder, job_id, row["lease_owner"])
             progress, frames, stage, noted = job_update(
                 row, status, progress, frames_indexed, stage, warnings
             )
             c.execute(
-                "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=?, stage=?, warnings=?"
+                "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=?, stage=?, warnings=?,"
+                " lease_owner=CASE WHEN ?='queued' THEN NULL ELSE lease_owner END,"
+                " lease_until=CASE WHEN ?='queued' THEN NULL ELSE lease_until END"
                 " WHERE id=?",
-                (status, progress, frames, error, now, stage, noted, job_id),
+                (status, progress, frames, error, now, stage, noted, status, status, job_id),
             )
             c.execute(
                 "UPDATE videos SET status=?, frames_indexed=?, error=? WHERE id=?",
@@ -291,22 +329,55 @@ class Catalog(SqliteTexts):
         )
         return [_job(r) for r in rows]
 
-    def lease_job(self) -> Job | None:
-        """Take the oldest queued job: it (and its video) move to ``decoding`` in one write,
-        so two takers never get the same job. None: nothing is queued."""
+    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+        """Take the oldest job that is queued, or running under a lease that ran out (its
+        holder died or stalled; never leased counts as run out: a crash before leases): it
+        moves to ``decoding`` from its start, held by ``owner`` for ``lease_s``, in one write
+        (SQLite's single writer), so two takers never get the same job. None: no such job."""
+        now = time.time()
         with self._conn() as c:
             row = c.execute(
-                "UPDATE jobs SET status='decoding', error=NULL, updated_at=? WHERE id ="
-                " (SELECT id FROM jobs WHERE status='queued' ORDER BY created_at, rowid LIMIT 1) RETURNING *",
-                (time.time(),),
+                f"UPDATE jobs SET {_LEASED} WHERE id = (SELECT id FROM jobs WHERE {_TAKEABLE}"
+                " ORDER BY created_at, rowid LIMIT 1) RETURNING *",
+                (now, owner, now + lease_s, now),
             ).fetchone()
             if row is None:
                 return None
             c.execute(
-                "UPDATE videos SET status='decoding', frames_indexed=?, error=NULL WHERE id=?",
-                (row["frames_indexed"], row["video_id"]),
+                "UPDATE videos SET status='decoding', frames_indexed=0, error=NULL WHERE id=?",
+                (row["video_id"],),
             )
         return _job(row)
+
+    def renew_leases(self, owner: str, lease_s: float) -> list[str]:
+        """The heartbeat: every running job ``owner`` still holds is held ``lease_s`` more.
+        Returns their ids (a job missing from them was taken over, or has ended)."""
+        with self._conn() as c:
+            rows = c.execute(
+                "UPDATE jobs SET lease_until=? WHERE lease_owner=?"
+                " AND status IN ('decoding', 'indexing') RETURNING id",
+                (time.time() + lease_s, owner),
+            ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def expire_leases(self, name: str) -> int:
+        """End at once the leases of every incarnation of the worker ``name`` (owners
+        ``name/...``): a restarted worker's first act, so that it (or any taker) retakes the
+        jobs its last incarnation was running without waiting out their leases. Returns
+        how many."""
+        with self._conn() as c:
+            return c.execute(
+                "UPDATE jobs SET lease_until=NULL WHERE substr(lease_owner, 1, ?)=?"
+                " AND status IN ('decoding', 'indexing')",
+                (len(name) + 1, name + "/"),
+            ).rowcount
+
+    def check_lease(self, job_id: str) -> None:
+        """LeaseLost unless ``holder`` is unset or holds the job (before a step that undoes
+        what the job sent, such as deleting its video's vectors for a fresh try)."""
+        row = self._conn().execute("SELECT lease_owner FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is not None:
+            check_holder(self.holder, job_id, row[0])
 
     def counts(self) -> dict[str, int]:
         """Videos per status."""

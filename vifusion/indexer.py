@@ -191,7 +191,8 @@ class Indexer:
         shard_no = shard_for(video_id, self.cfg.num_shards)
         # A video indexed before (a requeue, a run a crash cut short) starts from nothing: its
         # rows come again under the same ids, and none of the last run's outlives it (a
-        # transcript with fewer segments this time, say).
+        # transcript with fewer segments this time, say). Not if another worker took the job over.
+        self.catalog.check_lease(job_id)
         self.shards.delete_video(video_id)
         for attempt in range(_RETRIES + 1):
             warnings: list[str] = []
@@ -203,6 +204,7 @@ class Indexer:
             log.warning("%s; indexing it again", error)
             _wait_restarted(actor)
             self._abandon(video_id)
+            self.catalog.check_lease(job_id)  # taken over meanwhile: its vectors are not ours
             self.shards.delete_video(video_id)
         if error is None:
             self.catalog.update_job(job_id, "ready", frames_indexed=done, warnings=warnings)
@@ -210,6 +212,7 @@ class Indexer:
                 str(path), "ready", video_id, job_id, frames=done, warnings=tuple(warnings)
             )
         # Nothing of a failed video stays searchable.
+        self.catalog.check_lease(job_id)
         self.shards.delete_video(video_id)
         for kind in TEXT_KINDS:
             self.catalog.put_texts(video_id, kind, [])

@@ -1,24 +1,30 @@
 """The ingest queue of a running service: jobs acknowledged over HTTP, run in the background.
 
 The queue *is* the catalog: a job is a row written (fsynced) before the client hears 202, so
-a crash loses no acknowledged job. On start, jobs a crash interrupted go back to ``queued``
-and run again from the start of their video: vector ids are ``video_id << 24 | frame``,
-so a re-run overwrites what the first run sent instead of adding frames twice.
+a crash loses no acknowledged job. A runner leases each job it takes (``Catalog.lease_job``)
+and renews its leases every third of ``job_lease_s``: a job whose runner died is taken over
+once its lease runs out (at once by the runner's next incarnation: same name), and runs again
+from the start of its video: vector ids are ``video_id << 24 | frame``, so a re-run overwrites
+what the first run sent instead of adding frames twice. A runner whose job was taken over
+stops it at its next write (LeaseLost) and leaves it to the new holder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import ray
 
 from vifusion._files import storage_reason
+from vifusion.catalog import LeaseLost
 from vifusion.config import Config
 from vifusion.runtime import Runtime
 from vifusion.sources import (
@@ -48,25 +54,34 @@ class IngestStats:
 
 
 class JobRunner:
-    """One thread per extractor actor, each taking the oldest queued job. The extractors
-    are the runtime's indexer, started on the first job (they load models)."""
+    """One thread per extractor actor, each taking the oldest job there is to take, and one
+    renewing the leases. The extractors are the runtime's indexer, started on the first job
+    (they load models). ``name``: the runner's, the same in each of its incarnations; its
+    leases' owner is ``name/<incarnation>``. The runtime's catalog writes as that owner."""
 
-    def __init__(self, cfg: Config, rt: Runtime) -> None:
+    def __init__(self, cfg: Config, rt: Runtime, name: str) -> None:
         self.cfg = cfg
         self.rt = rt
         self.catalog = rt.catalog
         self.shards = rt.shards
+        self.name = name
+        self.owner = f"{name}/{uuid.uuid4().hex[:12]}"
+        self.catalog.holder = self.owner
         self.stats = IngestStats()
         self._lock = threading.Lock()  # guards taking a job, starting the extractors, the stats
         self._wake = threading.Condition(self._lock)
         self._stop = False
         self._storage_tries: dict[str, int] = {}
-        # Jobs a crash interrupted run again; on a data dir that refuses writes they wait.
-        self._stalled = [job.id for job in self.catalog.jobs_in(("decoding", "indexing"))]
+        self._running: set[str] = set()
+        # The jobs this runner's last incarnation held are retaken at the first take (on a
+        # data dir that refuses writes they wait); jobs put aside by a full data dir too.
+        self._retaken = False
+        self._stalled: list[str] = []
         self._threads = [
             threading.Thread(target=self._work, args=(i,), name=f"ingest-{i}", daemon=True)
             for i in range(cfg.num_extractors)
         ]
+        self._threads.append(threading.Thread(target=self._renew, name="leases", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -99,15 +114,38 @@ class JobRunner:
         raises while the catalog cannot be written."""
         with self._wake:
             while not self._stop:
+                if not self._retaken:
+                    self.catalog.expire_leases(self.name)
+                    self._retaken = True
                 while self._stalled:
-                    self.catalog.update_job(
-                        self._stalled[0], "queued", progress=0.0, frames_indexed=0
-                    )
+                    with contextlib.suppress(LeaseLost):  # taken over meanwhile: not ours
+                        self.catalog.update_job(
+                            self._stalled[0], "queued", progress=0.0, frames_indexed=0
+                        )
                     self._stalled.pop(0)
-                if (job := self.catalog.lease_job()) is not None:
+                job = self.catalog.lease_job(self.owner, self.cfg.job_lease_s)
+                if job is not None:
+                    self._running.add(job.id)
                     return job.id, job.video_id
                 self._wake.wait(timeout=2.0)
         return None
+
+    def _renew(self) -> None:
+        """The heartbeat: renew every third of the lease, so that a late renewal or two do not
+        lose a job; a job taken over meanwhile is logged (its runner stops at its next write)."""
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._stop, timeout=self.cfg.job_lease_s / 3)
+                if self._stop:
+                    return
+                running = set(self._running)
+            try:
+                held = set(self.catalog.renew_leases(self.owner, self.cfg.job_lease_s))
+            except Exception as e:  # the catalog cannot be reached or written: try again
+                log.error("cannot renew the ingest leases: %s", e)
+                continue
+            for job_id in running - held:
+                log.warning("job %s was taken over by another ingest worker", job_id)
 
     def _indexer(self):
         with self._lock:  # one thread starts the extractors; the others wait for them
@@ -128,11 +166,14 @@ class JobRunner:
             try:
                 self._run(i, job_id, video_id)
                 self._storage_tries.pop(job_id, None)
+            except LeaseLost as e:  # another worker runs it now: leave it to that one
+                log.warning("job %s stopped: %s", job_id, e)
             except (
                 Exception
             ) as e:  # a bug fails this job, a full disk puts it aside; never the service
                 self._failed(job_id, video_id, e)
             with self._lock:
+                self._running.discard(job_id)
                 self.stats.busy_s += time.perf_counter() - t0
 
     def _run(self, i: int, job_id: str, video_id: int) -> None:

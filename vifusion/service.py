@@ -87,7 +87,7 @@ class Service:
         self.rt = Runtime(cfg, writer=True, wait_s=wait_s)
         self.catalog = self.rt.catalog
         self.shards = self.rt.shards
-        self.jobs = JobRunner(cfg, self.rt)
+        self.jobs = JobRunner(cfg, self.rt, "ingest")
         self.thumbnails = ThumbnailCache(cfg.data_dir / "thumbs", cfg.thumbnail_cache_bytes)
 
     @property
