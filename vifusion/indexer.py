@@ -24,7 +24,9 @@ import ray
 from vifusion._files import StorageError, storage_reason
 from vifusion.catalog import TEXT_KINDS, Catalog
 from vifusion.config import Config
+from vifusion.extract._spool import ship
 from vifusion.extract.actor import start_extractors
+from vifusion.extract.decode import DecodeError
 from vifusion.fusion import start_aggregators
 from vifusion.index import ShardSet, shard_for
 from vifusion.placement import load_plan
@@ -130,6 +132,7 @@ class Indexer:
         self.shards = shards
         self.aggregators = start_aggregators(cfg, shards.handles)
         self.extractors = start_extractors(cfg, self.aggregators)
+        self._node = ray.get_runtime_context().get_node_id()
 
     def index_files(
         self,
@@ -239,12 +242,13 @@ class Indexer:
         )
         done = 0
         try:
-            ray.get(
-                actor.device.remote()
-            )  # its models are loaded: the deadline counts this video alone
+            # Its models are loaded: the deadline counts this video alone.
+            node = ray.get(actor.node_id.remote())
+            # Nodes share no disk: an extractor elsewhere gets the file through Ray.
+            chunks = None if node == self._node else ship(path, follow_symlinks)
             deadline = _Deadline(self.cfg)
             events = actor.index_video.options(num_returns="streaming").remote(
-                video_id, str(path), shard_no, follow_symlinks
+                video_id, str(path), shard_no, follow_symlinks, chunks
             )
             while True:
                 if deadline.left_s() == 0 or not ray.wait([events], timeout=deadline.left_s())[0]:
@@ -303,6 +307,8 @@ class Indexer:
                             ev["storage"], f"the data dir is {ev['storage']}: {ev['error']}"
                         )
                     return done, ev["error"], bool(ev.get("retry"))
+        except DecodeError as e:  # no file to ship (the extractor's open would say the same)
+            return done, str(e), False
         except ray.exceptions.RayActorError as e:  # the extractor died; Ray restarts it
             return done, f"{path.name}: extractor failed: {type(e).__name__}", True
         except ray.exceptions.RayError as e:

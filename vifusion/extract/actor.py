@@ -59,6 +59,10 @@ class Extractor:
     def device(self) -> str:
         return str(self.embedder.device)
 
+    def node_id(self) -> str:
+        """The Ray node this extractor runs on (a video on another node is shipped to it)."""
+        return ray.get_runtime_context().get_node_id()
+
     def transcriber(self):  # -> speech.Transcriber
         """The speech model, loaded at the first call: on this actor's GPU where CTranslate2
         can use it, else on the CPU."""
@@ -80,7 +84,12 @@ class Extractor:
         return self._screen
 
     def index_video(
-        self, video_id: int, path: str, shard_no: int, follow_symlinks: bool = True
+        self,
+        video_id: int,
+        path: str,
+        shard_no: int,
+        follow_symlinks: bool = True,
+        chunks: list[ray.ObjectRef] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Streams events: ``probed`` (video info); ``stage`` (``frames``: decoding and embedding
         the frames, reading their screen text; ``speech``: transcribing; ``saving``: waiting for
@@ -89,7 +98,14 @@ class Extractor:
         text) row, numbered as their vectors are, for ``Catalog.put_texts``); then ``done``
         (frames indexed) or ``failed`` (reason). Every row of a ``done`` video (frames, speech
         segments, screen-text spans) has been acknowledged by its shard, and the ``texts``
-        came before it. ``follow_symlinks``: see ``open_regular``."""
+        came before it. ``follow_symlinks``: see ``open_regular``. ``chunks``: the file,
+        shipped from another node (``_spool.py``); ``path`` then only names it."""
+        if chunks is not None:
+            from vifusion.extract._spool import received
+
+            with received(chunks, Path(path).name) as local:
+                yield from self.index_video(video_id, str(local), shard_no)
+            return
         from vifusion.extract._prefetch import prefetch
         from vifusion.extract.decode import DecodeError, open_sampled, open_video
 
