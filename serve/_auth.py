@@ -48,8 +48,10 @@ def api_key(cfg: Config) -> str:
     path = cfg.data_dir / "api_key"
     key = path.read_text().strip() if path.exists() else ""
     if not key:
-        key = secrets.token_urlsafe(32)
-        _write_private(path, key + "\n")
+        # Several replicas may start at once: the first key written wins, and every replica
+        # uses the one in the file (a replica holding a key of its own would refuse the rest).
+        _write_private(path, secrets.token_urlsafe(32) + "\n", replace=path.exists())
+        key = path.read_text().strip()
     elif len(key) < MIN_KEY_CHARS:
         raise WeakKey(
             f"the API key in {path} has {len(key)} characters; it needs at least {MIN_KEY_CHARS}: "
@@ -58,8 +60,9 @@ def api_key(cfg: Config) -> str:
     return key
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, readable by its owner only, all or nothing."""
+def _write_private(path: Path, text: str, replace: bool = True) -> None:
+    """Write ``text`` to ``path``, readable by its owner only, all or nothing; without
+    ``replace``, only where no ``path`` exists yet (another writer's file stays)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -69,7 +72,15 @@ def _write_private(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    if replace:
+        os.replace(tmp, path)
+    else:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the rename itself survives a crash

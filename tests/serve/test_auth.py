@@ -38,6 +38,28 @@ def test_first_start_writes_a_long_key_only_its_owner_can_read(tmp_path):
     assert api_key(cfg) == key  # the next start reads the same key
 
 
+def _first_start(data_dir, barrier, keys) -> None:
+    barrier.wait()
+    keys.put(api_key(Config(data_dir=data_dir)))
+
+
+def test_replicas_starting_at_once_all_use_the_one_key_in_the_file(tmp_path):
+    """API replicas start together on a fresh data dir: each must end up with the key the file
+    holds, or a client with that key would be refused by the others."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, keys = ctx.Barrier(8), ctx.Queue()
+    starts = [ctx.Process(target=_first_start, args=(tmp_path, barrier, keys)) for _ in range(8)]
+    for p in starts:
+        p.start()
+    for p in starts:
+        p.join(30)
+    held = {keys.get(timeout=5) for _ in starts}
+    assert held == {(tmp_path / "api_key").read_text().strip()}
+    assert os.listdir(tmp_path) == ["api_key"]
+
+
 @pytest.mark.parametrize("left", ["", " \n\t"])
 def test_a_key_file_left_empty_by_a_crash_is_written_again(tmp_path, left):
     """Empty or whitespace-only: no key anyone could hold, so a new one, never the key ""."""
