@@ -69,3 +69,40 @@ def test_a_slow_shard_bounds_the_whole_pipeline():
         one_node(8), costs, Candidate((2,), ((0,),)), Workload(videos=4, frames_per_video=512)
     )
     assert r.fps == pytest.approx(1 / 0.01, rel=0.05)
+
+
+def test_two_stages_on_one_core_share_it():
+    # Decoding runs ahead on its own thread, but both stages take the node's one core:
+    # 0.5 + 0.5 core-seconds a frame is at most one frame a second through both.
+    costs = {"head": StageCosts(decode_cs=0.5, embed_cs=0.5, **FREE)}
+    r = simulate(
+        one_node(1), costs, Candidate((1,), ((0,),)), Workload(videos=2, frames_per_video=64)
+    )
+    assert r.fps == pytest.approx(1.0, rel=0.03)
+    assert r.cpu_s[0] == pytest.approx({"decode": 64.0, "embed": 64.0})
+
+
+@pytest.mark.parametrize(("extractors", "per_frame"), [(1, 0.01), (2, 0.04)])
+def test_extractors_embedding_at_once_on_a_node_pay_its_crowded_cost(extractors, per_frame):
+    # Two cores. Alone, an extractor's torch threads take both at 0.01 core-s a frame; two
+    # extractors embedding at once pay 0.04 a frame (threads spinning for cores).
+    costs = {"head": StageCosts(decode_cs=1e-5, embed_cs=0.01, embed_cs_crowded=0.04, **FREE)}
+    r = simulate(
+        one_node(2),
+        costs,
+        Candidate((extractors,), ((0,),)),
+        Workload(videos=4, frames_per_video=256),
+    )
+    assert r.fps == pytest.approx(2 / per_frame, rel=0.05)
+
+
+def test_a_replica_applies_every_row_on_its_own_node():
+    costs = {"head": StageCosts(decode_cs=1e-4, embed_cs=1e-3, **{**FREE, "apply_cs": 1e-4})}
+    r = simulate(
+        Cluster((NodeType("head", 2, 4),), "head"),
+        costs,
+        Candidate((1, 0), ((0, 1),)),
+        Workload(videos=2, frames_per_video=100),
+    )
+    assert r.frames == 200
+    assert r.cpu_s[1] == pytest.approx({"shard": 200 * 1e-4})

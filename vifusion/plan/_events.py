@@ -33,16 +33,19 @@ class Sim:
 
 
 class Cpu:
-    """Processor sharing over ``capacity`` cores; a job runs at most at its ``cap`` cores."""
+    """Processor sharing over ``capacity`` cores; a job runs at most at its ``cap`` cores.
+    ``spent``: core-seconds of work given to it, by stage."""
 
     def __init__(self, sim: Sim, capacity: float) -> None:
         self.sim, self.capacity = sim, capacity
+        self.spent: dict[str, float] = {}
         self.jobs: list[list] = []  # [work left, cap, callback]
         self.rates: list[float] = []
         self.t = 0.0
         self.version = 0
 
-    def add(self, work: float, cap: float, done: Callable[[], None]) -> None:
+    def add(self, work: float, cap: float, done: Callable[[], None], stage: str = "") -> None:
+        self.spent[stage] = self.spent.get(stage, 0.0) + max(work, 0.0)
         if work <= 0:
             self.sim.at(self.sim.now, done)
             return
@@ -86,8 +89,8 @@ class Cpu:
 class Serial:
     """One thread on a node: its jobs one after another, each on at most one core."""
 
-    def __init__(self, cpu: Cpu) -> None:
-        self.cpu, self.queue, self.busy = cpu, [], False
+    def __init__(self, cpu: Cpu, stage: str) -> None:
+        self.cpu, self.stage, self.queue, self.busy = cpu, stage, [], False
 
     def add(self, work: float, done: Callable[[], None]) -> None:
         self.queue.append((work, done))
@@ -104,4 +107,4 @@ class Serial:
             done()
             self._next()
 
-        self.cpu.add(work, 1.0, finished)
+        self.cpu.add(work, 1.0, finished, self.stage)

@@ -38,7 +38,7 @@ class Extractor:
             return
         self.decoding = True
         n = self.batches[self.decoded]
-        self.s.cpu[self.node].add(n * self.costs.decode_cs, 1.0, self._decoded)
+        self.s.cpu[self.node].add(n * self.costs.decode_cs, 1.0, self._decoded, "decode")
 
     def _decoded(self) -> None:
         self.decoding = False
@@ -54,14 +54,18 @@ class Extractor:
         self._decode()
         n = self.batches[self.embedded_n]
         if self.gpu is not None:
-            self.s.cpu[self.node].add(n * self.costs.text_cs, 1.0, lambda: None)
+            self.s.cpu[self.node].add(n * self.costs.text_cs, 1.0, lambda: None, "text")
             self.gpu.add(n * self.costs.embed_gpu_s, 1.0, self._embedded)
         else:
+            self.s.embedding[self.node] += 1
+            embed = self.costs.embed_cs_among(self.s.embedding[self.node])
             self.s.cpu[self.node].add(
-                n * (self.costs.embed_cs + self.costs.text_cs), self.threads, self._embedded
+                n * (embed + self.costs.text_cs), self.threads, self._embedded, "embed"
             )
 
     def _embedded(self) -> None:
+        if self.gpu is None:
+            self.s.embedding[self.node] -= 1
         self.embedding = False
         self.waiting = (self.batches[self.embedded_n], self.s.sim.now)
         self.embedded_n += 1

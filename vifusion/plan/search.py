@@ -147,7 +147,7 @@ def upper_bound(
         if s.embed_gpu_s and t.gpus:
             rates.append(t.gpus / s.embed_gpu_s)
         else:
-            cpu += s.embed_cs
+            cpu += s.embed_cs_least
         rates.append(t.cores / cpu)
         if i not in primaries:
             rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
@@ -186,9 +186,9 @@ def _one_extractor(t: NodeType, s: StageCosts) -> float:
     embed = (
         1 / s.embed_gpu_s
         if s.embed_gpu_s and t.gpus
-        else min(t.cpus, t.cores) / (s.embed_cs or 1e-12)
+        else min(t.cpus, t.cores) / (s.embed_cs_least or 1e-12)
     )
-    cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs)
+    cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
     return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))
 
 

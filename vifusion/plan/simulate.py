@@ -41,6 +41,9 @@ class StageCosts:
 
     decode_cs: float
     embed_cs: float
+    # While another extractor embeds on the same node: torch's threads wait for cores
+    # spinning, so a frame costs more CPU. 0: as ``embed_cs``.
+    embed_cs_crowded: float = 0.0
     embed_gpu_s: float = 0.0  # GPU seconds per frame; 0: the node embeds on its CPU
     text_cs: float = 0.0  # speech and screen text, where enabled
     aggregate_cs: float = 3e-5  # per row: hand-over, dedup, buffer (the aggregator's thread)
@@ -50,6 +53,16 @@ class StageCosts:
     sync_s: float = 1e-3  # one log sync
     dedup_ratio: float = 1.0  # rows sent per frame embedded
     extractor_bytes: int = 2 << 30  # an extractor's memory (its models)
+
+    def embed_cs_among(self, embedding: int) -> float:
+        """Core-seconds to embed a frame while ``embedding`` extractors (this one counted)
+        embed on the node."""
+        return self.embed_cs_crowded if embedding > 1 and self.embed_cs_crowded else self.embed_cs
+
+    @property
+    def embed_cs_least(self) -> float:
+        """The least a frame's embedding costs on a CPU, crowded or not (for bounds)."""
+        return min(self.embed_cs, self.embed_cs_crowded or self.embed_cs)
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,7 @@ class Result:
     seconds: float
     messages: int = 0
     codec_rows: dict[str, float] = field(default_factory=dict)
+    cpu_s: list[dict[str, float]] = field(default_factory=list)  # per node: by stage
 
 
 class Simulation:
@@ -105,7 +119,8 @@ class Simulation:
         self.cand, self.work = candidate, workload
         self.cpu = [Cpu(self.sim, n.type.cores) for n in self.nodes]
         self.gpu = [Cpu(self.sim, n.type.gpus) if n.type.gpus else None for n in self.nodes]
-        self.agg = [Serial(c) for c in self.cpu]
+        self.embedding = [0] * len(self.nodes)  # extractors embedding on their CPU now
+        self.agg = [Serial(c, "aggregator") for c in self.cpu]
         self.uplink_free = [0.0] * len(self.nodes)
         self.policy = FlushPolicy(
             workload.latency_target_s,
@@ -113,7 +128,7 @@ class Simulation:
             max_bytes=candidate.fusion_max_bytes,
         )
         self.links: dict[tuple[int, int], Link] = {}
-        self.shard_apply = [Serial(self.cpu[group[0]]) for group in candidate.shards]
+        self.shard_apply = [Serial(self.cpu[group[0]], "shard") for group in candidate.shards]
         self.staged: list[list] = [[] for _ in candidate.shards]
         self.syncing = [False] * len(candidate.shards)
         self.pending: dict[int, float] = {}  # video -> rows not yet acknowledged
@@ -151,6 +166,7 @@ class Simulation:
                 t1 - t0,
                 self.messages,
                 self.codec_rows,
+                self._spent(),
             )
         self.sim.run(horizon_s)
         seconds = self.last_ack or self.sim.now
@@ -161,7 +177,11 @@ class Simulation:
             seconds,
             self.messages,
             self.codec_rows,
+            self._spent(),
         )
+
+    def _spent(self) -> list[dict[str, float]]:
+        return [{k: v for k, v in c.spent.items() if v} for c in self.cpu]
 
     def _p50(self) -> float:
         lat = sorted(self.latencies)
@@ -304,7 +324,7 @@ class Simulation:
 
         self.shard_apply[shard].add(rows * costs.apply_cs + costs.message_cs, applied)
         for replica in group[1:]:  # a replica applies what the primary logged, on its own node
-            self.cpu[replica].add(rows * self.costs[replica].apply_cs, lambda: None)
+            self.cpu[replica].add(rows * self.costs[replica].apply_cs, 1.0, lambda: None, "shard")
 
     def _sync(self, shard: int) -> None:
         if self.syncing[shard] or not self.staged[shard]:
