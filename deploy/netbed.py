@@ -238,7 +238,11 @@ class NetBed:
         delay_ms: float = 0.0,
         mtu: int | None = None,
         prefix: str = "vfnb",
+        disk: str | None = None,
     ) -> None:
+        """``disk``: a path (say /var/lib/vifusion) that every host sees as a disk of its
+        own: each process of host i runs in a mount namespace where it is a bind mount of
+        /tmp/<bed>-disk/h<i>, so hosts share no file under it, as separate machines would."""
         if not 1 <= hosts <= 250:
             raise ValueError("hosts must be in 1..250")
         _rate_bps(rate)  # fail early on a typo
@@ -246,6 +250,7 @@ class NetBed:
         self.delay_ms = delay_ms
         self.mtu = mtu or (TUN_MTU if delay_ms > 0 else 1500)
         self.prefix = prefix
+        self.disk = disk
         self.bed = ""  # "<prefix><n>", claimed by up()
         self.hosts: list[Host] = []
         self._n = hosts
@@ -366,7 +371,19 @@ class NetBed:
         so `ray.init(address=...)` just works in it."""
         if self._ray_env:
             popen_kwargs["env"] = self._ray_env | (popen_kwargs.get("env") or dict(os.environ))
+        if self.disk is not None:
+            own = self.disk_dir(host)
+            own.mkdir(parents=True, exist_ok=True)
+            argv = [
+                *("unshare", "--mount", "--propagation", "private", "sh", "-c"),
+                'mkdir -p "$0" && mount --bind "$1" "$0" && shift && exec "$@"',
+                *(self.disk, str(own), *argv),
+            ]
         return self._exec_ns(self.hosts[host].name, argv, **popen_kwargs)
+
+    def disk_dir(self, host: int) -> Path:
+        """Where host ``host``'s own ``disk`` lives, seen from outside the bed."""
+        return Path(f"/tmp/{self.bed}-disk/h{host}")
 
     def set_rate(self, host: int, rate: str) -> None:
         """Change host `host`'s uplink (egress) rate, effective immediately."""
@@ -506,6 +523,7 @@ class NetBed:
         for ns in namespaces:
             _run("ip", "netns", "del", ns, check=False)
         shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
+        shutil.rmtree(f"/tmp/{self.bed}-disk", ignore_errors=True)
         self._ray_env = {}
         self._owned = False
 

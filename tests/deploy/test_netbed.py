@@ -244,6 +244,26 @@ def test_down_leaves_nothing_even_after_an_exception(tmp_path):
     assert namespaces(name) == [] and live_in(ids) == []
 
 
+def test_each_host_has_a_disk_of_its_own(tmp_path):
+    """Hosts share no file under ``disk``: what one writes there, the others never see."""
+    needs()
+    shared = tmp_path / "disk"
+    with NetBed(hosts=2, rate="1gbit", disk=str(shared)) as bed:
+        for i in range(2):
+            assert bed.exec(i, ["sh", "-c", f"echo h{i} > {shared}/who"]).wait(30) == 0
+        seen = [
+            bed.exec(i, ["cat", f"{shared}/who"], stdout=subprocess.PIPE, text=True)
+            .communicate(timeout=30)[0]
+            .strip()
+            for i in range(2)
+        ]
+        assert seen == ["h0", "h1"]
+        assert not (shared / "who").exists()  # nothing lands on the machine's own disk
+        assert (bed.disk_dir(1) / "who").read_text().strip() == "h1"
+        disks = bed.disk_dir(0).parent
+    assert not disks.exists()  # down() removes them
+
+
 KILLED_IN_BED = r"""
 import subprocess, sys, time
 import ray
