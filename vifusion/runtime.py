@@ -59,19 +59,39 @@ def open_writer_lock(data_dir: Path) -> IO[str]:
 
 
 class Runtime:
-    """Use as a context manager; ``writer=True`` takes the data dir's writer lock."""
+    """Use as a context manager; ``writer=True`` takes the data dir's writer lock.
 
-    def __init__(self, cfg: Config, writer: bool = False, wait_s: float = 0.0) -> None:
+    The lock (an flock on DATA_DIR/writer.lock) keeps apart the processes that would write the
+    data dir's files each through actors of its own: `vifusion index`, `vifusion check
+    --repair`, a service that starts its own Ray or whose actors are its own (not
+    ``cfg.shared_actors``). Those hold it alone: a second such process, or one beside a
+    service, is refused (DataDirBusy). API replicas whose shard replicas and ingest pool are
+    shared (``shared=True`` with ``cfg.shared_actors``, on a Ray they join) write only through
+    those actors: they hold it together, any number of them, and still keep the others out.
+    """
+
+    def __init__(
+        self, cfg: Config, writer: bool = False, wait_s: float = 0.0, shared: bool = False
+    ) -> None:
         """``wait_s``: how long to wait for another writer to let go of the data dir (a
-        service replica being replaced hands over to its successor this way)."""
+        service replica being replaced hands over to its successor this way). ``shared``: a
+        process that writes only through the shared actors (an API replica): the lock is
+        held shared where ``cfg.shared_actors`` and Ray runs already or is joined."""
         self.cfg = cfg
         self._lock = None
         if writer:
+            together = (
+                shared
+                and cfg.shared_actors
+                and (ray.is_initialized() or cfg.ray_address is not None)
+            )
             self._lock = open_writer_lock(cfg.data_dir)
             deadline = time.monotonic() + wait_s
             while True:
                 try:
-                    fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(
+                        self._lock, (fcntl.LOCK_SH if together else fcntl.LOCK_EX) | fcntl.LOCK_NB
+                    )
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:

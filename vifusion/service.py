@@ -2,7 +2,10 @@
 
 The HTTP layer (``serve/app.py``) only parses, authenticates and formats; what it answers
 comes from here, so the same calls can be made (and measured) without HTTP.
-Holds the data dir's writer lock: one ``Service`` writes to a data dir at a time.
+Holds the data dir's writer lock (``Runtime``): alone on one machine; with
+``cfg.shared_actors``, shared with the other API replicas on the same Ray, which use the same
+shard replicas and the same ingest pool (``vifusion/ingest.py``): any number of them accept
+videos, and the pool runs every job once.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from vifusion._files import StorageError, fd_path, storage_writes
 from vifusion._ingest_checks import check_metadata, shape, title_for
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
-from vifusion.jobs import JobRunner
+from vifusion.ingest import Pool
 from vifusion.media import PastEnd, ThumbnailCache
 from vifusion.ranking import Moment, relative_cut
 from vifusion.runtime import Runtime
@@ -66,7 +69,8 @@ class SearchPage:
 class Service:
     """Everything the REST API does, in-process. Use it as a context manager: it starts Ray
     (or joins ``cfg.ray_address``), takes the data dir's writer lock and starts the ingest
-    queue (resuming interrupted jobs); leaving the block stops them. Ingest, then search::
+    pool, or finds the running one (which resumes interrupted jobs); leaving the block stops
+    what it started, unless shared. Ingest, then search::
 
         import time
 
@@ -84,10 +88,14 @@ class Service:
     def __init__(self, cfg: Config, wait_s: float = 0.0) -> None:
         """``wait_s``: how long to wait for the data dir's previous writer to stop."""
         self.cfg = cfg
-        self.rt = Runtime(cfg, writer=True, wait_s=wait_s)
+        self.rt = Runtime(cfg, writer=True, wait_s=wait_s, shared=True)
         self.catalog = self.rt.catalog
         self.shards = self.rt.shards
-        self.jobs = JobRunner(cfg, self.rt, "ingest")
+        try:
+            self.jobs = Pool(cfg)  # the data dir's ingest pool (vifusion/ingest.py)
+        except BaseException:
+            self.rt.close()
+            raise
         self.thumbnails = ThumbnailCache(cfg.data_dir / "thumbs", cfg.thumbnail_cache_bytes)
 
     @property
@@ -366,8 +374,17 @@ class Service:
         }
 
     def close(self) -> None:
+        """Let go of the data dir; the shard replicas and the ingest pool stop with it unless
+        they are shared (``cfg.shared_actors``: the other API replicas go on with them)."""
         self.jobs.close()
         self.rt.close()
+
+    def shutdown(self) -> None:
+        """Close, and stop the shared shard replicas and ingest pool too: the end of a
+        cluster's whole service (every API replica on this data dir stops working)."""
+        self.jobs.shutdown()
+        self.shards.shutdown()
+        self.close()
 
     def __enter__(self) -> Service:
         return self

@@ -1,0 +1,99 @@
+"""The ingest pool (vifusion/ingest.py): API replicas on one data dir share one pool, each
+video they accept is indexed once, and a pool killed mid-job finishes the job after Ray
+restarts it, each frame once."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from vifusion.check import find_drift
+from vifusion.config import Config
+from vifusion.runtime import DataDirBusy, Runtime
+from vifusion.samples import write_demo_set, write_video
+from vifusion.service import Service
+
+
+def wait(svc: Service, job_id: str, timeout_s: float = 300) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = svc.job(job_id).status
+        if status in ("ready", "failed"):
+            return status
+        time.sleep(0.3)
+    raise TimeoutError(job_id)
+
+
+def pools() -> list[str]:
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("ingest-")
+    ]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    return {v.name: v for v in write_demo_set(tmp_path_factory.mktemp("pool-videos"))}
+
+
+def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_once(
+    ray_session, tmp_path, videos
+):
+    # dedup off: every sampled frame is one vector, so vectors count frames
+    cfg = Config(data_dir=tmp_path / "data", shared_actors=True, dedup_cosine=1.01)
+    first = Service(cfg)
+    second = None
+    try:
+        second = Service(cfg)  # a second API replica starts beside the first
+        assert len(pools()) == 1  # and finds the first's pool
+        with pytest.raises(DataDirBusy):  # `vifusion index` beside them is still refused
+            Runtime(cfg, writer=True)
+        jobs = {}
+        for svc, name in ((first, "kitchen.mp4"), (second, "launch.mp4")):
+            with open(videos[name].path, "rb") as f:
+                jobs[name] = svc.ingest_upload(f, name)
+        for queued in jobs.values():
+            assert wait(first, queued.job_id) == "ready", first.job(queued.job_id).error
+        frames = [first.video(q.video_id).frames_indexed for q in jobs.values()]
+        assert frames == [12, 12]
+        for svc in (first, second):
+            assert svc.health()["vectors"] == sum(frames)  # each frame once
+            assert find_drift(svc.catalog, svc.shards) == []  # `vifusion check` is clean
+            page = svc.search(text="a cat", top_k=10, group_by="video", modalities=["visual"])
+            assert {m.video_id for m in page.results} == {q.video_id for q in jobs.values()}
+        second.close()  # one replica going leaves the pool and the shards to the other
+        second = None
+        with open(videos["street.mp4"].path, "rb") as f:
+            third = first.ingest_upload(f, "street.mp4")
+        assert wait(first, third.job_id) == "ready"
+        assert first.health()["vectors"] == sum(frames) + 12
+    finally:
+        if second is not None:
+            second.close()
+        first.shutdown()
+    assert pools() == []
+
+
+def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_once(
+    ray_session, tmp_path
+):
+    video = write_video(tmp_path / "long.mp4", ("coffee", "rocket", "camera"), scene_s=4.0)
+    cfg = Config(data_dir=tmp_path / "data", sample_fps=4.0, dedup_cosine=1.01, embed_batch=8)
+    with Service(cfg) as svc:
+        with open(video.path, "rb") as f:
+            queued = svc.ingest_upload(f, "long.mp4")
+        deadline = time.monotonic() + 300
+        while not ((job := svc.job(queued.job_id)).status == "indexing" and job.frames_indexed > 0):
+            assert time.monotonic() < deadline and job.status not in ("ready", "failed"), job
+            time.sleep(0.05)
+        ray.kill(svc.jobs.actor, no_restart=False)  # Ray starts it again: same name
+
+        assert wait(svc, queued.job_id) == "ready", svc.job(queued.job_id).error
+        job = svc.job(queued.job_id)
+        assert job.frames_indexed == 48  # 12 s at 4 frames/s
+        stats = svc.shards.stats()
+        assert sum(s["vectors"]["visual"] for s in stats) == 48  # each frame once
+        assert find_drift(svc.catalog, svc.shards) == []
