@@ -265,6 +265,13 @@ class IndexFields(BaseModel):
     shard_replicas: int = Field(
         1, gt=0, description="copies of each shard; searches spread over them, writes go to all"
     )
+    shard_ack_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="followers a write must be logged on, besides the primary, before it is "
+        "acknowledged (the others get it in the background); at most shard_replicas - 1; "
+        "None: 1 where shard_replicas > 1",
+    )
     search_shard_timeout_s: float = Field(
         10.0,
         gt=0,
@@ -301,3 +308,10 @@ class IndexFields(BaseModel):
         le=1,
         description="a segment ends where the score falls below (1 - this) x its peak",
     )
+
+    @property
+    def ack_replicas(self) -> int:
+        """Followers a write waits for (``shard_ack_replicas``, or its default)."""
+        if self.shard_ack_replicas is not None:
+            return self.shard_ack_replicas
+        return min(1, self.shard_replicas - 1)

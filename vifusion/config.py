@@ -176,6 +176,13 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
                 self.ocr_frame_side,
                 strict=True,
             )
+        if self.shard_ack_replicas is not None:  # a write can wait only for followers there are
+            ordered(
+                "shard_ack_replicas",
+                self.shard_ack_replicas,
+                "shard_replicas - 1",
+                self.shard_replicas - 1,
+            )
         # The read timeout is one rate window: a longer one would outlast the deadline.
         ordered(
             "fetch_rate_window_s",

@@ -353,24 +353,70 @@ def test_grows_into_a_trained_index_in_the_background_losing_no_write(tmp_path: 
     _same_results(s, again)
 
 
-def test_reader_applies_forwarded_operations_in_order_and_fills_gaps_from_the_log(
+def test_a_follower_logs_forwarded_operations_in_its_own_directory_and_reports_a_gap(
     tmp_path: Path,
 ) -> None:
-    writer = Shard(0, tmp_path, CFG)
-    writer.add(make_batch(1, 4, seed=1))
-    reader = Shard(0, tmp_path, CFG, writer=False)
-    assert reader.video_ids() == [1]
-    b2, b3 = make_batch(2, 4, seed=2), make_batch(3, 4, seed=3)
-    writer.add(b2)
-    writer.add(b3)
-    reader.apply(3, b3)  # seq 2 never reached it: read from the log first
-    assert reader.video_ids() == [1, 2, 3] and reader.stats()["seq"] == 3
-    reader.apply(2, b2)  # a late duplicate changes nothing
-    writer.delete_video(1)
-    reader.apply(4, Delete(1))
-    _same_results(writer, reader)
+    primary = Shard(0, tmp_path / "p", CFG)
+    follower = Shard(0, tmp_path / "f", CFG)
+    b1, b2, b3 = (make_batch(v, 4, seed=v) for v in (1, 2, 3))
+    for b in (b1, b2, b3):
+        primary.add(b)
+    assert follower.apply(1, b1) == 1
+    assert follower.apply(3, b3) == 1  # seq 2 never reached it: nothing applied, a gap named
+    assert follower.apply(2, b2) == 2
+    assert follower.apply(3, b3) == 3
+    assert follower.apply(2, b2) == 3  # a late duplicate changes nothing
+    primary.delete_video(1)
+    follower.apply(4, Delete(1))
+    _same_results(primary, follower)
+    # its own log, synced: a restart of the follower alone holds every write it answered
+    again = Shard(0, tmp_path / "f", CFG)
+    assert again.stats()["seq"] == 4 and again.video_ids() == [2, 3]
+    _same_results(primary, again)
+    reader = Shard(0, tmp_path / "p", CFG, writer=False)
     with pytest.raises(RuntimeError, match="only reads"):
         reader.add(make_batch(9, 1))
+
+
+def test_a_replica_behind_gets_the_log_it_lacks_or_the_snapshot_and_the_log_after_it(
+    tmp_path: Path,
+) -> None:
+    source = Shard(0, tmp_path / "src", CFG)
+    for v in (1, 2, 3):
+        source.add(make_batch(v, 5, seed=v))
+    behind = Shard(0, tmp_path / "behind", CFG)
+    behind.apply(1, make_batch(1, 5, seed=1))
+    changes = source.changes_after(behind.stats()["seq"])
+    assert changes.snapshot is None and [s for s, _ in changes.records] == [2, 3]
+    assert behind.install(changes) == 3
+    _same_results(source, behind)
+    source.snapshot()  # the log before seq 3 is gone from the source
+    source.delete_video(2)
+    empty = Shard(0, tmp_path / "empty", CFG)
+    changes = source.changes_after(0)
+    assert changes.snapshot is not None and [s for s, _ in changes.records] == [4]
+    assert empty.install(changes) == 4
+    _same_results(source, empty)
+    assert empty.video_ids() == [1, 3]
+    # installed durably, in its own directory: it restarts whole, and then takes more
+    again = Shard(0, tmp_path / "empty", CFG)
+    assert again.stats()["seq"] == 4
+    _same_results(source, again)
+    source.add(make_batch(5, 3, seed=5))
+    assert again.install(source.changes_after(4)) == 5
+    assert Shard(0, tmp_path / "empty", CFG).video_ids() == [1, 3, 5]
+    # nothing to send to a replica that holds it all; a replica never goes back
+    assert source.changes_after(5).records == []
+    assert again.install(source.changes_after(2)) == 5
+
+
+def test_a_replica_is_sent_only_what_is_durable_at_its_source(tmp_path: Path) -> None:
+    source = Shard(0, tmp_path / "src", CFG)
+    source.add(make_batch(1, 3, seed=1))
+    _, seq = source.stage(make_batch(2, 3, seed=2))  # logged, applied, not yet synced
+    assert [s for s, _ in source.changes_after(0).records] == [1]
+    source.commit(seq)
+    assert [s for s, _ in source.changes_after(0).records] == [1, 2]
 
 
 def test_a_log_torn_mid_record_by_a_crash_is_survived(tmp_path: Path) -> None:

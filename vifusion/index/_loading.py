@@ -1,28 +1,52 @@
 """How a shard reaches its state: the last snapshot, then the log after it (``Shard`` inherits
-this); a reader that missed some of the writer's operations catches up the same way."""
+this); and how a replica that lacks some of another's operations gets them from it
+(``changes_after`` there, ``install`` here): the log records after its seq where the other's
+log still holds them, else the other's snapshot file and the log after it. Only bytes move
+(through Ray between replicas, ``replica.py``): no replica reads another's directory."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from vifusion.index import _snapshot
 from vifusion.index._rows import DIMS
 from vifusion.index._snapshot import SNAPSHOT
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion.index.wal import LogCorrupt, replay
+from vifusion.index.wal import LogCorrupt, WriteAheadLog, decode, records, replay
 
 WAL_DIR = "wal"
 _LOAD_TRIES = 5  # a reader racing the writer's snapshot + log clean-up starts over
 
 
+@dataclass
+class Changes:
+    """What one replica sends another that is behind it: ``snapshot`` (its snapshot file's
+    bytes; None: not needed) and its durable log records after ``base_seq`` (the
+    snapshot's seq, or the asker's), as (seq, payload)."""
+
+    snapshot: bytes | None
+    base_seq: int
+    records: list[tuple[int, bytes]]
+
+    @property
+    def seq(self) -> int:
+        """The seq a replica holds once these are installed."""
+        return self.records[-1][0] if self.records else self.base_seq
+
+
 class Loading:
     """The loading part of ``Shard``: it uses the shard's ``directory``, ``writer``,
-    ``_policy`` and ``_apply``."""
+    ``_policy``, ``_apply``, ``_wal`` and its locks."""
 
     directory: Path
     writer: bool
     _policy: IndexPolicy
+    _wal: WriteAheadLog | None
+    _lock: threading.RLock
+    _snapshot_lock: threading.Lock
 
     def _reset(self) -> None:
         self._spaces = {s: SpaceIndex(d, self._policy) for s, d in DIMS.items()}
@@ -65,12 +89,46 @@ class Loading:
         self.seq = self._snapshot_seq = loaded.seq
         self._snapshot_size = loaded.size
 
-    def _catch_up(self, through: int) -> None:
-        for seq, op in replay(self.directory / WAL_DIR, self.seq):
-            if seq > through:
-                return
-            if seq != self.seq + 1:
-                break
-            self._apply(seq, op)
-        if self.seq < through:  # the log it needed was folded into a newer snapshot
-            self._load_state()
+    def changes_after(self, after: int) -> Changes:
+        """What a replica at seq ``after`` lacks of this one's durable state: the log records
+        after ``after`` where this log still holds them, else the snapshot and the log after
+        it. Nothing not yet synced here: a replica must never hold a write its source could
+        still lose. Held: the snapshot lock (no snapshot drops the log meanwhile)."""
+        with self._snapshot_lock:
+            with self._lock:
+                durable = self._wal.durable_seq if self._wal is not None else self.seq
+                snapshot_seq = self._snapshot_seq
+            if after >= durable:
+                return Changes(None, durable, [])
+            snapshot = None
+            if after < snapshot_seq:  # the log before the snapshot is gone: send the snapshot
+                snapshot, after = (self.directory / SNAPSHOT).read_bytes(), snapshot_seq
+            found = []
+            for seq, payload in records(self.directory / WAL_DIR, after):
+                if seq > durable:
+                    break
+                found.append((seq, payload))
+        if [seq for seq, _ in found] != list(range(after + 1, durable + 1)):
+            raise LogCorrupt(
+                f"{self.directory}: the log lacks records between {after} and {durable}"
+            )
+        return Changes(snapshot, after, found)
+
+    def install(self, changes: Changes) -> int:
+        """Take what another replica sent (``changes_after``): its snapshot where this replica
+        is behind it, then the records after this replica's seq, each logged here, all synced
+        before this returns. Returns the seq held (what the sender may count as held here)."""
+        with self._snapshot_lock, self._lock:
+            if changes.snapshot is not None and changes.base_seq > self.seq:
+                self._wal.restart_after(changes.base_seq)
+                _snapshot.install(self.directory, changes.snapshot)
+                self._take(_snapshot.read(self.directory / SNAPSHOT, self._policy))
+            for seq, payload in changes.records:
+                if seq <= self.seq:
+                    continue
+                if seq != self.seq + 1:
+                    raise LogCorrupt(f"{self.directory}: sent seq {seq} after {self.seq}")
+                self._wal.write_payload(payload)
+                self._apply(seq, decode(payload))
+            self._wal.sync(self.seq)
+            return self.seq

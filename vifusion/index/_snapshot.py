@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -64,11 +66,21 @@ def pack(
 
 def write(directory: Path, parts: dict) -> int:
     """Write ``parts`` as ``directory/SNAPSHOT`` atomically; return the file's size in bytes."""
+    return _write(directory, lambda f: np.savez(f, **parts))
+
+
+def install(directory: Path, data: bytes) -> int:
+    """Write another replica's snapshot file (its bytes) as ``directory/SNAPSHOT``, atomically;
+    return its size. ``read`` checks it as it checks any snapshot."""
+    return _write(directory, lambda f: f.write(data))
+
+
+def _write(directory: Path, fill: Callable[[BinaryIO], object]) -> int:
     path = directory / SNAPSHOT
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **parts)
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

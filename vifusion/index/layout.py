@@ -22,6 +22,15 @@ def shard_dir(data_dir: Path, shard_no: int) -> Path:
     return Path(data_dir) / "index" / f"shard-{shard_no}"
 
 
+def replica_dir(data_dir: Path, shard_no: int, replica: int) -> Path:
+    """Where replica ``replica`` of a shard keeps its own snapshot and log: the primary
+    (0) in ``shard_dir``, as before replicas had their own, so older data dirs open as they
+    are; the others beside it, so replicas on one machine never share a directory (on a
+    cluster each node has its own data dir at the same path)."""
+    base = shard_dir(data_dir, shard_no)
+    return base if replica == 0 else base.with_name(f"{base.name}-replica-{replica}")
+
+
 def built_shards(data_dir: Path) -> int | None:
     """The shard count the data dir was built with (None: no shards yet). Reads only."""
     try:

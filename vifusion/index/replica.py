@@ -1,16 +1,27 @@
 """One replica of one shard, as a Ray actor.
 
-The primary (replica 0) owns the shard directory: it logs every write, applies it, and
-forwards it with its log seq to the other replicas before acknowledging, so an acknowledged
-write is durable and on every live replica. The others load snapshot + log on start (a
-restart is that catch-up) and apply what the primary forwards, in seq order. The primary
-also takes batches on its shard stream (``comm/stream.py``), every call under the replica's
-lock; a stream batch is applied, then synced beside the next one (a group commit) and
-acknowledged and forwarded only once synced: a search may see it a few ms before it is durable.
+Every replica has its own directory (``layout.replica_dir``; on a cluster, its node's own
+disk) and gets its data over Ray, never from another's files. The primary (replica 0) logs
+every write, applies it, and acknowledges it once it is durable there and on
+``cfg.shard_ack_replicas`` followers (``_replication.py``; the others get it in the
+background). A follower logs (synced) and applies each forwarded write at the primary's seq.
+
+Catching up: a follower starting loads its own directory, then asks the primary for what it
+lacks (``changes_after``: log records, or the snapshot file and the log after it). A primary
+starting asks its followers for their seqs first and, where one is ahead of it (the primary
+came back on another node, with an empty or older directory), takes that follower's state
+before it serves a call: Ray holds the writes sent meanwhile and runs them after. It waits
+for enough followers that one of them holds every acknowledged write (all but
+``shard_ack_replicas - 1`` of them): what moves on a primary's loss is its state, not its role.
+
+The primary also takes batches on its shard stream (``comm/stream.py``), every call under the
+replica's lock; a stream batch is applied, then synced beside the next one (a group commit)
+and replicated and acknowledged only once synced: a search may see it a few ms before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,32 +39,43 @@ from vifusion.comm.codec import Ladder
 from vifusion.comm.message import WireBatch
 from vifusion.comm.stream import Ack, StreamServer, TablesUnknown
 from vifusion.config import Config
+from vifusion.index._loading import Changes
+from vifusion.index._replication import Followers
 from vifusion.index.shard import Shard
 from vifusion.index.wal import Delete, Op
 from vifusion.types import FusedBatch
 
-_INLINE_BYTES = 64 << 10  # past this, one put for every follower beats a copy in each call
+_FIND_S = 0.2  # how often a replica looks again for a peer not started yet
 log = logging.getLogger(__name__)
 
 
 class ShardReplica:
     """A ``Shard`` behind a Ray actor; ``followers`` (the other replicas' actor names)
-    given: this is the primary. Names, not handles: Ray cannot restart an actor whose
-    constructor arguments include actor handles (they are kept in the object store)."""
+    given: this is the primary; ``primary`` (its actor name) given: a follower that catches
+    up from it. Names, not handles: Ray cannot restart an actor whose constructor arguments
+    include actor handles (they are kept in the object store)."""
 
     def __init__(
-        self, shard_no: int, directory: Path, cfg: Config, followers: list[str] | None = None
+        self,
+        shard_no: int,
+        directory: Path,
+        cfg: Config,
+        followers: list[str] | None = None,
+        primary: str | None = None,
     ) -> None:
         self.primary = followers is not None
-        self.shard = Shard(shard_no, directory, cfg, writer=self.primary, background=True)
-        self._names = list(followers or [])
-        self._followers: list[ActorHandle] | None = None
+        self.shard = Shard(shard_no, directory, cfg, background=True)
         self._ladders: dict[str, Ladder] = {"": Ladder()}
         # Seconds spent serving calls of any kind, in all (one call at a time): a sender tells a
         # shard busy with its writes, or with searches, from a slow link.
         self._busy_s = 0.0
         self._lock = threading.RLock()
         self._core_wait = CoreWait()
+        self._followers: Followers | None = None
+        if followers:
+            self._followers = self._lead(followers, cfg.ack_replicas)
+        elif primary is not None:
+            threading.Thread(target=self._pull, args=(primary,), daemon=True).start()
         self._stream = _stream_server(self) if self.primary and cfg.fusion_stream else None
 
     # writes: the primary
@@ -73,6 +95,7 @@ class ShardReplica:
         forwards it to the followers (any thread, batches in order) and returns the ack."""
         before = self._busy_s
         with self._serving():
+            self._writes_here()
             cpu = time.thread_time()
             batch = wire.decode(self._ladder(wire))
             seq_before = self.shard.seq
@@ -87,8 +110,7 @@ class ShardReplica:
 
         def commit() -> Ack:
             self.shard.commit(seq)
-            if logged:
-                self._forward(seq, batch, batch.nbytes)
+            self._replicate(seq, batch if logged else None, batch.nbytes)
             # The sync is no cost of this batch: one serves every batch staged by then, so
             # the syncs per batch fall as batches come faster (a group commit amortises itself).
             return n, service, cpu, self._busy_s
@@ -106,18 +128,20 @@ class ShardReplica:
 
     def add(self, batch: FusedBatch) -> int:
         with self._serving():
+            self._writes_here()
             before = self.shard.seq
             n = self.shard.add(batch)
-            if self.shard.seq != before:
-                self._forward(self.shard.seq, batch, batch.nbytes)
+            seq = self.shard.seq
+            self._replicate(seq, batch if seq != before else None, batch.nbytes)
             return n
 
     def delete_video(self, video_id: int) -> int:
         with self._serving():
+            self._writes_here()
             before = self.shard.seq
             n = self.shard.delete_video(video_id)
-            if self.shard.seq != before:
-                self._forward(self.shard.seq, Delete(video_id), 0)
+            seq = self.shard.seq
+            self._replicate(seq, Delete(video_id) if seq != before else None, 0)
             return n
 
     def snapshot(self) -> None:
@@ -125,9 +149,30 @@ class ShardReplica:
             self.shard.snapshot()
 
     # writes: the others
-    def apply(self, seq: int, op: Op) -> None:
+    def apply(self, seq: int, op: Op) -> int:
+        """Log and apply the primary's write ``seq``; return the seq held (below ``seq``: a
+        gap, which the primary's sender fills with ``install``)."""
         with self._serving():
-            self.shard.apply(seq, op)
+            return self.shard.apply(seq, op)
+
+    # catching up: any replica
+    def seq(self) -> int:
+        """The last write held, durable here (a follower syncs each before answering)."""
+        return self.shard.seq
+
+    def changes_after(self, after: int) -> tuple[Changes, list[ray.ObjectRef]]:
+        """What a replica at seq ``after`` lacks of this one (``Shard.changes_after``); the
+        snapshot file, where it is needed, goes through the object store as one ref."""
+        changes = self.shard.changes_after(after)
+        refs = [] if changes.snapshot is None else [ray.put(changes.snapshot)]
+        return dataclasses.replace(changes, snapshot=None), refs
+
+    def install(self, changes: Changes, snapshot: list[ray.ObjectRef]) -> int:
+        """Take what another replica sent (``changes_after``), durably; return the seq held."""
+        if snapshot:
+            changes = dataclasses.replace(changes, snapshot=ray.get(snapshot[0]))
+        with self._serving():
+            return self.shard.install(changes)
 
     # reads: any replica
     def search(self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None):
@@ -169,17 +214,67 @@ class ShardReplica:
             self._ladders[version] = Ladder(ray.get(wire.tables))
         return self._ladders[version]
 
-    def _forward(self, seq: int, op: Op, nbytes: int) -> None:
-        """Send a durable write to the followers. Calls from two threads may cross (the
-        stream's commit and an actor call): a follower fills a gap from the log, and skips
-        what it holds (``Shard.apply``)."""
-        if not self._names:
-            return
+    def _writes_here(self) -> None:
+        if not self.primary:
+            raise RuntimeError(
+                f"shard {self.shard.shard_no}: this replica follows; writes go to the primary"
+            )
+
+    def _replicate(self, seq: int, op: Op | None, nbytes: int) -> None:
+        """Send a durable write (``op``; None: nothing new, an earlier copy of it) to the
+        followers and return once enough hold every write through ``seq``. Calls from two
+        threads may cross (the stream's commit and an actor call): a sender sends in seq
+        order and fills a gap, and a follower skips what it holds."""
         if self._followers is None:
-            self._followers = [ray.get_actor(name, namespace=NAMESPACE) for name in self._names]
-        arg = ray.put(op) if nbytes > _INLINE_BYTES else op
-        # A follower that is down is restarted by Ray and the call retried once it is back.
-        ray.get([f.apply.remote(seq, arg) for f in self._followers])
+            return
+        if op is not None:
+            self._followers.send(seq, op, nbytes)
+        self._followers.wait(seq)
+
+    def _lead(self, names: list[str], need: int) -> Followers:
+        """Start as the primary: find the followers, and first take the state of the one
+        furthest ahead, where it is ahead of this replica (this one lost its directory). It
+        waits for enough of them that one holds every acknowledged write: a write was
+        acknowledged once on ``need`` followers, so all but ``need - 1`` of them."""
+        handles = {name: _find(name) for name in names}
+        asks = {h.seq.remote(): name for name, h in handles.items()}
+        quorum = len(names) - max(need, 1) + 1
+        done, _ = ray.wait(list(asks), num_returns=quorum)
+        held = {asks[ref]: ray.get(ref) for ref in done}
+        best = max(held, key=held.__getitem__)
+        if held[best] > self.shard.seq:
+            log.warning(
+                "shard %d: primary at seq %d, %s at %d: catching up from it",
+                self.shard.shard_no,
+                self.shard.seq,
+                best,
+                held[best],
+            )
+            self.install(*ray.get(handles[best].changes_after.remote(self.shard.seq)))
+        return Followers(self.shard.shard_no, handles, held, need, self.changes_after)
+
+    def _pull(self, primary: str) -> None:
+        """A follower starting: get what it lacks from the primary (in the background, so
+        that the primary, which may be asking this replica for its seq, is not waited on)."""
+        handle = _find(primary)
+        while True:
+            try:
+                self.install(*ray.get(handle.changes_after.remote(self.shard.seq)))
+                return
+            except ray.exceptions.RayActorError:  # the primary is gone for good
+                return
+            except Exception:  # noqa: BLE001 - a failed call: try again
+                log.exception("shard %d: catching up from %s failed", self.shard.shard_no, primary)
+                time.sleep(_FIND_S)
+
+
+def _find(name: str) -> ActorHandle:
+    """The replica of that name, once it is started (the ShardSet starts them in turn)."""
+    while True:
+        try:
+            return ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            time.sleep(_FIND_S)
 
 
 def _stream_server(replica: ShardReplica) -> StreamServer | None:

@@ -4,9 +4,10 @@ Each shard runs as ``cfg.shard_replicas`` actors (``replica.py``), spread over n
 go to the primary; searches go round-robin, one that meets a dead replica is re-sent to
 another, and concurrent searches of one space are fused into one call per shard
 (``batching.py``). Replicas are named actors (``_actors.py``): a second ShardSet on the
-same data dir (another API replica, the ingest pool) attaches to the running ones. Limits: a video's shard is ``video_id % num_shards``, so a data dir is
-tied to its shard count (``index/layout.json``; another is refused); replicas of one shard
-on different nodes need the data dir on shared storage.
+same data dir (another API replica, the ingest pool) attaches to the running ones. Each
+replica keeps its own directory (``layout.replica_dir``) and copies from the others over
+Ray: no disk is shared. Limits: a video's shard is ``video_id % num_shards``, so a data dir
+is tied to its shard count (``index/layout.json``; another is refused).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vifusion.config import Config
 from vifusion.index.batching import QueryBatcher, ShardResult
 from vifusion.index.layout import (  # noqa: F401 (imported from here too)
     check_layout,
+    replica_dir,
     shard_dir,
     shard_for,
 )
@@ -84,13 +86,13 @@ class ShardSet:
         lifetime = "detached" if cfg.shared_actors else None
         try:
             for n in range(cfg.num_shards):
-                directory = shard_dir(cfg.data_dir, n)
                 names = [actor_name(cfg, "shard", n, r) for r in range(cfg.shard_replicas)]
                 group = []
                 for r, name in enumerate(names):
                     handle = find_actor(name)
                     if handle is None:
-                        args = (n, directory, cfg, names[1:]) if r == 0 else (n, directory, cfg)
+                        directory = replica_dir(cfg.data_dir, n, r)
+                        args = (n, directory, cfg) + ((names[1:],) if r == 0 else (None, names[0]))
                         handle = actor.options(
                             **opts,
                             name=name,

@@ -11,9 +11,11 @@ run off the write path, with the writes that arrive meanwhile re-applied to the 
 before it replaces the old one. With ``background``, snapshots and rebuilds run on a worker
 thread (``_upkeep.py``).
 
-A shard directory has one writer (``writer=True``, the primary replica). Readers
-(followers) load the same snapshot + log and then apply the writer's operations, in seq
-order, as the writer forwards them (``apply``).
+A shard directory has one writer (``writer=True``): each replica of a shard has its own
+directory. The primary numbers the operations; a follower logs and applies each at the
+primary's seq as it is forwarded (``apply``), and takes what it lacks from another replica's
+``changes_after`` (``install``, ``_loading.py``). Readers (``writer=False``, the command
+line's ``local.py``) only load snapshot + log.
 
 Limits: a rebuild or a snapshot briefly holds about twice the index memory.
 """
@@ -153,19 +155,19 @@ class Shard(Loading):
                 self._snapshot_size = size
                 self._wal.drop_through(seq)
 
-    # -- writes (readers) -------------------------------------------------------------
+    # -- writes (followers) -----------------------------------------------------------
 
-    def apply(self, seq: int, op: Op) -> None:
-        """Apply the writer's logged operation ``seq``; ones already applied are skipped, and
-        a gap (operations this reader missed) is filled from the log first."""
+    def apply(self, seq: int, op: Op) -> int:
+        """Log (synced) and apply the primary's operation ``seq`` where it is the next one;
+        one already held is skipped. Returns the seq held: below ``seq`` means a gap (this
+        replica missed earlier operations: the sender sends them, ``changes_after``)."""
         with self._lock:
-            if seq <= self.seq:
-                return
-            if seq > self.seq + 1:
-                self._catch_up(seq - 1)
             if seq == self.seq + 1:
-                self._apply(seq, op)
+                self._apply(self._log(op), op)
+            held = self.seq
+        self.commit(held)
         self._upkeep()
+        return held
 
     # -- reads -------------------------------------------------------------------------
 
@@ -338,6 +340,8 @@ class Shard(Loading):
             new = SpaceIndex.build(old.d, self._policy, ids, vectors, seed=self.shard_no)
             del vectors
             with self._lock:
+                if self._spaces[space] is not old:  # replaced meanwhile (``install``)
+                    return
                 for op in self._capture[
                     space
                 ]:  # in order: a replaced id's removal precedes its add

@@ -9,6 +9,10 @@ Layout: ``<shard dir>/wal/<first seq>.log`` segments, each a header then records
 ``[length u32][crc32 u32][seq u64][payload]``; seqs start at 1 and never repeat in a
 shard's history. ``drop_through`` deletes segments a snapshot made redundant.
 
+Every replica of a shard keeps its own log in its own directory, with the primary's seqs:
+a follower writes each forwarded record at the seq the primary gave it, and a replica
+catching up is sent the raw records (``records``) to write as they are.
+
 Limits: one writer per directory (readers only ``replay``). A record torn at the end of the
 last segment is cut off; damage anywhere else is an error naming file and byte, never
 skipped. Why: docs/benchmarks.md, "Design notes moved from docstrings".
@@ -163,18 +167,24 @@ def _next_record(data: bytes, start: int, prev: int) -> tuple[int, int] | None:
     return None
 
 
-def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
-    """The logged operations with seq > ``after``, in order. Read-only: safe beside a writer
-    (a record it is still writing reads as a torn tail and ends the replay)."""
+def records(directory: Path, after: int) -> Iterator[tuple[int, bytes]]:
+    """The logged records with seq > ``after``, in order, as (seq, payload). Read-only: safe
+    beside a writer (a record it is still writing reads as a torn tail and ends them)."""
     segments = _segments(Path(directory))
     for i, (_, path) in enumerate(segments):
         nxt = segments[i + 1][0] if i + 1 < len(segments) else None
         if nxt is not None and nxt <= after + 1:
             continue  # wholly covered by the snapshot
-        records, _ = _read_segment(path, last=nxt is None)
-        for seq, payload in records:
+        found, _ = _read_segment(path, last=nxt is None)
+        for seq, payload in found:
             if seq > after:
-                yield seq, decode(payload)
+                yield seq, payload
+
+
+def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
+    """The logged operations with seq > ``after``, in order (``records``, decoded)."""
+    for seq, payload in records(directory, after):
+        yield seq, decode(payload)
 
 
 class WriteAheadLog:
@@ -226,12 +236,15 @@ class WriteAheadLog:
 
     def write(self, op: Op) -> int:
         """Write one operation to the log, not yet durable (``sync``); return its seq."""
+        return self.write_payload(encode(op))
+
+    def write_payload(self, payload: bytes) -> int:
+        """``write`` for an operation already encoded (a record another replica logged)."""
         if self._failed is not None:
             raise self._failed
         if self._file is None:
             self._open_segment(self.last_seq + 1)
         seq = self.last_seq + 1
-        payload = encode(op)
         start = self._file.tell()
         try:
             self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
@@ -286,6 +299,22 @@ class WriteAheadLog:
                 dropped = True
         if dropped:
             fsync_dir(self.directory)
+
+    def restart_after(self, seq: int) -> None:
+        """Delete every segment and go on from ``seq``: a snapshot of another replica's that
+        holds seq ``seq`` is about to replace this replica's state. Deleting first means a
+        crash in between leaves the replica's older snapshot and no log: behind, consistent."""
+        self.sync(self.last_seq)
+        with self._sync_lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            for _, path in _segments(self.directory):
+                path.unlink()
+            fsync_dir(self.directory)
+            self.last_seq = self.durable_seq = seq
+            self._end = 0
+        self.bytes_since_rotate = 0
 
     def close(self) -> None:
         with self._sync_lock:

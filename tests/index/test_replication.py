@@ -1,0 +1,151 @@
+"""Shard replicas each keep their own directory and get their data from one another over
+Ray: a replica that comes back with nothing catches up from a live one, and a write is
+acknowledged once the primary and ``shard_ack_replicas`` followers hold it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vifusion.config import Config
+from vifusion.index.layout import replica_dir
+from vifusion.index.router import ShardSet
+from vifusion.index.shard import SNAPSHOT, WAL_DIR
+
+from ._helpers import make_batch
+
+
+def _cfg(tmp_path: Path, **kw) -> Config:
+    # A small log threshold: every replica snapshots on its own as writes come, so catching
+    # up moves a snapshot file as well as log records.
+    return Config(
+        data_dir=tmp_path, num_shards=1, faiss_threads=1, snapshot_log_bytes=64 << 10, **kw
+    )
+
+
+def _state(ray, handle, timeout_s: float = 60.0) -> tuple[int, dict]:
+    """(seq, vectors) of a replica, once it answers (Ray may be restarting it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            s = ray.get(handle.stats.remote(), timeout=5)
+            return s["seq"], s["vectors"]
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _caught_up(ray, handle, seq: int, timeout_s: float = 60.0) -> tuple[int, dict]:
+    """A replica's state once it holds seq ``seq`` (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while (got := _state(ray, handle))[0] < seq and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return got
+
+
+def _top_ids(ray, handle, batches) -> list[int]:
+    q = np.concatenate([b.space("visual") for b in batches])
+    return ray.get(handle.search.remote("visual", q, 1, None))[1][:, 0].tolist()
+
+
+def _ids(batches) -> list[int]:
+    return [int(i) for b in batches for i in b.ids]
+
+
+def test_each_replica_has_its_own_directory_holding_the_same_vectors(
+    ray_session, tmp_path: Path
+) -> None:
+    ray = ray_session
+    shards = ShardSet(_cfg(tmp_path, shard_replicas=2))
+    try:
+        batches = [make_batch(v, 20, seed=v) for v in range(1, 7)]
+        ray.get([shards.handles[0].add.remote(b) for b in batches])
+        primary, follower = shards.replicas[0]
+        assert _state(ray, follower) == _state(ray, primary)  # acknowledged: on both
+        assert _top_ids(ray, follower, batches) == _ids(batches)
+        own = replica_dir(tmp_path, 0, 1)
+        assert own != replica_dir(tmp_path, 0, 0)
+        assert (own / SNAPSHOT).exists() and list((own / WAL_DIR).glob("*.log"))
+    finally:
+        shards.close()
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["follower", "primary"])
+def test_a_replica_that_loses_its_directory_comes_back_whole_from_the_other(
+    ray_session, tmp_path: Path, victim: int
+) -> None:
+    """Its node lost, say: Ray starts it again with an empty directory. A follower gets
+    everything from the primary; a primary from the follower (which holds every acknowledged
+    write) before it takes a write, and the writes sent meanwhile wait, none lost."""
+    ray = ray_session
+    shards = ShardSet(_cfg(tmp_path, shard_replicas=2))
+    try:
+        first = [make_batch(v, 20, seed=v) for v in range(1, 7)]
+        ray.get([shards.handles[0].add.remote(b) for b in first])
+        dead, other = shards.replicas[0][victim], shards.replicas[0][1 - victim]
+        shutil.rmtree(replica_dir(tmp_path, 0, victim))
+        ray.kill(dead, no_restart=False)
+        later = [make_batch(v, 5, seed=v) for v in (7, 8)]
+        refs = [shards.handles[0].add.remote(b) for b in later]  # while it is down
+        ray.get(refs)
+        every = first + later
+        want = _state(ray, other)
+        assert want == (len(every), {"visual": 130, "semantic": 130, "speech": 0, "screen": 0})
+        assert _caught_up(ray, dead, want[0]) == want
+        assert _top_ids(ray, dead, every) == _ids(every)
+        assert ray.get(dead.stats.remote())["primary"] == (victim == 0)
+    finally:
+        shards.close()
+
+
+@contextmanager
+def _stopped(ray, handle):
+    """A replica's process frozen (SIGSTOP): alive to Ray, answering nothing."""
+    pid = ray.get(handle.__ray_call__.remote(lambda self: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_write_is_acknowledged_once_on_the_primary_and_ack_replicas_followers(
+    ray_session, tmp_path: Path
+) -> None:
+    ray = ray_session
+    one = ShardSet(_cfg(tmp_path / "one", shard_replicas=3, shard_ack_replicas=1))
+    two = ShardSet(_cfg(tmp_path / "two", shard_replicas=3, shard_ack_replicas=2))
+    try:
+        batch = make_batch(1, 10, seed=1)
+        slow = one.replicas[0][2]
+        with _stopped(ray, slow):
+            # one follower of two answers: enough for shard_ack_replicas=1
+            ray.get(one.handles[0].add.remote(batch), timeout=60)
+        # the frozen one gets it in the background once it runs again
+        want = _state(ray, one.handles[0])
+        assert _caught_up(ray, slow, want[0]) == want
+        with _stopped(ray, two.replicas[0][2]):
+            ref = two.handles[0].add.remote(batch)
+            # shard_ack_replicas=2: not acknowledged while a follower cannot log it
+            assert ray.wait([ref], timeout=3)[0] == []
+        ray.get(ref, timeout=60)
+        assert [_state(ray, h) for h in two.replicas[0]] == [_state(ray, two.handles[0])] * 3
+    finally:
+        one.close()
+        two.close()
+
+
+def test_ack_replicas_default_to_one_follower_and_never_exceed_the_followers() -> None:
+    assert Config(shard_replicas=1).ack_replicas == 0
+    assert Config(shard_replicas=3).ack_replicas == 1
+    assert Config(shard_replicas=3, shard_ack_replicas=2).ack_replicas == 2
+    with pytest.raises(ValueError, match="shard_ack_replicas=3 must be at most shard_replicas - 1"):
+        Config(shard_replicas=3, shard_ack_replicas=3)

@@ -1,0 +1,132 @@
+"""The primary's side of replication: one sender per follower, and the count of followers
+that hold each write.
+
+A write is acknowledged once it is durable on the primary and on ``need`` followers
+(``cfg.shard_ack_replicas``); the others get it in the background. Each follower has one
+sender thread, which sends it the writes in seq order and, where the follower answers with
+a gap (it restarted from an older or empty directory, or two writes crossed), sends it what
+it lacks from the primary's own state (``changes_after``) before going on. The sender, not
+the follower, fills the gap: a follower that called the primary back from inside a forwarded
+write would wait on a primary that serves one call at a time and is itself waiting for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import ray
+from ray.actor import ActorHandle
+
+from vifusion.index._loading import Changes
+from vifusion.index.wal import Op
+
+_INLINE_BYTES = 64 << 10  # past this, one put for every follower beats a copy in each call
+_RETRY_S = 1.0  # a follower whose call failed (not one that died: Ray restarts it) is retried
+log = logging.getLogger(__name__)
+
+Source = Callable[[int], tuple[Changes, list[ray.ObjectRef]]]
+
+
+class Followers:
+    """Sends every write to each follower, in order, and tells when enough hold it."""
+
+    def __init__(
+        self,
+        shard_no: int,
+        handles: dict[str, ActorHandle],
+        held: dict[str, int],
+        need: int,
+        source: Source,
+    ) -> None:
+        """``held``: the seq each follower answered with at the primary's start (missing: not
+        known yet); ``source``: what a follower at a seq lacks, from the primary."""
+        self.need = need
+        self._shard_no = shard_no
+        self._source = source
+        self._cond = threading.Condition()
+        self._senders = [
+            _Sender(self, name, handle, held.get(name, -1)) for name, handle in handles.items()
+        ]
+        for s in self._senders:
+            s.start()
+
+    def send(self, seq: int, op: Op, nbytes: int) -> None:
+        """Queue a durable write (``seq``) for every follower."""
+        arg = ray.put(op) if nbytes > _INLINE_BYTES else op
+        with self._cond:
+            for s in self._senders:
+                if not s.dead:
+                    s.pending.append((seq, arg))
+            self._cond.notify_all()
+
+    def wait(self, seq: int) -> None:
+        """Return once ``need`` followers hold every write through ``seq``. A follower being
+        restarted is waited for (Ray brings it back and the sender catches it up); fewer
+        live followers than ``need`` is an error: the write is on the primary alone."""
+        with self._cond:
+            while sum(s.held >= seq for s in self._senders) < self.need:
+                live = sum(not s.dead for s in self._senders)
+                if live < self.need:
+                    raise RuntimeError(
+                        f"shard {self._shard_no}: {live} live followers, fewer than "
+                        f"shard_ack_replicas={self.need}: write {seq} is on the primary only"
+                    )
+                self._cond.wait()
+
+    def held(self) -> dict[str, int]:
+        """The seq each follower is known to hold (-1: not known yet)."""
+        with self._cond:
+            return {s.follower: s.held for s in self._senders}
+
+
+class _Sender(threading.Thread):
+    def __init__(self, owner: Followers, name: str, handle: ActorHandle, held: int) -> None:
+        super().__init__(name=f"replicate-{name}", daemon=True)
+        self.follower = name
+        self.owner = owner
+        self.handle = handle
+        self.held = held
+        self.dead = False
+        self.pending: list[tuple[int, object]] = []
+
+    def run(self) -> None:
+        cond = self.owner._cond
+        while True:
+            with cond:
+                while not self.pending:
+                    cond.wait()
+                batch = sorted(self.pending, key=lambda p: p[0])
+                self.pending.clear()
+            try:
+                self._send(batch)
+            except ray.exceptions.RayActorError:  # gone for good (its ShardSet shut down)
+                with cond:
+                    self.dead = True
+                    cond.notify_all()
+                return
+            except Exception:  # noqa: BLE001 - a failed call (its disk, say): try again later
+                log.exception(
+                    "shard %d: replicating to %s failed", self.owner._shard_no, self.follower
+                )
+                time.sleep(_RETRY_S)
+                with cond:
+                    self.pending.extend(batch)
+
+    def _send(self, batch: list[tuple[int, object]]) -> None:
+        # Sent all at once: Ray runs one caller's calls to an actor in the order sent.
+        refs = [(seq, self.handle.apply.remote(seq, op)) for seq, op in batch if seq > self.held]
+        for seq, ref in refs:
+            got = ray.get(ref)
+            if got < seq and self.held < seq:  # a gap: send what it lacks, from the primary
+                changes, snapshot = self.owner._source(got)
+                got = ray.get(self.handle.install.remote(changes, snapshot))
+            self._confirm(got)
+
+    def _confirm(self, seq: int) -> None:
+        with self.owner._cond:
+            if seq > self.held:
+                self.held = seq
+                self.owner._cond.notify_all()
