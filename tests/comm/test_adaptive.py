@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from vifusion.comm import CodecPolicy, LinkStats, Rung
+from vifusion.comm import CodecPolicy, LinkMonitor, LinkStats, Rung
 
 LADDER = [
     Rung("fp32", 6656),
@@ -24,7 +24,12 @@ class Clock:
 
 
 def link(
-    rate: float, *, logical: float = 12.5 * MB, qdelay: float = 0.0, backlog: float = 0.0
+    rate: float,
+    *,
+    logical: float = 12.5 * MB,
+    qdelay: float = 0.0,
+    backlog: float = 0.0,
+    in_flight_bytes: int = 0,
 ) -> LinkStats:
     return LinkStats(
         delivery_rate=rate,
@@ -34,7 +39,7 @@ def link(
         min_rtt=0.01,
         queueing_delay=qdelay,
         backlog_age=backlog,
-        in_flight_bytes=0,
+        in_flight_bytes=in_flight_bytes,
         in_flight=2,
         acked_bytes=0,
         acked_messages=100,
@@ -79,12 +84,94 @@ def test_an_old_backlog_on_a_link_that_carries_less_is_congestion():
     assert feed(policy, clock, link(6.25 * MB, backlog=0.8), 3) > 0
 
 
-def test_an_old_backlog_on_a_saturated_clear_link_is_not():
-    # the sender offers more than the link carries: data waits, but the link carries what it
-    # always did, and the rows it carries stay exact
+def test_a_saturated_link_steps_down_the_ladder_as_rows_queue_for_it():
+    """The sender offers more than the link carries: it delivers its capacity, and rows
+    wait at the sender for room in the window (20 ms: four messages' time at 100 Mbit). In
+    fewer bytes a row the link moves more rows, so the policy compresses, one codec at a
+    time as the rows it carries (the logical rate) grow."""
     clock = Clock()
-    policy = CodecPolicy(LADDER, backlog_s=0.5, clock=clock)
-    assert feed(policy, clock, link(11.0 * MB, backlog=2.0), 200) == 0
+    ladder = LADDER[:3]  # what keeps recall on these features: the table codecs gated off
+    policy = CodecPolicy(ladder, clock=clock)
+    full = link(12.5 * MB, backlog=0.02, in_flight_bytes=2 * 64 * 1024)  # 5 ms a message
+    assert ladder[feed(policy, clock, full, 3)].name == "fp16"  # exact fp32 would not fit
+    # in fp16 the link carries twice the rows, and rows still wait: int8
+    assert ladder[feed(policy, clock, replace(full, logical_rate=25 * MB), 3)].name == "int8"
+    # still saturated in int8: the ladder ends where recall would fall, and it stays there
+    assert feed(policy, clock, replace(full, logical_rate=50 * MB), 100) == 2
+    assert [level for _, level in policy.history] == [0, 1, 2]
+
+
+def test_a_clear_fast_link_that_the_sender_cannot_fill_stays_exact():
+    """1 Gbit, the sender bound by its CPU: the link delivers near its capacity, but each
+    batch leaves as it fills, so rows wait less than a message's time (or not at all)."""
+    clock = Clock()
+    policy = CodecPolicy(LADDER, clock=clock)
+    gbit = 125 * MB
+    cpu_bound = replace(
+        link(0.9 * gbit, logical=0.9 * gbit, backlog=0.002, in_flight_bytes=2 * 240 * 1024),
+        capacity=gbit,
+    )
+    assert feed(policy, clock, cpu_bound, 200) == 0
+    assert feed(policy, clock, replace(cpu_bound, backlog_age=0.0), 200) == 0
+    assert policy.history == [(0.0, 0)]
+
+
+def test_steps_back_once_the_backlog_drains_and_the_link_has_room():
+    clock = Clock()
+    policy = CodecPolicy(LADDER[:3], calm_s=0.75, clock=clock)
+    full = link(12.5 * MB, backlog=0.02, in_flight_bytes=2 * 64 * 1024)
+    feed(policy, clock, full, 3)
+    feed(policy, clock, replace(full, logical_rate=25 * MB), 3)
+    assert policy.level == 2
+    # rows no longer wait, but the last second's rows (24 MB/s of fp32) would need 12 MB/s
+    # in fp16, over 0.9 of the 12.5 the link carries: stepping back would saturate it again
+    drained = replace(link(7 * MB, logical=25 * MB), recent_logical_rate=24 * MB)
+    assert feed(policy, clock, drained, 40, dt=0.25) == 2
+    # the sender offers less: 16 MB/s of fp32 is 8 in fp16, which fits; in fp32 it would
+    # not, so it holds fp16
+    lighter = replace(drained, recent_logical_rate=16 * MB)
+    assert feed(policy, clock, lighter, 40, dt=0.25) == 1
+    # the load falls to what fits in fp32: back to exact
+    assert feed(policy, clock, replace(drained, recent_logical_rate=8 * MB), 40, dt=0.25) == 0
+
+
+def test_a_monitored_link_that_queues_rows_is_saturated_and_a_cpu_bound_one_is_not():
+    """The real monitor, fed sends and acknowledgements: a 100 Mbit link kept full by a
+    window of three 64 KiB messages while rows wait for it, against a 1 Gbit link that gets
+    a message whenever the sender has one ready, rows waiting only while a batch fills."""
+
+    def run(rate: float, gap_s: float, backlog_s: float, messages: int = 400) -> int:
+        clock = Clock()
+        mon = LinkMonitor(clock=clock)
+        policy = CodecPolicy(LADDER[:3], clock=clock)
+        nbytes, window, sent = 64 * 1024, 3, []
+        level = 0
+        for _ in range(messages):
+            while len(sent) < window:
+                sent.append((mon.on_send(nbytes, backlog=True), clock.t))
+                clock.t += gap_s  # the sender's own time per message
+            token, _ = sent.pop(0)
+            clock.t += nbytes / rate  # the link drains one message
+            mon.set_backlog_age(backlog_s)
+            mon.on_ack(token, service_s=0.0002)
+            level = policy.update(mon.stats())
+        return level
+
+    assert run(12.5 * MB, gap_s=0.0, backlog_s=0.02) > 0  # 100 Mbit, rows wait 4 messages
+    assert run(125 * MB, gap_s=0.0005, backlog_s=0.0003) == 0  # 1 Gbit, the sender's pace
+
+
+def test_the_recent_logical_rate_follows_the_last_second_the_logical_rate_the_minute():
+    clock = Clock()
+    mon = LinkMonitor(clock=clock)
+    for rows_s in (0.01, 0.04):  # 400 kB/s of fp32, then a quarter of it
+        for _ in range(100):
+            token = mon.on_send(1000, 4000, backlog=True)
+            clock.t += rows_s
+            mon.on_ack(token)
+    s = mon.stats()
+    assert s.recent_logical_rate == pytest.approx(100_000, rel=0.01)
+    assert s.logical_rate == pytest.approx(400_000, rel=0.01)
 
 
 def test_holds_while_congested_then_steps_back_one_level_at_a_time():
@@ -171,6 +258,7 @@ def test_a_squeeze_is_met_at_once_while_the_path_rate_is_from_before_it():
         (dict(delay_s=0.0), ("delay_s=0.0",)),
         (dict(calm_s=-1.0), ("calm_s=-1.0",)),
         (dict(backlog_s=-1.0), ("backlog_s=-1.0",)),
+        (dict(backlog_messages=0.0), ("backlog_messages=0.0",)),
     ],
 )
 def test_refuses_thresholds_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:

@@ -1,24 +1,29 @@
 """Adaptive compression: which codec of the ladder a link gets, from its measured statistics.
 
-Exact fp32 is the default and stays so on a clear link, however busy: a link that carries
-what it carried before is not congested, even when the sender could offer more. Congestion is
-seen in ``samples`` acknowledgements in a row of: the queueing delay (see ``link.py``) above
-``delay_s``; while data waits, the delivery rate below ``drop`` of the link's capacity (what
-it carried over the last minute); or the oldest waiting item older than ``backlog_s`` while
-the delivery rate is below ``sag`` of the capacity. An old backlog alone is not congestion:
-on a clear link that the sender saturates, data always waits, and the link still carries
-all it can in exact fp32. Nor is a busy destination: while it spent over ``receiver_bound``
-of recent round trips serving (a shard stalled on an index that grows), the link is not what
-holds the data, and fewer bytes would not move it faster. Then the policy goes
-straight to the least lossy codec whose bytes fit: the rows per second the link carried
-uncompressed (its logical rate) times the codec's bytes per row, under ``headroom`` of what
-the link carries now (the path rate, at most the delivery rate), and only where encoding a
-row costs less time than it saves on the wire.
-After ``calm_s`` without congestion, and without the path rate (measured even while the
-compressed data fits) and the delivery rate both below ``drop`` of the capacity, it steps
-back one level, and again
-after each further ``calm_s``; if the link is still squeezed, congestion returns and the
-policy escalates again.
+Exact fp32 is the default and stays so on a clear link, however busy: a link with room for
+what the sender offers is not congested, nor one whose sender cannot fill it (its CPU is the
+limit, and encoding would take more of it). Congestion is seen in ``samples``
+acknowledgements in a row of: the queueing delay (see ``link.py``) above ``delay_s``; while
+data waits, the delivery rate below ``drop`` of the link's capacity (what it carried over
+the last minute); the oldest waiting item older than ``backlog_s`` while the delivery rate
+is below ``sag`` of the capacity; or the link **saturated**: the oldest waiting item older
+than the time the link takes to carry ``backlog_messages`` messages, whatever the rate. A
+sender that its CPU bounds sends each batch as it fills, so its rows wait less than that;
+rows wait longer only for room in a window the link drains, and fewer bytes a row then move
+more rows. Not a busy destination: while it spent over ``receiver_bound`` of recent round
+trips serving (a shard stalled on an index that grows), the link is not what holds the data,
+and fewer bytes would not move it faster. Then the policy goes straight to the least lossy
+codec whose bytes fit: the rows per second the link carried uncompressed (its logical rate)
+times the codec's bytes per row, under ``headroom`` of what the link carries now (the path
+rate, at most the delivery rate), and only where encoding a row costs less time than it
+saves on the wire. A saturated link so steps down one codec at a time: each carries more
+rows, which the next sample's logical rate shows. The ladder holds only the codecs that
+keep recall (``codec_min_recall``: the transport's ``allowed``), so none goes past them.
+After ``calm_s`` without congestion, it steps back one level, and again after each further
+``calm_s``, unless the link is squeezed (the path rate, measured even while the compressed
+data fits, and the delivery rate both below ``drop`` of the capacity) or has no room for
+the less compressed codec (the rows it carried over the last second, in that codec's bytes,
+over ``headroom`` of the capacity: stepping back would saturate it again).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class CodecPolicy:
         drop: float = 0.5,  # share of the capacity under which any backlog counts, in [0, sag]
         headroom: float = 0.9,  # share of what the link carries now a codec's bytes may fill, in (0, 1]
         receiver_bound: float = 0.5,  # destination's busy share past which it, not the link, holds data
+        backlog_messages: float = 2.0,  # link times of a message the oldest waiting item may wait
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         within("delay_s", delay_s, 0.0, above_low=True)
@@ -66,6 +72,7 @@ class CodecPolicy:
         within("calm_s", calm_s, 0.0)
         within("headroom", headroom, 0.0, 1.0, above_low=True)
         within("receiver_bound", receiver_bound, 0.0, 1.0)
+        within("backlog_messages", backlog_messages, 0.0, above_low=True)
         self.rungs = list(rungs)
         self.enabled = enabled
         self.delay_s = delay_s
@@ -76,6 +83,7 @@ class CodecPolicy:
         self.drop = drop
         self.headroom = headroom
         self.receiver_bound = receiver_bound
+        self.backlog_messages = backlog_messages
         self._clock = clock
         self.level = 0
         self._streak = 0
@@ -86,15 +94,34 @@ class CodecPolicy:
 
     def congested(self, link: LinkStats) -> bool:
         """Congestion that calls for compression: the link carries far less than it did while
-        data waits, or somewhat less while data has waited long, or the queueing delay is high;
-        and the destination is not what holds the data back."""
+        data waits, or somewhat less while data has waited long, or it is saturated, or the
+        queueing delay is high; and the destination is not what holds the data back."""
         if link.receiver_share > self.receiver_bound:
             return False
         slowed = link.backlog_age > 0 and link.delivery_rate < self.drop * link.capacity
         sagging = (
             link.backlog_age > self.backlog_s and link.delivery_rate < self.sag * link.capacity
         )
-        return slowed or sagging or link.queueing_delay > self.delay_s
+        return slowed or sagging or self.saturated(link) or link.queueing_delay > self.delay_s
+
+    def saturated(self, link: LinkStats) -> bool:
+        """Items queue at the sender for the link: the oldest has waited longer than the link
+        takes to carry ``backlog_messages`` of the messages in flight (at the delivery rate).
+        A sender its CPU bounds sends each batch as it fills and waits for no window."""
+        if not (link.in_flight and link.in_flight_bytes and link.delivery_rate):
+            return False
+        message_s = link.in_flight_bytes / link.in_flight / link.delivery_rate
+        return link.backlog_age > self.backlog_messages * message_s
+
+    def room(self, link: LinkStats) -> bool:
+        """The link has room for the next less compressed codec: the rows it carried over the
+        last second, in that codec's bytes, fit ``headroom`` of its capacity (unmeasured: yes)."""
+        if not (self.level and link.recent_logical_rate and link.capacity):
+            return True
+        rows_per_s = link.recent_logical_rate / self.rungs[0].bytes_per_row
+        return (
+            rows_per_s * self.rungs[self.level - 1].bytes_per_row <= self.headroom * link.capacity
+        )
 
     def squeezed(self, link: LinkStats) -> bool:
         """The path measured now is well under the link's capacity: no time to step back, even
@@ -122,7 +149,7 @@ class CodecPolicy:
                     self._set(target, now)
         else:
             self._streak = 0
-            if self.squeezed(link):
+            if self.squeezed(link) or not self.room(link):
                 self._last_congested = now
             calm = min(now - self._last_congested, now - self._last_change)
             if self.level > 0 and calm >= self.calm_s:

@@ -14,7 +14,8 @@ From those stamps (rates in bytes/s, times in seconds):
 - **queueing delay**: a round trip minus min RTT and the time its bytes and those ahead of
   it need at the recent capacity;
 - **path rate**: bytes / (RTT - min RTT) of messages sent alone, valid while app-limited;
-- **logical rate**: deliveries in uncompressed bytes, windowed max;
+- **logical rate**: deliveries in uncompressed bytes, windowed max (over the capacity
+  window: what the data needed; and over the rate window: what it needs now);
 - **backlog age**: the oldest item waiting at the sender (the sender reports it);
 - **receiver share**: the smoothed part of round trips the destination spent busy;
 - **per-message cost**: the larger (not the sum) of the send call and a small message's
@@ -120,6 +121,7 @@ class LinkStats:
         False  # no quiet sample for `drain_every_s`: drain to one message (see module doc)
     )
     receiver_share: float = 0.0  # smoothed share of a round trip the destination was busy
+    recent_logical_rate: float = 0.0  # logical rate over `rate_window_s` (0: not measured)
 
 
 @dataclass
@@ -172,6 +174,7 @@ class LinkMonitor:
         self._rates = _Samples()  # over the capacity window
         self._recent_rates = _Samples()  # the same samples, over the rate window
         self._logical_rates = _Samples()
+        self._recent_logical = _Samples()  # the same samples, over the rate window
         self._rtts = _WindowMin()  # network round trips of quiet samples (only their least is read)
         self._quiet_t: float | None = None  # when the last quiet sample came in
         self._path: deque[float] = deque(maxlen=5)
@@ -249,7 +252,9 @@ class LinkMonitor:
             if not limited or rate > self.delivery_rate:
                 self._rates.append(now, rate)
                 self._recent_rates.append(now, rate)
-            self._logical_rates.append(now, (self._logical - s.logical_delivered) / interval)
+            logical = (self._logical - s.logical_delivered) / interval
+            self._logical_rates.append(now, logical)
+            self._recent_logical.append(now, logical)
         rtt = max(elapsed - receiver_s, 1e-6)
         small = s.nbytes <= 2 * self.small_bytes
         if small and not s.ahead:  # quiet: the path's own round trip
@@ -317,11 +322,13 @@ class LinkMonitor:
             per_message_s=self._costs.value(),
             rtt_stale=self._quiet_t is None or self._clock() - self._quiet_t > self.drain_every_s,
             receiver_share=self._receiver_share,
+            recent_logical_rate=self._recent_logical.high(),
         )
 
     def _expire(self, now: float) -> None:
         self._rates.expire(now, self.capacity_window_s)
         self._recent_rates.expire(now, self.rate_window_s)
         self._logical_rates.expire(now, self.capacity_window_s)
+        self._recent_logical.expire(now, self.rate_window_s)
         self._rtts.expire(now, self.rtt_window_s)
         self._costs.expire(now, self.rtt_window_s)
