@@ -19,7 +19,7 @@ class Extractor:
         self.costs = s.costs[node]
         n = s.nodes[node]
         self.gpu = s.gpu[node] if self.costs.embed_gpu_s and n.type.gpus else None
-        self.threads = n.type.cpus
+        self.threads = min(self.costs.embed_threads or n.type.cpus, n.type.cpus)
 
     def next_video(self) -> None:
         video = self.s.take_video()

@@ -9,6 +9,12 @@ and log sync (``Shard.stage`` and ``commit`` into a temporary directory). Costs 
 core-seconds, so they carry over between machines with the same cores whatever their number.
 Speech is not measured: generated videos have no sound (``text_cs`` counts screen text only).
 
+Embedding is measured twice: alone, and with two processes embedding at once
+(``embed_cs_crowded``). An extractor's torch takes one thread per core of the machine; where
+two extractors share a node, or a node's CPU share is below its cores, those threads wait
+for cores spinning, and a frame costs two to three times the CPU it costs alone. The CPU is
+process CPU time, not wall time, so the simulation can share the node's cores out itself.
+
 ``calibrate`` runs this once per node type: as a Ray task on a node of that type on a live
 cluster, here for a cluster not yet started (its node types are taken to have this
 machine's cores, and no GPU is measured). Results are cached under ``DATA_DIR/plan/``, per
@@ -21,9 +27,11 @@ import contextlib
 import hashlib
 import io
 import json
+import multiprocessing
 import tempfile
 import time
-from dataclasses import asdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +52,9 @@ def _key(cfg: Config) -> str:
         cfg.screen_text,
         cfg.ocr_frame_side,
         cfg.dedup_cosine if cfg.fusion else 2.0,
+        cfg.torch_threads,
         "efficientnet_lite0+MiniLM",
+        "crowded",  # costs cached before embed_cs_crowded lack it
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
@@ -138,7 +148,52 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         message_cs=message_cs,
         sync_s=sync_s,
         dedup_ratio=max(kept, 1) / total,
+        embed_threads=cfg.torch_threads,
     )
+
+
+def embed_cs(cfg: Config, barrier: Path | None = None, parties: int = 1, batches: int = 4) -> float:
+    """Core-seconds a frame costs to embed in this process, with an extractor's torch threads
+    (frames of the embedder's size: the cost depends on their size, not on what they show).
+    With a ``barrier`` directory, embedding starts once ``parties`` processes have loaded."""
+    import torch
+
+    from vifusion.extract.actor import EMBED_SIDE
+    from vifusion.extract.model import Embedder, pick_device
+
+    torch.set_num_threads(cfg.torch_threads or cfg.threads)
+    with contextlib.redirect_stdout(io.StringIO()):
+        embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+    shape = (cfg.embed_batch, EMBED_SIDE, EMBED_SIDE, 3)
+    frames = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    embedder.embed_frames(frames)  # warm up
+    if barrier is not None:
+        barrier.mkdir(parents=True, exist_ok=True)
+        (barrier / f"ready-{time.monotonic_ns()}").touch()
+        deadline = time.monotonic() + 120
+        while len(list(barrier.iterdir())) < parties and time.monotonic() < deadline:
+            time.sleep(0.05)
+    t = time.process_time()
+    for _ in range(batches):
+        embedder.embed_frames(frames)
+    return (time.process_time() - t) / (batches * len(frames))
+
+
+def _crowded(costs: StageCosts, run_two: list[float]) -> StageCosts:
+    """``costs`` with the crowded embedding cost: the mean of two embedding at once."""
+    if costs.embed_gpu_s or not run_two:
+        return costs
+    return replace(costs, embed_cs_crowded=sum(run_two) / len(run_two))
+
+
+def _here(cfg: Config) -> StageCosts:
+    """Costs on this machine: the stages alone, then two processes embedding at once."""
+    costs = measure(cfg)
+    with tempfile.TemporaryDirectory(prefix="vf-calibrate-") as tmp:
+        spawn = multiprocessing.get_context("spawn")  # torch's threads do not survive a fork
+        with ProcessPoolExecutor(2, mp_context=spawn) as pool:
+            two = [pool.submit(embed_cs, cfg, Path(tmp) / "barrier", 2) for _ in range(2)]
+            return _crowded(costs, [f.result() for f in two])
 
 
 def calibrate(
@@ -157,20 +212,28 @@ def calibrate(
             continue
         node = next((n for n in live or [] if n.type.name == t.name and n.node_id), None)
         if node is not None:
-            out[t.name] = _on_node(cfg, node.node_id)
+            out[t.name] = _on_node(cfg, node.node_id, t.cpus)
         else:
-            here = here or measure(cfg)
+            here = here or _here(cfg)
             out[t.name] = here
         cache.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(out[t.name])))
     return out
 
 
-def _on_node(cfg: Config, node_id: str) -> StageCosts:
+def _on_node(cfg: Config, node_id: str, cpus: float) -> StageCosts:
+    """Costs on one live node, as Ray tasks there: the stages alone, then (where the node has
+    CPUs for two extractors) two tasks embedding at once."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(measure).options(
-        num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-    )
-    return ray.get(task.remote(cfg))
+    where = {
+        "num_cpus": 1,
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+    }
+    costs = ray.get(ray.remote(measure).options(**where).remote(cfg))
+    if cpus < 2:
+        return costs
+    barrier = Path(tempfile.gettempdir()) / f"vf-calibrate-{node_id[:12]}-{time.time_ns()}"
+    task = ray.remote(embed_cs).options(**where)
+    return _crowded(costs, ray.get([task.remote(cfg, barrier, 2) for _ in range(2)]))

@@ -186,7 +186,7 @@ def _one_extractor(t: NodeType, s: StageCosts) -> float:
     embed = (
         1 / s.embed_gpu_s
         if s.embed_gpu_s and t.gpus
-        else min(t.cpus, t.cores) / (s.embed_cs_least or 1e-12)
+        else min(s.embed_threads or t.cpus, t.cpus, t.cores) / (s.embed_cs_least or 1e-12)
     )
     cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
     return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))

@@ -44,6 +44,9 @@ class StageCosts:
     # While another extractor embeds on the same node: torch's threads wait for cores
     # spinning, so a frame costs more CPU. 0: as ``embed_cs``.
     embed_cs_crowded: float = 0.0
+    embed_threads: int = (
+        0  # torch's threads in an extractor (``Config.torch_threads``); 0: one a core
+    )
     embed_gpu_s: float = 0.0  # GPU seconds per frame; 0: the node embeds on its CPU
     text_cs: float = 0.0  # speech and screen text, where enabled
     aggregate_cs: float = 3e-5  # per row: hand-over, dedup, buffer (the aggregator's thread)
