@@ -16,10 +16,18 @@ from typing import Any
 
 import yaml
 
-# Where deploy/cluster.yaml and cluster-local.yaml mount the shared storage (EFS / NFS) on
-# every node: Config.data_dir on a cluster.
-CLUSTER_DATA_DIR = "/mnt/vifusion"
+# Every node's own data dir (a local disk: the nodes share none). The catalog is PostgreSQL
+# on the head (VIFUSION_CATALOG_URL, written into ~/.vifusion-env by deploy/cluster.yaml).
+CLUSTER_DATA_DIR = "/var/lib/vifusion"
 HTTP_PORT = 8000
+# Config fields for the cluster: several API replicas sharing the shards and the ingest pool,
+# each shard on two nodes.
+CLUSTER_ARGS = {
+    "data_dir": CLUSTER_DATA_DIR,
+    "shared_actors": True,
+    "api_replicas": 2,
+    "shard_replicas": 2,
+}
 
 HEADER = f"""\
 # Ray Serve config for `serve deploy` on a cluster started from deploy/cluster.yaml (or
@@ -33,16 +41,22 @@ HEADER = f"""\
 #
 # Why these values:
 # - import_path serve.app:build: an application builder; `args` are Config fields.
-#   data_dir is the shared mount ({CLUSTER_DATA_DIR}): shard replicas on other nodes read
-#   the primary's snapshot and log there. Do not put api_key here; the replica generates one
-#   into data_dir/api_key, or set VIFUSION_API_KEY in runtime_env.env_vars outside git.
-# - one replica, num_cpus 0: one replica owns the data dir (writer lock, ingest queue);
-#   it mostly waits on shards and extractors, so it must not hold a CPU they need.
+#   data_dir ({CLUSTER_DATA_DIR}) is each node's own disk: nothing is shared but the catalog,
+#   PostgreSQL on the head, whose URL comes from VIFUSION_CATALOG_URL (~/.vifusion-env, made
+#   by the cluster's setup: it holds a password, so it stays out of this file). Do not put
+#   api_key here; the first replica generates one into data_dir/api_key on the head, or set
+#   VIFUSION_API_KEY in runtime_env.env_vars outside git.
+# - api_replicas 2, autoscaled to 4, shared_actors: any replica takes any request; the shard
+#   replicas and the ingest pool are detached actors they share, so losing a replica loses
+#   nothing. num_cpus 0 (they mostly wait on shards and extractors) and the head's resource:
+#   uploads, thumbnails and the media they serve live on the head's disk.
+# - shard_replicas 2: each shard on two `shard` nodes; a write is acknowledged once logged
+#   on both (shard_ack_replicas 1), so a lost node loses no acknowledged write.
 # - no runtime_env: Serve's default ingress. serve/app.py's SERVE_TUNED (HAProxy) is for one
 #   machine; on the three-node test bed its proxy did not come up.
 # - http_options 0.0.0.0:{HTTP_PORT}: the API is for clients; every /v1 route needs the key,
-#   and the cloud firewall decides who reaches the port. proxy_location HeadOnly: with one
-#   replica, one entry point is enough.
+#   and the cloud firewall decides who reaches the port. proxy_location HeadOnly: the
+#   replicas run on the head.
 """
 
 
@@ -53,7 +67,7 @@ def serve_config(data_dir: str = CLUSTER_DATA_DIR) -> dict[str, Any]:
 
     from serve import app as vf
 
-    args = {"data_dir": data_dir}
+    args = {**CLUSTER_ARGS, "data_dir": data_dir}
     built = build_app(vf.build(args), name=vf.APP_NAME)
     return {
         "proxy_location": "HeadOnly",

@@ -76,6 +76,7 @@ STATIC = Path(__file__).parent / "static"
 SERVE_TUNED = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 APP_NAME = "vifusion"  # the Serve application, as `vifusion serve` and deploy/serve.yaml name it
 ROUTE_PREFIX = "/"
+HEAD_RESOURCE = "node:__internal_head__"  # Ray gives the head node this resource, and no other
 SERVE_LOGGING = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
 _PAGES = {"app.js": "text/javascript", "style.css": "text/css"}
 _MAX_IMAGE_PIXELS = 40_000_000
@@ -838,18 +839,38 @@ class ViFusionApp:
 
 def deploy(cfg: Config, host: str, port: int) -> None:
     """Start Serve's proxy on host:port and deploy the app (Ray must be up)."""
-    # One proxy, on the head: the app has one replica, and a proxy per node costs each node memory.
+    # One proxy, on the head, where the replicas run; a proxy per node costs each node memory.
     serve.start(
         proxy_location="HeadOnly",
         http_options={"host": host, "port": port},
         logging_config=SERVE_LOGGING,
     )
     serve.run(
-        ViFusionApp.bind(cfg),
+        replicas(cfg).bind(cfg),
         name=APP_NAME,
         route_prefix=ROUTE_PREFIX,
         logging_config=SERVE_LOGGING,
     )
+
+
+def replicas(cfg: Config) -> Any:
+    """The deployment as ``cfg`` asks for it: one replica, or ``api_replicas`` > 1 of them,
+    autoscaled up to twice that under load (they share the shards and the ingest pool:
+    ``shared_actors``). Every replica runs on the head node: uploads, thumbnails and the
+    media they serve live on its disk (the nodes share none)."""
+    options: dict[str, Any] = {
+        "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}}
+    }
+    if cfg.api_replicas > 1:
+        options |= {
+            "num_replicas": "auto",
+            "autoscaling_config": {
+                "min_replicas": cfg.api_replicas,
+                "max_replicas": 2 * cfg.api_replicas,
+                "target_ongoing_requests": 8,
+            },
+        }
+    return ViFusionApp.options(**options)
 
 
 def build(args: dict[str, Any]) -> Application:
@@ -860,7 +881,8 @@ def build(args: dict[str, Any]) -> Application:
     CLI, ``args`` winning. An unknown field fails the deploy (Config forbids extras)."""
     args = dict(args)
     file = args.pop("config_file", None)
-    return ViFusionApp.bind(Config.load(file=Path(file) if file else None, **args))
+    cfg = Config.load(file=Path(file) if file else None, **args)
+    return replicas(cfg).bind(cfg)
 
 
 def run(cfg: Config, host: str, port: int) -> int:

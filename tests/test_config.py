@@ -118,3 +118,10 @@ def test_sparse_keep_out_of_range_is_refused_naming_it(
     with pytest.raises(ValueError) as err:
         Config(codec_sparse_keep=keep)
     assert named in str(err.value)
+
+
+def test_several_api_replicas_need_shared_actors() -> None:
+    """A replica that owned the shards would take them down with it, under the others."""
+    with pytest.raises(ValueError, match="api_replicas > 1 needs shared_actors"):
+        Config(api_replicas=2)
+    assert Config(api_replicas=2, shared_actors=True).api_replicas == 2

@@ -134,6 +134,12 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
         "its video: the player fetches byte ranges of it as it plays and seeks; the web page asks for a new one "
         "when a URL runs out mid-film",
     )
+    api_replicas: int = Field(
+        1,
+        gt=0,
+        description="API replicas at least (autoscaled up to twice as many); more than 1 needs "
+        "shared_actors, so that no replica owns the shards and the ingest pool the others use",
+    )
     serve_tuned: bool = Field(
         True,
         description="run Ray Serve in its throughput settings: HAProxy ingress (C) instead of the Python proxy, "
@@ -182,6 +188,11 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
                 self.shard_ack_replicas,
                 "shard_replicas - 1",
                 self.shard_replicas - 1,
+            )
+        if self.api_replicas > 1 and not self.shared_actors:
+            raise ValueError(
+                "api_replicas > 1 needs shared_actors: true (the shards and the ingest pool "
+                "must outlive any one replica)"
             )
         # The read timeout is one rate window: a longer one would outlast the deadline.
         ordered(

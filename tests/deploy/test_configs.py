@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,23 +247,19 @@ def test_setup_writes_the_login_environment_once(tmp_path):
 
 
 @pytest.mark.parametrize("name", CLUSTERS)
-def test_data_dir_is_the_shared_mount_serve_uses(name, tmp_path):
-    (init,) = raw(name)["initialization_commands"]
-    assert f"mountpoint -q {sc.CLUSTER_DATA_DIR}" in init
+def test_every_node_makes_its_own_data_dir_and_the_head_its_catalog(name, tmp_path):
+    """No shared file system: each node's data dir is a local folder (the one serve uses),
+    and the catalog is the head's PostgreSQL."""
+    config = raw(name)
+    (init,) = config["initialization_commands"]
+    assert "mount" not in init
+    made = run(init, tmp_path)
+    assert made.returncode == 0
+    assert f"SUDO mkdir -p {sc.CLUSTER_DATA_DIR}" in made.stdout
+    assert "SUDO chown" in made.stdout and sc.CLUSTER_DATA_DIR in made.stdout
     (app,) = yaml.safe_load((DEPLOY / "serve.yaml").read_text())["applications"]
     assert app["args"]["data_dir"] == sc.CLUSTER_DATA_DIR
-    mounted = run(init, tmp_path, mounted=True)
-    assert (
-        mounted.returncode == 0 and "SUDO" not in mounted.stdout
-    )  # already mounted: nothing to do
-    missing = run(init, tmp_path, mounted=False)
-    if name == "cluster.yaml":  # mounts EFS there
-        assert missing.returncode == 0
-        assert (
-            "SUDO mount -t nfs4" in missing.stdout and f":/ {sc.CLUSTER_DATA_DIR}" in missing.stdout
-        )
-    else:  # refuses to go on without it
-        assert missing.returncode != 0 and sc.CLUSTER_DATA_DIR in missing.stderr
+    assert "bash ~/vifusion/deploy/head_postgres.sh" in config["head_setup_commands"]
 
 
 # -- serve.yaml ------------------------------------------------------------------------
@@ -307,11 +304,16 @@ def test_serve_yaml_deploys_the_apps_deployments(serve_yaml):
     assert set(built) == {d["name"] for d in spec["deployments"]} == {vf.ViFusionApp.name}
     for d in spec["deployments"]:
         ours = built[d["name"]]
-        assert d["num_replicas"] == ours.num_replicas == 1  # one replica owns the data dir
+        # several replicas, none of which owns the shards or the ingest pool
+        assert d["autoscaling_config"]["min_replicas"] >= 2
+        scaling = ours._deployment_config.autoscaling_config
+        assert d["autoscaling_config"]["min_replicas"] == scaling.min_replicas
+        assert d["autoscaling_config"]["max_replicas"] == scaling.max_replicas
         assert d["max_ongoing_requests"] == ours.max_ongoing_requests
         assert d["ray_actor_options"] == ours.ray_actor_options
     (cfg,) = built[vf.ViFusionApp.name].init_args
     assert str(cfg.data_dir) == spec["args"]["data_dir"]
+    assert cfg.shared_actors and cfg.shard_replicas >= 2
 
 
 def test_serve_builder_refuses_unknown_args():
@@ -321,3 +323,42 @@ def test_serve_builder_refuses_unknown_args():
 
     with pytest.raises(ValidationError, match="data_dri"):
         build({"data_dri": "/mnt/vifusion"})
+
+
+# -- the head's PostgreSQL -----------------------------------------------------------------
+
+
+def test_head_setup_makes_the_catalog_database_and_exports_its_url(postgres_url, tmp_path):
+    """deploy/head_postgres.sh against a real server: the role, the database, the URL in
+    ~/.vifusion-env (once, however often setup runs), and a catalog opens there."""
+    from urllib.parse import urlparse
+
+    from tests._postgres import binaries
+    from vifusion.catalog import Catalog
+    from vifusion.config import Config
+
+    server = urlparse(postgres_url)
+    psql = binaries() / "psql"
+    env = {
+        "PATH": f"{psql.parent}:/usr/bin:/bin",  # psql there: nothing is installed
+        "HOME": str(tmp_path),
+        "PSQL": f"{psql} -h {server.hostname} -p {server.port} -U postgres -d postgres",
+        "PGHOST_URL": f"{server.hostname}:{server.port}",
+    }
+    (tmp_path / ".vifusion-env").write_text("export RAY_AUTH_MODE=token\n")
+    for _ in range(2):  # `ray up` again runs setup again
+        done = subprocess.run(
+            ["bash", str(DEPLOY / "head_postgres.sh")], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    lines = (tmp_path / ".vifusion-env").read_text().splitlines()
+    assert lines[0] == "export RAY_AUTH_MODE=token"
+    (url,) = [ln.split("=", 1)[1] for ln in lines if ln.startswith("export VIFUSION_CATALOG_URL=")]
+    password = (tmp_path / ".vifusion-pg").read_text()
+    assert len(password) >= 24 and stat.S_IMODE((tmp_path / ".vifusion-pg").stat().st_mode) == 0o600
+    assert url == f"postgresql://vifusion:{password}@{server.hostname}:{server.port}/vifusion"
+    catalog = Catalog.open(Config(data_dir=tmp_path / "data", catalog_url=url))
+    try:
+        assert catalog.list_videos() == []
+    finally:
+        catalog.close()
