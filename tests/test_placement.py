@@ -1,7 +1,14 @@
 import pytest
 import ray
 
-from vifusion.placement import extractor_options, shard_nodes, spread
+from vifusion.placement import (
+    extractor_options,
+    shard_nodes,
+    shard_resources,
+    shard_strategies,
+    shard_strategy,
+    spread,
+)
 
 
 def test_primaries_spread_over_nodes_and_replicas_of_a_shard_never_share_one():
@@ -25,3 +32,23 @@ def test_no_node_is_an_error():
 def test_on_a_cpu_only_node_shards_go_to_it_and_extractors_ask_for_no_gpu(ray_session):
     assert shard_nodes() == [ray.get_runtime_context().get_node_id()]
     assert extractor_options(2) == {"num_cpus": 1}
+
+
+def test_a_shard_replica_whose_node_is_gone_runs_on_another_and_a_live_node_keeps_it(
+    ray_session,
+):
+    """The rule that lets Ray re-create a replica after its node is lost: the affinity is soft.
+    A node that is not there (as a lost node is not) does not stop the replica; a live one
+    holds it (never spilled elsewhere)."""
+    here = ray.get_runtime_context().get_node_id()
+    [[strategy]] = shard_strategies(1, 1)
+    assert strategy.node_id == here and strategy.soft and not strategy._spill_on_unavailable
+    assert shard_resources() == {}  # no node carries the shard resource: any node will do
+
+    @ray.remote(num_cpus=0)
+    def node() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    lost = shard_strategy("ab" * 28)  # a node id no live node has
+    assert ray.get(node.options(scheduling_strategy=lost).remote(), timeout=60) == here
+    assert ray.get(node.options(scheduling_strategy=strategy).remote(), timeout=60) == here

@@ -2,9 +2,11 @@
 
 - **Shards**: replica ``r`` of shard ``n`` on node ``(n + r) mod N`` of the shard nodes (those
   with the ``shard`` resource; every alive node where none has it), so primaries spread and a
-  shard's replicas sit on different nodes where there are enough. The affinity is hard (Ray's
-  soft affinity moved replicas off nodes that were up): a replica restarts on its own node,
-  and one whose node is gone stays down until the service starts again.
+  shard's replicas sit on different nodes where there are enough. The affinity is soft and
+  never spills: a replica stays on its node while the node is up, however busy it is, and one
+  whose node is lost is restarted by Ray on another node, a shard node where there are any
+  (each replica asks for a sliver of the ``shard`` resource), where it catches up from a live
+  replica over Ray (``index/replica.py``).
 - **Extractors**: a GPU each where there are as many as extractors, else an equal share of
   the GPUs; without GPUs an equal share of the ``extract`` resource where nodes carry it,
   else any node with a free CPU.
@@ -27,6 +29,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
+_SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, not how many
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
 PLAN_FILE = "plan.json"
 log = logging.getLogger(__name__)
@@ -90,10 +93,7 @@ def planned_shard_strategies(
     nodes = plan_nodes(plan)
     if nodes is None:
         return None
-    return [
-        [NodeAffinitySchedulingStrategy(nodes[name], soft=False) for name in group]
-        for group in plan["shards"]
-    ]
+    return [[shard_strategy(nodes[name]) for name in group] for group in plan["shards"]]
 
 
 def planned_extractors(plan: dict[str, Any] | None) -> list[dict[str, Any]] | None:
@@ -129,9 +129,22 @@ def shard_nodes() -> list[str]:
 def shard_strategies(num_shards: int, replicas: int) -> list[list[NodeAffinitySchedulingStrategy]]:
     """A scheduling strategy for every replica of every shard (``[shard][replica]``)."""
     return [
-        [NodeAffinitySchedulingStrategy(node, soft=False) for node in group]
+        [shard_strategy(node) for node in group]
         for group in spread(num_shards, replicas, shard_nodes())
     ]
+
+
+def shard_resources() -> dict[str, float]:
+    """The resources each shard replica asks for: a sliver of ``shard`` where nodes carry it,
+    so that Ray restarts a replica whose node is lost only on another shard node."""
+    tagged = any(n["Alive"] and n["Resources"].get(SHARD_RESOURCE) for n in ray.nodes())
+    return {SHARD_RESOURCE: _SHARD_SLIVER} if tagged else {}
+
+
+def shard_strategy(node: str) -> NodeAffinitySchedulingStrategy:
+    """A shard replica's place: ``node`` while it is alive (not spilled elsewhere when it is
+    busy), any other node Ray finds once it is gone."""
+    return NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=False)
 
 
 def extractor_options(num_extractors: int) -> dict[str, Any]:

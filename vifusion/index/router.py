@@ -31,7 +31,12 @@ from vifusion.index.layout import (  # noqa: F401 (imported from here too)
 from vifusion.index.merge import merge_topk
 from vifusion.index.replica import ShardReplica
 from vifusion.index.shard import check_queries
-from vifusion.placement import load_plan, planned_shard_strategies, shard_strategies
+from vifusion.placement import (
+    load_plan,
+    planned_shard_strategies,
+    shard_resources,
+    shard_strategies,
+)
 from vifusion.types import SPACES, Found
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every shard beats a copy in each call
@@ -65,13 +70,15 @@ class ShardSet:
         # ~9 ms of CPU per one-query search on 2 cores (against 0.2 ms of real work).
         # max_restarts / max_task_retries: a replica that dies comes back from snapshot +
         # log, and the writes sent to it meanwhile are retried, so none is lost. Nodes: see
-        # placement.py (spread, a shard's replicas on different nodes).
+        # placement.py (spread, a shard's replicas on different nodes; one whose node is lost
+        # is restarted on another shard node and catches up there, replica.py).
         actor = ray.remote(ShardReplica)
         opts = dict(
             num_cpus=0,
             max_concurrency=1,
             max_restarts=-1,
             max_task_retries=-1,
+            resources=shard_resources(),
             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
         where = planned_shard_strategies(
