@@ -61,6 +61,7 @@ delays, /dev/net/tun.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -380,6 +381,18 @@ class NetBed:
                 *(self.disk, str(own), *argv),
             ]
         return self._exec_ns(self.hosts[host].name, argv, **popen_kwargs)
+
+    def kill_host(self, host: int) -> None:
+        """Lose host ``host`` as a machine is lost: every process in it (its Ray node with
+        all its workers) killed at once with SIGKILL, nothing told first; its namespace and
+        disk stay."""
+        namespace = [self.hosts[host].name]
+        deadline = time.monotonic() + 10
+        while (pids := _ns_pids(namespace) - {os.getpid()}) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
 
     def disk_dir(self, host: int) -> Path:
         """Where host ``host``'s own ``disk`` lives, seen from outside the bed."""

@@ -35,7 +35,10 @@ def binaries() -> Path | None:
 class PostgresServer:
     """One server; ``url`` reaches it as the superuser ``postgres`` (trust, loopback only)."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, netns: str | None = None) -> None:
+        """``netns``: run it in that network namespace (a host of the test bed), on its
+        loopback: reached only from processes in the same namespace."""
+        self._in = ["ip", "netns", "exec", netns] if netns else []
         self.root = Path(tempfile.mkdtemp(prefix="vifusion-pg-"))
         self.data = self.root / "data"
         self._as: dict = {}
@@ -44,6 +47,9 @@ class PostgresServer:
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
         self.proc: subprocess.Popen | None = None
+        if self._in and self._as:  # entering a namespace takes root: drop to nobody after
+            self._in += ["setpriv", f"--reuid={self._as['user']}", f"--regid={self._as['group']}"]
+            self._in += ["--clear-groups"]
         try:
             if self._as and not _runs(bin_dir / "postgres", self._as):
                 bin_dir = self._copy(
@@ -89,6 +95,7 @@ class PostgresServer:
     def _start(self) -> bool:
         self.proc = subprocess.Popen(
             [
+                *self._in,
                 str(self.bin_dir / "postgres"),
                 "-D",
                 str(self.data),
@@ -106,7 +113,7 @@ class PostgresServer:
             stdout=subprocess.DEVNULL,
             stderr=open(self.root / "log", "ab"),
             cwd=self.root,
-            **self._as,
+            **({} if self._in else self._as),
         )
         if self._ready(self.bin_dir):
             return True
@@ -137,7 +144,11 @@ class PostgresServer:
         while time.monotonic() < deadline and self.proc.poll() is None:
             ok = (
                 subprocess.run(
-                    [str(bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                    [
+                        *self._in,
+                        str(bin_dir / "pg_isready"),
+                        *("-q", "-h", "127.0.0.1", "-p", str(self.port)),
+                    ],
                     capture_output=True,
                 ).returncode
                 == 0
