@@ -76,7 +76,8 @@ class Pool:
                     max_restarts=-1,
                     max_task_retries=-1,
                 )
-                .remote(cfg, self.name)
+                # the data dir as this process finds it, whatever the pool's working directory
+                .remote(cfg.updated({"data_dir": cfg.data_dir.resolve()}), self.name)
             )
         self.stats  # noqa: B018 (a pool that cannot start fails here)
 
