@@ -434,6 +434,13 @@ def parse_args() -> argparse.Namespace:
         help="environment for every Ray process (set before Ray starts), e.g. a Serve setting "
         "such as RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0; repeatable",
     )
+    p.add_argument(
+        "--replicas",
+        default="",
+        metavar="N,M",
+        help="instead of HTTP against in-process: the HTTP load with each number of API "
+        "replicas (e.g. 1,2); last line JSON with qps_1_replica, qps_2_replicas",
+    )
     args = p.parse_args()
     for item in args.env:
         if "=" not in item:
@@ -441,8 +448,95 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def replicas_phase(cfg: Config, key: str, videos: list[Path], plan: Plan, counts: list[int]):
+    """The same HTTP load against the app with each count of API replicas (``api_replicas``,
+    ``shared_actors``: every count serves the same shard replicas, indexed once, by the
+    first). Returns (levels per count, vectors)."""
+    from ray import serve
+
+    from serve.app import APP_NAME, deploy
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    shared = cfg.updated({"shared_actors": True})
+    out, vectors = {}, 0
+    for n in counts:
+        t0 = time.perf_counter()
+        deploy(shared.updated({"api_replicas": n}), "127.0.0.1", port)
+        print(f"{n} API replica(s) up in {time.perf_counter() - t0:.1f} s", flush=True)
+        if not vectors:
+            vectors = ingest(url, key, videos, timeout_s=600)
+            print(f"ingested: {vectors} frame vectors", flush=True)
+        idle = idle_cpu_rate()
+        out[n] = []
+        for c in plan.levels:
+            out[n].append(run_level(f"http x{n}", c, plan, lambda: HttpCall(url, key), idle))
+            print(f"  {n} replica(s), {c} clients: {out[n][-1].qps:.1f} QPS", flush=True)
+        serve.delete(APP_NAME)  # the shards and the ingest pool stay up: they are shared
+    return out, vectors
+
+
+def replicas_main(args: argparse.Namespace) -> None:
+    """``--replicas 1,2``: QPS and p50 at each concurrency per count of API replicas."""
+    import ray
+
+    counts = [int(n) for n in args.replicas.split(",")]
+    plan = Plan(quick=args.quick, levels=(1, 4), per_client=args.requests or 60, limit_s=30.0)
+    videos = write_videos(args.cache, args.quick)
+    tmp = Path(tempfile.mkdtemp(prefix="vifusion-serve-load-"))
+    key = secrets.token_urlsafe(24)
+    cfg = Config(
+        data_dir=tmp / "data",
+        api_key=key,
+        ingest_roots=(videos[0].parent.resolve(),),
+        rate_limit_rps=1e6,
+        rate_limit_burst=1_000_000,
+    )
+    from serve.app import SERVE_TUNED
+
+    for name, value in SERVE_TUNED.items():
+        os.environ.setdefault(name, value)
+    ray.init(
+        num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+    )
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    try:
+        levels, vectors = replicas_phase(cfg, key, videos, plan, counts)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        f"workload: {len(videos)} videos, {vectors} frame vectors; {plan.per_client} requests per client"
+    )
+    print_table([lv for n in counts for lv in levels[n]])
+    at4 = {n: next(lv for lv in levels[n] if lv.clients == 4) for n in counts}
+    figures = {}
+    for n in counts:
+        name = "1_replica" if n == 1 else f"{n}_replicas"
+        figures[f"qps_{name}"] = round(at4[n].qps, 2)
+        figures[f"p50_ms_{name}"] = round(at4[n].pct_ms(50), 2)
+    if 1 in at4 and 2 in at4:
+        print(f"4 clients: 2 replicas / 1 replica QPS = {at4[2].qps / at4[1].qps:.2f}")
+        figures["qps_2_over_1"] = round(at4[2].qps / at4[1].qps, 3)
+    print(
+        json.dumps(
+            {
+                "benchmark": "serve_load_replicas",
+                "clients": 4,
+                **figures,
+                "errors": {str(n): sum(len(lv.errors) for lv in levels[n]) for n in counts},
+                "vectors": vectors,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "machine": machine(),
+            }
+        )
+    )
+
+
 def main() -> None:
     args = parse_args()
+    if args.replicas:
+        return replicas_main(args)
     import ray
 
     plan = Plan(
