@@ -97,3 +97,39 @@ def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_on
         stats = svc.shards.stats()
         assert sum(s["vectors"]["visual"] for s in stats) == 48  # each frame once
         assert find_drift(svc.catalog, svc.shards) == []
+
+
+def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session, tmp_path):
+    """The pool stalls past its lease (forced here: its lease ended) and another worker takes
+    the job over: the pool's next write is refused, so it neither overwrites the new holder's
+    state nor ends the job; handed back, the job runs from the start, each frame once."""
+    from vifusion.catalog import Catalog
+
+    video = write_video(tmp_path / "long.mp4", ("coffee", "rocket", "camera"), scene_s=4.0)
+    cfg = Config(data_dir=tmp_path / "data", sample_fps=4.0, dedup_cosine=1.01, embed_batch=8)
+    with Service(cfg) as svc:
+        with open(video.path, "rb") as f:
+            queued = svc.ingest_upload(f, "long.mp4")
+        deadline = time.monotonic() + 300
+        while not ((job := svc.job(queued.job_id)).status == "indexing" and job.frames_indexed > 0):
+            assert time.monotonic() < deadline and job.status not in ("ready", "failed"), job
+            time.sleep(0.05)
+        other = Catalog(cfg.data_dir / "catalog.db")
+        other.holder = "other/1"
+        other.expire_leases(svc.jobs.name)
+        assert other.lease_job("other/1", 300.0).id == queued.job_id
+
+        while svc.stats()["ingest"].busy_s == 0:  # the pool let go of the job
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        job = svc.job(queued.job_id)
+        assert (job.status, job.frames_indexed, job.lease_owner) == ("decoding", 0, "other/1")
+        assert (svc.stats()["ingest"].jobs_ready, svc.stats()["ingest"].jobs_failed) == (0, 0)
+
+        other.update_job(queued.job_id, "queued")  # handed back: the pool takes it again
+        svc.jobs.wake()
+        assert wait(svc, queued.job_id) == "ready", svc.job(queued.job_id).error
+        assert svc.job(queued.job_id).frames_indexed == 48
+        assert sum(s["vectors"]["visual"] for s in svc.shards.stats()) == 48
+        assert find_drift(svc.catalog, svc.shards) == []
+        other.close()
