@@ -4,7 +4,9 @@ Handlers parse, authenticate, rate-limit and format; the work is the library's. 
 ``/v1`` route needs ``Authorization: Bearer <key>``; ``/healthz``, ``/metrics`` and the web
 page (``/``) do not, and ``/media/{id}`` needs a signed URL's signature instead (serve/_signed.py). Errors are ``{"error": {"code", "message"}}``.
 
-One replica owns the data dir (it holds the writer lock and runs the ingest queue).
+Replicas accept videos and answer searches; the jobs run in the data dir's one ingest pool
+(vifusion/ingest.py). On one machine a replica owns the data dir (the writer lock); with
+``shared_actors`` any number of replicas share it, the shard replicas and the pool.
 
 No `from __future__ import annotations` here: FastAPI must see the request models' real
 classes through Serve's ingress wrapper, or it takes a body for a query parameter.
