@@ -5,7 +5,8 @@ The network test bed (``deploy/netbed.py``), a delay line of 10 ms on every link
 share. Every host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max``, or v1
 ``cpu.cfs_quota_us`` where only v1 has the cpu controller), so the three hosts share this
 machine's cores as the planner is told they do. The stages are calibrated here
-(``calibrate.measure``), the bed is described to the planner as three node types, and:
+(``calibrate``: each stage alone, and two processes embedding at once), the bed is described
+to the planner as three node types, and:
 
 - **plan**: the search's choice, applied (``DATA_DIR/plan.json``), then a real ingest of
   generated videos (``Runtime`` -> ``Indexer``: decode, embed, aggregate, shard);
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +45,10 @@ from _common import run_benchmark  # noqa: E402
 RATES = ("1gbit", "20mbit", "1gbit")
 CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
 DELAY_MS = 10.0
-CFG = {"speech": False, "screen_text": False, "num_shards": 2}
+# One torch thread an extractor: no host has a whole core. With one a machine core (the
+# default), torch's threads spin waiting for cores and a frame costs two to three times the
+# CPU (``--torch-threads 0`` runs that).
+CFG = {"speech": False, "screen_text": False, "num_shards": 2, "torch_threads": 1}
 
 
 def drive(spec: dict) -> None:
@@ -58,13 +63,15 @@ def drive(spec: dict) -> None:
         data_dir=Path(spec["data"]),
         ray_address=spec["address"],
         sample_fps=spec["sample_fps"],
-        **CFG,
+        **{**CFG, "torch_threads": spec["torch_threads"]},
     )
     with Runtime(cfg, writer=True) as rt:
         ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
+        _mark("LOADED")  # the caller reads the hosts' CPU counters (outside this netns)
         t0 = time.perf_counter()
         results = rt.indexer.index_files([Path(f) for f in spec["videos"]])
         wall = time.perf_counter() - t0
+        _mark("INDEXED")
         extractors = len(rt.indexer.extractors)
     frames = sum(r.frames for r in results if r.status == "ready")
     print(
@@ -80,6 +87,61 @@ def drive(spec: dict) -> None:
         ),
         flush=True,
     )
+
+
+def _mark(what: str) -> None:
+    """Say ``what`` to the caller and wait for its go-ahead (a line on stdin)."""
+    print(what, flush=True)
+    sys.stdin.readline()
+
+
+def _cpu_snapshot(dirs: list[Path]) -> list[dict]:
+    """Per host (cgroup): each process's CPU seconds so far, by pid, with its name (a Ray
+    worker's is its actor class), and the cgroup's throttled time."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = []
+    for d in dirs:
+        procs: dict[int, tuple[str, float]] = {}
+        for pid in (d / "cgroup.procs").read_text().split():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            procs[int(pid)] = (_proc_name(argv), (int(fields[11]) + int(fields[12])) / tick)
+        throttled = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
+        out.append({"procs": procs, "throttled_s": int(throttled.get("throttled_time", 0)) / 1e9})
+    return out
+
+
+def _proc_name(argv: list[bytes]) -> str:
+    first = argv[0].decode(errors="replace")
+    if first.startswith("ray::"):
+        return first.split()[0].split(".")[0]
+    for a in argv[1:]:
+        a = a.decode(errors="replace")
+        if a.endswith(".py"):
+            return Path(a).name
+    return Path(first.split()[0]).name if first else "?"
+
+
+def _cpu_used(before: list[dict], after: list[dict]) -> list[dict]:
+    """CPU seconds per process name per host between two snapshots, and time throttled."""
+    out = []
+    for b, a in zip(before, after, strict=True):
+        names: dict[str, float] = {}
+        for pid, (name, cpu) in a["procs"].items():
+            used = cpu - b["procs"].get(pid, (name, 0.0))[1]
+            names[name] = round(names.get(name, 0.0) + used, 2)
+        out.append(
+            {
+                "by_process": dict(sorted(names.items(), key=lambda kv: -kv[1])),
+                "total_s": round(sum(names.values()), 2),
+                "throttled_s": round(a["throttled_s"] - b["throttled_s"], 2),
+            }
+        )
+    return out
 
 
 class _Cgroups:
@@ -111,6 +173,32 @@ class _Cgroups:
                 (self.dirs[host] / "cgroup.procs").write_text(str(pid))
             except OSError:
                 pass  # gone already
+
+    def probe(self, seconds: float = 2.0) -> list[float]:
+        """Cores each host gets now, all hosts busy at once: at most its quota, less where
+        the machine's other work takes the rest. Two spinning processes a host."""
+        spin = (
+            "import sys, time\nsys.stdin.readline()\nt, w = time.process_time(), time.time()\n"
+            f"while time.time() - w < {seconds}: pass\nprint(time.process_time() - t)"
+        )
+        procs = []
+        for i in range(len(self.dirs)):
+            for _ in range(2):
+                p = subprocess.Popen(
+                    [sys.executable, "-c", spin],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                self.move(i, {p.pid})
+                procs.append((i, p))
+        for _, p in procs:
+            p.stdin.write("\n")
+            p.stdin.flush()
+        got = [0.0] * len(self.dirs)
+        for i, p in procs:
+            got[i] += float(p.communicate()[0]) / seconds
+        return [round(g, 3) for g in got]
 
     def remove(self) -> None:
         for d in self.dirs:
@@ -144,6 +232,12 @@ def sixteen_nodes():
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter videos (about a minute)")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=CFG["torch_threads"],
+        help="an extractor's torch threads (0: one per core of the machine)",
+    )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
@@ -154,7 +248,7 @@ def main() -> int:
 
     from deploy.netbed import NetBed, available
     from vifusion.config import Config
-    from vifusion.plan.calibrate import measure
+    from vifusion.plan.calibrate import _here
     from vifusion.plan.model import Cluster, Node, NodeType
     from vifusion.plan.planner import plan_document
     from vifusion.plan.search import Evaluated, even_spread, search
@@ -178,14 +272,20 @@ def main() -> int:
             for i in range(count)
         ]
         frames_per_video = round(3 * scene_s * fps)
-        cfg = Config(data_dir=work / "calibration", sample_fps=fps, **CFG)
-        costs_here = measure(cfg)
+        cfg = Config(
+            data_dir=work / "calibration",
+            sample_fps=fps,
+            **{**CFG, "torch_threads": args.torch_threads},
+        )
+        costs_here = _here(cfg)
+        print(f"  calibrated here: {costs_here}", flush=True)
 
-        # The 16-node cluster: how long the search takes, how much it prunes.
+        # The 16-node cluster: how long the search takes, how much it prunes. Its nodes have
+        # whole cores, so their extractors take torch's default (a thread a core).
         big = sixteen_nodes()
         big_report = search(
             big,
-            {t.name: costs_here for t in big.types},
+            {t.name: replace(costs_here, embed_threads=0) for t in big.types},
             Workload(0, round(600 * fps), steady=True),
             num_shards=2,
             parallel=False,
@@ -198,19 +298,29 @@ def main() -> int:
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
             for i, host in enumerate(bed.hosts):
                 groups.move(i, _ns_pids(host.name))
-            types = tuple(
-                NodeType(
-                    f"h{i}",
-                    1,
-                    2,
-                    cpu_share=c / 2,
-                    uplink=_bps(r) / 8,
-                    downlink=1e9 / 8,
-                    rtt_s=2 * DELAY_MS / 1e3,
+
+            def described(cores: list[float]) -> Cluster:
+                """The bed as the planner sees it: each host's cores as probed just now."""
+                return Cluster(
+                    tuple(
+                        NodeType(
+                            f"h{i}",
+                            1,
+                            2,
+                            cpu_share=c / 2,
+                            uplink=_bps(r) / 8,
+                            downlink=1e9 / 8,
+                            rtt_s=2 * DELAY_MS / 1e3,
+                        )
+                        for i, (r, c) in enumerate(zip(RATES, cores, strict=True))
+                    ),
+                    "h0",
                 )
-                for i, (r, c) in enumerate(zip(RATES, CORES, strict=True))
-            )
-            cluster = Cluster(types, "h0")
+
+            probed = groups.probe()
+            print(f"  cores the hosts get now: {probed} (quotas {CORES})", flush=True)
+            cluster = described(probed)
+            types = cluster.types
             costs = {t.name: costs_here for t in types}
             live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
             # Planned for these videos: with a few videos, which extractor gets the last one
@@ -222,7 +332,9 @@ def main() -> int:
             modes = {"plan": report.best.candidate, "even": even_spread(cluster, 2, 1)}
             res = {}
             for mode, candidate in modes.items():
-                predicted = simulate(cluster, costs, candidate, finite)
+                if mode != "plan":  # the plan was searched on a probe just taken
+                    probed = groups.probe()
+                predicted = simulate(described(probed), costs, candidate, finite)
                 data = work / f"data-{mode}"
                 data.mkdir()
                 doc = plan_document(cluster, Evaluated(candidate, predicted), live)
@@ -232,25 +344,39 @@ def main() -> int:
                     "videos": [str(v) for v in videos],
                     "data": str(data),
                     "sample_fps": fps,
+                    "torch_threads": args.torch_threads,
                 }
                 proc = bed.exec(
                     0,
                     [sys.executable, __file__, "--drive", json.dumps(spec)],
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
+                    stderr=(errors := tempfile.TemporaryFile("w+")),
                     text=True,
                     cwd=str(ROOT),
                     env={**os.environ, "PYTHONPATH": str(ROOT)},
                 )
                 groups.move(0, {proc.pid})
-                stdout, stderr = proc.communicate(timeout=1200)
-                result = next(
-                    (line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None
-                )
-                if result is None:
-                    raise RuntimeError(f"the driver failed ({mode}):\n{stderr[-3000:]}")
+                result, snaps = None, []
+                for line in proc.stdout:
+                    if line.strip() in ("LOADED", "INDEXED"):
+                        snaps.append(_cpu_snapshot(groups.dirs))
+                        proc.stdin.write("\n")
+                        proc.stdin.flush()
+                    elif line.startswith("RESULT "):
+                        result = line[7:]
+                proc.wait(timeout=120)
+                if result is None or len(snaps) != 2:
+                    errors.seek(0)
+                    raise RuntimeError(f"the driver failed ({mode}):\n{errors.read()[-3000:]}")
                 res[mode] = json.loads(result) | {
+                    "cpu_s": _cpu_used(*snaps),
                     "predicted_fps": round(predicted.fps, 2),
+                    "predicted_s": round(predicted.seconds, 2),
+                    "cores_probed": probed,
+                    "predicted_cpu_s": [
+                        {k: round(v, 2) for k, v in node.items()} for node in predicted.cpu_s
+                    ],
                     "placement": {
                         "extractors": list(candidate.extractors),
                         "shards": [list(g) for g in candidate.shards],
@@ -262,6 +388,8 @@ def main() -> int:
                 f"{r['frames_per_s']:.1f} frames/s (predicted {r['predicted_fps']:.1f}); {r['placement']}",
                 flush=True,
             )
+            for host, (used, model) in enumerate(zip(r["cpu_s"], r["predicted_cpu_s"])):
+                print(f"    h{host}: measured {used}\n        predicted {model}", flush=True)
         plan, even = res["plan"], res["even"]
         out = {
             "benchmark": "plan",
@@ -271,6 +399,8 @@ def main() -> int:
             "bed": {"rates": RATES, "delay_ms": DELAY_MS, "cores": CORES},
             "videos": count,
             "sample_fps": fps,
+            "torch_threads": args.torch_threads,
+            "calibrated": {k: v for k, v in vars(costs_here).items() if k.endswith(("_cs", "_s"))},
             "predicted_fps": plan["predicted_fps"],
             "measured_fps": round(plan["frames_per_s"], 2),
             "plan_error": round(
