@@ -40,10 +40,13 @@ def videos(tmp_path_factory):
 
 
 def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_once(
-    ray_session, tmp_path, videos
+    ray_session, catalog, tmp_path, videos
 ):
+    """On each catalog: SQLite (one machine) and PostgreSQL (a cluster's)."""
     # dedup off: every sampled frame is one vector, so vectors count frames
-    cfg = Config(data_dir=tmp_path / "data", shared_actors=True, dedup_cosine=1.01)
+    cfg = Config(
+        data_dir=tmp_path / "data", catalog_url=catalog.url, shared_actors=True, dedup_cosine=1.01
+    )
     first = Service(cfg)
     second = None
     try:
