@@ -6,7 +6,9 @@ share. Every host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max
 ``cpu.cfs_quota_us`` where only v1 has the cpu controller), so the three hosts share this
 machine's cores as the planner is told they do. The stages are calibrated here
 (``calibrate``: each stage alone, and two processes embedding at once), the bed is described
-to the planner as three node types, and:
+to the planner as three node types whose cores are those each host gets when probed (two
+spinning processes in each host's cgroup, all hosts at once: the quota, or less where the
+machine's other work takes the rest), and:
 
 - **plan**: the search's choice, applied (``DATA_DIR/plan.json``), then a real ingest of
   generated videos (``Runtime`` -> ``Indexer``: decode, embed, aggregate, shard);
@@ -15,7 +17,9 @@ to the planner as three node types, and:
 
 Frames/s per mode are frames indexed over the wall time from the first job's start to the
 last one's acknowledgement, models loaded; ``predicted_fps`` is the simulation of the chosen
-plan on the same videos. ``search_s``, ``candidates_evaluated`` and ``candidates_pruned``
+plan on the same videos, from a probe taken once the mode's actors are up and idle. Each
+mode also reports each host's CPU seconds by process during the ingest (``cpu_s``) beside
+the simulation's by stage (``predicted_cpu_s``). ``search_s``, ``candidates_evaluated`` and ``candidates_pruned``
 are for a described 16-node cluster (4 node types), with these stage costs.
 
 Run:  sudo .venv/bin/python benchmarks/plan.py [--quick]
@@ -332,8 +336,6 @@ def main() -> int:
             modes = {"plan": report.best.candidate, "even": even_spread(cluster, 2, 1)}
             res = {}
             for mode, candidate in modes.items():
-                if mode != "plan":  # the plan was searched on a probe just taken
-                    probed = groups.probe()
                 predicted = simulate(described(probed), costs, candidate, finite)
                 data = work / f"data-{mode}"
                 data.mkdir()
@@ -359,6 +361,11 @@ def main() -> int:
                 groups.move(0, {proc.pid})
                 result, snaps = None, []
                 for line in proc.stdout:
+                    if line.strip() == "LOADED":
+                        # Predicted from the cores each host gets now, with the runtime's
+                        # actors up (idle, as Ray's daemons are): what the ingest will share.
+                        probed = groups.probe()
+                        predicted = simulate(described(probed), costs, candidate, finite)
                     if line.strip() in ("LOADED", "INDEXED"):
                         snaps.append(_cpu_snapshot(groups.dirs))
                         proc.stdin.write("\n")
