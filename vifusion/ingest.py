@@ -17,6 +17,7 @@ the Service that started it stops it on close.
 from __future__ import annotations
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from vifusion._actors import NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.config import Config
@@ -64,6 +65,8 @@ class Pool:
         if self.actor is None:
             # num_cpus=0: it mostly waits on its extractors, which have CPUs of their own.
             # max_task_retries=-1: a wake or a stats call made while it restarts waits for it.
+            # On this node (soft: elsewhere if this one is lost), whose data dir holds the
+            # uploads of the API replica that starts it.
             self.actor = (
                 ray.remote(IngestPool)
                 .options(
@@ -75,6 +78,9 @@ class Pool:
                     max_concurrency=4,
                     max_restarts=-1,
                     max_task_retries=-1,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        ray.get_runtime_context().get_node_id(), soft=True
+                    ),
                 )
                 # the data dir as this process finds it, whatever the pool's working directory
                 .remote(cfg.updated({"data_dir": cfg.data_dir.resolve()}), self.name)
