@@ -4,6 +4,7 @@ acknowledged once the primary and ``shard_ack_replicas`` followers hold it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import pytest
 from vifusion.config import Config
 from vifusion.index.layout import replica_dir
 from vifusion.index.router import ShardSet
-from vifusion.index.shard import SNAPSHOT, WAL_DIR
+from vifusion.index.shard import SNAPSHOT, WAL_DIR, Shard
 
 from ._helpers import make_batch
 
@@ -114,7 +115,8 @@ def _stopped(ray, handle):
     try:
         yield
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # killed meanwhile
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_a_write_is_acknowledged_once_on_the_primary_and_ack_replicas_followers(
@@ -149,3 +151,66 @@ def test_ack_replicas_default_to_one_follower_and_never_exceed_the_followers() -
     assert Config(shard_replicas=3, shard_ack_replicas=2).ack_replicas == 2
     with pytest.raises(ValueError, match="shard_ack_replicas=3 must be at most shard_replicas - 1"):
         Config(shard_replicas=3, shard_ack_replicas=3)
+
+
+def test_a_follower_back_with_writes_the_primary_never_made_takes_the_primarys_instead(
+    ray_session, tmp_path: Path
+) -> None:
+    """Its directory holds writes past any the primary made durable (a directory from an
+    older history, on a node that came back): the follower drops them for the primary's
+    state, and a later write with one of their seqs is held, not skipped as one it had."""
+    ray = ray_session
+    shards = ShardSet(_cfg(tmp_path, shard_replicas=2))
+    try:
+        first = [make_batch(v, 10, seed=v) for v in (1, 2, 3)]
+        ray.get([shards.handles[0].add.remote(b) for b in first])
+        follower = shards.replicas[0][1]
+        with _stopped(ray, follower):  # its files written behind its back, then it dies
+            behind_its_back = Shard(0, replica_dir(tmp_path, 0, 1), _cfg(tmp_path))
+            for seq, v in ((4, 9), (5, 10)):
+                assert behind_its_back.apply(seq, make_batch(v, 10, seed=v)) == seq
+            ray.kill(follower, no_restart=False)
+        later = make_batch(4, 10, seed=4)
+        ray.get(shards.handles[0].add.remote(later))
+        want = _state(ray, shards.handles[0])
+        assert want[0] == 4 and _caught_up(ray, follower, 4) == want
+        assert _top_ids(ray, follower, [*first, later]) == _ids([*first, later])
+        assert ray.get(follower.video_ids.remote()) == [1, 2, 3, 4]
+    finally:
+        shards.close()
+
+
+def test_a_primary_back_on_an_older_directory_of_another_history_takes_the_followers(
+    ray_session, tmp_path: Path
+) -> None:
+    """The primary's node comes back after another took over, its directory holding a write
+    that never left it (seq 4), while the shard went on with another write at seq 4: the
+    primary tells the histories apart by the record at seq 4 and takes the follower's."""
+    ray = ray_session
+    cfg = Config(data_dir=tmp_path, num_shards=1, faiss_threads=1, shard_replicas=2)
+    shards = ShardSet(cfg)
+    old = tmp_path / "old"
+    try:
+        first = [make_batch(v, 4, seed=v) for v in (1, 2, 3)]
+        ray.get([shards.handles[0].add.remote(b) for b in first])
+        primary, follower = shards.replicas[0]
+        mine = replica_dir(tmp_path, 0, 0)
+        with _stopped(ray, primary):  # its node lost, a write logged there and never sent
+            shutil.copytree(mine, old)
+            Shard(0, old, cfg).add(make_batch(9, 4, seed=9))
+            shutil.rmtree(mine)
+            ray.kill(primary, no_restart=False)
+        later = [make_batch(v, 4, seed=v) for v in (4, 5)]  # seqs 4 and 5, on another node
+        for b in later:
+            ray.get(shards.handles[0].add.remote(b))
+        with _stopped(ray, primary):  # that node lost too: back on the first, older directory
+            shutil.rmtree(mine)
+            shutil.copytree(old, mine)
+            ray.kill(primary, no_restart=False)
+        want = _state(ray, follower)
+        assert want[0] == 5 and _state(ray, primary) == want
+        assert ray.get(primary.video_ids.remote()) == [1, 2, 3, 4, 5]
+        ray.get(shards.handles[0].add.remote(make_batch(6, 4, seed=6)))
+        assert _caught_up(ray, follower, 6) == _state(ray, primary)
+    finally:
+        shards.close()

@@ -410,6 +410,52 @@ def test_a_replica_behind_gets_the_log_it_lacks_or_the_snapshot_and_the_log_afte
     assert again.install(source.changes_after(2)) == 5
 
 
+@pytest.mark.parametrize("snapshot_first", [False, True])
+def test_a_replica_holding_writes_its_source_never_made_is_replaced_by_the_sources_state(
+    tmp_path: Path, snapshot_first: bool
+) -> None:
+    """A directory from another history (writes that never reached the source): what it
+    holds beyond the source is dropped, not kept beside the source's writes."""
+    source = Shard(0, tmp_path / "src", CFG)
+    other = Shard(0, tmp_path / "other", CFG)
+    for v in (1, 2):
+        source.add(make_batch(v, 4, seed=v))
+        other.apply(v, make_batch(v, 4, seed=v))
+    if snapshot_first:
+        source.snapshot()
+    other.apply(3, make_batch(8, 4, seed=8))  # a write the source never made
+    assert other.install(source.changes_after(3)) == 2
+    assert other.video_ids() == [1, 2]
+    _same_results(source, other)
+    again = Shard(0, tmp_path / "other", CFG)
+    assert again.stats()["seq"] == 2 and again.video_ids() == [1, 2]
+    source.add(make_batch(3, 4, seed=3))
+    assert again.apply(3, make_batch(3, 4, seed=3)) == 3
+    _same_results(source, again)
+
+
+def test_a_replica_whose_record_at_a_seq_differs_from_its_sources_takes_the_sources_state(
+    tmp_path: Path,
+) -> None:
+    """Same seqs, another history (a write at seq 2 that never reached the source, which
+    wrote another at 2): told by the record's checksum, and replaced."""
+    source = Shard(0, tmp_path / "src", CFG)
+    other = Shard(0, tmp_path / "other", CFG)
+    source.add(make_batch(1, 4, seed=1))
+    other.apply(1, make_batch(1, 4, seed=1))
+    source.add(make_batch(2, 4, seed=2))
+    other.apply(2, make_batch(8, 4, seed=8))
+    source.add(make_batch(3, 4, seed=3))
+    assert other.position()[1] != source.crc_at(2)
+    assert other.install(source.changes_after(*other.position())) == 3
+    assert other.video_ids() == [1, 2, 3]
+    _same_results(source, other)
+    # the same history: only what it lacks
+    source.add(make_batch(4, 4, seed=4))
+    changes = source.changes_after(*other.position())
+    assert not changes.reset and [s for s, _ in changes.records] == [4]
+
+
 def test_a_replica_is_sent_only_what_is_durable_at_its_source(tmp_path: Path) -> None:
     source = Shard(0, tmp_path / "src", CFG)
     source.add(make_batch(1, 3, seed=1))

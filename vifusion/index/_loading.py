@@ -15,7 +15,7 @@ from vifusion.index import _snapshot
 from vifusion.index._rows import DIMS
 from vifusion.index._snapshot import SNAPSHOT
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion.index.wal import LogCorrupt, WriteAheadLog, decode, records, replay
+from vifusion.index.wal import LogCorrupt, WriteAheadLog, decode, record_crc, records, replay
 
 WAL_DIR = "wal"
 _LOAD_TRIES = 5  # a reader racing the writer's snapshot + log clean-up starts over
@@ -25,11 +25,13 @@ _LOAD_TRIES = 5  # a reader racing the writer's snapshot + log clean-up starts o
 class Changes:
     """What one replica sends another that is behind it: ``snapshot`` (its snapshot file's
     bytes; None: not needed) and its durable log records after ``base_seq`` (the
-    snapshot's seq, or the asker's), as (seq, payload)."""
+    snapshot's seq, or the asker's), as (seq, payload). ``reset``: the asker holds writes
+    this replica never made durable (another history): it drops all it holds first."""
 
     snapshot: bytes | None
     base_seq: int
     records: list[tuple[int, bytes]]
+    reset: bool = False
 
     @property
     def seq(self) -> int:
@@ -89,16 +91,38 @@ class Loading:
         self.seq = self._snapshot_seq = loaded.seq
         self._snapshot_size = loaded.size
 
-    def changes_after(self, after: int) -> Changes:
+    def position(self) -> tuple[int, int | None]:
+        """The last seq held and its record's checksum (None: the log does not hold it, the
+        state came from a snapshot): what another replica checks its history against."""
+        with self._snapshot_lock:
+            seq = self.seq
+            return seq, self.crc_at(seq)
+
+    def crc_at(self, seq: int) -> int | None:
+        """The checksum of this replica's record ``seq`` (None: its log does not hold it)."""
+        return record_crc(self.directory / WAL_DIR, seq) if seq > self._snapshot_seq else None
+
+    def changes_after(
+        self, after: int, crc: int | None = None, everything: bool = False
+    ) -> Changes:
         """What a replica at seq ``after`` lacks of this one's durable state: the log records
         after ``after`` where this log still holds them, else the snapshot and the log after
         it. Nothing not yet synced here: a replica must never hold a write its source could
-        still lose. Held: the snapshot lock (no snapshot drops the log meanwhile)."""
+        still lose. An asker of another history (a directory from before this replica took
+        over, say: ahead of its durable seq, or ``crc`` not its record's at ``after``), or
+        one that asks for ``everything``, is sent all, to replace what it holds (``reset``).
+        Held: the snapshot lock (no snapshot drops the log meanwhile)."""
         with self._snapshot_lock:
             with self._lock:
                 durable = self._wal.durable_seq if self._wal is not None else self.seq
                 snapshot_seq = self._snapshot_seq
-            if after >= durable:
+            reset = everything or after > durable
+            if not reset and crc is not None and after > 0:
+                mine = self.crc_at(after)
+                reset = mine is not None and mine != crc
+            if reset:
+                after = 0
+            elif after == durable:
                 return Changes(None, durable, [])
             snapshot = None
             if after < snapshot_seq:  # the log before the snapshot is gone: send the snapshot
@@ -112,13 +136,17 @@ class Loading:
             raise LogCorrupt(
                 f"{self.directory}: the log lacks records between {after} and {durable}"
             )
-        return Changes(snapshot, after, found)
+        return Changes(snapshot, after, found, reset)
 
     def install(self, changes: Changes) -> int:
         """Take what another replica sent (``changes_after``): its snapshot where this replica
         is behind it, then the records after this replica's seq, each logged here, all synced
         before this returns. Returns the seq held (what the sender may count as held here)."""
         with self._snapshot_lock, self._lock:
+            if changes.reset:
+                self._wal.restart_after(0)  # the log first: see ``restart_after``
+                (self.directory / SNAPSHOT).unlink(missing_ok=True)
+                self._reset()
             if changes.snapshot is not None and changes.base_seq > self.seq:
                 self._wal.restart_after(changes.base_seq)
                 _snapshot.install(self.directory, changes.snapshot)

@@ -27,7 +27,7 @@ _INLINE_BYTES = 64 << 10  # past this, one put for every follower beats a copy i
 _RETRY_S = 1.0  # a follower whose call failed (not one that died: Ray restarts it) is retried
 log = logging.getLogger(__name__)
 
-Source = Callable[[int], tuple[Changes, list[ray.ObjectRef]]]
+Source = Callable[[int, int | None], tuple[Changes, list[ray.ObjectRef]]]
 
 
 class Followers:
@@ -121,7 +121,9 @@ class _Sender(threading.Thread):
         for seq, ref in refs:
             got = ray.get(ref)
             if got < seq and self.held < seq:  # a gap: send what it lacks, from the primary
-                changes, snapshot = self.owner._source(got)
+                # not checked yet (-1): by what it holds, which may be another history
+                at = ray.get(self.handle.position.remote()) if got < 0 else (got, None)
+                changes, snapshot = self.owner._source(*at)
                 got = ray.get(self.handle.install.remote(changes, snapshot))
             self._confirm(got)
 

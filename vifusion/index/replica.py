@@ -72,6 +72,10 @@ class ShardReplica:
         self._lock = threading.RLock()
         self._core_wait = CoreWait()
         self._followers: Followers | None = None
+        # A follower counts as holding a write only once the primary has checked what it
+        # holds (its first ``install``): a directory from an older history may hold seqs the
+        # primary never wrote, and would otherwise answer "held" for writes it skipped.
+        self._checked = primary is None
         if followers:
             self._followers = self._lead(followers, cfg.ack_replicas)
         elif primary is not None:
@@ -151,19 +155,23 @@ class ShardReplica:
     # writes: the others
     def apply(self, seq: int, op: Op) -> int:
         """Log and apply the primary's write ``seq``; return the seq held (below ``seq``: a
-        gap, which the primary's sender fills with ``install``)."""
+        gap, which the primary's sender fills with ``install``; -1: not yet checked against
+        the primary, which it then does the same way)."""
         with self._serving():
-            return self.shard.apply(seq, op)
+            return self.shard.apply(seq, op) if self._checked else -1
 
     # catching up: any replica
-    def seq(self) -> int:
-        """The last write held, durable here (a follower syncs each before answering)."""
-        return self.shard.seq
+    def position(self) -> tuple[int, int | None]:
+        """The last write held (durable here: a follower syncs each before answering) and
+        its record's checksum (``Shard.position``)."""
+        return self.shard.position()
 
-    def changes_after(self, after: int) -> tuple[Changes, list[ray.ObjectRef]]:
+    def changes_after(
+        self, after: int, crc: int | None = None, everything: bool = False
+    ) -> tuple[Changes, list[ray.ObjectRef]]:
         """What a replica at seq ``after`` lacks of this one (``Shard.changes_after``); the
         snapshot file, where it is needed, goes through the object store as one ref."""
-        changes = self.shard.changes_after(after)
+        changes = self.shard.changes_after(after, crc, everything)
         refs = [] if changes.snapshot is None else [ray.put(changes.snapshot)]
         return dataclasses.replace(changes, snapshot=None), refs
 
@@ -172,7 +180,9 @@ class ShardReplica:
         if snapshot:
             changes = dataclasses.replace(changes, snapshot=ray.get(snapshot[0]))
         with self._serving():
-            return self.shard.install(changes)
+            held = self.shard.install(changes)
+            self._checked = True
+            return held
 
     # reads: any replica
     def search(self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None):
@@ -233,24 +243,35 @@ class ShardReplica:
 
     def _lead(self, names: list[str], need: int) -> Followers:
         """Start as the primary: find the followers, and first take the state of the one
-        furthest ahead, where it is ahead of this replica (this one lost its directory). It
-        waits for enough of them that one holds every acknowledged write: a write was
-        acknowledged once on ``need`` followers, so all but ``need - 1`` of them."""
+        furthest ahead, where it is ahead of this replica (this one lost its directory) or
+        holds another history (a record at a seq both hold differs: this directory is an
+        older one, from before another took over). It waits for enough of them that one
+        holds every acknowledged write: a write was acknowledged once on ``need`` followers,
+        so all but ``need - 1`` of them."""
         handles = {name: _find(name) for name in names}
-        asks = {h.seq.remote(): name for name, h in handles.items()}
+        asks = {h.position.remote(): name for name, h in handles.items()}
         quorum = len(names) - max(need, 1) + 1
         done, _ = ray.wait(list(asks), num_returns=quorum)
-        held = {asks[ref]: ray.get(ref) for ref in done}
+        answers = {asks[ref]: ray.get(ref) for ref in done}
+        held = {name: seq for name, (seq, _) in answers.items()}
         best = max(held, key=held.__getitem__)
-        if held[best] > self.shard.seq:
+        seq, crc = self.shard.position()
+        other = any(
+            c is not None and self.shard.crc_at(s) not in (None, c)
+            for s, c in answers.values()
+            if s <= seq
+        )
+        if held[best] > seq or other:
             log.warning(
-                "shard %d: primary at seq %d, %s at %d: catching up from it",
+                "shard %d: primary at seq %d%s, %s at %d: taking its state",
                 self.shard.shard_no,
-                self.shard.seq,
+                seq,
+                " (another history)" if other else "",
                 best,
                 held[best],
             )
-            self.install(*ray.get(handles[best].changes_after.remote(self.shard.seq)))
+            got = handles[best].changes_after.remote(seq, crc, everything=other)
+            self.install(*ray.get(got))
         return Followers(self.shard.shard_no, handles, held, need, self.changes_after)
 
     def _pull(self, primary: str) -> None:
@@ -259,7 +280,7 @@ class ShardReplica:
         handle = _find(primary)
         while True:
             try:
-                self.install(*ray.get(handle.changes_after.remote(self.shard.seq)))
+                self.install(*ray.get(handle.changes_after.remote(*self.shard.position())))
                 return
             except ray.exceptions.RayActorError:  # the primary is gone for good
                 return

@@ -181,6 +181,14 @@ def records(directory: Path, after: int) -> Iterator[tuple[int, bytes]]:
                 yield seq, payload
 
 
+def record_crc(directory: Path, seq: int) -> int | None:
+    """The checksum of record ``seq`` (over its seq and payload), None where the log does not
+    hold it: two replicas whose records at a seq differ hold different histories."""
+    for found, payload in records(directory, seq - 1):
+        return _crc(seq, payload) if found == seq else None
+    return None
+
+
 def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
     """The logged operations with seq > ``after``, in order (``records``, decoded)."""
     for seq, payload in records(directory, after):
