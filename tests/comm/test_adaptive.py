@@ -93,7 +93,8 @@ def test_a_saturated_link_steps_down_the_ladder_as_rows_queue_for_it():
     ladder = LADDER[:3]  # what keeps recall on these features: the table codecs gated off
     policy = CodecPolicy(ladder, clock=clock)
     full = link(12.5 * MB, backlog=0.02, in_flight_bytes=2 * 64 * 1024)  # 5 ms a message
-    assert ladder[feed(policy, clock, full, 3)].name == "fp16"  # exact fp32 would not fit
+    assert feed(policy, clock, full, 3) == 0  # a moment's wait is not yet saturation
+    assert ladder[feed(policy, clock, full, 20)].name == "fp16"  # exact fp32 would not fit
     # in fp16 the link carries twice the rows, and rows still wait: int8
     assert ladder[feed(policy, clock, replace(full, logical_rate=25 * MB), 3)].name == "int8"
     # still saturated in int8: the ladder ends where recall would fall, and it stays there
@@ -116,11 +117,43 @@ def test_a_clear_fast_link_that_the_sender_cannot_fill_stays_exact():
     assert policy.history == [(0.0, 0)]
 
 
+def test_a_saturated_link_as_fast_as_the_encoder_stays_exact():
+    """Rows queue for a 1 Gbit link, but encoding a row costs a fifth of the wire time it
+    would save: the CPU that would encode is the one the sender runs on. At 100 Mbit the
+    same encoder costs a fiftieth of the saving, and the link is compressed."""
+    encode = [0.0, 8e-6, 6e-6, 8e-6, 30e-6]  # s a row: fp32, fp16, int8, sparse, pq
+    for rate, compressed in ((125 * MB, False), (12.5 * MB, True)):
+        clock = Clock()
+        policy = CodecPolicy(LADDER, clock=clock)
+        full = replace(
+            link(rate, logical=rate, backlog=0.05, in_flight_bytes=2 * 256 * 1024), capacity=rate
+        )
+        for _ in range(100):
+            clock.t += 0.05
+            policy.update(full, encode)
+        assert (policy.level > 0) == compressed
+
+
+def test_a_descheduled_sender_or_one_that_drains_its_window_is_not_saturated():
+    """Rows that waited a moment (the sender's process waited for a core), or while the
+    sender holds one message in flight to time the path (``rtt_stale``), waited for the
+    sender, not the link."""
+    clock = Clock()
+    policy = CodecPolicy(LADDER, clock=clock)
+    clear = link(12.5 * MB, backlog=0.002, in_flight_bytes=2 * 64 * 1024)
+    for _ in range(20):
+        feed(policy, clock, clear, 18)
+        feed(policy, clock, replace(clear, backlog_age=0.05), 2)  # 10 messages' time, 0.1 s
+    draining = replace(clear, backlog_age=0.05, rtt_stale=True)
+    assert feed(policy, clock, draining, 100) == 0
+    assert policy.history == [(0.0, 0)]
+
+
 def test_steps_back_once_the_backlog_drains_and_the_link_has_room():
     clock = Clock()
     policy = CodecPolicy(LADDER[:3], calm_s=0.75, clock=clock)
     full = link(12.5 * MB, backlog=0.02, in_flight_bytes=2 * 64 * 1024)
-    feed(policy, clock, full, 3)
+    feed(policy, clock, full, 20)
     feed(policy, clock, replace(full, logical_rate=25 * MB), 3)
     assert policy.level == 2
     # rows no longer wait, but the last second's rows (24 MB/s of fp32) would need 12 MB/s
@@ -259,6 +292,7 @@ def test_a_squeeze_is_met_at_once_while_the_path_rate_is_from_before_it():
         (dict(calm_s=-1.0), ("calm_s=-1.0",)),
         (dict(backlog_s=-1.0), ("backlog_s=-1.0",)),
         (dict(backlog_messages=0.0), ("backlog_messages=0.0",)),
+        (dict(encode_margin=0.5), ("encode_margin=0.5",)),
     ],
 )
 def test_refuses_thresholds_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:

@@ -6,11 +6,17 @@ limit, and encoding would take more of it). Congestion is seen in ``samples``
 acknowledgements in a row of: the queueing delay (see ``link.py``) above ``delay_s``; while
 data waits, the delivery rate below ``drop`` of the link's capacity (what it carried over
 the last minute); the oldest waiting item older than ``backlog_s`` while the delivery rate
-is below ``sag`` of the capacity; or the link **saturated**: the oldest waiting item older
-than the time the link takes to carry ``backlog_messages`` messages, whatever the rate. A
-sender that its CPU bounds sends each batch as it fills, so its rows wait less than that;
-rows wait longer only for room in a window the link drains, and fewer bytes a row then move
-more rows. Not a busy destination: while it spent over ``receiver_bound`` of recent round
+is below ``sag`` of the capacity; or the link **saturated**: for most of the last
+``backlog_s``, the oldest waiting item older than the time the link takes to carry
+``backlog_messages`` of the messages in flight (whatever the rate). A sender that its CPU
+bounds sends each batch as it fills, so its rows wait less than that; rows wait longer only
+for room in a window the link drains, and fewer bytes a row then move more rows. "Most of
+the time" keeps a moment's wait (a descheduled sender) from counting, however long, and a
+sender that drains its window (``rtt_stale``: it holds data back itself) is not waiting for
+the link. A saturated link steps only to codecs whose encoding costs under
+1/``encode_margin`` of the wire time they save a row at the delivery rate: a link fast
+enough that the two are alike (1 Gbit) is full only while the sender's CPU keeps up, and
+the CPU that encodes is the one it runs on. Not a busy destination: while it spent over ``receiver_bound`` of recent round
 trips serving (a shard stalled on an index that grows), the link is not what holds the data,
 and fewer bytes would not move it faster. Then the policy goes straight to the least lossy
 codec whose bytes fit: the rows per second the link carried uncompressed (its logical rate)
@@ -28,6 +34,7 @@ over ``headroom`` of the capacity: stepping back would saturate it again).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,7 +67,8 @@ class CodecPolicy:
         drop: float = 0.5,  # share of the capacity under which any backlog counts, in [0, sag]
         headroom: float = 0.9,  # share of what the link carries now a codec's bytes may fill, in (0, 1]
         receiver_bound: float = 0.5,  # destination's busy share past which it, not the link, holds data
-        backlog_messages: float = 2.0,  # link times of a message the oldest waiting item may wait
+        backlog_messages: float = 1.5,  # link times of a message the oldest waiting item may wait
+        encode_margin: float = 10.0,  # saturated: wire time saved a row / its encoding, at least
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         within("delay_s", delay_s, 0.0, above_low=True)
@@ -73,6 +81,7 @@ class CodecPolicy:
         within("headroom", headroom, 0.0, 1.0, above_low=True)
         within("receiver_bound", receiver_bound, 0.0, 1.0)
         within("backlog_messages", backlog_messages, 0.0, above_low=True)
+        within("encode_margin", encode_margin, 1.0)
         self.rungs = list(rungs)
         self.enabled = enabled
         self.delay_s = delay_s
@@ -84,34 +93,46 @@ class CodecPolicy:
         self.headroom = headroom
         self.receiver_bound = receiver_bound
         self.backlog_messages = backlog_messages
+        self.encode_margin = encode_margin
         self._clock = clock
         self.level = 0
         self._streak = 0
         now = clock()
         self._last_congested = now
         self._last_change = now
+        self._queued = 0.0  # share of the last backlog_s in which items queued for the link
+        self._queued_t = now
         self.history: list[tuple[float, int]] = [(now, 0)]
 
     def congested(self, link: LinkStats) -> bool:
         """Congestion that calls for compression: the link carries far less than it did while
-        data waits, or somewhat less while data has waited long, or it is saturated, or the
-        queueing delay is high; and the destination is not what holds the data back."""
+        data waits, or somewhat less while data has waited long, or the queueing delay is
+        high; and the destination is not what holds the data back."""
         if link.receiver_share > self.receiver_bound:
             return False
         slowed = link.backlog_age > 0 and link.delivery_rate < self.drop * link.capacity
         sagging = (
             link.backlog_age > self.backlog_s and link.delivery_rate < self.sag * link.capacity
         )
-        return slowed or sagging or self.saturated(link) or link.queueing_delay > self.delay_s
+        return slowed or sagging or link.queueing_delay > self.delay_s
 
     def saturated(self, link: LinkStats) -> bool:
-        """Items queue at the sender for the link: the oldest has waited longer than the link
-        takes to carry ``backlog_messages`` of the messages in flight (at the delivery rate).
-        A sender its CPU bounds sends each batch as it fills and waits for no window."""
-        if not (link.in_flight and link.in_flight_bytes and link.delivery_rate):
-            return False
-        message_s = link.in_flight_bytes / link.in_flight / link.delivery_rate
-        return link.backlog_age > self.backlog_messages * message_s
+        """Items queue at the sender for the link: for most of the last ``backlog_s`` the
+        oldest has waited longer than the link takes to carry ``backlog_messages`` of the
+        messages in flight (the samples ``update`` took). A sender its CPU bounds sends each
+        batch as it fills and waits for no window."""
+        return link.receiver_share <= self.receiver_bound and self._queued > 0.5
+
+    def _average_queue(self, link: LinkStats, now: float) -> None:
+        """Fold one sample into the time-weighted share of samples in which items queued for
+        the link (none while nothing is in flight, or while the sender drains)."""
+        queued = False
+        if not link.rtt_stale and link.in_flight and link.in_flight_bytes and link.delivery_rate:
+            message_s = link.in_flight_bytes / link.in_flight / link.delivery_rate
+            queued = link.backlog_age > self.backlog_messages * message_s
+        weight = 1.0 - math.exp(-(now - self._queued_t) / self.backlog_s) if self.backlog_s else 1
+        self._queued += weight * (queued - self._queued)
+        self._queued_t = now
 
     def room(self, link: LinkStats) -> bool:
         """The link has room for the next less compressed codec: the rows it carried over the
@@ -140,11 +161,14 @@ class CodecPolicy:
         if not self.enabled:
             return self.level
         now = self._clock()
-        if self.congested(link):
+        self._average_queue(link, now)
+        congested = self.congested(link)
+        if congested or self.saturated(link):
             self._streak += 1
             self._last_congested = now
             if self._streak >= self.samples:
-                target = self.fit(link, encode_s_per_row)
+                fit = self.fit if congested else self.relief
+                target = fit(link, encode_s_per_row)
                 if target > self.level:
                     self._set(target, now)
         else:
@@ -169,6 +193,20 @@ class CodecPolicy:
             if self._fits(level, link):
                 return level
         return len(self.rungs) - 1
+
+    def relief(self, link: LinkStats, encode_s_per_row: Sequence[float] = ()) -> int:
+        """For a saturated link: as ``fit``, the least lossy level whose bytes fit (the most
+        compressed if none does), of the codecs whose encoding costs under 1/``encode_margin``
+        of the wire time it saves a row; the exact one if none pays."""
+        exact = self.rungs[0].bytes_per_row
+        paying = [
+            level
+            for level in range(1, len(self.rungs))
+            if not (link.delivery_rate and level < len(encode_s_per_row))
+            or self.encode_margin * encode_s_per_row[level]
+            < (exact - self.rungs[level].bytes_per_row) / link.delivery_rate
+        ]
+        return next((level for level in paying if self._fits(level, link)), max(paying, default=0))
 
     def _fits(self, level: int, link: LinkStats) -> bool:
         rate = _rate_now(link)
