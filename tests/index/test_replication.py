@@ -214,3 +214,32 @@ def test_a_primary_back_on_an_older_directory_of_another_history_takes_the_follo
         assert _caught_up(ray, follower, 6) == _state(ray, primary)
     finally:
         shards.close()
+
+
+def test_a_follower_back_empty_answers_no_search_until_it_has_caught_up(
+    ray_session, tmp_path: Path
+) -> None:
+    """While it waits for the primary (frozen here, so the wait lasts), a follower that came
+    back with nothing must not answer searches from its empty index: each answer is whole
+    and right, or names the shard as missing."""
+    ray = ray_session
+    shards = ShardSet(_cfg(tmp_path, shard_replicas=2, search_shard_timeout_s=1.0))
+    try:
+        batches = [make_batch(v, 10, seed=v) for v in (1, 2, 3)]
+        ray.get([shards.handles[0].add.remote(b) for b in batches])
+        query = np.concatenate([b.space("visual") for b in batches])
+        want = [(v, f) for v in (1, 2, 3) for f in range(10)]  # each frame finds itself
+        primary, follower = shards.replicas[0]
+        with _stopped(ray, primary):
+            shutil.rmtree(replica_dir(tmp_path, 0, 1))
+            ray.kill(follower, no_restart=False)
+            _state(ray, follower)  # back, empty, waiting on the primary
+            for _ in range(4):
+                found = shards.search("visual", query, 1)
+                assert found.missing == (0,) or [(h[0].video_id, h[0].row) for h in found] == want
+        assert _caught_up(ray, follower, 3)[0] == 3
+        for _ in range(4):
+            found = shards.search("visual", query, 1)
+            assert found.missing == () and [(h[0].video_id, h[0].row) for h in found] == want
+    finally:
+        shards.close()

@@ -49,6 +49,10 @@ _FIND_S = 0.2  # how often a replica looks again for a peer not started yet
 log = logging.getLogger(__name__)
 
 
+class CatchingUp(RuntimeError):
+    """A follower that has not caught up with the primary since it started."""
+
+
 class ShardReplica:
     """A ``Shard`` behind a Ray actor; ``followers`` (the other replicas' actor names)
     given: this is the primary; ``primary`` (its actor name) given: a follower that catches
@@ -186,6 +190,10 @@ class ShardReplica:
 
     # reads: any replica
     def search(self, space: str, queries: np.ndarray, k: int, videos: list[int] | None = None):
+        """Top-k of one space (``Shard.search``). A follower not yet checked against the
+        primary since it started (it may have come back empty) refuses: ask another."""
+        if not self._checked:
+            raise CatchingUp(f"shard {self.shard.shard_no}: this replica is catching up")
         with self._serving():
             return self.shard.search(space, queries, k, videos)
 

@@ -29,7 +29,7 @@ from vifusion.index.layout import (  # noqa: F401 (imported from here too)
     shard_for,
 )
 from vifusion.index.merge import merge_topk
-from vifusion.index.replica import ShardReplica
+from vifusion.index.replica import CatchingUp, ShardReplica
 from vifusion.index.shard import check_queries
 from vifusion.placement import (
     load_plan,
@@ -185,9 +185,10 @@ class ShardSet:
         """Top-k hits per query across all shards, best first: frames for ``visual`` and
         ``semantic``, speech segments for ``speech``, screen-text spans for ``screen`` (a
         hit's ``row`` is its key in the catalog's texts); with ``videos``, only those
-        videos' rows (each shard is asked only about the videos it holds). A shard
-        with no live replica, or none that answers within ``search_shard_timeout_s``, is
-        left out and named in ``missing``: a partial answer, never an error."""
+        videos' rows (each shard is asked only about the videos it holds). A replica
+        still catching up after a restart is passed over, as a dead one is. A shard with
+        no live replica, or none that answers within ``search_shard_timeout_s``, is left
+        out and named in ``missing``: a partial answer, never an error."""
         queries = check_queries(space, queries, k)
         if not self._replicas:
             raise RuntimeError("ShardSet is closed")
@@ -266,7 +267,7 @@ class ShardSet:
                         break
                     except ray.exceptions.GetTimeoutError:
                         ref = None
-                    except ray.exceptions.RayActorError:
+                    except (ray.exceptions.RayActorError, CatchingUp):
                         self._down[(n, r)] = time.monotonic() + _DOWN_S
                         r, ref = self._send(n, space, arg, k, per[n])
                 if ref is None:
