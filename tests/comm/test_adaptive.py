@@ -134,6 +134,29 @@ def test_a_saturated_link_as_fast_as_the_encoder_stays_exact():
         assert (policy.level > 0) == compressed
 
 
+def test_a_codec_tried_before_its_encoding_was_timed_is_left_once_it_does_not_pay():
+    clock = Clock()
+    policy = CodecPolicy(LADDER[:3], clock=clock)
+    gbit = 125 * MB
+    full = replace(
+        link(gbit, logical=gbit, backlog=0.05, in_flight_bytes=2 * 256 * 1024), capacity=gbit
+    )
+    encode = [0.0, 0.0, 0.0]  # nothing encoded yet: no cost known
+
+    def step(n: int = 1) -> int:
+        for _ in range(n):
+            clock.t += 0.05
+            policy.update(full, encode)
+        return policy.level
+
+    assert step(30) == 1  # fp16, untimed
+    encode[1] = 8e-6  # its first batches: a fifth of the 27 us a row it saves at 1 Gbit
+    assert step() != 1
+    encode[2] = 6e-6
+    assert step(5) == 0
+    assert step(100) == 0  # both timed, neither pays: exact from now on
+
+
 def test_a_descheduled_sender_or_one_that_drains_its_window_is_not_saturated():
     """Rows that waited a moment (the sender's process waited for a core), or while the
     sender holds one message in flight to time the path (``rtt_stale``), waited for the

@@ -16,7 +16,9 @@ sender that drains its window (``rtt_stale``: it holds data back itself) is not 
 the link. A saturated link steps only to codecs whose encoding costs under
 1/``encode_margin`` of the wire time they save a row at the delivery rate: a link fast
 enough that the two are alike (1 Gbit) is full only while the sender's CPU keeps up, and
-the CPU that encodes is the one it runs on. Not a busy destination: while it spent over ``receiver_bound`` of recent round
+the CPU that encodes is the one it runs on. A codec whose encoding has not been timed yet
+counts as paying; once timed, if it does not pay, the link leaves it at once. Not a busy
+destination: while it spent over ``receiver_bound`` of recent round
 trips serving (a shard stalled on an index that grows), the link is not what holds the data,
 and fewer bytes would not move it faster. Then the policy goes straight to the least lossy
 codec whose bytes fit: the rows per second the link carried uncompressed (its logical rate)
@@ -102,6 +104,7 @@ class CodecPolicy:
         self._last_change = now
         self._queued = 0.0  # share of the last backlog_s in which items queued for the link
         self._queued_t = now
+        self._relieved = False  # the level is one a saturated link took (``relief``)
         self.history: list[tuple[float, int]] = [(now, 0)]
 
     def congested(self, link: LinkStats) -> bool:
@@ -162,6 +165,9 @@ class CodecPolicy:
             return self.level
         now = self._clock()
         self._average_queue(link, now)
+        if self._relieved and (target := self.relief(link, encode_s_per_row)) < self.level:
+            # a codec taken for saturation before its encoding was timed, which does not pay
+            self._set(target, now)
         congested = self.congested(link)
         if congested or self.saturated(link):
             self._streak += 1
@@ -171,6 +177,7 @@ class CodecPolicy:
                 target = fit(link, encode_s_per_row)
                 if target > self.level:
                     self._set(target, now)
+                    self._relieved = not congested
         else:
             self._streak = 0
             if self.squeezed(link) or not self.room(link):
@@ -217,6 +224,7 @@ class CodecPolicy:
 
     def _set(self, level: int, now: float) -> None:
         self.level = level
+        self._relieved = False
         self._last_change = now
         self._streak = 0
         self.history.append((now, level))
