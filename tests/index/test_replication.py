@@ -74,6 +74,9 @@ def test_each_replica_has_its_own_directory_holding_the_same_vectors(
         assert _top_ids(ray, follower, batches) == _ids(batches)
         own = replica_dir(tmp_path, 0, 1)
         assert own != replica_dir(tmp_path, 0, 0)
+        stats = ray.get([h.stats.remote() for h in (primary, follower)])
+        assert [s["directory"] for s in stats] == [str(replica_dir(tmp_path, 0, r)) for r in (0, 1)]
+        assert list(stats[0]["followers"].values()) == [stats[0]["seq"]]  # how far behind: not
         assert (own / SNAPSHOT).exists() and list((own / WAL_DIR).glob("*.log"))
     finally:
         shards.close()

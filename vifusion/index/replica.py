@@ -202,8 +202,17 @@ class ShardReplica:
             return self.shard.frames(space, video_id, start_s, end_s)
 
     def stats(self) -> dict:
+        """The shard's stats, with this replica's role and directory, the seconds it has
+        served calls, and on the primary the seq each follower is known to hold (-1: not
+        known yet): how far behind each is."""
         with self._lock:
-            return {**self.shard.stats(), "primary": self.primary, "busy_s": self._busy_s}
+            return {
+                **self.shard.stats(),
+                "primary": self.primary,
+                "directory": str(self.shard.directory),
+                "followers": self._followers.held() if self._followers is not None else {},
+                "busy_s": self._busy_s,
+            }
 
     def video_ids(self) -> list[int]:
         with self._lock:
