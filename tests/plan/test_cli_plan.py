@@ -28,7 +28,11 @@ def test_plan_from_the_cluster_yaml_prints_it_and_applies_it(tmp_path, capsys):
     assert sum(n["extractors"] for n in written["nodes"]) >= 1 and len(written["shards"]) == 2
     assert out["candidates_evaluated"] + out["candidates_pruned"] == out["candidates"]
     assert out["even"]["predicted_fps"] <= written["predicted_fps"]
-    assert list((tmp_path / "plan").glob("calibration-*.json"))  # cached for the next run
+    cached = list((tmp_path / "plan").glob("calibration-*.json"))  # for the next run
+    assert cached
+    costs = json.loads(cached[0].read_text())
+    # Process CPU a frame, alone and with another process embedding at once.
+    assert costs["embed_cs"] > 0 and costs["embed_cs_crowded"] > 0
 
 
 def test_plan_needs_a_cluster_yaml_or_an_address(tmp_path, capsys):
