@@ -2,7 +2,10 @@
 this); and how a replica that lacks some of another's operations gets them from it
 (``changes_after`` there, ``install`` here): the log records after its seq where the other's
 log still holds them, else the other's snapshot file and the log after it. Only bytes move
-(through Ray between replicas, ``replica.py``): no replica reads another's directory."""
+(through Ray between replicas, ``replica.py``): no replica reads another's directory.
+
+Limits: what is sent is held in memory whole on both sides (the snapshot file, up to the
+index's size, and the log after it, up to ``snapshot_log_bytes``)."""
 
 from __future__ import annotations
 
