@@ -558,6 +558,12 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
             "handoff": "socket" if out["by_socket"] else "actor call",
             "by_stream": st.get("rows_by_stream", 0) / max(st.get("rows_out", 0), 1),
             "stream_failures": st["links"].get(0, {}).get("stream_failures", []),
+            # when (4)'s codec changed, seconds from its first entry
+            "codec_history": [
+                (round(t - hist[0][0], 2), c)
+                for hist in [st["links"].get(0, {}).get("history") or [(0.0, "fp32")]]
+                for t, c in hist
+            ],
             # what the window is sized from (policy.py): medians over the run
             "link_p50": {
                 k: float(np.median([p.get(k, 0) for p in tl] or [0]))

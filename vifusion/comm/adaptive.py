@@ -14,7 +14,8 @@ for room in a window the link drains, and fewer bytes a row then move more rows.
 the time" keeps a moment's wait (a descheduled sender) from counting, however long, and a
 sender that drains its window (``rtt_stale``: it holds data back itself) is not waiting for
 the link. A saturated link steps only to codecs whose encoding costs under
-1/``encode_margin`` of the wire time they save a row at the delivery rate: a link fast
+1/``encode_margin`` of the wire time they save a row at the link's capacity (not at what
+it delivers compressed, which makes any saving look larger): a link fast
 enough that the two are alike (1 Gbit) is full only while the sender's CPU keeps up, and
 the CPU that encodes is the one it runs on. A codec whose encoding has not been timed yet
 counts as paying; once timed, if it does not pay, the link leaves it at once. Not a busy
@@ -209,9 +210,9 @@ class CodecPolicy:
         paying = [
             level
             for level in range(1, len(self.rungs))
-            if not (link.delivery_rate and level < len(encode_s_per_row))
+            if not (link.capacity and level < len(encode_s_per_row))
             or self.encode_margin * encode_s_per_row[level]
-            < (exact - self.rungs[level].bytes_per_row) / link.delivery_rate
+            < (exact - self.rungs[level].bytes_per_row) / link.capacity
         ]
         return next((level for level in paying if self._fits(level, link)), max(paying, default=0))
 
