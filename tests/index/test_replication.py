@@ -246,3 +246,30 @@ def test_a_follower_back_empty_answers_no_search_until_it_has_caught_up(
             assert found.missing == () and [(h[0].video_id, h[0].row) for h in found] == want
     finally:
         shards.close()
+
+
+def test_a_follower_gone_for_good_fails_writes_until_another_takes_its_name(
+    ray_session, tmp_path: Path
+) -> None:
+    """With its only follower killed for good, a write is on the primary alone: it is not
+    acknowledged (an error says so). A ShardSet opened on the data dir starts a new
+    follower under the name; it catches up and writes are acknowledged again."""
+    ray = ray_session
+    cfg = _cfg(tmp_path, shard_replicas=2)
+    shards = ShardSet(cfg)
+    try:
+        ray.get(shards.handles[0].add.remote(make_batch(1, 10, seed=1)))
+        ray.kill(shards.replicas[0][1], no_restart=True)
+        with pytest.raises(RuntimeError, match="shard_ack_replicas=1"):
+            ray.get(shards.handles[0].add.remote(make_batch(2, 10, seed=2)), timeout=60)
+        again = ShardSet(cfg)  # attaches to the primary, starts a follower under the name
+        try:
+            successor = again.replicas[0][1]
+            ray.get(shards.handles[0].add.remote(make_batch(3, 10, seed=3)), timeout=60)
+            want = _state(ray, shards.handles[0])
+            assert want[0] == 3 and _caught_up(ray, successor, 3) == want
+            assert ray.get(successor.video_ids.remote()) == [1, 2, 3]
+        finally:
+            again.close()
+    finally:
+        shards.close()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import ray
 from ray.actor import ActorHandle
 
+from vifusion._actors import find_actor
 from vifusion.index._loading import Changes
 from vifusion.index.wal import Op
 
@@ -102,11 +103,11 @@ class _Sender(threading.Thread):
                 self.pending.clear()
             try:
                 self._send(batch)
-            except ray.exceptions.RayActorError:  # gone for good (its ShardSet shut down)
+            except ray.exceptions.RayActorError:  # gone for good: killed, say
                 with cond:
                     self.dead = True
                     cond.notify_all()
-                return
+                self._await_successor()
             except Exception:  # noqa: BLE001 - a failed call (its disk, say): try again later
                 log.exception(
                     "shard %d: replicating to %s failed", self.owner._shard_no, self.follower
@@ -114,6 +115,17 @@ class _Sender(threading.Thread):
                 time.sleep(_RETRY_S)
                 with cond:
                     self.pending.extend(batch)
+
+    def _await_successor(self) -> None:
+        """Wait for another actor under the follower's name (a ShardSet starts one where it
+        finds none) and go on with it: it catches up from the primary as it starts, and
+        counts for no write until it has."""
+        gone = self.handle._actor_id
+        while (h := find_actor(self.follower)) is None or h._actor_id == gone:
+            time.sleep(_RETRY_S)
+        with self.owner._cond:
+            self.handle, self.held, self.dead = h, -1, False
+        log.warning("shard %d: %s is back", self.owner._shard_no, self.follower)
 
     def _send(self, batch: list[tuple[int, object]]) -> None:
         # Sent all at once: Ray runs one caller's calls to an actor in the order sent.
