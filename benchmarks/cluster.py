@@ -71,21 +71,19 @@ def drive(spec: dict) -> None:
         **MODES[mode],
         **spec.get("cfg", {}),
     )
-    # Scaling: the extract hosts' CPU shares hold while indexing; models load unlimited.
-    groups = spec.get("cgroups", [])
-    for g in groups:
-        limit(g, None)
+    # Scaling: the caller sets the extract hosts' CPU shares between LOADED and INDEXED (a
+    # host's namespace has a sysfs of its own, without the cgroups), so models load unlimited.
+    handshake = spec.get("handshake", False)
     with Runtime(cfg, writer=True) as rt:
         ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
-        for g in groups:
-            limit(g, spec["cores"])
-        held = _throttled_s(groups)
+        if handshake:
+            print("LOADED", flush=True)
+            sys.stdin.readline()
         t0 = time.perf_counter()
         results = rt.indexer.index_files([Path(f) for f in spec["videos"]])
         wall = time.perf_counter() - t0
-        held = [round(b - a, 1) for a, b in zip(held, _throttled_s(groups), strict=True)]
-        for g in groups:
-            limit(g, None)
+        if handshake:
+            print("INDEXED", flush=True)
         stats = ray.get([a.stats.remote() for a in rt.indexer.aggregators.values()])
     frames = sum(r.frames for r in results if r.status == "ready")
     print(
@@ -100,7 +98,6 @@ def drive(spec: dict) -> None:
                 "messages": sum(s.get("batches", 0) for s in stats),
                 "feature_bytes": sum(s.get("wire_bytes", 0) for s in stats),
                 "codec_rows": {k: v for s in stats for k, v in s.get("codec_rows", {}).items()},
-                "throttled_s": held,
             }
         ),
         flush=True,
@@ -226,27 +223,45 @@ def _video(work: Path, i: int, scene_s: float) -> Path:
     return write_video(work / f"v{i}.mp4", photos, scene_s=scene_s).path
 
 
-def _index(bed, spec: dict) -> dict:
-    """Run the driver in host 0 for one mode; its RESULT line."""
-    proc = bed.exec(
-        0,
-        [sys.executable, __file__, "--drive", json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(ROOT),
-    )
-    stdout, stderr = proc.communicate(timeout=1200)
-    result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
-    if result is None:
-        raise RuntimeError(f"the driver failed ({spec['mode']}):\n{stderr[-3000:]}")
-    return json.loads(result)
+def _index(bed, spec: dict, groups: list[Path], cores: float) -> dict:
+    """Run the driver in host 0 for one mode, the cgroups ``groups`` limited to ``cores``
+    while it indexes (unlimited while models load); its RESULT line, with the seconds each
+    group was throttled meanwhile."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = bed.exec(
+            0,
+            [sys.executable, __file__, "--drive", json.dumps(spec | {"handshake": True})],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=str(ROOT),
+        )
+        result, held = None, []
+        for line in proc.stdout:
+            if line.startswith("LOADED"):
+                for g in groups:
+                    limit(g, cores)
+                held = _throttled_s(groups)
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            elif line.startswith("INDEXED"):
+                held = [round(b - a, 1) for a, b in zip(held, _throttled_s(groups), strict=True)]
+                for g in groups:
+                    limit(g, None)
+            elif line.startswith("RESULT "):
+                result = json.loads(line[7:])
+        proc.wait(timeout=60)
+        if result is None:
+            err.seek(0)
+            raise RuntimeError(f"the driver failed ({spec['mode']}):\n{err.read()[-3000:]}")
+    return result | {"throttled_s": held}
 
 
-def _throttled_s(groups: list[str]) -> list[float]:
+def _throttled_s(groups: list[Path]) -> list[float]:
     """Seconds each CPU cgroup has been held back by its quota so far."""
     out = []
-    for d in map(Path, groups):
+    for d in groups:
         stat = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
         out.append(int(stat.get("throttled_time", stat.get("throttled_usec", 0))) / 1e9)
     return out
@@ -281,6 +296,7 @@ def scaling(args: argparse.Namespace) -> int:
             groups = Cgroups(f"{bed.bed}-x", (args.cores_per_host,) * most)
             for g, host in enumerate(extract_hosts):
                 groups.move(g, ns_pids(bed.hosts[host].name))
+                limit(groups.dirs[g], None)  # until a driver has loaded its models
             for r in range(rounds):
                 for n in counts:
                     for mode in MODES if r % 2 == 0 else reversed(MODES):
@@ -292,11 +308,9 @@ def scaling(args: argparse.Namespace) -> int:
                             "mode": mode,
                             "sample_fps": fps,
                             "cfg": SCALING_CFG | {"num_extractors": n},
-                            "cgroups": [str(d) for d in groups.dirs],
-                            "cores": args.cores_per_host,
                         }
                         tx0 = sum(bed.tx_bytes(h) for h in extract_hosts)
-                        res = _index(bed, spec)
+                        res = _index(bed, spec, groups.dirs, args.cores_per_host)
                         res["extract_nodes_tx_bytes"] = (
                             sum(bed.tx_bytes(h) for h in extract_hosts) - tx0
                         )
