@@ -1,38 +1,34 @@
 """Adaptive compression: which codec of the ladder a link gets, from its measured statistics.
 
-Exact fp32 is the default and stays so on a clear link, however busy: a link with room for
-what the sender offers is not congested, nor one whose sender cannot fill it (its CPU is the
-limit, and encoding would take more of it). Congestion is seen in ``samples``
-acknowledgements in a row of: the queueing delay (see ``link.py``) above ``delay_s``; while
-data waits, the delivery rate below ``drop`` of the link's capacity (what it carried over
-the last minute); the oldest waiting item older than ``backlog_s`` while the delivery rate
-is below ``sag`` of the capacity; or the link **saturated**: for most of the last
-``backlog_s``, the oldest waiting item older than the time the link takes to carry
-``backlog_messages`` of the messages in flight (whatever the rate). A sender that its CPU
-bounds sends each batch as it fills, so its rows wait less than that; rows wait longer only
-for room in a window the link drains, and fewer bytes a row then move more rows. "Most of
-the time" keeps a moment's wait (a descheduled sender) from counting, however long, and a
-sender that drains its window (``rtt_stale``: it holds data back itself) is not waiting for
-the link. A saturated link steps only to codecs whose encoding costs under
-1/``encode_margin`` of the wire time they save a row at the link's capacity (not at what
-it delivers compressed, which makes any saving look larger): a link fast
-enough that the two are alike (1 Gbit) is full only while the sender's CPU keeps up, and
-the CPU that encodes is the one it runs on. A codec whose encoding has not been timed yet
-counts as paying; once timed, if it does not pay, the link leaves it at once. Not a busy
-destination: while it spent over ``receiver_bound`` of recent round
-trips serving (a shard stalled on an index that grows), the link is not what holds the data,
-and fewer bytes would not move it faster. Then the policy goes straight to the least lossy
-codec whose bytes fit: the rows per second the link carried uncompressed (its logical rate)
-times the codec's bytes per row, under ``headroom`` of what the link carries now (the path
-rate, at most the delivery rate), and only where encoding a row costs less time than it
-saves on the wire. A saturated link so steps down one codec at a time: each carries more
-rows, which the next sample's logical rate shows. The ladder holds only the codecs that
-keep recall (``codec_min_recall``: the transport's ``allowed``), so none goes past them.
-After ``calm_s`` without congestion, it steps back one level, and again after each further
-``calm_s``, unless the link is squeezed (the path rate, measured even while the compressed
-data fits, and the delivery rate both below ``drop`` of the capacity) or has no room for
-the less compressed codec (the rows it carried over the last second, in that codec's bytes,
-over ``headroom`` of the capacity: stepping back would saturate it again).
+Exact fp32 is the default and stays so on a clear link, however busy: one with room for what
+the sender offers, or one its sender's CPU cannot fill. Congestion is seen in ``samples``
+acknowledgements in a row of any of:
+
+- the queueing delay (see ``link.py``) above ``delay_s``;
+- while data waits, the delivery rate below ``drop`` of the capacity (what the link carried
+  over the last minute); or the oldest waiting item older than ``backlog_s`` while the
+  delivery rate is below ``sag`` of it;
+- **saturation**: for most of the last ``backlog_s``, the oldest waiting item older than the
+  link takes to carry ``backlog_messages`` of the messages in flight. A sender its CPU bounds
+  sends each batch as it fills; rows wait longer only for room in a window the link drains,
+  and then fewer bytes a row move more rows. "Most of the time": a descheduled sender's
+  moment does not count, nor a drain (``rtt_stale``: the sender holds data back itself).
+
+Not while the destination spent over ``receiver_bound`` of recent round trips serving: then
+it, not the link, holds the data. The policy then goes straight to the least lossy codec
+whose bytes fit: the rows/s the link carried (its logical rate) in the codec's bytes, under
+``headroom`` of what the link carries now (the path rate, at most the delivery rate), where
+encoding a row costs less than it saves on the wire. For saturation, less than
+1/``encode_margin`` of it, at the link's capacity: at 1 Gbit the two are alike, and the CPU
+that would encode is the one the link waits for (a codec not yet timed is tried, and left
+at once if it does not pay). So a saturated link steps down one codec at a time, as each
+carries more rows. The ladder holds only the codecs that keep recall (the transport's
+``allowed``, from ``codec_min_recall``).
+
+After ``calm_s`` without congestion it steps back one level, and again after each further
+``calm_s``, unless the link is squeezed (the path rate, measured while the compressed data
+fits, and the delivery rate both below ``drop`` of the capacity) or has no room for the less
+compressed codec (the last second's rows in its bytes over ``headroom`` of the capacity).
 """
 
 from __future__ import annotations
