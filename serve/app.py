@@ -62,6 +62,7 @@ from serve.schema import (
     VideoOut,
 )
 from vifusion import _running
+from vifusion._actors import HEAD_RESOURCE
 from vifusion._files import fd_path
 from vifusion._webvtt import webvtt
 from vifusion.config import Config
@@ -78,7 +79,6 @@ STATIC = Path(__file__).parent / "static"
 SERVE_TUNED = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 APP_NAME = "vifusion"  # the Serve application, as `vifusion serve` and deploy/serve.yaml name it
 ROUTE_PREFIX = "/"
-HEAD_RESOURCE = "node:__internal_head__"  # Ray gives the head node this resource, and no other
 SERVE_LOGGING = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
 _PAGES = {"app.js": "text/javascript", "style.css": "text/css"}
 _MAX_IMAGE_PIXELS = 40_000_000

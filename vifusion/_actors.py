@@ -15,6 +15,9 @@ import ray
 from vifusion.config import Config
 
 NAMESPACE = "vifusion"
+# Ray gives the head node this resource, and no other: what must run beside the head's disk
+# (the API replicas, the ingest pool: uploads and thumbnails live there) asks for a sliver.
+HEAD_RESOURCE = "node:__internal_head__"
 
 
 def actor_name(cfg: Config, *parts: object) -> str:

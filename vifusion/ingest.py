@@ -17,9 +17,8 @@ the Service that started it stops it on close.
 from __future__ import annotations
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from vifusion._actors import NAMESPACE, actor_name, find_actor, kill_named
+from vifusion._actors import HEAD_RESOURCE, NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.config import Config
 from vifusion.jobs import IngestStats, JobRunner
 from vifusion.runtime import Runtime
@@ -65,8 +64,7 @@ class Pool:
         if self.actor is None:
             # num_cpus=0: it mostly waits on its extractors, which have CPUs of their own.
             # max_task_retries=-1: a wake or a stats call made while it restarts waits for it.
-            # On this node (soft: elsewhere if this one is lost), whose data dir holds the
-            # uploads of the API replica that starts it.
+            # On the head, whose data dir holds the uploads the API replicas store.
             self.actor = (
                 ray.remote(IngestPool)
                 .options(
@@ -78,9 +76,7 @@ class Pool:
                     max_concurrency=4,
                     max_restarts=-1,
                     max_task_retries=-1,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(
-                        ray.get_runtime_context().get_node_id(), soft=True
-                    ),
+                    resources={HEAD_RESOURCE: 0.001},
                 )
                 # the data dir as this process finds it, whatever the pool's working directory
                 .remote(cfg.updated({"data_dir": cfg.data_dir.resolve()}), self.name)

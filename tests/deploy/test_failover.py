@@ -53,12 +53,13 @@ stop = threading.Event()
 def searching():
     with httpx.Client(base_url=base, timeout=30) as c:
         while not stop.is_set():
+            t = time.time()
             try:
                 r = c.post("/v1/search", headers=auth, json={"text": "a rocket", "top_k": 3})
                 body = r.json() if r.status_code == 200 else {"error": r.text[:500]}
-                out["searches"].append([r.status_code, bool(body.get("partial")), body.get("error")])
+                out["searches"].append([r.status_code, bool(body.get("partial")), body.get("error"), t])
             except httpx.HTTPError as e:
-                out["searches"].append([type(e).__name__, False, str(e)])
+                out["searches"].append([type(e).__name__, False, str(e), t])
             time.sleep(0.5)
 
 def upload(c, name, path):
@@ -85,11 +86,13 @@ with httpx.Client(base_url=base, timeout=120) as c:
         out["uploads"][name] = upload(c, name, spec["videos"][name])
     replicas = api_replicas()
     out["api_replicas_before"] = len(replicas)
+    out["api_killed_at"] = time.time()
     ray.kill(ray.get_actor(replicas[0].name, namespace="serve"))
     for name in names[3:]:
         out["uploads"][name] = upload(c, name, spec["videos"][name])
     print("KILL_HOST", flush=True)
     sys.stdin.readline()
+    out["host_lost_at"] = time.time()
     deadline = time.time() + 900
     jobs = {}
     for name, job in out["uploads"].items():
@@ -219,6 +222,7 @@ def test_nothing_acknowledged_is_lost_when_an_api_replica_and_a_shard_host_die(b
         got_out, got_err = driver.communicate(timeout=1200)
         assert driver.returncode == 0, got_err[-3000:]
         got = json.loads(got_out.strip().splitlines()[-1])
+        (tmp_path / "seen.json").write_text(json.dumps(got, indent=1))  # for a failure's reader
     finally:
         pg.stop()
 
@@ -232,6 +236,10 @@ def test_nothing_acknowledged_is_lost_when_an_api_replica_and_a_shard_host_die(b
     assert got["shard_hosts"] == [bed.hosts[1].ip] * 4
     for group in got["replica_vectors"]:
         assert len(set(group)) == 1 and group[0] > 0, got["replica_vectors"]
-    # searches answered all along: at most partial while a shard had no replica
-    failed = [(i, s) for i, s in enumerate(got["searches"]) if s[0] != 200]
-    assert got["searches"] and not failed, (len(got["searches"]), failed)
+    # Searches answered all along, at most partial while a shard had no replica; but one in
+    # flight on the API replica killed gets Serve's 500 (no retry of a POST): the client's to send again.
+    killed = got["api_killed_at"]
+    failed = [s for s in got["searches"] if s[0] != 200]
+    in_flight = [s for s in failed if s[0] == 500 and killed - 30 <= s[3] <= killed]
+    assert got["searches"] and len(in_flight) <= 1 and failed == in_flight, failed
+    assert any(s[3] > got["host_lost_at"] for s in got["searches"])
