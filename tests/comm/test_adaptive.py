@@ -102,6 +102,18 @@ def test_a_saturated_link_steps_down_the_ladder_as_rows_queue_for_it():
     assert [level for _, level in policy.history] == [0, 1, 2]
 
 
+def test_once_compressed_for_saturation_a_link_still_full_steps_further():
+    """In fp16 the batches are sized up and rows wait under 1.5 messages' time, but the link
+    still delivers its capacity while they wait: it is still what holds them."""
+    clock = Clock()
+    ladder = LADDER[:3]
+    policy = CodecPolicy(ladder, clock=clock)
+    full = link(12.5 * MB, backlog=0.02, in_flight_bytes=2 * 64 * 1024)
+    assert ladder[feed(policy, clock, full, 20)].name == "fp16"
+    still = replace(full, backlog_age=0.004, logical_rate=25 * MB, in_flight_bytes=2 * 128 * 1024)
+    assert ladder[feed(policy, clock, still, 20)].name == "int8"
+
+
 def test_a_clear_fast_link_that_the_sender_cannot_fill_stays_exact():
     """1 Gbit, the sender bound by its CPU: the link delivers near its capacity, but each
     batch leaves as it fills, so rows wait less than a message's time (or not at all)."""

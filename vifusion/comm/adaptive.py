@@ -13,6 +13,8 @@ acknowledgements in a row of any of:
   sends each batch as it fills; rows wait longer only for room in a window the link drains,
   and then fewer bytes a row move more rows. "Most of the time": a descheduled sender's
   moment does not count, nor a drain (``rtt_stale``: the sender holds data back itself).
+  Once compressed for it, a link that delivers over ``sag`` of its capacity while rows wait
+  at all is still saturated (its batches, sized up, no longer show it in age).
 
 Not while the destination spent over ``receiver_bound`` of recent round trips serving: then
 it, not the link, holds the data. The policy then goes straight to the least lossy codec
@@ -130,6 +132,13 @@ class CodecPolicy:
         if not link.rtt_stale and link.in_flight and link.in_flight_bytes and link.delivery_rate:
             message_s = link.in_flight_bytes / link.in_flight / link.delivery_rate
             queued = link.backlog_age > self.backlog_messages * message_s
+            # Compressed for saturation, a link still delivering its capacity while rows wait
+            # is still what holds them (its batches, sized up, no longer show it in age).
+            queued |= (
+                self._relieved
+                and link.backlog_age > 0
+                and link.delivery_rate >= self.sag * link.capacity
+            )
         weight = 1.0 - math.exp(-(now - self._queued_t) / self.backlog_s) if self.backlog_s else 1
         self._queued += weight * (queued - self._queued)
         self._queued_t = now
@@ -162,9 +171,10 @@ class CodecPolicy:
             return self.level
         now = self._clock()
         self._average_queue(link, now)
-        if self._relieved and (target := self.relief(link, encode_s_per_row)) < self.level:
+        if self._relieved and self.level not in self._paying(link, encode_s_per_row):
             # a codec taken for saturation before its encoding was timed, which does not pay
-            self._set(target, now)
+            self._set(self.relief(link, encode_s_per_row), now)
+            self._relieved = self.level > 0
         congested = self.congested(link)
         if congested or self.saturated(link):
             self._streak += 1
@@ -202,15 +212,20 @@ class CodecPolicy:
         """For a saturated link: as ``fit``, the least lossy level whose bytes fit (the most
         compressed if none does), of the codecs whose encoding costs under 1/``encode_margin``
         of the wire time it saves a row; the exact one if none pays."""
+        paying = self._paying(link, encode_s_per_row)
+        return next((level for level in paying if self._fits(level, link)), max(paying, default=0))
+
+    def _paying(self, link: LinkStats, encode_s_per_row: Sequence[float]) -> list[int]:
+        """The lossy levels whose encoding (untimed: yes) costs under 1/``encode_margin`` of
+        the wire time it saves a row at the link's capacity."""
         exact = self.rungs[0].bytes_per_row
-        paying = [
+        return [
             level
             for level in range(1, len(self.rungs))
             if not (link.capacity and level < len(encode_s_per_row))
             or self.encode_margin * encode_s_per_row[level]
             < (exact - self.rungs[level].bytes_per_row) / link.capacity
         ]
-        return next((level for level in paying if self._fits(level, link)), max(paying, default=0))
 
     def _fits(self, level: int, link: LinkStats) -> bool:
         rate = _rate_now(link)
