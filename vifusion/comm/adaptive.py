@@ -43,6 +43,10 @@ from dataclasses import dataclass
 from vifusion._limits import ordered, within
 from vifusion.comm.link import LinkStats
 
+# Samples at a level before its encoding's timing is trusted: the sender's average (over
+# its batches) starts at the first batch, which pays for warming up.
+_TIMED_AFTER = 10
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -104,6 +108,7 @@ class CodecPolicy:
         self._queued = 0.0  # share of the last backlog_s in which items queued for the link
         self._queued_t = now
         self._relieved = False  # the level is one a saturated link took (``relief``)
+        self._samples_here = 0  # samples taken at this level
         self.history: list[tuple[float, int]] = [(now, 0)]
 
     def congested(self, link: LinkStats) -> bool:
@@ -171,7 +176,12 @@ class CodecPolicy:
             return self.level
         now = self._clock()
         self._average_queue(link, now)
-        if self._relieved and self.level not in self._paying(link, encode_s_per_row):
+        self._samples_here += 1
+        if (
+            self._relieved
+            and self._samples_here >= _TIMED_AFTER
+            and self.level not in self._paying(link, encode_s_per_row)
+        ):
             # a codec taken for saturation before its encoding was timed, which does not pay
             self._set(self.relief(link, encode_s_per_row), now)
             self._relieved = self.level > 0
@@ -236,6 +246,7 @@ class CodecPolicy:
 
     def _set(self, level: int, now: float) -> None:
         self.level = level
+        self._samples_here = 0
         self._relieved = False
         self._last_change = now
         self._streak = 0
