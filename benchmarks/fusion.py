@@ -558,10 +558,10 @@ def summarise(link: dict, policy: str, out: dict, duration: float) -> dict:
             "handoff": "socket" if out["by_socket"] else "actor call",
             "by_stream": st.get("rows_by_stream", 0) / max(st.get("rows_out", 0), 1),
             "stream_failures": st["links"].get(0, {}).get("stream_failures", []),
-            # when (4)'s codec changed, seconds from its first entry
+            # when (4)'s codec changed, seconds from its first entry (the stats came as JSON)
             "codec_history": [
                 (round(t - hist[0][0], 2), c)
-                for hist in [st["links"].get(0, {}).get("history") or [(0.0, "fp32")]]
+                for hist in [(st["links"].get("0") or {}).get("history") or [(0.0, "fp32")]]
                 for t, c in hist
             ],
             # what the window is sized from (policy.py): medians over the run
