@@ -9,6 +9,7 @@ import time
 import pytest
 import ray
 
+from vifusion._actors import actor_name
 from vifusion.check import find_drift
 from vifusion.config import Config
 from vifusion.runtime import DataDirBusy, Runtime
@@ -26,12 +27,10 @@ def wait(svc: Service, job_id: str, timeout_s: float = 300) -> str:
     raise TimeoutError(job_id)
 
 
-def pools() -> list[str]:
-    return [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith("ingest-")
-    ]
+def pools(cfg: Config) -> list[str]:
+    """The ingest pools of ``cfg``'s data dir (other tests' services may have their own)."""
+    ours = actor_name(cfg, "ingest")
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == ours]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +38,10 @@ def videos(tmp_path_factory):
     return {v.name: v for v in write_demo_set(tmp_path_factory.mktemp("pool-videos"))}
 
 
+# PostgreSQL's leasing has its own tests (test_catalog_leases.py); this whole path on it is slow.
+@pytest.mark.parametrize(
+    "catalog", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
+)
 def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_once(
     ray_session, catalog, tmp_path, videos
 ):
@@ -51,7 +54,7 @@ def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_on
     second = None
     try:
         second = Service(cfg)  # a second API replica starts beside the first
-        assert len(pools()) == 1  # and finds the first's pool
+        assert len(pools(cfg)) == 1  # and finds the first's pool
         with pytest.raises(DataDirBusy):  # `vifusion index` beside them is still refused
             Runtime(cfg, writer=True)
         jobs = {}
@@ -77,7 +80,7 @@ def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_on
         if second is not None:
             second.close()
         first.shutdown()
-    assert pools() == []
+    assert pools(cfg) == []
 
 
 def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_once(
