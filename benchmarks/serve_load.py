@@ -448,6 +448,20 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def bench_config(videos: list[Path]) -> tuple[Path, str, Config]:
+    """A temporary folder (the caller removes it), the API key and the service's Config."""
+    tmp = Path(tempfile.mkdtemp(prefix="vifusion-serve-load-"))
+    key = secrets.token_urlsafe(24)
+    cfg = Config(
+        data_dir=tmp / "data",
+        api_key=key,
+        ingest_roots=(videos[0].parent.resolve(),),
+        rate_limit_rps=1e6,  # the benchmark must never be throttled
+        rate_limit_burst=1_000_000,
+    )
+    return tmp, key, cfg
+
+
 def replicas_phase(cfg: Config, key: str, videos: list[Path], plan: Plan, counts: list[int]):
     """The same HTTP load against the app with each count of API replicas (``api_replicas``,
     ``shared_actors``: every count serves the same shard replicas, indexed once, by the
@@ -483,15 +497,7 @@ def replicas_main(args: argparse.Namespace) -> None:
     counts = [int(n) for n in args.replicas.split(",")]
     plan = Plan(quick=args.quick, levels=(1, 4), per_client=args.requests or 60, limit_s=30.0)
     videos = write_videos(args.cache, args.quick)
-    tmp = Path(tempfile.mkdtemp(prefix="vifusion-serve-load-"))
-    key = secrets.token_urlsafe(24)
-    cfg = Config(
-        data_dir=tmp / "data",
-        api_key=key,
-        ingest_roots=(videos[0].parent.resolve(),),
-        rate_limit_rps=1e6,
-        rate_limit_burst=1_000_000,
-    )
+    tmp, key, cfg = bench_config(videos)
     from serve.app import SERVE_TUNED
 
     for name, value in SERVE_TUNED.items():
@@ -547,15 +553,7 @@ def main() -> None:
     )
     t_start = time.perf_counter()
     videos = write_videos(args.cache, args.quick)
-    tmp = Path(tempfile.mkdtemp(prefix="vifusion-serve-load-"))
-    key = secrets.token_urlsafe(24)
-    cfg = Config(
-        data_dir=tmp / "data",
-        api_key=key,
-        ingest_roots=(videos[0].parent.resolve(),),
-        rate_limit_rps=1e6,  # the benchmark must never be throttled
-        rate_limit_burst=1_000_000,
-    )
+    tmp, key, cfg = bench_config(videos)
     env = dict(item.split("=", 1) for item in args.env)
     if (
         cfg.serve_tuned
