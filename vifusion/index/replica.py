@@ -125,6 +125,10 @@ class ShardReplica:
 
         return commit
 
+    def node_id(self) -> str:
+        """The Ray node this replica runs on."""
+        return ray.get_runtime_context().get_node_id()
+
     def ping(self) -> Ack:
         """The sender's probe on an idle link."""
         return 0, 0.0, 0.0, self._busy_s

@@ -41,6 +41,7 @@ from vifusion.types import SPACES, Found
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every shard beats a copy in each call
 _DOWN_S = 2.0  # how long a replica that failed a search is passed over
+_PLACE_TRIES = 5  # starts of a replica that Ray keeps placing off its node
 _MISSING = -2  # the ids of a shard that did not answer (-1: no hit), through fusion and merge
 
 
@@ -54,6 +55,10 @@ def _missing(nq: int, k: int) -> ShardResult:
 
 def _is_missing(r: ShardResult) -> bool:
     return r[1].size > 0 and bool((r[1] == _MISSING).all())
+
+
+def _alive(strategy) -> bool:
+    return any(n["NodeID"] == strategy.node_id and n["Alive"] for n in ray.nodes())
 
 
 class ShardSet:
@@ -91,29 +96,53 @@ class ShardSet:
         self._batchers: dict[str, QueryBatcher] = {}
         self._shared = cfg.shared_actors
         lifetime = "detached" if cfg.shared_actors else None
+        started: dict[tuple[int, int], str] = {}  # (shard, replica) -> name, started here
+
+        def start(n: int, r: int) -> ray.actor.ActorHandle:
+            names = [actor_name(cfg, "shard", n, i) for i in range(cfg.shard_replicas)]
+            directory = replica_dir(cfg.data_dir, n, r)
+            args = (n, directory, cfg) + ((names[1:],) if r == 0 else (None, names[0]))
+            started[(n, r)] = names[r]
+            return actor.options(
+                **opts,
+                name=names[r],
+                namespace=NAMESPACE,
+                get_if_exists=True,
+                lifetime=lifetime,
+                scheduling_strategy=where[n][r],
+            ).remote(*args)
+
         try:
             for n in range(cfg.num_shards):
-                names = [actor_name(cfg, "shard", n, r) for r in range(cfg.shard_replicas)]
                 group = []
-                for r, name in enumerate(names):
-                    handle = find_actor(name)
-                    if handle is None:
-                        directory = replica_dir(cfg.data_dir, n, r)
-                        args = (n, directory, cfg) + ((names[1:],) if r == 0 else (None, names[0]))
-                        handle = actor.options(
-                            **opts,
-                            name=name,
-                            namespace=NAMESPACE,
-                            get_if_exists=True,
-                            lifetime=lifetime,
-                            scheduling_strategy=where[n][r],
-                        ).remote(*args)
-                        self._owned.append((handle, name))
-                    group.append(handle)
+                for r in range(cfg.shard_replicas):
+                    handle = find_actor(actor_name(cfg, "shard", n, r))
+                    group.append(handle if handle is not None else start(n, r))
                 self._replicas.append(group)
+            # Ray's soft node affinity (soft, so that a replica whose node is lost starts
+            # again elsewhere) now and then starts an actor on another live node, which could
+            # put two replicas of a shard on one node: those are started again.
+            for _ in range(_PLACE_TRIES):
+                placed = ray.get([self._replicas[n][r].node_id.remote() for n, r in started])
+                wrong = [
+                    key
+                    for key, node in zip(list(started), placed, strict=True)
+                    if node != where[key[0]][key[1]].node_id and _alive(where[key[0]][key[1]])
+                ]
+                for n, r in wrong:
+                    kill_named(self._replicas[n][r], started.pop((n, r)))
+                    self._replicas[n][r] = start(n, r)
+                if not wrong:
+                    break
+            self._owned = [(self._replicas[n][r], name) for (n, r), name in started.items()]
             # Surface a bad snapshot or directory here rather than on the first call.
             ray.get([h.stats.remote() for group in self._replicas for h in group])
         except BaseException:
+            self._owned = [
+                (self._replicas[n][r], name)
+                for (n, r), name in started.items()
+                if n < len(self._replicas) and r < len(self._replicas[n])
+            ]
             self.close()
             raise
         self._cfg = cfg
