@@ -94,6 +94,32 @@ class Cgroups:
             except OSError:
                 pass  # gone already
 
+    def probe(self, seconds: float = 2.0) -> list[float]:
+        """Cores each host gets now, all hosts busy at once: at most its quota, less where
+        the machine's other work takes the rest. Two spinning processes a host."""
+        spin = (
+            "import sys, time\nsys.stdin.readline()\nt, w = time.process_time(), time.time()\n"
+            f"while time.time() - w < {seconds}: pass\nprint(time.process_time() - t)"
+        )
+        procs = []
+        for i in range(len(self.dirs)):
+            for _ in range(2):
+                p = subprocess.Popen(
+                    [sys.executable, "-c", spin],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                self.move(i, {p.pid})
+                procs.append((i, p))
+        for _, p in procs:
+            p.stdin.write("\n")
+            p.stdin.flush()
+        got = [0.0] * len(self.dirs)
+        for i, p in procs:
+            got[i] += float(p.communicate()[0]) / seconds
+        return [round(g, 3) for g in got]
+
     def remove(self) -> None:
         for d in self.dirs:
             try:

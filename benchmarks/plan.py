@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
-from _common import run_benchmark  # noqa: E402
+from _common import Cgroups, ns_pids, run_benchmark  # noqa: E402
 
 RATES = ("1gbit", "20mbit", "1gbit")
 CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
@@ -148,75 +148,6 @@ def _cpu_used(before: list[dict], after: list[dict]) -> list[dict]:
     return out
 
 
-class _Cgroups:
-    """One CPU cgroup per host, ``cores`` each; processes moved in after they start (their
-    children, Ray's workers, are born inside)."""
-
-    def __init__(self, name: str, cores: tuple[float, ...]) -> None:
-        v2 = Path("/sys/fs/cgroup")
-        self.v2 = (
-            "cpu" in (v2 / "cgroup.controllers").read_text().split()
-            if (v2 / "cgroup.controllers").exists()
-            else False
-        )
-        base = v2 if self.v2 else v2 / "cpu"
-        if not self.v2 and not (base / "cpu.cfs_quota_us").exists():
-            raise RuntimeError("no cpu cgroup controller (v2 cpu.max or v1 cpu.cfs_quota_us) here")
-        self.dirs = [base / f"{name}-h{i}" for i in range(len(cores))]
-        for d, c in zip(self.dirs, cores, strict=True):
-            d.mkdir(exist_ok=True)
-            if self.v2:
-                (d / "cpu.max").write_text(f"{int(c * 100000)} 100000")
-            else:
-                (d / "cpu.cfs_period_us").write_text("100000")
-                (d / "cpu.cfs_quota_us").write_text(str(int(c * 100000)))
-
-    def move(self, host: int, pids: set[int]) -> None:
-        for pid in pids:
-            try:
-                (self.dirs[host] / "cgroup.procs").write_text(str(pid))
-            except OSError:
-                pass  # gone already
-
-    def probe(self, seconds: float = 2.0) -> list[float]:
-        """Cores each host gets now, all hosts busy at once: at most its quota, less where
-        the machine's other work takes the rest. Two spinning processes a host."""
-        spin = (
-            "import sys, time\nsys.stdin.readline()\nt, w = time.process_time(), time.time()\n"
-            f"while time.time() - w < {seconds}: pass\nprint(time.process_time() - t)"
-        )
-        procs = []
-        for i in range(len(self.dirs)):
-            for _ in range(2):
-                p = subprocess.Popen(
-                    [sys.executable, "-c", spin],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                self.move(i, {p.pid})
-                procs.append((i, p))
-        for _, p in procs:
-            p.stdin.write("\n")
-            p.stdin.flush()
-        got = [0.0] * len(self.dirs)
-        for i, p in procs:
-            got[i] += float(p.communicate()[0]) / seconds
-        return [round(g, 3) for g in got]
-
-    def remove(self) -> None:
-        for d in self.dirs:
-            try:
-                d.rmdir()
-            except OSError:
-                pass
-
-
-def _ns_pids(ns: str) -> set[int]:
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
-
-
 def sixteen_nodes():
     from vifusion.plan.model import Cluster, NodeType
 
@@ -298,10 +229,10 @@ def main() -> int:
         with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS) as bed:
             for i, rate in enumerate(RATES):
                 bed.set_rate(i, rate)
-            groups = _Cgroups(bed.bed, CORES)
+            groups = Cgroups(bed.bed, CORES)
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
             for i, host in enumerate(bed.hosts):
-                groups.move(i, _ns_pids(host.name))
+                groups.move(i, ns_pids(host.name))
 
             def described(cores: list[float]) -> Cluster:
                 """The bed as the planner sees it: each host's cores as probed just now."""
