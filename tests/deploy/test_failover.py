@@ -236,10 +236,11 @@ def test_nothing_acknowledged_is_lost_when_an_api_replica_and_a_shard_host_die(b
     assert got["shard_hosts"] == [bed.hosts[1].ip] * 4
     for group in got["replica_vectors"]:
         assert len(set(group)) == 1 and group[0] > 0, got["replica_vectors"]
-    # Searches answered all along, at most partial while a shard had no replica; but one in
-    # flight on the API replica killed gets Serve's 500 (no retry of a POST): the client's to send again.
+    # Searches answered all along, at most partial while a shard had no replica; but a search
+    # Serve's proxy routes to the killed API replica, in flight or in the second or two before
+    # Serve notices, gets its 500 (it does not retry a POST): the client's to send again.
     killed = got["api_killed_at"]
     failed = [s for s in got["searches"] if s[0] != 200]
-    in_flight = [s for s in failed if s[0] == 500 and killed - 30 <= s[3] <= killed]
-    assert got["searches"] and len(in_flight) <= 1 and failed == in_flight, failed
+    at_kill = [s for s in failed if s[0] == 500 and killed - 30 <= s[3] <= killed + 5]
+    assert got["searches"] and len(at_kill) <= 2 and failed == at_kill, failed
     assert any(s[3] > got["host_lost_at"] for s in got["searches"])
