@@ -14,7 +14,7 @@ from vifusion.check import find_drift
 from vifusion.config import Config
 from vifusion.runtime import DataDirBusy, Runtime
 from vifusion.samples import write_demo_set, write_video
-from vifusion.service import Service
+from vifusion.service import Ingested, Service
 
 
 def wait(svc: Service, job_id: str, timeout_s: float = 300) -> str:
@@ -83,18 +83,24 @@ def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_on
     assert pools(cfg) == []
 
 
+def upload_and_wait_mid_job(svc: Service, tmp_path) -> Ingested:
+    """A 12 s video uploaded (48 frames at 4 a second); returns once its first frames are in."""
+    video = write_video(tmp_path / "long.mp4", ("coffee", "rocket", "camera"), scene_s=4.0)
+    with open(video.path, "rb") as f:
+        queued = svc.ingest_upload(f, "long.mp4")
+    deadline = time.monotonic() + 300
+    while not ((job := svc.job(queued.job_id)).status == "indexing" and job.frames_indexed > 0):
+        assert time.monotonic() < deadline and job.status not in ("ready", "failed"), job
+        time.sleep(0.05)
+    return queued
+
+
 def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_once(
     ray_session, tmp_path
 ):
-    video = write_video(tmp_path / "long.mp4", ("coffee", "rocket", "camera"), scene_s=4.0)
     cfg = Config(data_dir=tmp_path / "data", sample_fps=4.0, dedup_cosine=1.01, embed_batch=8)
     with Service(cfg) as svc:
-        with open(video.path, "rb") as f:
-            queued = svc.ingest_upload(f, "long.mp4")
-        deadline = time.monotonic() + 300
-        while not ((job := svc.job(queued.job_id)).status == "indexing" and job.frames_indexed > 0):
-            assert time.monotonic() < deadline and job.status not in ("ready", "failed"), job
-            time.sleep(0.05)
+        queued = upload_and_wait_mid_job(svc, tmp_path)
         ray.kill(svc.jobs.actor, no_restart=False)  # Ray starts it again: same name
 
         assert wait(svc, queued.job_id) == "ready", svc.job(queued.job_id).error
@@ -111,20 +117,15 @@ def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session
     state nor ends the job; handed back, the job runs from the start, each frame once."""
     from vifusion.catalog import Catalog
 
-    video = write_video(tmp_path / "long.mp4", ("coffee", "rocket", "camera"), scene_s=4.0)
     cfg = Config(data_dir=tmp_path / "data", sample_fps=4.0, dedup_cosine=1.01, embed_batch=8)
     with Service(cfg) as svc:
-        with open(video.path, "rb") as f:
-            queued = svc.ingest_upload(f, "long.mp4")
-        deadline = time.monotonic() + 300
-        while not ((job := svc.job(queued.job_id)).status == "indexing" and job.frames_indexed > 0):
-            assert time.monotonic() < deadline and job.status not in ("ready", "failed"), job
-            time.sleep(0.05)
+        queued = upload_and_wait_mid_job(svc, tmp_path)
         other = Catalog(cfg.data_dir / "catalog.db")
         other.holder = "other/1"
         other.expire_leases(svc.jobs.name)
         assert other.lease_job("other/1", 300.0).id == queued.job_id
 
+        deadline = time.monotonic() + 300
         while svc.stats()["ingest"].busy_s == 0:  # the pool let go of the job
             assert time.monotonic() < deadline
             time.sleep(0.1)
