@@ -57,10 +57,6 @@ def _is_missing(r: ShardResult) -> bool:
     return r[1].size > 0 and bool((r[1] == _MISSING).all())
 
 
-def _alive(strategy) -> bool:
-    return any(n["NodeID"] == strategy.node_id and n["Alive"] for n in ray.nodes())
-
-
 class ShardSet:
     """Driver-side handle to the shard replicas; holds no vectors itself.
 
@@ -96,14 +92,14 @@ class ShardSet:
         self._batchers: dict[str, QueryBatcher] = {}
         self._shared = cfg.shared_actors
         lifetime = "detached" if cfg.shared_actors else None
-        started: dict[tuple[int, int], str] = {}  # (shard, replica) -> name, started here
+        # (shard, replica) -> (handle, name) of the replicas started here, not found running
+        started: dict[tuple[int, int], tuple[ray.actor.ActorHandle, str]] = {}
 
         def start(n: int, r: int) -> ray.actor.ActorHandle:
             names = [actor_name(cfg, "shard", n, i) for i in range(cfg.shard_replicas)]
             directory = replica_dir(cfg.data_dir, n, r)
             args = (n, directory, cfg) + ((names[1:],) if r == 0 else (None, names[0]))
-            started[(n, r)] = names[r]
-            return actor.options(
+            handle = actor.options(
                 **opts,
                 name=names[r],
                 namespace=NAMESPACE,
@@ -111,6 +107,8 @@ class ShardSet:
                 lifetime=lifetime,
                 scheduling_strategy=where[n][r],
             ).remote(*args)
+            started[(n, r)] = (handle, names[r])
+            return handle
 
         try:
             for n in range(cfg.num_shards):
@@ -123,26 +121,24 @@ class ShardSet:
             # again elsewhere) now and then starts an actor on another live node, which could
             # put two replicas of a shard on one node: those are started again.
             for _ in range(_PLACE_TRIES):
-                placed = ray.get([self._replicas[n][r].node_id.remote() for n, r in started])
+                keys = list(started)
+                placed = ray.get([started[key][0].node_id.remote() for key in keys])
+                alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
                 wrong = [
-                    key
-                    for key, node in zip(list(started), placed, strict=True)
-                    if node != where[key[0]][key[1]].node_id and _alive(where[key[0]][key[1]])
+                    (n, r)
+                    for (n, r), node in zip(keys, placed, strict=True)
+                    if node != where[n][r].node_id and where[n][r].node_id in alive
                 ]
                 for n, r in wrong:
-                    kill_named(self._replicas[n][r], started.pop((n, r)))
+                    kill_named(*started.pop((n, r)))
                     self._replicas[n][r] = start(n, r)
                 if not wrong:
                     break
-            self._owned = [(self._replicas[n][r], name) for (n, r), name in started.items()]
+            self._owned = list(started.values())
             # Surface a bad snapshot or directory here rather than on the first call.
             ray.get([h.stats.remote() for group in self._replicas for h in group])
         except BaseException:
-            self._owned = [
-                (self._replicas[n][r], name)
-                for (n, r), name in started.items()
-                if n < len(self._replicas) and r < len(self._replicas[n])
-            ]
+            self._owned = list(started.values())
             self.close()
             raise
         self._cfg = cfg
