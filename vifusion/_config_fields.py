@@ -42,7 +42,12 @@ class ExtractFields(BaseModel):
         "limits, as DATA_DIR/plan.json says where it exists (`vifusion plan --apply`); "
         "its extractors replace num_extractors",
     )
-    torch_threads: int = Field(0, ge=0, description="extractor threads; 0: one per core")
+    torch_threads: int = Field(
+        0,
+        ge=0,
+        description="extractor threads; 0: one per core this process may use "
+        "(its CPU affinity and cgroup quota)",
+    )
     query_threads: int = Field(
         1,
         gt=0,
@@ -74,7 +79,12 @@ class ExtractFields(BaseModel):
         "auto",
         description="CTranslate2 weights and arithmetic; auto: int8 on CPU, int8_float16 on CUDA",
     )
-    speech_threads: int = Field(0, ge=0, description="CPU threads transcribing; 0: one per core")
+    speech_threads: int = Field(
+        0,
+        ge=0,
+        description="CPU threads transcribing; 0: one per core this process may use "
+        "(its CPU affinity and cgroup quota)",
+    )
     speech_language: str | None = Field(
         "en",
         description="spoken language (ISO 639-1 code); None: detected "
@@ -96,7 +106,12 @@ class ExtractFields(BaseModel):
     screen_text: bool = Field(
         True, description="read the text shown on screen (OCR) in the sampled frames"
     )
-    ocr_threads: int = Field(0, ge=0, description="CPU threads reading text; 0: one per core")
+    ocr_threads: int = Field(
+        0,
+        ge=0,
+        description="CPU threads reading text; 0: one per core this process may use "
+        "(its CPU affinity and cgroup quota)",
+    )
     ocr_min_confidence: float = Field(
         0.85,
         ge=0,
@@ -241,7 +256,12 @@ class IndexFields(BaseModel):
     num_shards: int = Field(
         2, gt=0, description="index shards; a video's rows all go to shard video_id mod this"
     )
-    faiss_threads: int = Field(0, ge=0, description="0: one per core")
+    faiss_threads: int = Field(
+        0,
+        ge=0,
+        description="FAISS threads; 0: one per core this process may use "
+        "(its CPU affinity and cgroup quota)",
+    )
     index_exact_max: int = Field(
         50_000,
         gt=0,

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from vifusion._config_fields import ExtractFields, FusionFields, IndexFields
+from vifusion._cores import usable_cores
 from vifusion._limits import ordered
 
 ENV_PREFIX = "VIFUSION_"
@@ -218,8 +219,11 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
 
     @property
     def threads(self) -> int:
-        """Threads for torch / FAISS where the per-stage setting is 0 (Ray sets OMP to 1)."""
-        return os.cpu_count() or 1
+        """Threads for torch / FAISS / OCR / speech where the per-stage setting is 0 (Ray sets
+        OMP to 1): one per whole core this process may use (its CPU affinity and cgroup quota,
+        see ``usable_cores``), not per machine core, whose extra threads would only spin. Read
+        when asked, so an actor counts the cores of its own node and cgroup."""
+        return usable_cores()
 
     @classmethod
     def load(
