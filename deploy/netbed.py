@@ -26,7 +26,8 @@ delay_ms > 0, a delay line (this kernel has no netem)::
 
 Rate: each host's egress device (eth0 or tun0) has a `tbf` root qdisc, so the path A -> B
 is shaped by A's uplink, as on a real network; `set_rate` changes one host's uplink while
-traffic runs. The bucket is at least 64 KiB, two MTUs and 2 ms worth of the rate, so it is
+traffic runs. `set_downlink` shapes what a host receives too (an IFB device behind its
+link's ingress), for a host whose link is slow both ways. The bucket is at least 64 KiB, two MTUs and 2 ms worth of the rate, so it is
 never the limit (a bucket smaller than a packet would drop that packet forever).
 
 Ray: `start_ray` runs `ray start --head --block` in host 0 and `ray start --block --address`
@@ -257,6 +258,7 @@ class NetBed:
         self._n = hosts
         self._procs: list[subprocess.Popen] = []
         self._dev = "tun0" if delay_ms > 0 else "eth0"  # each host's link device
+        self._downlinks: set[int] = set()  # hosts whose ingress is shaped (set_downlink)
         self._owned = False  # the bed name is ours: down() may remove what carries it
         self._ray_env: dict[str, str] = {}  # what every process needs to join the bed's Ray
         self._sigterm_set = False  # the `with` put in its SIGTERM handler in place of:
@@ -401,6 +403,22 @@ class NetBed:
     def set_rate(self, host: int, rate: str) -> None:
         """Change host `host`'s uplink (egress) rate, effective immediately."""
         _run(*self.rate_argv(host, rate))
+
+    def set_downlink(self, host: int, rate: str) -> None:
+        """Shape what host `host` receives to `rate` as well (a slow link is slow both ways):
+        its link device's ingress is redirected to an IFB device `ifb0` with a `tbf` root."""
+        ns = self.hosts[host].name
+        if host not in self._downlinks:
+            _run("ip", "-n", ns, "link", "add", "ifb0", "mtu", str(self.mtu), "type", "ifb")
+            _run("ip", "-n", ns, "link", "set", "ifb0", "up")
+            _run("tc", "-n", ns, "qdisc", "add", "dev", self._dev, "handle", "ffff:", "ingress")
+            _run(
+                "tc", "-n", ns, "filter", "add", "dev", self._dev, "parent", "ffff:",
+                "protocol", "ip", "u32", "match", "u32", "0", "0",
+                "action", "mirred", "egress", "redirect", "dev", "ifb0",
+            )  # fmt: skip
+            self._downlinks.add(host)
+        _run("tc", "-n", ns, "qdisc", "replace", "dev", "ifb0", "root", *_tbf(rate, self.mtu))
 
     def rate_argv(self, host: int, rate: str) -> list[str]:
         """The command `set_rate` runs, for a process that changes the rate itself (root,

@@ -172,6 +172,36 @@ def test_delay_and_rate_limit_with_live_rate_change(tmp_path):
         )
 
 
+def test_a_shaped_downlink_slows_what_the_host_receives_not_what_it_sends(tmp_path):
+    needs()
+    tool = tmp_path / "net.py"
+    tool.write_text(NET_TOOL)
+    py = sys.executable
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with NetBed(hosts=2, rate="1gbit", delay_ms=5) as bed:
+        bed.set_downlink(1, "10mbit")
+        for host in (0, 1):
+            bed.exec(host, [py, str(tool), "serve", "5000"], stdout=subprocess.DEVNULL)
+        size = 4 * 1024 * 1024
+        into = run_json(
+            bed.exec(0, [py, str(tool), "send", bed.hosts[1].ip, "5000", str(size)], **pipes), 30
+        )
+        out = run_json(
+            bed.exec(1, [py, str(tool), "send", bed.hosts[0].ip, "5000", str(size)], **pipes), 30
+        )
+        assert into["bytes"] == out["bytes"] == size
+        assert into["mbit"] <= 12.0, into
+        assert out["mbit"] >= 30.0, out  # host 1's uplink is still the bed's 1 Gbit
+        bed.set_downlink(1, "40mbit")  # changed in place, as set_rate does
+        again = run_json(
+            bed.exec(0, [py, str(tool), "send", bed.hosts[1].ip, "5000", str(size)], **pipes), 30
+        )
+        assert 15.0 <= again["mbit"] <= 45.0, again
+        print(
+            f"\ninto host 1: {into['mbit']:.1f}, then {again['mbit']:.1f}; out: {out['mbit']:.1f}"
+        )
+
+
 def test_ray_actor_on_host1_gets_16mb_across_the_link(tmp_path):
     needs()
     driver = tmp_path / "driver.py"
