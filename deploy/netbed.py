@@ -53,6 +53,9 @@ From a shell::
     RAY_AUTH_MODE=token ip netns exec vfnb0-h0 python driver.py   # as `up` prints it
     python deploy/netbed.py down --prefix vfnb   # leftovers of a crashed run
 
+A host's processes see the machine's cgroup hierarchies, as processes on a real host do
+(`ip netns exec` hides them), so a process in a CPU cgroup can read its quota.
+
 `down()` (also on leaving the `with` block: exception, Ctrl-C or SIGTERM) kills every
 process in the bed's namespaces, Ray's daemons included, stops the delay line, deletes the
 namespaces (and with them every device) and the temp dir. Needs root, `ip`, `tc` and, for
@@ -151,6 +154,20 @@ def _rate_bps(rate: str) -> float:
 def _tbf(rate: str, mtu: int) -> list[str]:
     burst = max(64 * 1024, 2 * mtu, int(_rate_bps(rate) / 8 * 0.002))
     return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+
+
+def _cgroup_mounts() -> str:
+    """Shell commands that mount this machine's cgroup hierarchies again where they are.
+    `ip netns exec` gives its command a fresh /sys without them; a host's processes then
+    could not read their CPU quota (``vifusion._cores``), as on a real machine they can."""
+    cmds = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, point, kind, opts, *_ = line.split()
+        if point == "/sys/fs/cgroup" and kind == "tmpfs":
+            cmds.append("mount -t tmpfs cgroup /sys/fs/cgroup")
+        elif point.startswith("/sys/fs/cgroup") and kind in ("cgroup", "cgroup2"):
+            cmds.append(f"mkdir -p {point} && mount -t {kind} -o {opts} cgroup {point}")
+    return "; ".join(cmds)
 
 
 def _namespaces(pattern: str) -> list[str]:
@@ -382,6 +399,9 @@ class NetBed:
                 'mkdir -p "$0" && mount --bind "$1" "$0" && shift && exec "$@"',
                 *(self.disk, str(own), *argv),
             ]
+        if mounts := _cgroup_mounts():
+            # Best effort: where one cannot be mounted, the process runs without it.
+            argv = ["sh", "-c", f'{{ {mounts}; }} 2>/dev/null; exec "$@"', "sh", *argv]
         return self._exec_ns(self.hosts[host].name, argv, **popen_kwargs)
 
     def kill_host(self, host: int) -> None:

@@ -17,6 +17,7 @@ import pytest
 from deploy.netbed import NetBed, available
 
 pytestmark = pytest.mark.netbed
+ROOT = Path(__file__).resolve().parents[2]
 
 # One helper for both ends: `serve PORT` (echo or sink, as the client's first byte asks),
 # `ping IP PORT N` (TCP round trips, one byte each) and `send IP PORT BYTES` (bulk, timed at
@@ -200,6 +201,34 @@ def test_a_shaped_downlink_slows_what_the_host_receives_not_what_it_sends(tmp_pa
         print(
             f"\ninto host 1: {into['mbit']:.1f}, then {again['mbit']:.1f}; out: {out['mbit']:.1f}"
         )
+
+
+def test_a_process_in_a_host_reads_the_cpu_quota_of_its_cgroup(tmp_path):
+    # `ip netns exec` hides the machine's cgroup mounts; the bed mounts them again, so a
+    # host's process moved into a cgroup of 0.5 core sizes its threads by it (one).
+    needs(delay=False)
+    group = Path("/sys/fs/cgroup/cpu") / f"vifusion-test-bed-{os.getpid()}"
+    if not (group.parent / "cpu.cfs_quota_us").exists():
+        pytest.skip("no writable cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
+    group.mkdir()
+    try:
+        (group / "cpu.cfs_quota_us").write_text("50000")
+        code = "import sys; sys.stdin.readline(); from vifusion._cores import usable_cores; print(usable_cores())"
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+        with NetBed(hosts=1) as bed:
+            inside = bed.exec(0, [sys.executable, "-c", code], cwd=str(ROOT), **pipes)
+            moved = bed.exec(0, [sys.executable, "-c", code], cwd=str(ROOT), **pipes)
+            time.sleep(0.5)  # both past `ip netns exec` and its mounts: python itself now
+            (group / "cgroup.procs").write_text(str(moved.pid))
+            out = [p.communicate("\n", timeout=60)[0].strip() for p in (moved, inside)]
+        assert out == ["1", str(len(os.sched_getaffinity(0)))]
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 def test_ray_actor_on_host1_gets_16mb_across_the_link(tmp_path):
