@@ -64,3 +64,22 @@ def test_a_node_without_memory_for_an_extractor_gets_none():
         k == 0 for n, k in zip(nodes, report.best.candidate.extractors) if n.type.name == "tiny"
     )
     assert report.pruned_infeasible > 0
+
+
+def test_with_videos_to_ship_the_plan_keeps_extractors_off_the_slow_link():
+    # 16 MB videos: one takes 6.4 s to reach the slow host alone, and 1.7 s of CPU anywhere.
+    # The plan gives that host no extractor (an extractor there would hold the batch's last
+    # videos up); the bound still holds with files to ship.
+    cluster = three_hosts()
+    workload = Workload(videos=8, frames_per_video=48, video_bytes=16e6)
+    report = search(cluster, COSTS, workload, parallel=False)
+    slow = [n.type.name for n in cluster.nodes()].index("slow")
+    assert report.best.candidate.extractors[slow] == 0
+    assert report.even.candidate.extractors[slow] == 2
+    assert report.best.result.fps > 1.5 * report.even.result.fps
+    for c in list(candidates(cluster, 2, 1))[::7]:
+        if sum(c.extractors):
+            assert (
+                upper_bound(cluster, COSTS, c, workload)
+                >= simulate(cluster, COSTS, c, workload).fps * 0.999
+            )

@@ -121,3 +121,32 @@ def test_an_extractor_embeds_on_no_more_cores_than_its_threads():
         one_node(4), costs, Candidate((1,), ((0,),)), Workload(videos=2, frames_per_video=256)
     )
     assert r.fps == pytest.approx(1 / 0.01, rel=0.03)
+
+
+def test_a_share_below_a_core_embeds_on_one_thread_by_default():
+    # Two cores at a 0.3 share: torch's default (``Config.threads`` under the quota) is one
+    # thread, so one extractor embeds at the share's rate, not above it.
+    costs = {"head": StageCosts(decode_cs=1e-5, embed_cs=0.01, **FREE)}
+    r = simulate(
+        one_node(2, 0.15), costs, Candidate((1,), ((0,),)), Workload(2, 256, embed_batch=16)
+    )
+    assert r.fps == pytest.approx(0.3 / 0.01, rel=0.03)
+
+
+def two_hosts(down_mbit: float) -> Cluster:
+    head = NodeType("head", 1, 16, uplink=1e9 / 8, downlink=1e9 / 8, rtt_s=0.01)
+    far = NodeType("far", 1, 16, uplink=1e9 / 8, downlink=down_mbit * 1e6 / 8, rtt_s=0.01)
+    return Cluster((head, far), "head")  # nodes: head-0 (index 0), far-0 (index 1)
+
+
+@pytest.mark.parametrize("extractors", [1, 2])
+def test_videos_bound_for_another_node_cross_its_downlink_whole(extractors):
+    # Stages nearly free; each 2.5 MB video crosses a 10 Mbit downlink (2 s) before decoding.
+    # Two extractors there share the link fairly: the same frames/s as one.
+    costs = {t: StageCosts(decode_cs=1e-5, embed_cs=1e-5, **FREE) for t in ("head", "far")}
+    work = Workload(videos=8, frames_per_video=100, video_bytes=2.5e6)
+    r = simulate(two_hosts(10), costs, Candidate((0, extractors), ((0,),)), work)
+    assert r.fps == pytest.approx(100 / 2.0, rel=0.05)
+    # On the head itself the file is opened where it lies: nothing to wait for.
+    local = simulate(two_hosts(10), costs, Candidate((1, 0), ((0,),)), work)
+    assert local.fps > 20 * r.fps

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vifusion.plan.model import NodeType
+
 if TYPE_CHECKING:
-    from vifusion.plan.simulate import Simulation
+    from vifusion.plan.simulate import Simulation, StageCosts
+
+
+def embed_threads(t: NodeType, costs: StageCosts) -> int:
+    """Torch's threads in an extractor on a node of type ``t``: as configured, else one per
+    whole core its share allows, at least one (``Config.threads`` under a cgroup quota)."""
+    return min(costs.embed_threads or max(1, int(t.cores)), int(t.cpus) or 1)
 
 
 class Extractor:
@@ -19,7 +27,7 @@ class Extractor:
         self.costs = s.costs[node]
         n = s.nodes[node]
         self.gpu = s.gpu[node] if self.costs.embed_gpu_s and n.type.gpus else None
-        self.threads = min(self.costs.embed_threads or n.type.cpus, n.type.cpus)
+        self.threads = embed_threads(n.type, self.costs)
 
     def next_video(self) -> None:
         video = self.s.take_video()
@@ -31,7 +39,7 @@ class Extractor:
         self.decoded = self.ready = self.embedded_n = self.handed_n = 0
         self.decoding = self.embedding = self.handing = False
         self.waiting: tuple[int, float] | None = None  # an embedded batch not yet handed over
-        self._decode()
+        self.s.ship(self.node, self._decode)
 
     def _decode(self) -> None:
         if self.decoding or self.ready >= self._DEPTH or self.decoded >= len(self.batches):

@@ -10,9 +10,10 @@ core-seconds, so they carry over between machines with the same cores whatever t
 Speech is not measured: generated videos have no sound (``text_cs`` counts screen text only).
 
 Embedding is measured twice: alone, and with two processes embedding at once
-(``embed_cs_crowded``). An extractor's torch takes one thread per core of the machine; where
-two extractors share a node, or a node's CPU share is below its cores, those threads wait
-for cores spinning, and a frame costs two to three times the CPU it costs alone. The CPU is
+(``embed_cs_crowded``). An extractor's torch takes one thread per core its process may use
+(``Config.threads``); where two extractors share a node, or a share below its cores is not a
+quota the process can read, those threads wait for cores spinning, and a frame costs up to
+two to three times the CPU it costs alone. The CPU is
 process CPU time, not wall time, so the simulation can share the node's cores out itself.
 
 ``calibrate`` runs this once per node type: as a Ray task on a node of that type on a live
@@ -33,6 +34,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -196,6 +198,11 @@ def _here(cfg: Config) -> StageCosts:
             return _crowded(costs, [f.result() for f in two])
 
 
+def costs_from_dict(raw: dict[str, Any]) -> StageCosts:
+    """Stage costs as JSON holds them (``asdict``: a cache file here, a plan's record)."""
+    return StageCosts(**{**raw, "encode_cs": tuple(raw["encode_cs"])})
+
+
 def calibrate(
     cfg: Config, cluster: Cluster, live: list[Node] | None = None, refresh: bool = False
 ) -> dict[str, StageCosts]:
@@ -207,8 +214,7 @@ def calibrate(
     for t in cluster.types:
         path = cache / f"calibration-{t.name}-{_key(cfg)}.json"
         if path.exists() and not refresh:
-            raw = json.loads(path.read_text())
-            out[t.name] = StageCosts(**{**raw, "encode_cs": tuple(raw["encode_cs"])})
+            out[t.name] = costs_from_dict(json.loads(path.read_text()))
             continue
         node = next((n for n in live or [] if n.type.name == t.name and n.node_id), None)
         if node is not None:

@@ -12,7 +12,8 @@ simulation:
   far. The bound holds for every run the simulator can make: each node makes at most what
   its decode thread, its cores (or GPUs) and its aggregator's thread allow, a node that
   holds no shard sends all it makes over its uplink (at the smallest bytes a row the codec
-  ladder has), each shard applies on one thread, and the frames bound for a node arrive
+  ladder has), a node other than the head receives its videos' files through the narrower
+  of the head's uplink and its downlink, each shard applies on one thread, and the frames bound for a node arrive
   through its downlink or are made there. Candidates are simulated in order of their
   bound, so most of them never need a simulation.
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from vifusion.comm.codec import Ladder
 from vifusion.placement import spread
+from vifusion.plan._extractor import embed_threads
 from vifusion.plan.model import Cluster, NodeType
 from vifusion.plan.simulate import _MEASURED_MIN, Candidate, Result, StageCosts, Workload, simulate
 
@@ -151,6 +153,9 @@ def upper_bound(
         rates.append(t.cores / cpu)
         if i not in primaries:
             rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
+        if i and workload.video_bytes:  # its videos come from the head, whole
+            video_in = min(nodes[0].type.uplink, t.downlink)
+            rates.append(video_in / workload.video_bytes * workload.frames_per_video)
         make.append(min(rates))
     ratio = max(costs[n.type.name].dedup_ratio for n in nodes)
     primary_nodes = sorted({g[0] for g in c.shards})
@@ -186,7 +191,7 @@ def _one_extractor(t: NodeType, s: StageCosts) -> float:
     embed = (
         1 / s.embed_gpu_s
         if s.embed_gpu_s and t.gpus
-        else min(s.embed_threads or t.cpus, t.cpus, t.cores) / (s.embed_cs_least or 1e-12)
+        else min(embed_threads(t, s), t.cores) / (s.embed_cs_least or 1e-12)
     )
     cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
     return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))

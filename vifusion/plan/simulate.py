@@ -1,6 +1,7 @@
 """A discrete-event simulation of ingest on a described cluster, for one candidate placement.
 
-Per video (the next free extractor takes it; shard ``video_id mod num_shards``): **decode**
+Per video (the next free extractor takes it; shard ``video_id mod num_shards``): **ship**
+(the file from the head to an extractor on another node), **decode**
 (one thread, two ahead) and **embed** (torch on the node's cores, or its GPU) in batches of
 ``embed_batch`` frames, speech and screen text as CPU work (``text_cs`` a frame); **hand-over**
 to the node aggregator (one in flight; its one core dedups and buffers; ``submit`` blocks
@@ -11,8 +12,9 @@ it, each replica applies it too. A video is finished once every row of it is ack
 
 CPU on a node is shared equally among the running work (processor sharing), none more than
 it can use. Reports frames per second over the run and the p50 of a row's embedded ->
-acknowledged time (as ``benchmarks/plan.py`` and the aggregator measure them). Not modelled:
-dedup runs held open, per-video start, Ray's scheduling, other traffic on the links.
+acknowledged time (as ``benchmarks/plan.py`` and the aggregator measure them). A video file
+lives on the head; an extractor elsewhere receives it whole before decoding (``ship``). Not
+modelled: dedup runs held open, per-video start, Ray's scheduling, other traffic on the links.
 The event engine is ``_events.py``; the buffer and link models are ``_paths.py``; an
 extractor's model is ``_extractor.py``.
 """
@@ -44,9 +46,9 @@ class StageCosts:
     # While another extractor embeds on the same node: torch's threads wait for cores
     # spinning, so a frame costs more CPU. 0: as ``embed_cs``.
     embed_cs_crowded: float = 0.0
-    embed_threads: int = (
-        0  # torch's threads in an extractor (``Config.torch_threads``); 0: one a core
-    )
+    # torch's threads in an extractor (``Config.torch_threads``); 0: one a whole core the
+    # node's share allows (``_extractor.embed_threads``)
+    embed_threads: int = 0
     embed_gpu_s: float = 0.0  # GPU seconds per frame; 0: the node embeds on its CPU
     text_cs: float = 0.0  # speech and screen text, where enabled
     aggregate_cs: float = 3e-5  # per row: hand-over, dedup, buffer (the aggregator's thread)
@@ -93,6 +95,7 @@ class Workload:
     embed_batch: int = 16
     latency_target_s: float = 0.2
     steady: bool = False
+    video_bytes: float = 0.0  # one video file, which lives on the head (see ``ship``)
 
 
 @dataclass
@@ -125,6 +128,9 @@ class Simulation:
         self.embedding = [0] * len(self.nodes)  # extractors embedding on their CPU now
         self.agg = [Serial(c, "aggregator") for c in self.cpu]
         self.uplink_free = [0.0] * len(self.nodes)
+        head = self.nodes[0].type
+        self.head_out = Cpu(self.sim, head.uplink)
+        self.node_in = [Cpu(self.sim, n.type.downlink) for n in self.nodes]
         self.policy = FlushPolicy(
             workload.latency_target_s,
             min_bytes=candidate.fusion_min_bytes,
@@ -202,6 +208,22 @@ class Simulation:
         self.next_video += 1
         self.started.append(self.sim.now)
         return self.next_video  # ids from 1, as the catalog's
+
+    def ship(self, node: int, then: Callable[[], None]) -> None:
+        """A video reaches an extractor on ``node``: on the head it opens the file; elsewhere
+        the file crosses the path from the head whole before decoding starts (nodes share no
+        disk, ``extract/_spool.py``). The transfers share the narrower end of that path fairly
+        (the head's uplink, or the node's downlink), as TCP flows do, then half a round trip;
+        the model does not make them compete with feature rows for a link."""
+        if node == 0 or not self.work.video_bytes:
+            then()
+            return
+        head, dst = self.nodes[0].type, self.nodes[node].type
+        rate, rtt = path(head, dst)
+        narrow = self.head_out if head.uplink <= dst.downlink else self.node_in[node]
+        narrow.add(
+            self.work.video_bytes, rate, lambda: self.sim.at(self.sim.now + rtt / 2, then), "video"
+        )
 
     # -- the aggregator -------------------------------------------------------------------
 
