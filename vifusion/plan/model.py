@@ -21,7 +21,7 @@ own link to the switch and back).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,25 @@ class Cluster:
 
     def type(self, name: str) -> NodeType:
         return next(t for t in self.types if t.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON holds it (a plan records the cluster it was made for); ``from_dict`` reads it."""
+        return {"head": self.head, "types": [asdict(t) for t in self.types]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cluster:
+        return cls(tuple(NodeType(**t) for t in d["types"]), d["head"])
+
+    def with_path_rate(self, src: str, dst: str, rate: float) -> Cluster:
+        """This cluster with the path from a node of type ``src`` to one of ``dst`` carrying
+        ``rate`` bytes/s: the access link that bounds the path (``src``'s uplink, or ``dst``'s
+        downlink where that is lower) set to it, and the other raised to it where below (the
+        path carries the lesser of the two, so neither is less than what it carried)."""
+        up, down = self.type(src).uplink, self.type(dst).downlink
+        new_up, new_down = (rate, max(down, rate)) if up <= down else (max(up, rate), rate)
+        types = [replace(t, uplink=new_up) if t.name == src else t for t in self.types]
+        types = [replace(t, downlink=new_down) if t.name == dst else t for t in types]
+        return replace(self, types=tuple(types))
 
     def with_link(self, type_name: str, rate: str, rtt_ms: float | None = None) -> Cluster:
         """This cluster with one node type's link set (both ways)."""

@@ -6,16 +6,21 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from vifusion.config import Config
 from vifusion.placement import PLAN_FILE, signature
+from vifusion.plan.calibrate import costs_from_dict
 from vifusion.plan.model import Cluster, Node
 from vifusion.plan.search import Evaluated, SearchReport, search
 from vifusion.plan.simulate import StageCosts, Workload
 
 VIDEO_S = 600.0  # the steady workload: videos this long, without end
+# 2: the plan records the cluster and stage costs it was made for (version 1 did not: such a
+# plan is still placed by, but cannot be made again for a changed link).
+VERSION = 2
 
 
 def workload(cfg: Config, video_s: float = VIDEO_S) -> Workload:
@@ -45,17 +50,23 @@ def make_plan(
         replicas=cfg.shard_replicas,
         parallel=parallel,
     )
-    return report, plan_document(cluster, report.best, live)
+    return report, plan_document(cluster, report.best, live, costs)
 
 
 def plan_document(
-    cluster: Cluster, chosen: Evaluated, live: list[Node] | None = None
+    cluster: Cluster,
+    chosen: Evaluated,
+    live: list[Node] | None = None,
+    costs: dict[str, StageCosts] | None = None,
 ) -> dict[str, Any]:
+    """The plan as ``plan.json`` holds it: each node's extractors, the shards' nodes, the
+    fusion limits, the prediction, and what it was made for: the cluster, and the stage costs
+    where given (``made_for`` reads them back, so that the service can plan again)."""
     nodes = cluster.nodes()
     ips = {n.name: n.ip for n in live or []}
     c = chosen.candidate
     return {
-        "version": 1,
+        "version": VERSION,
         "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "nodes": [
             {
@@ -75,7 +86,18 @@ def plan_document(
         "fusion_max_bytes": c.fusion_max_bytes,
         "predicted_fps": round(chosen.result.fps, 2),
         "predicted_p50_s": round(chosen.result.p50_s, 4),
+        "cluster": cluster.to_dict(),
+        **({"costs": {t: asdict(s) for t, s in costs.items()}} if costs is not None else {}),
     }
+
+
+def made_for(plan: dict[str, Any]) -> tuple[Cluster, dict[str, StageCosts]] | None:
+    """The cluster and stage costs a plan was made for; None where it does not record them
+    (a version 1 plan, or one written without its costs)."""
+    if "cluster" not in plan or "costs" not in plan:
+        return None
+    costs = {t: costs_from_dict(c) for t, c in plan["costs"].items()}
+    return Cluster.from_dict(plan["cluster"]), costs
 
 
 def apply(cfg: Config, plan: dict[str, Any]) -> Path:
