@@ -1,6 +1,6 @@
 """Prometheus figures of one replica: requests and latencies as they happen, the rest
-(ingest, transfers, each link's statistics, shard sizes) read from the service when
-scraped.
+(ingest and the placement plan's re-plans, transfers, each link's statistics, shard sizes)
+read from the service when scraped.
 
 Use ``METRICS`` through this module (``_metrics.METRICS``): Serve pickles the deployment
 class by value, and a name imported into app.py would be copied, not shared.
@@ -56,6 +56,17 @@ class Metrics:
         self.fps = Gauge(
             "vifusion_ingest_frames_per_second",
             "frames indexed per second of ingest work",
+            registry=r,
+        )
+        self.replans = Gauge(
+            "vifusion_replans_total",
+            "placement plans made again since the ingest pool started, each for a link whose "
+            "capacity changed for good (DATA_DIR/plan.json)",
+            registry=r,
+        )
+        self.plan_fps = Gauge(
+            "vifusion_plan_predicted_frames_per_second",
+            "ingest frames/s the placement plan in force predicts; 0 without one",
             registry=r,
         )
         self.batches = Gauge("vifusion_fusion_batches", "fused batches sent to shards", registry=r)
@@ -116,6 +127,8 @@ class Metrics:
         self.jobs.labels("failed").set(ingest.jobs_failed)
         self.frames.set(ingest.frames_indexed)
         self.fps.set(ingest.frames_per_s)
+        self.replans.set(ingest.replans)
+        self.plan_fps.set(ingest.plan_predicted_fps)
         batches = sum(a.get("batches", 0) for a in stats["fusion"])
         frames = sum(a.get("rows_out", 0) for a in stats["fusion"])
         self.batches.set(batches)

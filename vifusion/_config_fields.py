@@ -42,6 +42,19 @@ class ExtractFields(BaseModel):
         "limits, as DATA_DIR/plan.json says where it exists (`vifusion plan --apply`); "
         "its extractors replace num_extractors",
     )
+    replan_tolerance: float = Field(
+        0.3,
+        gt=0,
+        description="the ingest pool plans again (and applies the plan) when a link's measured "
+        "capacity is off the rate the plan in force was made for by more than this share, "
+        "for replan_after_s",
+    )
+    replan_after_s: float = Field(
+        60.0,
+        gt=0,
+        description="how long (seconds) a link's capacity must stay off its planned rate "
+        "before the ingest pool plans again: a shorter dip or burst is not planned for",
+    )
     torch_threads: int = Field(
         0,
         ge=0,

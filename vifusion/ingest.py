@@ -10,23 +10,30 @@ catalog connection, a ``ShardSet`` attached to the data dir's shard replicas, an
 last one held (``Catalog.expire_leases``), from the start of their videos (the same vector
 ids: each frame once). Any other pool takes a job over once its lease runs out.
 
+It also follows the applied placement plan (``plan/follow.py``): it owns the node
+aggregators, so it is where their link readings are watched and a lasting change of a link
+is planned for, once per data dir however many API replicas there are.
+
 With ``cfg.shared_actors`` (a cluster) it is detached and outlives any one API replica; else
 the Service that started it stops it on close.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ray
 
 from vifusion._actors import HEAD_RESOURCE, NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.config import Config
 from vifusion.jobs import IngestStats, JobRunner
+from vifusion.plan.follow import PlanFollower, Readings
 from vifusion.runtime import Runtime
 
 
 class IngestPool:
-    """The actor: a runtime of its own (no writer lock: the API replicas hold the data dir)
-    and the job runner, leasing jobs as ``name/<incarnation>``."""
+    """The actor: a runtime of its own (no writer lock: the API replicas hold the data dir),
+    the job runner, leasing jobs as ``name/<incarnation>``, and the plan follower."""
 
     def __init__(self, cfg: Config, name: str) -> None:
         self.rt = Runtime(cfg)
@@ -35,18 +42,33 @@ class IngestPool:
         except BaseException:
             self.rt.close()
             raise
+        self.follower = PlanFollower(cfg)
+        self.follower.start(self.link_readings)
 
     def wake(self) -> None:
         self.jobs.wake()
 
     def stats(self) -> IngestStats:
-        return self.jobs.stats
+        return replace(
+            self.jobs.stats,
+            replans=self.follower.replans,
+            plan_predicted_fps=self.follower.predicted_fps,
+        )
 
     def fusion_stats(self) -> list[dict]:
         return self.jobs.fusion_stats()
 
+    def link_readings(self) -> Readings:
+        """What the plan follower reads each round: the aggregators' stats and the node of
+        each shard's primary; none before the first job starts the aggregators."""
+        if not self.rt.indexer_started:
+            return [], []
+        primaries = ray.get([h.node_id.remote() for h in self.rt.shards.handles], timeout=30)
+        return self.jobs.fusion_stats(), primaries
+
     def close(self) -> None:
         """Stop taking jobs and stop the extractors (jobs running now run again elsewhere)."""
+        self.follower.close()
         self.jobs.close()
         self.rt.close()
 

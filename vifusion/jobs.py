@@ -47,6 +47,10 @@ class IngestStats:
     jobs_failed: int = 0
     frames_indexed: int = 0
     busy_s: float = 0.0  # wall time spent running jobs
+    # Filled in by the ingest pool (plan/follow.py): plans made again for a changed link since
+    # it started, and the frames/s the plan in force predicts (0 without one).
+    replans: int = 0
+    plan_predicted_fps: float = 0.0
 
     @property
     def frames_per_s(self) -> float:

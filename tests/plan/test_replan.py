@@ -26,7 +26,7 @@ class Transfer:
             token = self.monitor.on_send(MESSAGE, backlog=True)
             self.t += MESSAGE / (mbit * MBIT) + RTT_S
             self.monitor.on_ack(token)
-            if self.watch.observe("h1->h0", self.monitor.stats()):
+            if self.watch.observe("h1->h0", self.monitor.stats().capacity):
                 self.fired.append(self.t)
 
 

@@ -495,6 +495,9 @@ def test_metrics_are_prometheus_text(live):
         "vifusion_search_seconds_count",
     ):
         assert name in text, name
+    # No plan applied on this data dir: none in force, none made again.
+    assert "vifusion_replans_total 0.0" in text
+    assert "vifusion_plan_predicted_frames_per_second 0.0" in text
     assert 'vifusion_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
     vectors = sum(
         float(line.split()[-1])
@@ -550,6 +553,22 @@ def test_metrics_show_each_link_from_its_own_measurements(live):
         "per_message_seconds",
     ):
         assert len(_series(text, f"vifusion_link_{name}")) == len(links), name
+
+
+def test_the_ingest_pool_reads_each_link_it_follows_for_re_planning(live):
+    """What the pool's plan follower reads each round (vifusion/plan/follow.py): each node
+    aggregator's links with their measured capacity, and each shard primary's node."""
+    import ray
+
+    from vifusion._actors import actor_name, find_actor
+
+    pool = find_actor(actor_name(live.cfg, "ingest"))
+    fusion, primaries = ray.get(pool.link_readings.remote())
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(primaries) == live.cfg.num_shards and set(primaries) <= nodes
+    assert fusion and {a["node"] for a in fusion} <= nodes
+    links = [link for a in fusion for link in a["links"].values()]
+    assert links and all(link["capacity"] > 0 for link in links)
 
 
 def test_openapi_documents_the_contract(live):

@@ -8,8 +8,8 @@ off its planned rate by more than ``tolerance`` in every reading for ``lasting_s
 a further change fires again. A short dip or burst never fires; a reading with no capacity
 measured yet (0) neither starts nor breaks a run.
 
-Not yet wired: the service does not feed it its aggregators' link readings, nor count its
-replans in ``/metrics``.
+The ingest pool feeds it its node aggregators' readings and plans again when it fires
+(``follow.py``); ``/metrics`` counts those re-plans (``vifusion_replans_total``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-
-from vifusion.comm.link import LinkStats
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +36,14 @@ class LinkWatch:
         self.replans = 0
         self._off_since: dict[str, float] = {}
 
-    def observe(self, link: str, stats: LinkStats) -> bool:
-        """One reading of ``link``; True when it says to plan again (see the module doc)."""
+    def observe(self, link: str, capacity: float) -> bool:
+        """One reading of ``link``'s capacity (``LinkStats.capacity``, bytes/s); True when it
+        says to plan again (see the module doc)."""
         planned = self.planned.get(link)
-        if planned is None or stats.capacity <= 0:
+        if planned is None or capacity <= 0:
             return False
         now = self._clock()
-        if abs(stats.capacity - planned) <= self.tolerance * planned:
+        if abs(capacity - planned) <= self.tolerance * planned:
             self._off_since.pop(link, None)
             return False
         since = self._off_since.setdefault(link, now)
@@ -53,11 +52,11 @@ class LinkWatch:
         log.warning(
             "link %s has carried %.3g Mbit/s for %.0f s, planned for %.3g: planning again",
             link,
-            stats.capacity * 8 / 1e6,
+            capacity * 8 / 1e6,
             now - since,
             planned * 8 / 1e6,
         )
-        self.planned[link] = stats.capacity
+        self.planned[link] = capacity
         del self._off_since[link]
         self.replans += 1
         return True

@@ -1,0 +1,122 @@
+"""The ingest pool's plan follower: an applied plan's links watched against the rates it was
+made for, fed readings from the real link monitor (a simulated transfer on a clock the test
+moves, as test_replan.py does) in the shape the node aggregators report them; a lasting
+change makes and applies a new plan, once.
+
+One host runs the tests, so the plan's two nodes are matched to two made-up node ids (the
+placement's matching itself is tests/plan/test_apply.py's)."""
+
+import json
+import logging
+from dataclasses import asdict
+
+import pytest
+
+from vifusion.comm.link import LinkMonitor
+from vifusion.config import Config
+from vifusion.placement import load_plan
+from vifusion.plan.follow import PlanFollower
+from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.planner import apply, made_for, make_plan
+from vifusion.plan.simulate import StageCosts
+
+MESSAGE = 256 << 10
+RTT_S = 0.02
+MBIT = 1e6 / 8  # bytes/s
+READ_EVERY_S = 5.0
+# far-0 makes frames fast, but its uplink to the head is slow: the link bounds the plan.
+CLUSTER = Cluster(
+    (
+        NodeType("head", 1, 2),
+        NodeType("far", 1, 4, uplink=2 * MBIT, downlink=2 * MBIT, rtt_s=0.01),
+    ),
+    "head",
+)
+COSTS = {t: StageCosts(decode_cs=0.005, embed_cs=0.03) for t in ("head", "far")}
+NODES = {"head-0": "node-h", "far-0": "node-f"}  # plan node -> live node id
+
+
+class Bed:
+    """far-0's aggregator sending to shard 0, whose primary is on head-0, a message in flight
+    at a time; the follower reads the aggregators every READ_EVERY_S."""
+
+    def __init__(self, tmp_path, replan_after_s: float) -> None:
+        self.t = 0.0
+        self.cfg = Config(data_dir=tmp_path, replan_after_s=replan_after_s)
+        apply(self.cfg, make_plan(self.cfg, CLUSTER, COSTS, parallel=False)[1])
+        self.plan = load_plan(tmp_path)  # as JSON holds it
+        self.monitor = LinkMonitor(clock=lambda: self.t)
+        self.follower = PlanFollower(
+            self.cfg, resolve=lambda plan: dict(NODES), clock=lambda: self.t
+        )
+        self._read_at = 0.0
+        self.lowest = float("inf")  # the least capacity the follower read
+
+    def run(self, seconds: float, mbit: float) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            token = self.monitor.on_send(MESSAGE, backlog=True)
+            self.t += MESSAGE / (mbit * MBIT) + RTT_S
+            self.monitor.on_ack(token)
+            if self.t >= self._read_at:
+                stats = self.monitor.stats()
+                self.lowest = min(self.lowest, stats.capacity)
+                fusion = [
+                    {"node": "node-h", "links": {}},
+                    {"node": "node-f", "links": {0: asdict(stats)}},
+                ]
+                self.follower.observe(fusion, ["node-h", "node-h"])
+                self._read_at = self.t + READ_EVERY_S
+
+
+def test_a_link_slower_for_good_makes_and_applies_a_new_plan_once(tmp_path, caplog):
+    bed = Bed(tmp_path, replan_after_s=30)
+    bed.run(120, mbit=2)  # as planned
+    assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
+    assert bed.follower.predicted_fps == bed.plan["predicted_fps"]
+    with caplog.at_level(logging.WARNING, logger="vifusion.plan.follow"):
+        bed.run(300, mbit=1)  # half the planned rate, for good
+    assert bed.follower.replans == 1
+    new = load_plan(tmp_path)
+    cluster, costs = made_for(new)
+    # far-0's uplink bounded the path: it now has the rate measured (the round trip takes a
+    # little off the line rate); the head's downlink is as it was.
+    assert 0.8 * MBIT < cluster.type("far").uplink < 1 * MBIT
+    assert cluster.type("head").downlink == CLUSTER.type("head").downlink
+    assert costs == COSTS
+    assert new["predicted_fps"] != bed.plan["predicted_fps"]
+    assert bed.follower.predicted_fps == new["predicted_fps"]  # the plan in force now
+    assert "link far-0 -> shard 0 on head-0 carries" in caplog.text
+    assert f"{new['predicted_fps']:.1f} frames/s" in caplog.text
+    assert "started from now on" in caplog.text
+
+
+def test_a_dip_shorter_than_replan_after_s_is_not_planned_for(tmp_path):
+    bed = Bed(tmp_path, replan_after_s=30)
+    bed.run(120, mbit=2)
+    # The capacity is a high percentile of a minute's rates: it reads the dip for under 30 s.
+    bed.run(60, mbit=1)
+    bed.run(200, mbit=2)
+    assert bed.lowest < 0.7 * 2 * MBIT  # the dip was read
+    assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
+
+
+def test_a_link_within_one_node_is_not_watched(tmp_path):
+    bed = Bed(tmp_path, replan_after_s=1)
+    fusion = [{"node": "node-h", "links": {0: {"capacity": 100 * MBIT}}}]  # head-0 to head-0
+    for bed.t in range(0, 100, 5):
+        bed.follower.observe(fusion, ["node-h", "node-h"])
+    assert bed.follower.replans == 0
+
+
+def test_a_plan_from_before_the_record_is_followed_no_further(tmp_path, caplog):
+    bed = Bed(tmp_path, replan_after_s=1)
+    old = {k: v for k, v in bed.plan.items() if k not in ("cluster", "costs")} | {"version": 1}
+    (tmp_path / "plan.json").write_text(json.dumps(old))
+    fusion = [{"node": "node-f", "links": {0: {"capacity": 0.5 * MBIT}}}]
+    with caplog.at_level(logging.WARNING, logger="vifusion.plan.follow"):
+        for bed.t in range(0, 100, 5):
+            bed.follower.observe(fusion, ["node-h", "node-h"])
+    assert bed.follower.replans == 0 and load_plan(tmp_path) == old
+    assert bed.follower.predicted_fps == pytest.approx(old["predicted_fps"])  # still in force
+    assert caplog.text.count("does not record the cluster") == 1  # logged once
