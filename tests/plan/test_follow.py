@@ -52,18 +52,23 @@ class Bed:
         self._read_at = 0.0
         self.lowest = float("inf")  # the least capacity the follower read
 
-    def run(self, seconds: float, mbit: float) -> None:
+    def run(self, seconds: float, mbit: float, waiting_s: float = 2.0) -> None:
+        """``waiting_s``: how long the oldest row waits at the sender (the link holds rows
+        back), or 0 (the sender has little to send)."""
         end = self.t + seconds
+        self.monitor.set_backlog_age(waiting_s)
         while self.t < end:
-            token = self.monitor.on_send(MESSAGE, backlog=True)
+            token = self.monitor.on_send(MESSAGE, backlog=waiting_s > 0)
             self.t += MESSAGE / (mbit * MBIT) + RTT_S
             self.monitor.on_ack(token)
             if self.t >= self._read_at:
                 stats = self.monitor.stats()
                 self.lowest = min(self.lowest, stats.capacity)
+                # as link_view shapes it
+                link = asdict(stats) | {"backlog_age_s": stats.backlog_age, "level": 0}
                 fusion = [
                     {"node": "node-h", "links": {}},
-                    {"node": "node-f", "links": {0: asdict(stats)}},
+                    {"node": "node-f", "links": {0: link}},
                 ]
                 self.follower.observe(fusion, ["node-h", "node-h"])
                 self._read_at = self.t + READ_EVERY_S
@@ -99,6 +104,18 @@ def test_a_dip_shorter_than_replan_after_s_is_not_planned_for(tmp_path):
     bed.run(200, mbit=2)
     assert bed.lowest < 0.7 * 2 * MBIT  # the dip was read
     assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
+
+
+def test_a_link_that_carries_less_than_planned_with_nothing_waiting_is_not_planned_for(
+    tmp_path,
+):
+    # A light load: what the link carried is below its rate, but no row waited for it.
+    bed = Bed(tmp_path, replan_after_s=30)
+    bed.run(300, mbit=1, waiting_s=0.0)
+    assert bed.lowest < 0.7 * 2 * MBIT  # read as carrying half the plan
+    assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
+    bed.run(300, mbit=1)  # the same rate with rows held back: the link is the limit
+    assert bed.follower.replans == 1
 
 
 def test_a_link_within_one_node_is_not_watched(tmp_path):

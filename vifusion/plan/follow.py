@@ -6,7 +6,8 @@ applies the new plan.
 A link runs from a node's aggregator to a shard's primary. Both ends are matched to the
 plan's nodes as the placement matches them (``placement.plan_nodes``: by IP for a plan made
 on the running cluster, else the i-th node of its type), and the link's planned rate is the
-plan's path between them (``model.path``: min(A's uplink, B's downlink)). A link within one
+plan's path between them (``model.path``: min(A's uplink, B's downlink)). A reading below
+that counts only while the link held rows back (``carried``). A link within one
 node, or with an end the plan does not name, is not watched. Only a plan that records the
 cluster and stage costs it was made for (``planner.made_for``) is made again; an older one
 is logged once and followed no further.
@@ -35,10 +36,26 @@ from vifusion.plan.simulate import StageCosts
 
 log = logging.getLogger(__name__)
 EVERY_S = 5.0  # seconds between two rounds of readings (less where replan_after_s is short)
+# Rows older than this wait for the link, not for their batch (whose age limit is the fusion
+# latency target, 0.2 s by default); the codec policy's ``backlog_s`` alike.
+HELD_BACK_S = 0.5
 
 # The aggregators' stats (``JobRunner.fusion_stats``: each with its ``node`` id and its
 # ``links`` by shard) and the node id of each shard's primary.
 Readings = tuple[list[dict[str, Any]], list[str]]
+
+
+def carried(link: dict[str, Any], planned: float, tolerance: float) -> float:
+    """What one reading (``Aggregator.stats()["links"][shard]``) says the link can carry,
+    bytes/s; 0 where it says nothing. The capacity is what the link carried, so a link that
+    carried less than planned shows a slower link only while it held rows back (the oldest
+    waiting longer than ``HELD_BACK_S``, or a codec taken for congestion); otherwise the
+    traffic, not the link, was small, and a lightly used link would read as a slow one."""
+    rate = max(link["capacity"], link.get("path_rate", 0.0))
+    if rate >= planned * (1 - tolerance):
+        return rate
+    held_back = link.get("backlog_age_s", 0.0) > HELD_BACK_S or link.get("level", 0) > 0
+    return rate if held_back else 0.0
 
 
 class PlanFollower:
@@ -96,8 +113,9 @@ class PlanFollower:
                 planned = self._watch.planned.setdefault(
                     key, path(self._types[src], self._types[dst])[0]
                 )
-                if self._watch.observe(key, link["capacity"]):
-                    self._replan(key, src, dst, planned, link["capacity"])
+                rate = carried(link, planned, self.cfg.replan_tolerance)
+                if self._watch.observe(key, rate):
+                    self._replan(key, src, dst, planned, rate)
                     return  # the new plan is watched from the next round
 
     def start(self, read: Callable[[], Readings]) -> None:
