@@ -42,6 +42,13 @@ class ExtractFields(BaseModel):
         "limits, as DATA_DIR/plan.json says where it exists (`vifusion plan --apply`); "
         "its extractors replace num_extractors",
     )
+    plan_video_mbps: float = Field(
+        4.0,
+        ge=0,
+        description="the bitrate (Mbit/s) of the videos `vifusion plan` plans for: an "
+        "extractor off the head receives each file whole over its link first (4: a web "
+        "video at 720p-1080p; 0: ignore the transfer)",
+    )
     replan_tolerance: float = Field(
         0.3,
         gt=0,

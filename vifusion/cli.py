@@ -155,6 +155,13 @@ def _parser() -> argparse.ArgumentParser:
         help="write the plan to DATA_DIR/plan.json, where the runtime reads it",
     )
     pl.add_argument(
+        "--video-mbps",
+        type=float,
+        metavar="MBIT_S",
+        help="your videos' bitrate: an extractor off the head receives each file over its link "
+        "(default 4, config plan_video_mbps; 0 ignores the transfer)",
+    )
+    pl.add_argument(
         "--recalibrate", action="store_true", help="measure the stages again (cached per node type)"
     )
     pl.add_argument("--json", action="store_true", help="print one JSON object")
@@ -255,6 +262,8 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
     if args.command == "plan":
         from vifusion._commands import cmd_plan
 
+        if args.video_mbps is not None:
+            cfg = cfg.updated({"plan_video_mbps": args.video_mbps})
         return cmd_plan(cfg, args.cluster_yaml, args.link, args.apply, args.json, args.recalibrate)
     if args.command == "demo":
         from vifusion.demo import run_demo

@@ -42,7 +42,8 @@ class Bed:
 
     def __init__(self, tmp_path, replan_after_s: float) -> None:
         self.t = 0.0
-        self.cfg = Config(data_dir=tmp_path, replan_after_s=replan_after_s)
+        # Files not counted (plan_video_mbps 0): the feature rows alone load the link.
+        self.cfg = Config(data_dir=tmp_path, replan_after_s=replan_after_s, plan_video_mbps=0)
         apply(self.cfg, make_plan(self.cfg, CLUSTER, COSTS, parallel=False)[1])
         self.plan = load_plan(tmp_path)  # as JSON holds it
         self.monitor = LinkMonitor(clock=lambda: self.t)

@@ -83,3 +83,23 @@ def test_with_videos_to_ship_the_plan_keeps_extractors_off_the_slow_link():
                 upper_bound(cluster, COSTS, c, workload)
                 >= simulate(cluster, COSTS, c, workload).fps * 0.999
             )
+
+
+def test_the_planned_workload_ships_files_at_the_configured_bitrate():
+    # 4 Mbit/s, 4 frames/s sampled: 125 kB of file a frame; a steady run covers whole videos.
+    from vifusion.config import Config
+    from vifusion.plan.planner import workload
+
+    w = workload(Config(sample_fps=4.0, plan_video_mbps=4.0))
+    assert w.steady and w.video_bytes / w.frames_per_video == pytest.approx(125e3)
+    assert workload(Config(plan_video_mbps=0)).video_bytes == 0
+    # Steady, an extractor on the slow host waits 1 s for each 16 s file (20 Mbit): the
+    # even spread is predicted slower with files than without, and the plan no slower.
+    plain = workload(Config(sample_fps=4.0, plan_video_mbps=0))
+    even = even_spread(three_hosts(), 2, 1)
+    assert (
+        simulate(three_hosts(), COSTS, even, w).fps
+        < simulate(three_hosts(), COSTS, even, plain).fps
+    )
+    report = search(three_hosts(), COSTS, w, parallel=False)
+    assert report.best.result.fps >= report.even.result.fps

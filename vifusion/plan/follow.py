@@ -188,7 +188,8 @@ class PlanFollower:
         ips = {n["name"]: n.get("ip") for n in self._plan["nodes"]}
         live = [Node(n.type, n.index, ips.get(n.name)) for n in changed.nodes()]
         try:
-            report, plan = make_plan(self.cfg, changed, costs, live, parallel=False)
+            videos = {"plan_video_mbps": self._plan.get("video_mbps", self.cfg.plan_video_mbps)}
+            report, plan = make_plan(self.cfg.updated(videos), changed, costs, live, parallel=False)
         except ValueError as e:
             log.error("link %s changed, but no plan fits the cluster now: %s", link, e)
             return

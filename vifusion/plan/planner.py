@@ -18,19 +18,27 @@ from vifusion.plan.search import Evaluated, SearchReport, search
 from vifusion.plan.simulate import StageCosts, Workload
 
 VIDEO_S = 600.0  # the steady workload: videos this long, without end
+_SHIPPED_BATCHES = 4
 # 2: the plan records the cluster and stage costs it was made for (version 1 did not: such a
 # plan is still placed by, but cannot be made again for a changed link).
 VERSION = 2
 
 
 def workload(cfg: Config, video_s: float = VIDEO_S) -> Workload:
+    """The steady workload a plan is ranked on. Where files cross links
+    (``cfg.plan_video_mbps``), the videos are cut to ``_SHIPPED_BATCHES`` batches each, at the
+    same bytes a frame: the steady window then covers several videos an extractor, so their
+    transfers count as often as in long videos, and the simulation stays short."""
     frames = max(1, min(cfg.max_frames, round(video_s * cfg.sample_fps)))
+    if cfg.plan_video_mbps:
+        frames = min(frames, _SHIPPED_BATCHES * cfg.embed_batch)
     return Workload(
         videos=0,
         frames_per_video=frames,
         embed_batch=cfg.embed_batch,
         latency_target_s=cfg.fusion_latency_target_s,
         steady=True,
+        video_bytes=cfg.plan_video_mbps * 1e6 / 8 * frames / cfg.sample_fps,
     )
 
 
@@ -50,7 +58,9 @@ def make_plan(
         replicas=cfg.shard_replicas,
         parallel=parallel,
     )
-    return report, plan_document(cluster, report.best, live, costs)
+    plan = plan_document(cluster, report.best, live, costs)
+    plan["video_mbps"] = cfg.plan_video_mbps  # a re-plan plans for the same videos
+    return report, plan
 
 
 def plan_document(

@@ -13,7 +13,7 @@ simulation:
   its decode thread, its cores (or GPUs) and its aggregator's thread allow, a node that
   holds no shard sends all it makes over its uplink (at the smallest bytes a row the codec
   ladder has), a node other than the head receives its videos' files through the narrower
-  of the head's uplink and its downlink, each shard applies on one thread, and the frames bound for a node arrive
+  of the head's uplink and its downlink (and all of them through the head's uplink), each shard applies on one thread, and the frames bound for a node arrive
   through its downlink or are made there. Candidates are simulated in order of their
   bound, so most of them never need a simulation.
 
@@ -145,6 +145,11 @@ def upper_bound(
             continue
         cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
         one = _one_extractor(t, s)
+        if i and workload.video_bytes:  # one extractor receives a file, then indexes it
+            per_frame_s = workload.video_bytes / workload.frames_per_video / min(
+                nodes[0].type.uplink, t.downlink
+            )
+            one = 1 / (per_frame_s + 1 / one)
         rates = [k * one, 1 / (s.aggregate_cs or 1e-12)]
         if s.embed_gpu_s and t.gpus:
             rates.append(t.gpus / s.embed_gpu_s)
@@ -164,6 +169,9 @@ def upper_bound(
         sum(make),
         sum(make[p] + nodes[p].type.downlink / (ratio * _SMALLEST_ROW) for p in primary_nodes),
     )
+    if workload.video_bytes:  # every file made elsewhere left the head through its uplink
+        per_frame = workload.video_bytes / workload.frames_per_video
+        rate = min(rate, make[0] + nodes[0].type.uplink / per_frame)
     apply_s = [costs[nodes[g[0]].type.name].apply_cs * ratio for g in c.shards]
     if workload.steady:  # each frame is applied by one shard, on one thread
         return min(rate, sum(1 / (a or 1e-12) for a in apply_s))

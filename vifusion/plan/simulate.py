@@ -86,7 +86,9 @@ class Workload:
     """``videos`` of ``frames_per_video`` sampled frames each. ``steady``: videos without end,
     and the rate is the hand-overs' once the pipeline is full (each extractor has handed over
     ``_WARM`` batches), over the next ``_MEASURED`` batches per extractor (at least
-    ``_MEASURED_MIN``): what a long ingest sees, and what the search ranks. Hand-overs wait
+    ``_MEASURED_MIN``): what a long ingest sees, and what the search ranks. With
+    ``video_bytes``, a video's worth of batches warms up and two videos' are measured, so
+    that each extractor's transfers count. Hand-overs wait
     for room in the buffers, so in a full pipeline they run at the pace acknowledgements do;
     counted in batches, the rate is known to a batch in ``_MEASURED_MIN``."""
 
@@ -162,9 +164,13 @@ class Simulation:
                 Extractor(self, i).next_video()
         if self.work.steady:
             extractors = sum(self.cand.extractors)
+            warm, measured = _WARM, _MEASURED
+            if self.work.video_bytes:  # whole videos, each with its transfer
+                per_video = math.ceil(self.work.frames_per_video / self.work.embed_batch)
+                warm, measured = max(warm, per_video), max(measured, 2 * per_video)
             self.marks = (
-                _WARM * extractors,
-                _WARM * extractors + max(_MEASURED * extractors, _MEASURED_MIN),
+                warm * extractors,
+                warm * extractors + max(measured * extractors, _MEASURED_MIN),
             )
             self.sim.run(horizon_s)
             (t0, f0), (t1, f1) = self.handed[self.marks[0]], self.handed[-1]
