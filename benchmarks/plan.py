@@ -1,8 +1,10 @@
 """Placement by simulation against the even spread, on a heterogeneous three-host bed.
 
 The network test bed (``deploy/netbed.py``), a delay line of 10 ms on every link: host 0
-(the head, the driver) on 1 Gbit, host 1 on 20 Mbit, host 2 on 1 Gbit with a smaller CPU
-share. Every host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max``, or v1
+(the head, the driver, where the videos are) on 1 Gbit, host 1 on 20 Mbit both ways, host 2
+on 1 Gbit with a smaller CPU share. The videos are written at a web video's bitrate (x264
+lossless at 320x240: about 3.6 Mbit/s, so decoding costs what the calibration measures):
+an extractor on another host receives each file whole over its link before decoding it. Every host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max``, or v1
 ``cpu.cfs_quota_us`` where only v1 has the cpu controller), so the three hosts share this
 machine's cores as the planner is told they do. The stages are calibrated here
 (``calibrate``: each stage alone, and two processes embedding at once), the bed is described
@@ -46,13 +48,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
 from _common import Cgroups, ns_pids, run_benchmark  # noqa: E402
 
-RATES = ("1gbit", "20mbit", "1gbit")
+RATES = ("1gbit", "20mbit", "1gbit")  # each host's link, both ways
 CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
 DELAY_MS = 10.0
-# One torch thread an extractor: no host has a whole core. With one a machine core (the
-# default), torch's threads spin waiting for cores and a frame costs two to three times the
-# CPU (``--torch-threads 0`` runs that).
-CFG = {"speech": False, "screen_text": False, "num_shards": 2, "torch_threads": 1}
+CRF = 0  # x264 lossless: about 3.6 Mbit/s at 320x240
+# torch_threads 0: the default, one thread per core the host's quota allows (one on every
+# host here). The calibration here, outside any quota, is told the same one thread.
+CFG = {"speech": False, "screen_text": False, "num_shards": 2, "torch_threads": 0}
 
 
 def drive(spec: dict) -> None:
@@ -71,6 +73,9 @@ def drive(spec: dict) -> None:
     )
     with Runtime(cfg, writer=True) as rt:
         ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
+        threads = ray.get(
+            [e.__ray_call__.remote(lambda _: _torch_threads()) for e in rt.indexer.extractors]
+        )
         _mark("LOADED")  # the caller reads the hosts' CPU counters (outside this netns)
         t0 = time.perf_counter()
         results = rt.indexer.index_files([Path(f) for f in spec["videos"]])
@@ -87,10 +92,17 @@ def drive(spec: dict) -> None:
                 "seconds": wall,
                 "frames_per_s": frames / wall,
                 "extractors": extractors,
+                "torch_threads": threads,
             }
         ),
         flush=True,
     )
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _mark(what: str) -> None:
@@ -171,7 +183,7 @@ def main() -> int:
         "--torch-threads",
         type=int,
         default=CFG["torch_threads"],
-        help="an extractor's torch threads (0: one per core of the machine)",
+        help="an extractor's torch threads (0: one per core its host's quota allows)",
     )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -203,14 +215,18 @@ def main() -> int:
                 work / f"v{i}.mp4",
                 (PHOTOS[i % len(PHOTOS)], PHOTOS[(i + 3) % len(PHOTOS)], "motion"),
                 scene_s=scene_s,
+                crf=CRF,
             ).path
             for i in range(count)
         ]
         frames_per_video = round(3 * scene_s * fps)
+        video_bytes = sum(v.stat().st_size for v in videos) / count
+        video_mbps = video_bytes * 8 / (3 * scene_s) / 1e6
+        print(f"  {count} videos of {3 * scene_s:.0f} s at {video_mbps:.2f} Mbit/s", flush=True)
         cfg = Config(
             data_dir=work / "calibration",
             sample_fps=fps,
-            **{**CFG, "torch_threads": args.torch_threads},
+            **{**CFG, "torch_threads": args.torch_threads or 1},
         )
         costs_here = _here(cfg)
         print(f"  calibrated here: {costs_here}", flush=True)
@@ -229,6 +245,8 @@ def main() -> int:
         with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS) as bed:
             for i, rate in enumerate(RATES):
                 bed.set_rate(i, rate)
+                if _bps(rate) < 1e9:
+                    bed.set_downlink(i, rate)
             groups = Cgroups(bed.bed, CORES)
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
             for i, host in enumerate(bed.hosts):
@@ -244,7 +262,7 @@ def main() -> int:
                             2,
                             cpu_share=c / 2,
                             uplink=_bps(r) / 8,
-                            downlink=1e9 / 8,
+                            downlink=_bps(r) / 8,
                             rtt_s=2 * DELAY_MS / 1e3,
                         )
                         for i, (r, c) in enumerate(zip(RATES, cores, strict=True))
@@ -260,7 +278,7 @@ def main() -> int:
             live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
             # Planned for these videos: with a few videos, which extractor gets the last one
             # matters as much as the steady rate (an extractor on the weak host holds it up).
-            finite = Workload(count, frames_per_video)
+            finite = Workload(count, frames_per_video, video_bytes=video_bytes)
             t0 = time.perf_counter()
             report = search(cluster, costs, finite, num_shards=2, parallel=False)
             bed_search_s = time.perf_counter() - t0
@@ -334,8 +352,9 @@ def main() -> int:
             "quick": args.quick,
             "machine": machine(),
             "date": time.strftime("%Y-%m-%d"),
-            "bed": {"rates": RATES, "delay_ms": DELAY_MS, "cores": CORES},
+            "bed": {"rates": RATES, "both_ways": True, "delay_ms": DELAY_MS, "cores": CORES},
             "videos": count,
+            "video_mbps": round(video_mbps, 2),
             "sample_fps": fps,
             "torch_threads": args.torch_threads,
             "calibrated": {k: v for k, v in vars(costs_here).items() if k.endswith(("_cs", "_s"))},

@@ -146,8 +146,10 @@ def upper_bound(
         cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
         one = _one_extractor(t, s)
         if i and workload.video_bytes:  # one extractor receives a file, then indexes it
-            per_frame_s = workload.video_bytes / workload.frames_per_video / min(
-                nodes[0].type.uplink, t.downlink
+            per_frame_s = (
+                workload.video_bytes
+                / workload.frames_per_video
+                / min(nodes[0].type.uplink, t.downlink)
             )
             one = 1 / (per_frame_s + 1 / one)
         rates = [k * one, 1 / (s.aggregate_cs or 1e-12)]
