@@ -8,6 +8,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -119,6 +120,30 @@ class Cgroups:
         for i, p in procs:
             got[i] += float(p.communicate()[0]) / seconds
         return [round(g, 3) for g in got]
+
+    def embed_cs(self, cfg, batches: int = 8) -> list[float]:
+        """Core-seconds a frame costs to embed on each host, all hosts embedding at once (one
+        process each, in its cgroup, with ``cfg``'s torch threads): what the hosts' extractors
+        pay while they share this machine's cores."""
+        code = (
+            "import sys, json\nfrom pathlib import Path\nfrom vifusion.config import Config\n"
+            "from vifusion.plan.calibrate import embed_cs\n"
+            "cfg = Config.model_validate_json(sys.argv[1])\n"
+            "print(embed_cs(cfg, Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))"
+        )
+        with tempfile.TemporaryDirectory(prefix="vf-embed-") as tmp:
+            procs = []
+            for i in range(len(self.dirs)):
+                p = subprocess.Popen(
+                    [sys.executable, "-c", code, cfg.model_dump_json(), f"{tmp}/barrier",
+                     str(len(self.dirs)), str(batches)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=str(Path(__file__).resolve().parents[1]),
+                )  # fmt: skip
+                self.move(i, {p.pid})
+                procs.append(p)
+            return [round(float(p.communicate(timeout=600)[0].split()[-1]), 5) for p in procs]
 
     def remove(self) -> None:
         for d in self.dirs:

@@ -274,7 +274,11 @@ def main() -> int:
             print(f"  cores the hosts get now: {probed} (quotas {CORES})", flush=True)
             cluster = described(probed)
             types = cluster.types
-            costs = {t.name: costs_here for t in types}
+            # The hosts share this machine's cores: a frame embedded on one while the others
+            # embed costs more than alone (each host is measured in its cgroup, all at once).
+            on_hosts = groups.embed_cs(cfg)
+            print(f"  embed_cs on the hosts at once: {on_hosts}", flush=True)
+            costs = {t.name: _as_measured(costs_here, e) for t, e in zip(types, on_hosts)}
             live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
             # Planned for these videos: with a few videos, which extractor gets the last one
             # matters as much as the steady rate (an extractor on the weak host holds it up).
@@ -358,6 +362,7 @@ def main() -> int:
             "sample_fps": fps,
             "torch_threads": args.torch_threads,
             "calibrated": {k: v for k, v in vars(costs_here).items() if k.endswith(("_cs", "_s"))},
+            "embed_cs_on_hosts": on_hosts,
             "predicted_fps": plan["predicted_fps"],
             "measured_fps": round(plan["frames_per_s"], 2),
             "plan_error": round(
@@ -379,6 +384,18 @@ def main() -> int:
             groups.remove()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _as_measured(here, embed_cs: float):
+    """The costs calibrated here, scaled to a host's embedding cost as measured on the bed
+    (decoding and the crowded cost by the same factor: the same cores are shared)."""
+    scale = embed_cs / here.embed_cs
+    return replace(
+        here,
+        decode_cs=here.decode_cs * scale,
+        embed_cs=embed_cs,
+        embed_cs_crowded=here.embed_cs_crowded * scale,
+    )
 
 
 def _bps(rate: str) -> float:
