@@ -7,7 +7,9 @@ reading screen text where it is on (``ScreenReader``), the aggregator's dedup
 (``TemporalDedup``: its CPU time a row, and the share of rows it keeps), and a shard's apply
 and log sync (``Shard.stage`` and ``commit`` into a temporary directory). Costs are
 core-seconds, so they carry over between machines with the same cores whatever their number.
-Speech is not measured: generated videos have no sound (``text_cs`` counts screen text only).
+Speech, where on, is measured on a generated talk (``_talks.write_talk``: espeak-ng's voice,
+back to back): the speech model's process CPU per second of speech, charged per sampled frame
+in ``text_cs`` with the screen text. Without espeak-ng it cannot be measured, and is logged.
 
 Embedding is measured twice: alone, and with two processes embedding at once
 (``embed_cs_crowded``). An extractor's torch takes one thread per core its process may use
@@ -28,6 +30,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import multiprocessing
 import tempfile
 import time
@@ -38,10 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from vifusion._talks import have_espeak
 from vifusion.config import Config
 from vifusion.plan.model import Cluster, Node
 from vifusion.plan.simulate import StageCosts
 
+log = logging.getLogger(__name__)
 _PHOTOS = ("coffee", "rocket", "motion", "astronaut")
 
 
@@ -55,6 +60,8 @@ def _key(cfg: Config) -> str:
         cfg.ocr_frame_side,
         cfg.dedup_cosine if cfg.fusion else 2.0,
         cfg.torch_threads,
+        (cfg.speech, str(cfg.speech_model_dir), cfg.speech_compute_type, cfg.speech_threads),
+        cfg.speech and have_espeak(),  # measured once espeak-ng is there
         "efficientnet_lite0+MiniLM",
         "crowded",  # costs cached before embed_cs_crowded lack it
     )
@@ -117,6 +124,9 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
             tracker.finish()
             text_cs = (time.process_time() - t) / total
 
+        if cfg.speech:
+            text_cs += speech_cs(cfg, Path(tmp), "cuda" if gpu else "cpu") / cfg.sample_fps
+
         dedup = TemporalDedup(cfg.dedup_cosine if cfg.fusion else 2.0)
         t, kept = time.thread_time(), 0
         for batch in rows:
@@ -152,6 +162,35 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         dedup_ratio=max(kept, 1) / total,
         embed_threads=cfg.torch_threads,
     )
+
+
+_SAID = (
+    "Welcome to the quarterly review of the northern rail project.",
+    "The new bridge opened in March and carries twelve trains an hour.",
+    "Next year we extend the line to the harbour and the airport.",
+)
+
+
+def speech_cs(cfg: Config, tmp: Path, device: str = "cpu") -> float:
+    """Core-seconds the speech model spends on a second of speech (0 where espeak-ng, which
+    says the test talk, is missing: logged). The model is loaded and run once before timing."""
+    from vifusion._talks import write_talk
+    from vifusion.extract.speech import Transcriber
+
+    if not have_espeak():
+        log.warning(
+            "speech is on but not calibrated: espeak-ng, which says the test talk, is not "
+            "installed (apt-get install espeak-ng); the plan counts no CPU for speech"
+        )
+        return 0.0
+    each_s = 5.0  # a sentence is said in about 4 s at espeak-ng's 150 words a minute
+    said = tuple((0.3 + each_s * i, text) for i, text in enumerate(_SAID))
+    talk = write_talk(tmp / "talk.mp4", each_s * len(_SAID), said=said, size=(320, 240)).path
+    transcriber = Transcriber(cfg, device)
+    transcriber.transcribe_file(talk)  # warm up
+    t = time.process_time()
+    transcriber.transcribe_file(talk)
+    return (time.process_time() - t) / (each_s * len(_SAID))
 
 
 def embed_cs(cfg: Config, barrier: Path | None = None, parties: int = 1, batches: int = 4) -> float:
