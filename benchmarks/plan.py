@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
 from _common import Cgroups, ns_pids, run_benchmark  # noqa: E402
 
-RATES = ("1gbit", "20mbit", "1gbit")  # each host's link, both ways
+RATES = ("1gbit", "20mbit", "1gbit")  # each host's link, both ways (--slow-rate: host 1's)
 CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
 DELAY_MS = 10.0
 CRF = 0  # x264 lossless: about 3.6 Mbit/s at 320x240
@@ -185,6 +185,7 @@ def main() -> int:
         default=CFG["torch_threads"],
         help="an extractor's torch threads (0: one per core its host's quota allows)",
     )
+    ap.add_argument("--slow-rate", default=RATES[1], help="host 1's link, both ways (20mbit)")
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
@@ -197,12 +198,13 @@ def main() -> int:
     from vifusion.config import Config
     from vifusion.plan.calibrate import _here
     from vifusion.plan.model import Cluster, Node, NodeType
-    from vifusion.plan.planner import plan_document
+    from vifusion.plan.planner import plan_document, workload
     from vifusion.plan.search import Evaluated, even_spread, search
     from vifusion.plan.simulate import Workload, simulate
     from vifusion.runtime import RAY_TUNED
     from vifusion.samples import write_video
 
+    rates = (RATES[0], args.slow_rate, RATES[2])
     if (reason := available()) is not None:
         print(f"plan benchmark needs the network test bed: {reason}", file=sys.stderr)
         return 2
@@ -241,9 +243,17 @@ def main() -> int:
             num_shards=2,
             parallel=False,
         )
+        # The same with the files `vifusion plan` counts by default (4 Mbit/s videos).
+        big_files = search(
+            big,
+            {t.name: replace(costs_here, embed_threads=0) for t in big.types},
+            workload(cfg.updated({"plan_video_mbps": 4.0})),
+            num_shards=2,
+            parallel=False,
+        )
 
         with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS) as bed:
-            for i, rate in enumerate(RATES):
+            for i, rate in enumerate(rates):
                 bed.set_rate(i, rate)
                 if _bps(rate) < 1e9:
                     bed.set_downlink(i, rate)
@@ -265,7 +275,7 @@ def main() -> int:
                             downlink=_bps(r) / 8,
                             rtt_s=2 * DELAY_MS / 1e3,
                         )
-                        for i, (r, c) in enumerate(zip(RATES, cores, strict=True))
+                        for i, (r, c) in enumerate(zip(rates, cores, strict=True))
                     ),
                     "h0",
                 )
@@ -356,7 +366,7 @@ def main() -> int:
             "quick": args.quick,
             "machine": machine(),
             "date": time.strftime("%Y-%m-%d"),
-            "bed": {"rates": RATES, "both_ways": True, "delay_ms": DELAY_MS, "cores": CORES},
+            "bed": {"rates": rates, "both_ways": True, "delay_ms": DELAY_MS, "cores": CORES},
             "videos": count,
             "video_mbps": round(video_mbps, 2),
             "sample_fps": fps,
@@ -376,6 +386,8 @@ def main() -> int:
             "candidates_evaluated": big_report.evaluated,
             "candidates_pruned": big_report.pruned,
             "candidates": big_report.candidates,
+            "search_s_files": round(big_files.seconds, 3),
+            "candidates_evaluated_files": big_files.evaluated,
             "modes": res,
         }
         print(json.dumps(out))
