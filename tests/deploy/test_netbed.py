@@ -138,12 +138,18 @@ def namespaces(bed: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(f"{bed}-")]
 
 
-def test_delay_and_rate_limit_with_live_rate_change(tmp_path):
-    needs()
+def net_tool(tmp_path: Path) -> Path:
     tool = tmp_path / "net.py"
     tool.write_text(NET_TOOL)
-    py = sys.executable
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    return tool
+
+
+PIPES = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+
+
+def test_delay_and_rate_limit_with_live_rate_change(tmp_path):
+    needs()
+    tool, py, pipes = net_tool(tmp_path), sys.executable, PIPES
     with NetBed(hosts=2, rate="20mbit", delay_ms=5) as bed:
         h1 = bed.hosts[1].ip
         bed.exec(1, [py, str(tool), "serve", "5000"], stdout=subprocess.DEVNULL)
@@ -175,10 +181,7 @@ def test_delay_and_rate_limit_with_live_rate_change(tmp_path):
 
 def test_a_shaped_downlink_slows_what_the_host_receives_not_what_it_sends(tmp_path):
     needs()
-    tool = tmp_path / "net.py"
-    tool.write_text(NET_TOOL)
-    py = sys.executable
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    tool, py, pipes = net_tool(tmp_path), sys.executable, PIPES
     with NetBed(hosts=2, rate="1gbit", delay_ms=5) as bed:
         bed.set_downlink(1, "10mbit")
         for host in (0, 1):
