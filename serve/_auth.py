@@ -46,11 +46,17 @@ def api_key(cfg: Config) -> str:
             )
         return key
     path = cfg.data_dir / "api_key"
-    key = path.read_text().strip() if path.exists() else ""
+    try:
+        found: str | None = path.read_text()
+    except FileNotFoundError:
+        found = None
+    key = (found or "").strip()
     if not key:
         # Several replicas may start at once: the first key written wins, and every replica
         # uses the one in the file (a replica holding a key of its own would refuse the rest).
-        _write_private(path, secrets.token_urlsafe(32) + "\n", replace=path.exists())
+        # Only a file that was there, empty, when read is replaced: one that appeared since
+        # is another replica's key.
+        _write_private(path, secrets.token_urlsafe(32) + "\n", replace=found is not None)
         key = path.read_text().strip()
     elif len(key) < MIN_KEY_CHARS:
         raise WeakKey(
