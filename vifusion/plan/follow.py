@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vifusion.config import Config
-from vifusion.placement import load_plan, plan_nodes
+from vifusion.placement import PLAN_FILE, load_plan, plan_nodes
 from vifusion.plan.model import Cluster, Node, NodeType, path
 from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan
 from vifusion.plan.replan import LinkWatch
@@ -135,6 +135,9 @@ class PlanFollower:
         failing = False
         while not self._stop.wait(every):
             try:
+                if not (self.cfg.use_plan and (self.cfg.data_dir / PLAN_FILE).exists()):
+                    self._load(frozenset())  # no plan in force: nothing of the links to read
+                    continue
                 self.observe(*read())
                 failing = False
             except Exception as e:  # an aggregator or shard restarting: the next round reads again
