@@ -3,14 +3,16 @@
 The network test bed (``deploy/netbed.py``), a delay line of 10 ms on every link: host 0
 (the head, the driver, where the videos are) on 1 Gbit, host 1 on 20 Mbit both ways, host 2
 on 1 Gbit with a smaller CPU share. The videos are written at a web video's bitrate (x264
-lossless at 320x240: about 3.6 Mbit/s, so decoding costs what the calibration measures):
-an extractor on another host receives each file whole over its link before decoding it. Every host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max``, or v1
+lossless at 320x240: about 3.6 Mbit/s, so decoding costs what the calibration measures): an
+extractor on another host receives each file whole over its link before decoding it. Every
+host's Ray processes run in a CPU cgroup of their own (v2 ``cpu.max``, or v1
 ``cpu.cfs_quota_us`` where only v1 has the cpu controller), so the three hosts share this
 machine's cores as the planner is told they do. The stages are calibrated here
-(``calibrate``: each stage alone, and two processes embedding at once), the bed is described
-to the planner as three node types whose cores are those each host gets when probed (two
-spinning processes in each host's cgroup, all hosts at once: the quota, or less where the
-machine's other work takes the rest), and:
+(``calibrate``: each stage alone, and two processes embedding at once) and scaled to each
+host's embedding measured on the bed, every host at once (``Cgroups.embed_cs``); the bed is
+described to the planner as three node types whose cores are those each host gets when
+probed (two spinning processes in each host's cgroup, all hosts at once: the quota, or less
+where the machine's other work takes the rest), and:
 
 - **plan**: the search's choice, applied (``DATA_DIR/plan.json``), then a real ingest of
   generated videos (``Runtime`` -> ``Indexer``: decode, embed, aggregate, shard);
@@ -236,9 +238,10 @@ def main() -> int:
         # The 16-node cluster: how long the search takes, how much it prunes. Its nodes have
         # whole cores, so their extractors take torch's default (a thread a core).
         big = sixteen_nodes()
+        big_costs = {t.name: replace(costs_here, embed_threads=0) for t in big.types}
         big_report = search(
             big,
-            {t.name: replace(costs_here, embed_threads=0) for t in big.types},
+            big_costs,
             Workload(0, round(600 * fps), steady=True),
             num_shards=2,
             parallel=False,
@@ -246,7 +249,7 @@ def main() -> int:
         # The same with the files `vifusion plan` counts by default (4 Mbit/s videos).
         big_files = search(
             big,
-            {t.name: replace(costs_here, embed_threads=0) for t in big.types},
+            big_costs,
             workload(cfg.updated({"plan_video_mbps": 4.0})),
             num_shards=2,
             parallel=False,

@@ -27,8 +27,9 @@ delay_ms > 0, a delay line (this kernel has no netem)::
 Rate: each host's egress device (eth0 or tun0) has a `tbf` root qdisc, so the path A -> B
 is shaped by A's uplink, as on a real network; `set_rate` changes one host's uplink while
 traffic runs. `set_downlink` shapes what a host receives too (an IFB device behind its
-link's ingress), for a host whose link is slow both ways. The bucket is at least 64 KiB, two MTUs and 2 ms worth of the rate, so it is
-never the limit (a bucket smaller than a packet would drop that packet forever).
+link's ingress), for a host whose link is slow both ways. The bucket is at least 64 KiB, two
+MTUs and 2 ms worth of the rate, so it is never the limit (a bucket smaller than a packet
+would drop that packet forever).
 
 Ray: `start_ray` runs `ray start --head --block` in host 0 and `ray start --block --address`
 in the others, each with the custom resource `host<i>` (100) so callers can pin actors to a
@@ -156,6 +157,7 @@ def _tbf(rate: str, mtu: int) -> list[str]:
     return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
 
 
+@functools.cache  # the machine's mounts, read once: every exec in every host needs them
 def _cgroup_mounts() -> str:
     """Shell commands that mount this machine's cgroup hierarchies again where they are.
     `ip netns exec` gives its command a fresh /sys without them; a host's processes then

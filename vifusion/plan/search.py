@@ -13,8 +13,9 @@ simulation:
   its decode thread, its cores (or GPUs) and its aggregator's thread allow, a node that
   holds no shard sends all it makes over its uplink (at the smallest bytes a row the codec
   ladder has), a node other than the head receives its videos' files through the narrower
-  of the head's uplink and its downlink (and all of them through the head's uplink), each shard applies on one thread, and the frames bound for a node arrive
-  through its downlink or are made there. Candidates are simulated in order of their
+  of the head's uplink and its downlink (and all of them through the head's uplink), each
+  shard applies on one thread, and the frames bound for a node arrive through its downlink
+  or are made there. Candidates are simulated in order of their
   bound, so most of them never need a simulation.
 
 What is left is simulated, in parallel as Ray tasks when Ray is up (in this process
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from vifusion.comm.codec import Ladder
 from vifusion.placement import spread
 from vifusion.plan._extractor import embed_threads
-from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.model import Cluster, NodeType, path
 from vifusion.plan.simulate import _MEASURED_MIN, Candidate, Result, StageCosts, Workload, simulate
 
 FUSION_LIMITS = ((64 << 10, 8 << 20), (256 << 10, 8 << 20), (64 << 10, 1 << 20))
@@ -137,6 +138,7 @@ def upper_bound(
     """Frames/s no simulated run of ``c`` can exceed (see the module doc)."""
     nodes = cluster.nodes()
     primaries = {g[0] for g in c.shards}
+    file_per_frame = workload.video_bytes / workload.frames_per_video  # bytes
     make = []
     for i, n in enumerate(nodes):
         k, s, t = c.extractors[i], costs[n.type.name], n.type
@@ -145,14 +147,12 @@ def upper_bound(
             continue
         cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
         one = _one_extractor(t, s)
-        if i and workload.video_bytes:  # one extractor receives a file, then indexes it
-            per_frame_s = (
-                workload.video_bytes
-                / workload.frames_per_video
-                / min(nodes[0].type.uplink, t.downlink)
-            )
-            one = 1 / (per_frame_s + 1 / one)
-        rates = [k * one, 1 / (s.aggregate_cs or 1e-12)]
+        rates = []
+        if i and file_per_frame:  # its files come from the head, whole, each before its frames
+            arrive = path(nodes[0].type, t)[0] / file_per_frame  # frames/s
+            one = 1 / (1 / arrive + 1 / one)
+            rates.append(arrive)
+        rates += [k * one, 1 / (s.aggregate_cs or 1e-12)]
         if s.embed_gpu_s and t.gpus:
             rates.append(t.gpus / s.embed_gpu_s)
         else:
@@ -160,9 +160,6 @@ def upper_bound(
         rates.append(t.cores / cpu)
         if i not in primaries:
             rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
-        if i and workload.video_bytes:  # its videos come from the head, whole
-            video_in = min(nodes[0].type.uplink, t.downlink)
-            rates.append(video_in / workload.video_bytes * workload.frames_per_video)
         make.append(min(rates))
     ratio = max(costs[n.type.name].dedup_ratio for n in nodes)
     primary_nodes = sorted({g[0] for g in c.shards})
@@ -171,9 +168,8 @@ def upper_bound(
         sum(make),
         sum(make[p] + nodes[p].type.downlink / (ratio * _SMALLEST_ROW) for p in primary_nodes),
     )
-    if workload.video_bytes:  # every file made elsewhere left the head through its uplink
-        per_frame = workload.video_bytes / workload.frames_per_video
-        rate = min(rate, make[0] + nodes[0].type.uplink / per_frame)
+    if file_per_frame:  # every file made elsewhere left the head through its uplink
+        rate = min(rate, make[0] + nodes[0].type.uplink / file_per_frame)
     apply_s = [costs[nodes[g[0]].type.name].apply_cs * ratio for g in c.shards]
     if workload.steady:  # each frame is applied by one shard, on one thread
         return min(rate, sum(1 / (a or 1e-12) for a in apply_s))
