@@ -255,7 +255,7 @@ def main() -> int:
             parallel=False,
         )
 
-        with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS) as bed:
+        with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS, cgroups=True) as bed:
             for i, rate in enumerate(rates):
                 bed.set_rate(i, rate)
                 if _bps(rate) < 1e9:

@@ -54,8 +54,8 @@ From a shell::
     RAY_AUTH_MODE=token ip netns exec vfnb0-h0 python driver.py   # as `up` prints it
     python deploy/netbed.py down --prefix vfnb   # leftovers of a crashed run
 
-A host's processes see the machine's cgroup hierarchies, as processes on a real host do
-(`ip netns exec` hides them), so a process in a CPU cgroup can read its quota.
+With `cgroups=True` a host's processes see the machine's cgroup hierarchies, as processes on
+a real host do (`ip netns exec` hides them), so a process in a CPU cgroup can read its quota.
 
 `down()` (also on leaving the `with` block: exception, Ctrl-C or SIGTERM) kills every
 process in the bed's namespaces, Ray's daemons included, stops the delay line, deletes the
@@ -260,6 +260,7 @@ class NetBed:
         mtu: int | None = None,
         prefix: str = "vfnb",
         disk: str | None = None,
+        cgroups: bool = False,
     ) -> None:
         """``disk``: a path (say /var/lib/vifusion) that every host sees as a disk of its
         own: each process of host i runs in a mount namespace where it is a bind mount of
@@ -272,6 +273,7 @@ class NetBed:
         self.mtu = mtu or (TUN_MTU if delay_ms > 0 else 1500)
         self.prefix = prefix
         self.disk = disk
+        self.cgroups = cgroups  # mount the machine's cgroups in each host's processes
         self.bed = ""  # "<prefix><n>", claimed by up()
         self.hosts: list[Host] = []
         self._n = hosts
@@ -401,7 +403,7 @@ class NetBed:
                 'mkdir -p "$0" && mount --bind "$1" "$0" && shift && exec "$@"',
                 *(self.disk, str(own), *argv),
             ]
-        if mounts := _cgroup_mounts():
+        if self.cgroups and (mounts := _cgroup_mounts()):
             # Best effort: where one cannot be mounted, the process runs without it.
             argv = ["sh", "-c", f'{{ {mounts}; }} 2>/dev/null; exec "$@"', "sh", *argv]
         return self._exec_ns(self.hosts[host].name, argv, **popen_kwargs)

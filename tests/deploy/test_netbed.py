@@ -218,7 +218,7 @@ def test_a_process_in_a_host_reads_the_cpu_quota_of_its_cgroup(tmp_path):
         (group / "cpu.cfs_quota_us").write_text("50000")
         code = "import sys; sys.stdin.readline(); from vifusion._cores import usable_cores; print(usable_cores())"
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
-        with NetBed(hosts=1) as bed:
+        with NetBed(hosts=1, cgroups=True) as bed:
             inside = bed.exec(0, [sys.executable, "-c", code], cwd=str(ROOT), **pipes)
             moved = bed.exec(0, [sys.executable, "-c", code], cwd=str(ROOT), **pipes)
             time.sleep(0.5)  # both past `ip netns exec` and its mounts: python itself now
