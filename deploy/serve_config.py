@@ -21,12 +21,13 @@ import yaml
 CLUSTER_DATA_DIR = "/var/lib/vifusion"
 HTTP_PORT = 8000
 # Config fields for the cluster: several API replicas sharing the shards and the ingest pool,
-# each shard on two nodes.
+# each shard on two nodes, an extract node's cores all decoding for its GPU.
 CLUSTER_ARGS = {
     "data_dir": CLUSTER_DATA_DIR,
     "shared_actors": True,
     "api_replicas": 2,
     "shard_replicas": 2,
+    "num_extractors": 3,
 }
 
 HEADER = f"""\
@@ -52,6 +53,10 @@ HEADER = f"""\
 #   uploads, thumbnails and the media they serve live on the head's disk.
 # - shard_replicas 2: each shard on two `shard` nodes; a write is acknowledged once logged
 #   on both (shard_ack_replicas 1), so a lost node loses no acknowledged write.
+# - num_extractors 3: one per core of the first g5.xlarge (4 cores, one left to its
+#   aggregator), a third of its GPU each. An extractor is bound by decoding on its core: one
+#   alone uses a few percent of a GPU (docs/benchmarks.md, "The GPU path of the extractor").
+#   With more GPU nodes, raise it by 3 a node, or let `vifusion plan --apply` decide.
 # - no runtime_env: Serve's default ingress. serve/app.py's SERVE_TUNED (HAProxy) is for one
 #   machine; on the three-node test bed its proxy did not come up.
 # - http_options 0.0.0.0:{HTTP_PORT}: the API is for clients; every /v1 route needs the key,

@@ -53,3 +53,11 @@ def test_class_name_vectors_are_cached_and_reused(tmp_path):
     assert len(list(tmp_path.glob("class-text-*.npy"))) == 1
     second = Embedder(cache_dir=tmp_path)
     assert np.array_equal(first.class_vectors.numpy(), second.class_vectors.numpy())
+
+
+def test_with_the_class_vectors_cached_the_text_model_loads_only_when_text_is_embedded(tmp_path):
+    Embedder(cache_dir=tmp_path)
+    cached = Embedder(cache_dir=tmp_path)
+    assert cached._text is None  # an extractor without speech or screen text never loads it
+    query = cached.embed_text(["a photo of a cat"])
+    assert query.shape == (1, 384) and np.isclose(np.linalg.norm(query), 1.0, atol=1e-5)

@@ -50,10 +50,18 @@ class Embedder:
         self.device = device or pick_device()
         self.conse_top_k = conse_top_k
         self.vision = load_efficientnet_lite0(self.device)
-        self.text = TextEncoder(self.device)
+        self._text: TextEncoder | None = None
         self.class_vectors = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
         if cache_dir is not None:
             _export_query_model(cache_dir)
+
+    @property
+    def text(self) -> TextEncoder:
+        """The text model, loaded at first use: with the class vectors cached, an extractor that
+        reads no speech or screen text never needs it (seconds and ~90 MB saved per actor)."""
+        if self._text is None:
+            self._text = TextEncoder(self.device)
+        return self._text
 
     def _class_vectors(self, cache_dir: Path | None) -> np.ndarray:
         """Text embeddings of the class names; cached because they cost seconds on a CPU."""
