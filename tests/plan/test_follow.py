@@ -90,7 +90,6 @@ def test_a_link_slower_for_good_makes_and_applies_a_new_plan_once(tmp_path, capl
     assert 0.8 * MBIT < cluster.type("far").uplink < 1 * MBIT
     assert cluster.type("head").downlink == CLUSTER.type("head").downlink
     assert costs == COSTS
-    assert new["predicted_fps"] != bed.plan["predicted_fps"]
     assert bed.follower.predicted_fps == new["predicted_fps"]  # the plan in force now
     assert "link far-0 -> shard 0 on head-0 carries" in caplog.text
     assert f"{new['predicted_fps']:.1f} frames/s" in caplog.text

@@ -16,10 +16,13 @@ simulation:
   of the head's uplink and its downlink (and all of them through the head's uplink), each
   shard applies on one thread, and the frames bound for a node arrive through its downlink
   or are made there. Candidates are simulated in order of their
-  bound, so most of them never need a simulation.
+  bound, so most of them never need a simulation, and one whose bound at best ties the best
+  found is not simulated either.
 
 What is left is simulated, in parallel as Ray tasks when Ray is up (in this process
-otherwise). Ties in frames/s go to the lower p50. The fusion limits are searched for the
+otherwise). A steady rate is held to its candidate's bound (a finite window can read above
+it), so a pruned candidate could not have won. Ties in frames/s among those simulated go to
+the lower p50. The fusion limits are searched for the
 three best placements only (they move frames/s by percents where placement moves it by
 times, and trying each with every placement tripled the search).
 """
@@ -36,7 +39,7 @@ from vifusion.comm.codec import Ladder
 from vifusion.placement import spread
 from vifusion.plan._extractor import embed_threads
 from vifusion.plan.model import Cluster, NodeType, path
-from vifusion.plan.simulate import _MEASURED_MIN, Candidate, Result, StageCosts, Workload, simulate
+from vifusion.plan.simulate import Candidate, Result, StageCosts, Workload, simulate
 
 FUSION_LIMITS = ((64 << 10, 8 << 20), (256 << 10, 8 << 20), (64 << 10, 1 << 20))
 _SMALLEST_ROW = min(c.bytes_per_row for c in Ladder().codecs) + 16
@@ -278,10 +281,24 @@ def search(
     infeasible = len(space) - len(ok)
     bounds = {c: upper_bound(cluster, costs, c, workload) for c in ok}
     order = sorted(ok, key=lambda c: -bounds[c])
-    run = _runner(cluster, costs, workload, parallel)
-    # A steady rate is counted in whole batches over a window: it may read a batch or two
-    # above the pipeline's true rate, so a bound is given that much room before it prunes.
-    slack = 1 + 2 / _MEASURED_MIN if workload.steady else 1.0
+    simulate_all = _runner(cluster, costs, workload, parallel)
+    given = (cluster, costs)
+
+    def run(chunk: list[Candidate]) -> list[Result]:
+        """Simulated, a steady rate held to the candidate's bound: read over a finite window,
+        it can count work that was stored in the warm-up (files received, frames decoded)
+        and read above a capacity no long run can pass. Held so, no result passes its bound,
+        and pruning by the bound drops nothing that could win."""
+        results = simulate_all(chunk)
+        if not workload.steady:
+            return results
+        return [
+            replace(
+                r, fps=min(r.fps, bounds[c] if c in bounds else upper_bound(*given, c, workload))
+            )
+            for c, r in zip(chunk, results, strict=True)
+        ]
+
     done: dict[Candidate, Result] = {}
     best: Result | None = None
     dominated = 0
@@ -291,7 +308,7 @@ def search(
         while i < len(order) and len(chunk) < batch:
             c = order[i]
             i += 1
-            if prune and best is not None and bounds[c] * slack < best.fps * (1 - _TIE):
+            if prune and best is not None and bounds[c] <= best.fps * (1 + _TIE):
                 dominated += 1
             else:
                 chunk.append(c)
