@@ -15,6 +15,7 @@ import pytest
 from vifusion.comm.link import LinkMonitor
 from vifusion.config import Config
 from vifusion.placement import load_plan
+from vifusion.plan import follow
 from vifusion.plan.follow import PlanFollower
 from vifusion.plan.model import Cluster, NodeType
 from vifusion.plan.planner import apply, made_for, make_plan
@@ -94,6 +95,26 @@ def test_a_link_slower_for_good_makes_and_applies_a_new_plan_once(tmp_path, capl
     assert "link far-0 -> shard 0 on head-0 carries" in caplog.text
     assert f"{new['predicted_fps']:.1f} frames/s" in caplog.text
     assert "started from now on" in caplog.text
+
+
+def test_a_search_that_fails_is_tried_again_after_replan_after_s(tmp_path, monkeypatch):
+    bed = Bed(tmp_path, replan_after_s=30)
+    bed.run(120, mbit=2)
+    tries = []
+
+    def failing_once(*args, **kwargs):
+        tries.append(bed.t)
+        if len(tries) == 1:
+            raise RuntimeError("a search that broke")
+        return make_plan(*args, **kwargs)
+
+    monkeypatch.setattr(follow, "make_plan", failing_once)
+    with pytest.raises(RuntimeError, match="broke"):  # the pool's thread logs it and reads on
+        bed.run(300, mbit=1)
+    assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
+    bed.run(300, mbit=1)  # still slow: planned for once it has been for replan_after_s again
+    assert len(tries) == 2 and tries[1] - tries[0] >= 30
+    assert bed.follower.replans == 1 and load_plan(tmp_path) != bed.plan
 
 
 def test_a_dip_shorter_than_replan_after_s_is_not_planned_for(tmp_path):

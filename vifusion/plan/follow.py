@@ -115,7 +115,13 @@ class PlanFollower:
                 )
                 rate = carried(link, planned, self.cfg.replan_tolerance)
                 if self._watch.observe(key, rate):
-                    self._replan(key, src, dst, planned, rate)
+                    try:
+                        self._replan(key, src, dst, planned, rate)
+                    except Exception:
+                        # Not planned for after all: the watch fires again once the link has
+                        # stayed off for another replan_after_s (it took the new rate as planned).
+                        self._watch.planned[key] = planned
+                        raise
                     return  # the new plan is watched from the next round
 
     def start(self, read: Callable[[], Readings]) -> None:
