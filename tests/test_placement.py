@@ -3,6 +3,7 @@ import ray
 
 from vifusion.placement import (
     extractor_options,
+    extractors_a_node,
     shard_nodes,
     shard_resources,
     shard_strategies,
@@ -32,6 +33,11 @@ def test_no_node_is_an_error():
 def test_on_a_cpu_only_node_shards_go_to_it_and_extractors_ask_for_no_gpu(ray_session):
     assert shard_nodes() == [ray.get_runtime_context().get_node_id()]
     assert extractor_options(2) == {"num_cpus": 1}
+
+
+def test_on_one_machine_every_unplanned_extractor_shares_its_node(ray_session):
+    # each then takes its share of the cores for torch (extract/actor.py)
+    assert [extractors_a_node(n) for n in (1, 2, 3)] == [1, 2, 3]
 
 
 def test_a_shard_replica_whose_node_is_gone_runs_on_another_and_a_live_node_keeps_it(

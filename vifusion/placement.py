@@ -96,17 +96,20 @@ def planned_shard_strategies(
     return [[shard_strategy(nodes[name]) for name in group] for group in plan["shards"]]
 
 
-def planned_extractors(plan: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-    """Ray options of each extractor the plan places (one CPU each, on its node); None where
-    it does not apply."""
+def planned_extractors(plan: dict[str, Any] | None) -> list[tuple[dict[str, Any], int]] | None:
+    """For each extractor the plan places: its Ray options (one CPU, on its node) and how
+    many extractors share that node. None where the plan does not apply."""
     nodes = plan_nodes(plan) if plan is not None else None
     if nodes is None:
         return None
     return [
-        {
-            "num_cpus": 1,
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[n["name"]], soft=False),
-        }
+        (
+            {
+                "num_cpus": 1,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[n["name"]], soft=False),
+            },
+            n["extractors"],
+        )
         for n in plan["nodes"]
         for _ in range(n["extractors"])
     ]
@@ -145,6 +148,18 @@ def shard_strategy(node: str) -> NodeAffinitySchedulingStrategy:
     """A shard replica's place: ``node`` while it is alive (not spilled elsewhere when it is
     busy), any other node Ray finds once it is gone."""
     return NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=False)
+
+
+def extractors_a_node(num_extractors: int) -> int:
+    """How many of ``num_extractors`` unplanned extractors share a node: spread evenly over
+    the nodes they may run on (GPU nodes, else ``extract`` nodes, else every node), as
+    ``extractor_options`` lets Ray place them. Exact on one machine; on a cluster Ray may
+    pack them tighter."""
+    alive = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    hosts = (
+        [r for r in alive if r.get("GPU")] or [r for r in alive if r.get(EXTRACT_RESOURCE)] or alive
+    )
+    return max(1, math.ceil(num_extractors / max(len(hosts), 1)))
 
 
 def extractor_options(num_extractors: int) -> dict[str, Any]:

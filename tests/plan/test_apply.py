@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy.netbed import NetBed, available
+from vifusion._cores import usable_cores
 from vifusion.config import Config
 from vifusion.placement import planned_extractors, planned_shard_strategies
 from vifusion.runtime import RAY_TUNED
@@ -42,12 +43,15 @@ apply(Config(data_dir=data), plan)
 cfg = Config(data_dir=data, ray_address=address, num_extractors=1, num_shards=2, speech=False, screen_text=False)
 with Runtime(cfg, writer=True) as rt:
     ray.get([e.device.remote() for e in rt.indexer.extractors])
+    threads = lambda _: __import__("torch").get_num_threads()
+    out_threads = ray.get([e.__ray_call__.remote(threads) for e in rt.indexer.extractors])
     node_ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
     out = {}
     for a in list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=1000, detail=True):
         out.setdefault(a.class_name, []).append(node_ips.get(a.node_id))
     out["head"] = next(n.ip for n in live if n.type.name == "head")
     out["worker"] = worker.ip
+    out["threads"] = out_threads
 print("RESULT " + json.dumps(out))
 """
 
@@ -109,6 +113,8 @@ def test_an_applied_plan_puts_every_extractor_and_shard_where_it_says(tmp_path):
     assert line is not None, err[-3000:]
     got = json.loads(line[7:])
     assert got["Extractor"] == [got["worker"], got["worker"]]  # two, though num_extractors is 1
+    # and they split the worker's cores for torch, rather than each spinning a thread a core
+    assert got["threads"] == [max(1, usable_cores() // 2)] * 2
     assert set(got["ShardReplica"]) == {got["head"]}
     assert sorted(got["Aggregator"]) == sorted([got["head"], got["worker"]])
     assert Config(data_dir=tmp_path / "data").use_plan

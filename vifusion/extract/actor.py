@@ -28,7 +28,12 @@ from ray.actor import ActorHandle
 from vifusion._files import storage_reason
 from vifusion.config import Config
 from vifusion.fusion import AggregatorLost, Handoff
-from vifusion.placement import extractor_options, load_plan, planned_extractors
+from vifusion.placement import (
+    extractor_options,
+    extractors_a_node,
+    load_plan,
+    planned_extractors,
+)
 from vifusion.types import FusedBatch
 
 EMBED_SIDE = 224  # short side of the frames the embedder takes (it crops 224 x 224)
@@ -41,12 +46,16 @@ TextRows = list[tuple[float, float, str]]  # (start_s, end_s, text) of a video's
 class Extractor:
     """Indexes videos through its node's aggregator (``aggregators``: by node id). One video at a time."""
 
-    def __init__(self, cfg: Config, aggregators: dict[str, ActorHandle]) -> None:
+    def __init__(self, cfg: Config, aggregators: dict[str, ActorHandle], sharing: int = 1) -> None:
+        """``sharing``: the extractors on this node, this one counted. Each takes its share of
+        the node's cores for torch: two extractors each spinning a thread a core cost 1.6x
+        the CPU a frame of two with a thread each (docs/benchmarks.md)."""
         import torch
 
         from vifusion.extract.model import Embedder, pick_device
 
-        torch.set_num_threads(cfg.torch_threads or cfg.threads)  # Ray sets OMP_NUM_THREADS=1
+        # Set explicitly: Ray sets OMP_NUM_THREADS=1 in its workers.
+        torch.set_num_threads(cfg.torch_threads or max(1, cfg.threads // max(sharing, 1)))
         self.cfg = cfg
         self.aggregator = aggregators[ray.get_runtime_context().get_node_id()]
         self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
@@ -270,7 +279,9 @@ def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[A
     planned = planned_extractors(load_plan(cfg.data_dir) if cfg.use_plan else None)
     if planned:
         return [
-            cls.options(**options, max_restarts=-1).remote(cfg, aggregators) for options in planned
+            cls.options(**options, max_restarts=-1).remote(cfg, aggregators, sharing)
+            for options, sharing in planned
         ]
     cls = cls.options(**extractor_options(cfg.num_extractors), max_restarts=-1)
-    return [cls.remote(cfg, aggregators) for _ in range(cfg.num_extractors)]
+    sharing = extractors_a_node(cfg.num_extractors)
+    return [cls.remote(cfg, aggregators, sharing) for _ in range(cfg.num_extractors)]

@@ -11,10 +11,12 @@ if TYPE_CHECKING:
     from vifusion.plan.simulate import Simulation, StageCosts
 
 
-def embed_threads(t: NodeType, costs: StageCosts) -> int:
-    """Torch's threads in an extractor on a node of type ``t``: as configured, else one per
-    whole core its share allows, at least one (``Config.threads`` under a cgroup quota)."""
-    return min(costs.embed_threads or max(1, int(t.cores)), int(t.cpus) or 1)
+def embed_threads(t: NodeType, costs: StageCosts, sharing: int = 1) -> int:
+    """Torch's threads in an extractor on a node of type ``t`` with ``sharing`` extractors:
+    as configured, else its share of the whole cores the node's share allows, at least one
+    (``Config.threads`` under a cgroup quota, split as ``extract/actor.py`` splits it)."""
+    own = max(1, int(t.cores) // max(sharing, 1))
+    return min(costs.embed_threads or own, int(t.cpus) or 1)
 
 
 class Extractor:
@@ -27,7 +29,7 @@ class Extractor:
         self.costs = s.costs[node]
         n = s.nodes[node]
         self.gpu = s.gpu[node] if self.costs.embed_gpu_s and n.type.gpus else None
-        self.threads = embed_threads(n.type, self.costs)
+        self.threads = embed_threads(n.type, self.costs, s.cand.extractors[node])
 
     def next_video(self) -> None:
         video = self.s.take_video()

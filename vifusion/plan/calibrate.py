@@ -12,11 +12,11 @@ back to back): the speech model's process CPU per second of speech, charged per 
 in ``text_cs`` with the screen text. Without espeak-ng it cannot be measured, and is logged.
 
 Embedding is measured twice: alone, and with two processes embedding at once
-(``embed_cs_crowded``). An extractor's torch takes one thread per core its process may use
-(``Config.threads``); where two extractors share a node, or a share below its cores is not a
-quota the process can read, those threads wait for cores spinning, and a frame costs up to
-two to three times the CPU it costs alone. The CPU is
-process CPU time, not wall time, so the simulation can share the node's cores out itself.
+(``embed_cs_crowded``), each with the threads an extractor takes beside another: half of
+``Config.threads`` (``extract/actor.py``). Where a share below the node's cores is not a quota
+the process can read, the threads still outnumber the cores, wait for them spinning, and a
+frame costs more CPU. The CPU is process CPU time, not wall time, so the simulation can share
+the node's cores out itself.
 
 ``calibrate`` runs this once per node type: as a Ray task on a node of that type on a live
 cluster, here for a cluster not yet started (its node types are taken to have this
@@ -63,7 +63,7 @@ def _key(cfg: Config) -> str:
         (cfg.speech, str(cfg.speech_model_dir), cfg.speech_compute_type, cfg.speech_threads),
         cfg.speech and have_espeak(),  # measured once espeak-ng is there
         "efficientnet_lite0+MiniLM",
-        "crowded",  # costs cached before embed_cs_crowded lack it
+        "crowded, threads split",  # costs cached before then crowded the threads
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
@@ -194,15 +194,16 @@ def speech_cs(cfg: Config, tmp: Path, device: str = "cpu") -> float:
 
 
 def embed_cs(cfg: Config, barrier: Path | None = None, parties: int = 1, batches: int = 4) -> float:
-    """Core-seconds a frame costs to embed in this process, with an extractor's torch threads
-    (frames of the embedder's size: the cost depends on their size, not on what they show).
-    With a ``barrier`` directory, embedding starts once ``parties`` processes have loaded."""
+    """Core-seconds a frame costs to embed in this process, with the torch threads of an
+    extractor among ``parties`` on its node (frames of the embedder's size: the cost depends
+    on their size, not on what they show). With a ``barrier`` directory, embedding starts
+    once ``parties`` processes have loaded."""
     import torch
 
     from vifusion.extract.actor import EMBED_SIDE
     from vifusion.extract.model import Embedder, pick_device
 
-    torch.set_num_threads(cfg.torch_threads or cfg.threads)
+    torch.set_num_threads(cfg.torch_threads or max(1, cfg.threads // parties))  # as the actor
     with contextlib.redirect_stdout(io.StringIO()):
         embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
     shape = (cfg.embed_batch, EMBED_SIDE, EMBED_SIDE, 3)

@@ -149,7 +149,7 @@ def upper_bound(
             make.append(0.0)
             continue
         cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
-        one = _one_extractor(t, s)
+        one = _one_extractor(t, s, k)
         rates = []
         if i and file_per_frame:  # its files come from the head, whole, each before its frames
             arrive = path(nodes[0].type, t)[0] / file_per_frame  # frames/s
@@ -181,7 +181,9 @@ def upper_bound(
     # An extractor indexes its videos one after another: some extractor gets at least
     # videos / extractors of them, at no more than the fastest extractor's own rate.
     fastest = max(
-        _one_extractor(n.type, costs[n.type.name]) for i, n in enumerate(nodes) if c.extractors[i]
+        _one_extractor(n.type, costs[n.type.name], c.extractors[i])
+        for i, n in enumerate(nodes)
+        if c.extractors[i]
     )
     seconds = max(
         seconds,
@@ -194,13 +196,14 @@ def upper_bound(
     return total / seconds if seconds else math.inf
 
 
-def _one_extractor(t: NodeType, s: StageCosts) -> float:
-    """Frames/s of one extractor alone on a node of type ``t``: no more than its decode
-    thread, its embedding (torch on the node's cores, or one GPU) and the node's cores allow."""
+def _one_extractor(t: NodeType, s: StageCosts, sharing: int = 1) -> float:
+    """Frames/s of one of ``sharing`` extractors on a node of type ``t``, as if alone: no more
+    than its decode thread, its embedding (torch on its share of the node's cores, or one
+    GPU) and the node's cores allow."""
     embed = (
         1 / s.embed_gpu_s
         if s.embed_gpu_s and t.gpus
-        else min(embed_threads(t, s), t.cores) / (s.embed_cs_least or 1e-12)
+        else min(embed_threads(t, s, sharing), t.cores) / (s.embed_cs_least or 1e-12)
     )
     cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
     return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))

@@ -46,8 +46,8 @@ class StageCosts:
     # While another extractor embeds on the same node: torch's threads wait for cores
     # spinning, so a frame costs more CPU. 0: as ``embed_cs``.
     embed_cs_crowded: float = 0.0
-    # torch's threads in an extractor (``Config.torch_threads``); 0: one a whole core the
-    # node's share allows (``_extractor.embed_threads``)
+    # torch's threads in an extractor (``Config.torch_threads``); 0: its share of the whole
+    # cores the node's share allows, split among the node's extractors (``embed_threads``)
     embed_threads: int = 0
     embed_gpu_s: float = 0.0  # GPU seconds per frame; 0: the node embeds on its CPU
     text_cs: float = 0.0  # speech and screen text, where enabled
