@@ -1,8 +1,9 @@
 """Several extractors on one node: each with a thread a core (as before) or its share.
 
 Two runs of the real indexing path (``Runtime(cfg, writer=True).indexer.index_files``, as
-``extract.py`` runs it) over the same videos, with ``num_extractors`` extractors on this one
-machine, one after the other:
+``extract.py`` runs it) over the same videos, 4 frames kept a second (so that embedding, not
+decoding, takes most of the CPU), with ``num_extractors`` extractors on this one machine, one
+run after the other:
 
 1. **Baseline**: every extractor sets torch to one thread per core of the machine
    (``torch_threads = Config.threads``), which is what each did before it counted the others.
@@ -36,10 +37,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="2 videos x 20 s")
     p.add_argument("--extractors", type=int, default=2)
+    p.add_argument("--sample-fps", type=float, default=4.0, help="frames kept a second")
     p.add_argument("--cache", type=Path, default=Path("/tmp/vifusion-bench/extract"))
     args = p.parse_args()
     num_videos, seconds = (2, 20.0) if args.quick else (4, 30.0)
-    base = Config(embed_batch=BATCH, num_extractors=args.extractors, speech=False)
+    base = Config(
+        embed_batch=BATCH,
+        num_extractors=args.extractors,
+        sample_fps=args.sample_fps,
+        speech=False,
+        screen_text=False,
+    )
     wl = make_workload(args.cache, num_videos, seconds, base)
     cores = base.threads
     print(
