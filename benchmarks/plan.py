@@ -230,6 +230,7 @@ def main() -> int:
         cfg = Config(
             data_dir=work / "calibration",
             sample_fps=fps,
+            plan_video_mbps=round(video_mbps, 2),  # decoding is calibrated at this bitrate
             **{**CFG, "torch_threads": args.torch_threads or 1},
         )
         costs_here = _here(cfg)

@@ -1,7 +1,8 @@
 """What each stage costs on a node type, from a short real run of the code that does it.
 
 On a generated video (``samples.write_video``: pans, zooms and moving shapes), with the
-configuration's sampling: decoding (``open_sampled``, the decode thread's CPU time),
+configuration's sampling: decoding (``open_sampled``, the decode thread's CPU time a second
+of video, at the bitrate ``plan_video_mbps`` says, from a small and a lossless video),
 embedding (``Embedder.embed_frames``: the process's CPU time, or the wall time on a GPU),
 reading screen text where it is on (``ScreenReader``), the aggregator's dedup
 (``TemporalDedup``: its CPU time a row, and the share of rows it keeps), and a shard's apply
@@ -35,7 +36,7 @@ import multiprocessing
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def _key(cfg: Config) -> str:
         (cfg.speech, str(cfg.speech_model_dir), cfg.speech_compute_type, cfg.speech_threads),
         cfg.speech and have_espeak(),  # measured once espeak-ng is there
         "efficientnet_lite0+MiniLM",
-        "crowded, threads split",  # costs cached before then crowded the threads
+        cfg.plan_video_mbps,  # decoding is measured at the bitrate planned for
+        "crowded, threads split, decode by seconds",  # older caches measured otherwise
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
@@ -96,7 +98,9 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         decoded, t = [], time.process_time()  # decord decodes on threads of its own
         for frames, spans in batches:
             decoded.append((frames, spans))
-        decode_cs = (time.process_time() - t) / total
+        small = _Decoding.of(video, time.process_time() - t)
+        dense = _decoding(cfg, Path(tmp), scene_s) if cfg.plan_video_mbps else None
+        decode_cs = decode_cs_at(small, dense, cfg.plan_video_mbps, cfg.sample_fps)
 
         with contextlib.redirect_stdout(io.StringIO()):
             embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
@@ -162,6 +166,51 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         dedup_ratio=max(kept, 1) / total,
         embed_threads=cfg.torch_threads,
     )
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    """What decoding one calibration video cost: core-seconds a second of video, at its
+    bitrate (bits a second)."""
+
+    cs_per_s: float
+    bits_per_s: float
+
+    @classmethod
+    def of(cls, video: Path, cpu_s: float) -> _Decoding:
+        from vifusion.extract.decode import probe
+
+        seconds = probe(video).duration_s
+        return cls(cpu_s / seconds, video.stat().st_size * 8 / seconds)
+
+
+def _decoding(cfg: Config, folder: Path, scene_s: float) -> _Decoding:
+    """Decoding a lossless video of the same scenes (x264 crf 0: about 3.6 Mbit/s)."""
+    from vifusion.extract.decode import open_sampled
+    from vifusion.samples import write_video
+
+    video = write_video(folder / "dense.mp4", _PHOTOS, scene_s=scene_s, crf=0).path
+    _, _, batches = open_sampled(video, max(cfg.sample_fps, 4.0), cfg.max_frames, 224, 64)
+    t = time.process_time()
+    for _ in batches:
+        pass
+    return _Decoding.of(video, time.process_time() - t)
+
+
+def decode_cs_at(
+    small: _Decoding, dense: _Decoding | None, video_mbps: float, sample_fps: float
+) -> float:
+    """Core-seconds of decoding per sampled frame at ``sample_fps``, for videos of
+    ``video_mbps``. Every frame is decoded, sampled or not, so the cost goes by seconds of
+    video; and it grows with the bits read: taken on the line through the two videos
+    measured, at the plan's bitrate (the small video's cost where less, or where only it
+    was measured)."""
+    per_s = small.cs_per_s
+    rate = video_mbps * 1e6
+    if dense is not None and dense.bits_per_s > small.bits_per_s and rate > small.bits_per_s:
+        slope = max(dense.cs_per_s - small.cs_per_s, 0.0) / (dense.bits_per_s - small.bits_per_s)
+        per_s += slope * (rate - small.bits_per_s)
+    return per_s / sample_fps
 
 
 _SAID = (
