@@ -37,13 +37,13 @@ def test_pruning_keeps_the_best_of_a_small_space_searched_exhaustively(workload)
     assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
 
 
-def assert_bound_holds(cluster: Cluster, workload: Workload) -> None:
+def assert_bound_holds(cluster: Cluster, workload: Workload, costs=COSTS) -> None:
     """The bound is never below what the simulation gets, on every 7th candidate."""
     for c in list(candidates(cluster, 2, 1))[::7]:
         if sum(c.extractors):
             assert (
-                upper_bound(cluster, COSTS, c, workload)
-                >= simulate(cluster, COSTS, c, workload).fps * 0.999
+                upper_bound(cluster, costs, c, workload)
+                >= simulate(cluster, costs, c, workload).fps * 0.999
             )
 
 
@@ -58,10 +58,25 @@ def test_no_steady_rate_the_search_ranks_passes_its_bound():
         assert e.result.fps <= upper_bound(cluster, COSTS, e.candidate, WITH_FILES) * (1 + 1e-9)
 
 
+# Embedding beside another extractor costs 20% more; nodes of four cores split between them.
+CROWDED = {t: StageCosts(decode_cs=0.005, embed_cs=0.03, embed_cs_crowded=0.036) for t in COSTS}
+WIDE = Cluster((NodeType("head", 1, 4), NodeType("w", 2, 4, cpu_share=0.75)), "head")
+
+
 def test_the_bound_is_never_below_what_the_simulation_gets():
     cluster = three_hosts()
     workload = Workload(videos=6, frames_per_video=32)
     assert_bound_holds(cluster, workload)
+
+
+def test_the_bound_holds_where_extractors_crowd_a_node():
+    costs = {"head": CROWDED["head"], "w": CROWDED["head"]}
+    assert_bound_holds(WIDE, Workload(videos=8, frames_per_video=32), costs)
+    space = list(candidates(WIDE, num_shards=2, replicas=1))
+    full = search(WIDE, costs, WITH_FILES, space=space, prune=False, parallel=False)
+    pruned = search(WIDE, costs, WITH_FILES, space=space, prune=True, parallel=False)
+    assert pruned.pruned_dominated > 0
+    assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
 
 
 def test_a_plan_beats_the_even_spread_where_one_host_is_weak_and_one_link_slow():

@@ -10,7 +10,8 @@ simulation:
   and its shard replicas' vectors;
 - **dominated**: an upper bound on the candidate's frames/s below the best simulated so
   far. The bound holds for every run the simulator can make: each node makes at most what
-  its decode thread, its cores (or GPUs) and its aggregator's thread allow, a node that
+  its decode thread, its cores (or GPUs; with several extractors, at the crowded cost or
+  on one extractor's share of the threads) and its aggregator's thread allow, a node that
   holds no shard sends all it makes over its uplink (at the smallest bytes a row the codec
   ladder has), a node other than the head receives its videos' files through the narrower
   of the head's uplink and its downlink (and all of them through the head's uplink), each
@@ -159,6 +160,13 @@ def upper_bound(
         if s.embed_gpu_s and t.gpus:
             rates.append(t.gpus / s.embed_gpu_s)
         else:
+            if k > 1 and s.embed_cs_crowded > s.embed_cs:
+                # A frame costs embed_cs only while its extractor embeds alone, on its share
+                # of the threads (at most ``alone`` frames/s); the rest pay the crowded cost.
+                # The node's CPU then holds f (crowded + cpu) - alone (crowded - embed_cs).
+                alone = min(embed_threads(t, s, k), t.cores) / (s.embed_cs or 1e-12)
+                saved = alone * (s.embed_cs_crowded - s.embed_cs)
+                rates.append((t.cores + saved) / (s.embed_cs_crowded + cpu))
             cpu += s.embed_cs_least
         rates.append(t.cores / cpu)
         if i not in primaries:
