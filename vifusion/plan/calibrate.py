@@ -186,11 +186,14 @@ class _Decoding:
 
 def _decoding(cfg: Config, folder: Path, scene_s: float) -> _Decoding:
     """Decoding a lossless video of the same scenes (x264 crf 0: about 3.6 Mbit/s)."""
+    from vifusion.extract.actor import EMBED_SIDE
     from vifusion.extract.decode import open_sampled
     from vifusion.samples import write_video
 
     video = write_video(folder / "dense.mp4", _PHOTOS, scene_s=scene_s, crf=0).path
-    _, _, batches = open_sampled(video, max(cfg.sample_fps, 4.0), cfg.max_frames, 224, 64)
+    _, _, batches = open_sampled(
+        video, max(cfg.sample_fps, 4.0), cfg.max_frames, EMBED_SIDE, cfg.embed_batch
+    )
     t = time.process_time()
     for _ in batches:
         pass

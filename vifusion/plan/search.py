@@ -293,7 +293,8 @@ def search(
     bounds = {c: upper_bound(cluster, costs, c, workload) for c in ok}
     order = sorted(ok, key=lambda c: -bounds[c])
     simulate_all = _runner(cluster, costs, workload, parallel)
-    given = (cluster, costs)
+    # what a steady rate is held to: the bounds, and the even spread's (it may be infeasible)
+    cap = {even: upper_bound(cluster, costs, even, workload), **bounds}
 
     def run(chunk: list[Candidate]) -> list[Result]:
         """Simulated, a steady rate held to the candidate's bound: read over a finite window,
@@ -303,12 +304,7 @@ def search(
         results = simulate_all(chunk)
         if not workload.steady:
             return results
-        return [
-            replace(
-                r, fps=min(r.fps, bounds[c] if c in bounds else upper_bound(*given, c, workload))
-            )
-            for c, r in zip(chunk, results, strict=True)
-        ]
+        return [replace(r, fps=min(r.fps, cap[c])) for c, r in zip(chunk, results, strict=True)]
 
     done: dict[Candidate, Result] = {}
     best: Result | None = None
