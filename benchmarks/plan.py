@@ -188,6 +188,9 @@ def main() -> int:
         help="an extractor's torch threads (0: one per core its host's quota allows)",
     )
     ap.add_argument("--slow-rate", default=RATES[1], help="host 1's link, both ways (20mbit)")
+    ap.add_argument(
+        "--weak-cores", type=float, default=CORES[2], help="host 2's CPU quota in cores (0.3)"
+    )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
@@ -207,6 +210,7 @@ def main() -> int:
     from vifusion.samples import write_video
 
     rates = (RATES[0], args.slow_rate, RATES[2])
+    quotas = (*CORES[:2], args.weak_cores)
     if (reason := available()) is not None:
         print(f"plan benchmark needs the network test bed: {reason}", file=sys.stderr)
         return 2
@@ -261,7 +265,7 @@ def main() -> int:
                 bed.set_rate(i, rate)
                 if _bps(rate) < 1e9:
                     bed.set_downlink(i, rate)
-            groups = Cgroups(bed.bed, CORES)
+            groups = Cgroups(bed.bed, quotas)
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
             for i, host in enumerate(bed.hosts):
                 groups.move(i, ns_pids(host.name))
@@ -285,7 +289,7 @@ def main() -> int:
                 )
 
             probed = groups.probe()
-            print(f"  cores the hosts get now: {probed} (quotas {CORES})", flush=True)
+            print(f"  cores the hosts get now: {probed} (quotas {quotas})", flush=True)
             cluster = described(probed)
             types = cluster.types
             # The hosts share this machine's cores: a frame embedded on one while the others
@@ -370,7 +374,7 @@ def main() -> int:
             "quick": args.quick,
             "machine": machine(),
             "date": time.strftime("%Y-%m-%d"),
-            "bed": {"rates": rates, "both_ways": True, "delay_ms": DELAY_MS, "cores": CORES},
+            "bed": {"rates": rates, "both_ways": True, "delay_ms": DELAY_MS, "cores": quotas},
             "videos": count,
             "video_mbps": round(video_mbps, 2),
             "sample_fps": fps,
