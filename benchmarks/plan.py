@@ -227,7 +227,6 @@ def main() -> int:
             ).path
             for i in range(count)
         ]
-        frames_per_video = round(3 * scene_s * fps)
         video_bytes = sum(v.stat().st_size for v in videos) / count
         video_mbps = video_bytes * 8 / (3 * scene_s) / 1e6
         print(f"  {count} videos of {3 * scene_s:.0f} s at {video_mbps:.2f} Mbit/s", flush=True)
@@ -298,9 +297,12 @@ def main() -> int:
             print(f"  embed_cs on the hosts at once: {on_hosts}", flush=True)
             costs = {t.name: _as_measured(costs_here, e) for t, e in zip(types, on_hosts)}
             live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
-            # Planned for these videos: with a few videos, which extractor gets the last one
-            # matters as much as the steady rate (an extractor on the weak host holds it up).
-            finite = Workload(count, frames_per_video, video_bytes=video_bytes)
+            # Planned for this batch (`vifusion plan --batch`): with a few videos, which
+            # extractor gets the last one matters as much as the steady rate (an extractor
+            # on the weak host holds it up).
+            finite = workload(
+                cfg.updated({"plan_batch_videos": count, "plan_video_s": 3 * scene_s})
+            )
             t0 = time.perf_counter()
             report = search(cluster, costs, finite, num_shards=2, parallel=False)
             bed_search_s = time.perf_counter() - t0

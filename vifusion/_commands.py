@@ -359,6 +359,7 @@ def cmd_plan(
             )
         )
         return EXIT_OK
+    print(f"planned for {planner.videos_line(cfg, report)}")
     for line in planner.report_lines(cluster, report):
         print(line)
     print(

@@ -49,6 +49,16 @@ class ExtractFields(BaseModel):
         "extractor off the head receives each file whole over its link first (4: a web "
         "video at 720p-1080p; 0: ignore the transfer)",
     )
+    plan_batch_videos: int = Field(
+        0,
+        ge=0,
+        description="0: `vifusion plan` ranks placements by the steady rate of a stream of "
+        "videos without end; N: by the time to index a batch of N videos of plan_video_s "
+        "each, the last included (a slow node's last video can hold a batch up)",
+    )
+    plan_video_s: float = Field(
+        600.0, gt=0, description="the length (s) of the videos `vifusion plan` plans for"
+    )
     replan_tolerance: float = Field(
         0.3,
         gt=0,

@@ -162,6 +162,19 @@ def _parser() -> argparse.ArgumentParser:
         "(default 4, config plan_video_mbps; 0 ignores the transfer)",
     )
     pl.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help="plan for a batch of N videos: ranked by the time to index them all, the last "
+        "one included (default: a steady stream without end; config plan_batch_videos)",
+    )
+    pl.add_argument(
+        "--video-s",
+        type=float,
+        metavar="SECONDS",
+        help="your videos' length (default 600, config plan_video_s)",
+    )
+    pl.add_argument(
         "--recalibrate", action="store_true", help="measure the stages again (cached per node type)"
     )
     pl.add_argument("--json", action="store_true", help="print one JSON object")
@@ -179,6 +192,9 @@ def _config(args: argparse.Namespace) -> Config:
         sample_fps=getattr(args, "sample_fps", None),
         max_frames=getattr(args, "max_frames", None),
         ingest_roots=tuple(args.ingest_root) if getattr(args, "ingest_root", None) else None,
+        plan_video_mbps=getattr(args, "video_mbps", None),
+        plan_batch_videos=getattr(args, "batch", None),
+        plan_video_s=getattr(args, "video_s", None),
     )
 
 
@@ -262,8 +278,6 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
     if args.command == "plan":
         from vifusion._commands import cmd_plan
 
-        if args.video_mbps is not None:
-            cfg = cfg.updated({"plan_video_mbps": args.video_mbps})
         return cmd_plan(cfg, args.cluster_yaml, args.link, args.apply, args.json, args.recalibrate)
     if args.command == "demo":
         from vifusion.demo import run_demo

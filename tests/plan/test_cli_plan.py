@@ -34,8 +34,20 @@ def test_plan_from_the_cluster_yaml_prints_it_and_applies_it(tmp_path, capsys):
     # Process CPU a frame, alone and with another process embedding at once.
     assert costs["embed_cs"] > 0 and costs["embed_cs_crowded"] > 0
 
+    # For a batch, from the costs just cached: the plan says what it was made for.
+    argv = ["plan", str(ROOT / "deploy" / "cluster.yaml"), "--data-dir", str(tmp_path)]
+    assert main([*argv, "--batch", "6", "--video-s", "30"]) == 0
+    assert "planned for a batch of 6 videos of 30 s at 4 Mbit/s:" in capsys.readouterr().out
+    assert main([*argv, "--batch", "6", "--video-s", "30", "--json"]) == 0
+    videos = json.loads(capsys.readouterr().out)["plan"]["videos"]
+    assert videos == {"plan_video_mbps": 4.0, "plan_batch_videos": 6, "plan_video_s": 30.0}
+
 
 def test_plan_needs_a_cluster_yaml_or_an_address(tmp_path, capsys):
     assert main(["plan", "--data-dir", str(tmp_path)]) == 2
     assert "give CLUSTER.yaml or --address" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "none.yaml"), "--data-dir", str(tmp_path)]) == 2
+    capsys.readouterr()
+    yaml = str(ROOT / "deploy" / "cluster.yaml")
+    assert main(["plan", yaml, "--batch", "-1", "--data-dir", str(tmp_path)]) == 2
+    assert "plan_batch_videos" in capsys.readouterr().err

@@ -30,7 +30,7 @@ from typing import Any
 from vifusion.config import Config
 from vifusion.placement import PLAN_FILE, load_plan, plan_nodes
 from vifusion.plan.model import Cluster, Node, NodeType, path
-from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan
+from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan, videos_of
 from vifusion.plan.replan import LinkWatch
 from vifusion.plan.simulate import StageCosts
 
@@ -197,8 +197,8 @@ class PlanFollower:
         ips = {n["name"]: n.get("ip") for n in self._plan["nodes"]}
         live = [Node(n.type, n.index, ips.get(n.name)) for n in changed.nodes()]
         try:
-            videos = {"plan_video_mbps": self._plan.get("video_mbps", self.cfg.plan_video_mbps)}
-            report, plan = make_plan(self.cfg.updated(videos), changed, costs, live, parallel=False)
+            cfg = videos_of(self.cfg, self._plan)
+            report, plan = make_plan(cfg, changed, costs, live, parallel=False)
         except ValueError as e:
             log.error("link %s changed, but no plan fits the cluster now: %s", link, e)
             return

@@ -17,27 +17,31 @@ from vifusion.plan.model import Cluster, Node
 from vifusion.plan.search import Evaluated, SearchReport, search
 from vifusion.plan.simulate import StageCosts, Workload
 
-VIDEO_S = 600.0  # the steady workload: videos this long, without end
 _SHIPPED_BATCHES = 4
 # 2: the plan records the cluster and stage costs it was made for (version 1 did not: such a
 # plan is still placed by, but cannot be made again for a changed link).
 VERSION = 2
+# What a plan records of the videos it was made for, so that a re-plan plans for them too.
+_VIDEOS = ("plan_video_mbps", "plan_batch_videos", "plan_video_s")
 
 
-def workload(cfg: Config, video_s: float = VIDEO_S) -> Workload:
-    """The steady workload a plan is ranked on. Where files cross links
-    (``cfg.plan_video_mbps``), the videos are cut to ``_SHIPPED_BATCHES`` batches each, at the
-    same bytes a frame: the steady window then covers several videos an extractor, so their
-    transfers count as often as in long videos, and the simulation stays short."""
-    frames = max(1, min(cfg.max_frames, round(video_s * cfg.sample_fps)))
-    if cfg.plan_video_mbps:
+def workload(cfg: Config) -> Workload:
+    """The workload a plan is ranked on: a batch of ``cfg.plan_batch_videos`` videos of
+    ``plan_video_s`` each, or (0) a steady stream of such videos. In a stream where files
+    cross links (``cfg.plan_video_mbps``), the videos are cut to ``_SHIPPED_BATCHES`` batches
+    each, at the same bytes a frame: the steady window then covers several videos an
+    extractor, so their transfers count as often as in long videos, and the simulation stays
+    short."""
+    frames = max(1, min(cfg.max_frames, round(cfg.plan_video_s * cfg.sample_fps)))
+    steady = not cfg.plan_batch_videos
+    if steady and cfg.plan_video_mbps:
         frames = min(frames, _SHIPPED_BATCHES * cfg.embed_batch)
     return Workload(
-        videos=0,
+        videos=cfg.plan_batch_videos,
         frames_per_video=frames,
         embed_batch=cfg.embed_batch,
         latency_target_s=cfg.fusion_latency_target_s,
-        steady=True,
+        steady=steady,
         video_bytes=cfg.plan_video_mbps * 1e6 / 8 * frames / cfg.sample_fps,
     )
 
@@ -59,7 +63,7 @@ def make_plan(
         parallel=parallel,
     )
     plan = plan_document(cluster, report.best, live, costs)
-    plan["video_mbps"] = cfg.plan_video_mbps  # a re-plan plans for the same videos
+    plan["videos"] = {k: getattr(cfg, k) for k in _VIDEOS}  # a re-plan plans for the same
     return report, plan
 
 
@@ -99,6 +103,15 @@ def plan_document(
         "cluster": cluster.to_dict(),
         **({"costs": {t: asdict(s) for t, s in costs.items()}} if costs is not None else {}),
     }
+
+
+def videos_of(cfg: Config, plan: dict[str, Any]) -> Config:
+    """``cfg`` with the videos ``plan`` was made for (a plan before they were recorded gave
+    only their bitrate, as ``video_mbps``)."""
+    videos = dict(plan.get("videos") or {})
+    if "video_mbps" in plan:
+        videos.setdefault("plan_video_mbps", plan["video_mbps"])
+    return cfg.updated({k: v for k, v in videos.items() if k in _VIDEOS})
 
 
 def made_for(plan: dict[str, Any]) -> tuple[Cluster, dict[str, StageCosts]] | None:
@@ -146,6 +159,17 @@ def describe(cluster: Cluster, e: Evaluated) -> str:
         f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
         f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
         f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms"
+    )
+
+
+def videos_line(cfg: Config, report: SearchReport) -> str:
+    """What the plan was ranked on, in words; for a batch, how long the chosen plan takes."""
+    videos = f"videos of {cfg.plan_video_s:g} s at {cfg.plan_video_mbps:g} Mbit/s"
+    if not cfg.plan_batch_videos:
+        return f"a steady stream of {videos}"
+    return (
+        f"a batch of {cfg.plan_batch_videos} {videos}: "
+        f"{report.best.result.seconds:.0f} s predicted to index it"
     )
 
 

@@ -1,0 +1,40 @@
+"""What a plan is ranked on: a steady stream of videos, or a batch whose last video counts."""
+
+from vifusion.config import Config
+from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.planner import make_plan, videos_of, workload
+from vifusion.plan.simulate import StageCosts
+
+# A node with a tenth of the others' cores: an extractor there takes ten times as long over
+# a video, and in a batch the video it holds can end the batch long after the rest.
+CLUSTER = Cluster(
+    (NodeType("head", 1, 2), NodeType("mid", 1, 2), NodeType("weak", 1, 2, cpu_share=0.05)),
+    "head",
+)
+COSTS = {t.name: StageCosts(decode_cs=0.005, embed_cs=0.03) for t in CLUSTER.types}
+VIDEOS = {"sample_fps": 4.0, "plan_video_s": 12.0, "plan_video_mbps": 0.0}
+
+
+def weak_extractors(plan: dict) -> int:
+    return sum(n["extractors"] for n in plan["nodes"] if n["type"] == "weak")
+
+
+def test_a_batch_is_planned_around_a_node_that_would_hold_up_its_last_videos(tmp_path):
+    batch = Config(data_dir=tmp_path, plan_batch_videos=12, **VIDEOS)
+    report, plan = make_plan(batch, CLUSTER, COSTS, parallel=False)
+    assert weak_extractors(plan) == 0
+    assert report.best.result.fps >= 1.3 * report.even.result.fps  # the even spread waits
+    assert report.best.result.frames == 12 * 48  # the whole batch, the last video included
+
+    # In a stream without end, an extractor on the weak node only adds frames.
+    stream = Config(data_dir=tmp_path, **VIDEOS)
+    assert weak_extractors(make_plan(stream, CLUSTER, COSTS, parallel=False)[1]) > 0
+
+
+def test_a_plan_records_the_videos_it_was_made_for_and_a_replan_plans_for_them(tmp_path):
+    made = Config(data_dir=tmp_path, plan_batch_videos=12, **VIDEOS)
+    _, plan = make_plan(made, CLUSTER, COSTS, parallel=False)
+    again = videos_of(Config(data_dir=tmp_path, sample_fps=4.0), plan)  # the same sampling
+    assert workload(again) == workload(made)
+    # A plan from before the batch was recorded gave only the videos' bitrate.
+    assert videos_of(Config(), {"video_mbps": 2.5}).plan_video_mbps == 2.5
