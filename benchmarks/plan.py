@@ -14,7 +14,7 @@ described to the planner as three node types whose cores are those each host get
 probed (two spinning processes in each host's cgroup, all hosts at once: the quota, or less
 where the machine's other work takes the rest), and:
 
-- **plan**: the search's choice, applied (``DATA_DIR/plan.json``), then a real ingest of
+- **plan**: the search's choice for this batch of videos (``vifusion plan --batch``), applied (``DATA_DIR/plan.json``), then a real ingest of
   generated videos (``Runtime`` -> ``Indexer``: decode, embed, aggregate, shard);
 - **even**: the even spread (the same extractors on every host, shards round-robin), applied
   the same way, on the same videos, in the same run.
@@ -26,7 +26,7 @@ mode also reports each host's CPU seconds by process during the ingest (``cpu_s`
 the simulation's by stage (``predicted_cpu_s``). ``search_s``, ``candidates_evaluated`` and ``candidates_pruned``
 are for a described 16-node cluster (4 node types), with these stage costs.
 
-Run:  sudo .venv/bin/python benchmarks/plan.py [--quick]
+Run:  sudo .venv/bin/python benchmarks/plan.py [--quick] [--weak-cores 0.15]
 It ends with one line of JSON holding every figure.
 """
 
