@@ -137,3 +137,17 @@ def test_the_planned_workload_ships_files_at_the_configured_bitrate():
     )
     report = search(three_hosts(), COSTS, w, parallel=False)
     assert report.best.result.fps >= report.even.result.fps
+
+
+def test_the_bound_holds_for_a_batch_whose_first_videos_wait_on_a_weak_node():
+    # Each extractor takes one of the first videos at once, however slow its node: the bound
+    # counts the slowest of them, and placements with extractors there are pruned unsimulated.
+    weak = NodeType("weak", 1, 2, cpu_share=0.05)
+    cluster = Cluster((HEAD, SLOW, weak), "head")
+    costs = {**COSTS, "weak": COSTS["head"]}
+    batch = Workload(videos=12, frames_per_video=48)
+    for workload in (Workload(videos=4, frames_per_video=48), batch):
+        assert_bound_holds(cluster, workload, costs)
+    report = search(cluster, costs, batch, parallel=False)
+    assert report.best.result.fps > 1.3 * report.even.result.fps  # the even spread waits
+    assert report.pruned_dominated > 3 * report.evaluated

@@ -16,7 +16,8 @@ simulation:
   ladder has), a node other than the head receives its videos' files through the narrower
   of the head's uplink and its downlink (and all of them through the head's uplink), each
   shard applies on one thread, and the frames bound for a node arrive through its downlink
-  or are made there. Candidates are simulated in order of their
+  or are made there; a batch lasts at least as long as its slowest first video (the first
+  videos go one to each extractor at once). Candidates are simulated in order of their
   bound, so most of them never need a simulation, and one whose bound at best ties the best
   found is not simulated either.
 
@@ -143,7 +144,7 @@ def upper_bound(
     nodes = cluster.nodes()
     primaries = {g[0] for g in c.shards}
     file_per_frame = workload.video_bytes / workload.frames_per_video  # bytes
-    make = []
+    make, first = [], []  # first: each extractor's rate, in the order videos are handed out
     for i, n in enumerate(nodes):
         k, s, t = c.extractors[i], costs[n.type.name], n.type
         if not k:
@@ -156,6 +157,7 @@ def upper_bound(
             arrive = path(nodes[0].type, t)[0] / file_per_frame  # frames/s
             one = 1 / (1 / arrive + 1 / one)
             rates.append(arrive)
+        first += [one] * k
         rates += [k * one, 1 / (s.aggregate_cs or 1e-12)]
         if s.embed_gpu_s and t.gpus:
             rates.append(t.gpus / s.embed_gpu_s)
@@ -193,9 +195,12 @@ def upper_bound(
         for i, n in enumerate(nodes)
         if c.extractors[i]
     )
+    # The first videos go one to each extractor, in node order, at once (``Simulation.run``):
+    # the batch lasts at least as long as the slowest of those takes over its video.
     seconds = max(
         seconds,
         math.ceil(workload.videos / sum(c.extractors)) * workload.frames_per_video / fastest,
+        workload.frames_per_video / min(first[: workload.videos]),
     )
     per_shard = [0] * len(c.shards)
     for v in range(1, workload.videos + 1):
