@@ -14,8 +14,9 @@ described to the planner as three node types whose cores are those each host get
 probed (two spinning processes in each host's cgroup, all hosts at once: the quota, or less
 where the machine's other work takes the rest), and:
 
-- **plan**: the search's choice for this batch of videos (``vifusion plan --batch``), applied (``DATA_DIR/plan.json``), then a real ingest of
-  generated videos (``Runtime`` -> ``Indexer``: decode, embed, aggregate, shard);
+- **plan**: the search's choice for this batch of videos (``vifusion plan --batch``),
+  applied (``DATA_DIR/plan.json``), then a real ingest of generated videos (``Runtime`` ->
+  ``Indexer``: decode, embed, aggregate, shard);
 - **even**: the even spread (the same extractors on every host, shards round-robin), applied
   the same way, on the same videos, in the same run.
 
