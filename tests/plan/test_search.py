@@ -3,7 +3,7 @@
 import pytest
 
 from vifusion.plan.model import Cluster, NodeType
-from vifusion.plan.search import candidates, even_spread, search, upper_bound
+from vifusion.plan.search import busy, candidates, even_spread, search, upper_bound
 from vifusion.plan.simulate import StageCosts, Workload, simulate
 
 SLOW = NodeType("slow", 1, 2, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01)
@@ -151,3 +151,25 @@ def test_the_bound_holds_for_a_batch_whose_first_videos_wait_on_a_weak_node():
     report = search(cluster, costs, batch, parallel=False)
     assert report.best.result.fps > 1.3 * report.even.result.fps  # the even spread waits
     assert report.pruned_dominated > 3 * report.evaluated
+
+
+def test_a_batch_of_few_videos_simulates_placements_alike_once():
+    # 3 videos: the extractors past the first three (in node order) stay idle, so placements
+    # that differ only in nodes past them run alike; one of each is simulated, the best kept.
+    big = NodeType("big", 2, 4)
+    cluster = Cluster((HEAD, big, WEAK), "head")
+    costs = {**COSTS, "big": COSTS["head"]}
+    batch = Workload(videos=3, frames_per_video=48)
+    space = list(candidates(cluster, num_shards=2, replicas=1))
+    for c in space[::5]:
+        if sum(c.extractors):
+            trimmed = busy(c, batch)
+            assert simulate(cluster, costs, trimmed, batch) == simulate(cluster, costs, c, batch)
+    full = search(cluster, costs, batch, space=space, prune=False, parallel=False)
+    pruned = search(cluster, costs, batch, space=space, prune=True, parallel=False)
+    assert pruned.pruned_equivalent > 0
+    assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
+    simulated = [
+        busy(e.candidate, batch) for e in pruned.ranked if e.candidate != pruned.even.candidate
+    ]
+    assert len(set(simulated)) == len(simulated)

@@ -183,7 +183,8 @@ def report_lines(cluster: Cluster, report: SearchReport) -> list[str]:
     )
     lines.append(
         f"predicted {gain:.2f}x the even spread; {report.candidates} candidates: {report.evaluated} "
-        f"simulated, {report.pruned_infeasible} infeasible, {report.pruned_dominated} dominated; "
+        f"simulated, {report.pruned_infeasible} infeasible, {report.pruned_dominated} dominated, "
+        f"{report.pruned_equivalent} alike a simulated one; "
         f"searched in {report.seconds:.2f} s"
     )
     return lines
@@ -202,5 +203,6 @@ def report_json(cluster: Cluster, report: SearchReport, plan: dict[str, Any]) ->
         "candidates_pruned": report.pruned,
         "pruned_infeasible": report.pruned_infeasible,
         "pruned_dominated": report.pruned_dominated,
+        "pruned_equivalent": report.pruned_equivalent,
         "search_s": round(report.seconds, 3),
     }

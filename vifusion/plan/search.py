@@ -3,7 +3,7 @@
 Candidates: how many extractors on each node type (every node of a type alike, from none
 to one per core: an extractor asks Ray for one CPU), which node type holds the shards
 (primaries and replicas spread over its nodes as ``placement.spread`` does, or over every
-node: the even spread), and the fusion size limits. Two prunings come before any
+node: the even spread), and the fusion size limits. Three prunings come before any
 simulation:
 
 - **infeasible**: no extractor at all, or a node's memory short of its extractors' models
@@ -19,7 +19,9 @@ simulation:
   or are made there; a batch lasts at least as long as its slowest first video (the first
   videos go one to each extractor at once). Candidates are simulated in order of their
   bound, so most of them never need a simulation, and one whose bound at best ties the best
-  found is not simulated either.
+  found is not simulated either;
+- **alike**: in a batch of fewer videos than extractors, a candidate that differs from one
+  already taken only on nodes whose extractors never get a video (``busy``).
 
 What is left is simulated, in parallel as Ray tasks when Ray is up (in this process
 otherwise). A steady rate is held to its candidate's bound (a finite window can read above
@@ -69,10 +71,12 @@ class SearchReport:
     pruned_dominated: int
     seconds: float
     ranked: list[Evaluated] = field(default_factory=list)
+    # a batch's candidates that differ from one simulated only in extractors given no video
+    pruned_equivalent: int = 0
 
     @property
     def pruned(self) -> int:
-        return self.pruned_infeasible + self.pruned_dominated
+        return self.pruned_infeasible + self.pruned_dominated + self.pruned_equivalent
 
 
 def extractor_options(t: NodeType) -> list[int]:
@@ -135,6 +139,21 @@ def feasible(
         if c.extractors[i] > n.type.cpus or need > n.type.memory_bytes:
             return False
     return True
+
+
+def busy(c: Candidate, workload: Workload) -> Candidate:
+    """``c`` without the nodes whose extractors never get a video: in a batch of fewer
+    videos than extractors, the first videos go one to each extractor in node order
+    (``Simulation.run``) and the rest wait for one of those, so every node past them stays
+    idle. A node with some extractors idle keeps them all (they split its torch threads).
+    Candidates alike once so trimmed run alike."""
+    if workload.steady or sum(c.extractors) <= workload.videos:
+        return c
+    left, kept = workload.videos, []
+    for k in c.extractors:
+        kept.append(k if left > 0 else 0)
+        left -= k
+    return replace(c, extractors=tuple(kept))
 
 
 def upper_bound(
@@ -290,13 +309,16 @@ def search(
             first.pruned_dominated,
             time.perf_counter() - t0,
             second.ranked,
+            first.pruned_equivalent,
         )
     space = list(space)
     even = even_spread(cluster, num_shards, replicas)
     ok = [c for c in space if feasible(cluster, costs, c, workload)]
     infeasible = len(space) - len(ok)
-    bounds = {c: upper_bound(cluster, costs, c, workload) for c in ok}
-    order = sorted(ok, key=lambda c: -bounds[c])
+    key = {c: busy(c, workload) if prune else c for c in ok}
+    bounds = {c: upper_bound(cluster, costs, key[c], workload) for c in ok}
+    # of candidates alike (one key), the one with the fewest extractors is simulated
+    order = sorted(ok, key=lambda c: (-bounds[c], sum(c.extractors)))
     simulate_all = _runner(cluster, costs, workload, parallel)
     # what a steady rate is held to: the bounds, and the even spread's (it may be infeasible)
     cap = {even: upper_bound(cluster, costs, even, workload), **bounds}
@@ -313,13 +335,18 @@ def search(
 
     done: dict[Candidate, Result] = {}
     best: Result | None = None
-    dominated = 0
+    dominated = equivalent = 0
+    seen: set[Candidate] = set()
     i = 0
     while i < len(order):
         chunk = []
         while i < len(order) and len(chunk) < batch:
             c = order[i]
             i += 1
+            if key[c] in seen:
+                equivalent += 1
+                continue
+            seen.add(key[c])
             if prune and best is not None and bounds[c] <= best.fps * (1 + _TIE):
                 dominated += 1
             else:
@@ -350,6 +377,7 @@ def search(
         pruned_dominated=dominated,
         seconds=time.perf_counter() - t0,
         ranked=ranked,
+        pruned_equivalent=equivalent,
     )
 
 
