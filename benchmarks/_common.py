@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,7 +72,10 @@ def cpu_seconds(pid: int | str) -> float:
 class Cgroups:
     """One CPU cgroup per host, ``cores`` each (v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``
     where only v1 has the cpu controller); processes moved in after they start (their
-    children, Ray's workers, are born inside)."""
+    children, Ray's workers, are born inside). ``loose`` raises a quota below a core to one
+    core while models load, which is not what a benchmark measures; ``tight`` puts the quotas
+    back. A core, not more: a process that sizes its threads by the quota (``_cores.py``)
+    floors it, so it gets one thread either way."""
 
     def __init__(self, name: str, cores: tuple[float, ...]) -> None:
         v2 = Path("/sys/fs/cgroup")
@@ -83,10 +87,19 @@ class Cgroups:
         base = v2 if self.v2 else v2 / "cpu"
         if not self.v2 and not (base / "cpu.cfs_quota_us").exists():
             raise RuntimeError("no cpu cgroup controller (v2 cpu.max or v1 cpu.cfs_quota_us) here")
+        self.cores = cores
         self.dirs = [base / f"{name}-h{i}" for i in range(len(cores))]
-        for d, c in zip(self.dirs, cores, strict=True):
+        for d in self.dirs:
             d.mkdir(exist_ok=True)
+        self.tight()
+
+    def tight(self) -> None:
+        for d, c in zip(self.dirs, self.cores, strict=True):
             limit(d, c)
+
+    def loose(self) -> None:
+        for d, c in zip(self.dirs, self.cores, strict=True):
+            limit(d, max(c, 1.0))
 
     def move(self, host: int, pids: set[int]) -> None:
         for pid in pids:
@@ -95,9 +108,11 @@ class Cgroups:
             except OSError:
                 pass  # gone already
 
-    def probe(self, seconds: float = 2.0) -> list[float]:
-        """Cores each host gets now, all hosts busy at once: at most its quota, less where
-        the machine's other work takes the rest. Two spinning processes a host."""
+    def probe(self, seconds: float = 4.0) -> list[float]:
+        """Cores each host gets now, all hosts busy at once: its quota, less where the
+        machine's other work takes the rest. Two spinning processes a host; what the host's
+        other processes (Ray's) take meanwhile counts too (read in clock ticks, so a read
+        can pass the quota by a tick a process: held to it)."""
         spin = (
             "import sys, time\nsys.stdin.readline()\nt, w = time.process_time(), time.time()\n"
             f"while time.time() - w < {seconds}: pass\nprint(time.process_time() - t)"
@@ -113,36 +128,65 @@ class Cgroups:
                 )
                 self.move(i, {p.pid})
                 procs.append((i, p))
+        spinners = {p.pid for _, p in procs}
+        before = [self._cpu(d, spinners) for d in self.dirs]
         for _, p in procs:
             p.stdin.write("\n")
             p.stdin.flush()
         got = [0.0] * len(self.dirs)
         for i, p in procs:
             got[i] += float(p.communicate()[0]) / seconds
-        return [round(g, 3) for g in got]
+        for i, d in enumerate(self.dirs):
+            after = self._cpu(d, spinners)
+            got[i] += (
+                sum(after[pid] - cpu for pid, cpu in before[i].items() if pid in after) / seconds
+            )
+        return [round(min(g, c), 3) for g, c in zip(got, self.cores, strict=True)]
 
-    def embed_cs(self, cfg, batches: int = 8) -> list[float]:
+    @staticmethod
+    def _cpu(group: Path, leave_out: set[int]) -> dict[int, float]:
+        """CPU seconds so far of each process in ``group`` but those left out."""
+        out = {}
+        for pid in (group / "cgroup.procs").read_text().split():
+            if int(pid) not in leave_out:
+                with contextlib.suppress(OSError):  # gone already
+                    out[int(pid)] = cpu_seconds(pid)
+        return out
+
+    def embed_cs(self, cfg, seconds: float = 10.0) -> list[float]:
         """Core-seconds a frame costs to embed on each host, all hosts embedding at once (one
         process each, in its cgroup, with ``cfg``'s torch threads): what the hosts' extractors
-        pay while they share this machine's cores."""
+        pay while they share this machine's cores, over the same ``seconds``. The models load
+        ``loose``; the embedding starts ``tight`` (this process is the barrier's last party)."""
         code = (
             "import sys, json\nfrom pathlib import Path\nfrom vifusion.config import Config\n"
             "from vifusion.plan.calibrate import embed_cs\n"
             "cfg = Config.model_validate_json(sys.argv[1])\n"
-            "print(embed_cs(cfg, Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))"
+            "print(embed_cs(cfg, Path(sys.argv[2]), int(sys.argv[3]), seconds=float(sys.argv[4])))"
         )
+        hosts = len(self.dirs)
         with tempfile.TemporaryDirectory(prefix="vf-embed-") as tmp:
+            barrier = Path(tmp) / "barrier"
+            barrier.mkdir()
             procs = []
-            for i in range(len(self.dirs)):
+            self.loose()
+            for i in range(hosts):
                 p = subprocess.Popen(
-                    [sys.executable, "-c", code, cfg.model_dump_json(), f"{tmp}/barrier",
-                     str(len(self.dirs)), str(batches)],
+                    [sys.executable, "-c", code, cfg.model_dump_json(), str(barrier),
+                     str(hosts + 1), str(seconds)],
                     stdout=subprocess.PIPE,
                     text=True,
                     cwd=str(Path(__file__).resolve().parents[1]),
                 )  # fmt: skip
                 self.move(i, {p.pid})
                 procs.append(p)
+            deadline = time.monotonic() + 600
+            while len(list(barrier.iterdir())) < hosts and time.monotonic() < deadline:
+                if any(p.poll() is not None for p in procs):
+                    break  # one failed: its error comes out below
+                time.sleep(0.1)
+            self.tight()
+            (barrier / "ready-caller").touch()
             return [round(float(p.communicate(timeout=600)[0].split()[-1]), 5) for p in procs]
 
     def remove(self) -> None:

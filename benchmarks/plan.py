@@ -11,8 +11,9 @@ machine's cores as the planner is told they do. The stages are calibrated here
 (``calibrate``: each stage alone, and two processes embedding at once) and scaled to each
 host's embedding measured on the bed, every host at once (``Cgroups.embed_cs``); the bed is
 described to the planner as three node types whose cores are those each host gets when
-probed (two spinning processes in each host's cgroup, all hosts at once: the quota, or less
-where the machine's other work takes the rest), and:
+probed (two spinning processes in each host's cgroup, all hosts at once, and Ray's processes
+there meanwhile: the quota, or less where the machine's other work takes the rest; the model
+leaves ``RAY_CORES`` of them to Ray), and:
 
 - **plan**: the search's choice for this batch of videos (``vifusion plan --batch``),
   applied (``DATA_DIR/plan.json``), then a real ingest of generated videos (``Runtime`` ->
@@ -21,13 +22,14 @@ where the machine's other work takes the rest), and:
   the same way, on the same videos, in the same run.
 
 Frames/s per mode are frames indexed over the wall time from the first job's start to the
-last one's acknowledgement, models loaded; ``predicted_fps`` is the simulation of the chosen
+last one's acknowledgement, models loaded (they load with each quota below a core raised to
+one, ``Cgroups.loose``; the quotas hold from the probe before the ingest to its end); ``predicted_fps`` is the simulation of the chosen
 plan on the same videos, from a probe taken once the mode's actors are up and idle. Each
 mode also reports each host's CPU seconds by process during the ingest (``cpu_s``) beside
 the simulation's by stage (``predicted_cpu_s``). ``search_s``, ``candidates_evaluated`` and ``candidates_pruned``
 are for a described 16-node cluster (4 node types), with these stage costs.
 
-Run:  sudo .venv/bin/python benchmarks/plan.py [--quick] [--weak-cores 0.15]
+Run:  sudo .venv/bin/python benchmarks/plan.py [--quick] [--weak-cores 0.3]
 It ends with one line of JSON holding every figure.
 """
 
@@ -49,10 +51,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
-from _common import Cgroups, ns_pids, run_benchmark  # noqa: E402
+from _common import Cgroups, cpu_seconds, ns_pids, run_benchmark  # noqa: E402
 
 RATES = ("1gbit", "20mbit", "1gbit")  # each host's link, both ways (--slow-rate: host 1's)
-CORES = (0.7, 0.7, 0.3)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
+CORES = (0.7, 0.7, 0.15)  # cores each host may use (its cgroup); Ray is told 2 CPUs each
 DELAY_MS = 10.0
 CRF = 0  # x264 lossless: about 3.6 Mbit/s at 320x240
 # torch_threads 0: the default, one thread per core the host's quota allows (one on every
@@ -117,18 +119,15 @@ def _mark(what: str) -> None:
 def _cpu_snapshot(dirs: list[Path]) -> list[dict]:
     """Per host (cgroup): each process's CPU seconds so far, by pid, with its name (a Ray
     worker's is its actor class), and the cgroup's throttled time."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = []
     for d in dirs:
         procs: dict[int, tuple[str, float]] = {}
         for pid in (d / "cgroup.procs").read_text().split():
             try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                procs[int(pid)] = (_proc_name(argv), cpu_seconds(pid))
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            procs[int(pid)] = (_proc_name(argv), (int(fields[11]) + int(fields[12])) / tick)
         throttled = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
         out.append({"procs": procs, "throttled_s": int(throttled.get("throttled_time", 0)) / 1e9})
     return out
@@ -181,7 +180,7 @@ def sixteen_nodes():
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer, shorter videos (about a minute)")
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter videos")
     ap.add_argument(
         "--torch-threads",
         type=int,
@@ -190,7 +189,7 @@ def main() -> int:
     )
     ap.add_argument("--slow-rate", default=RATES[1], help="host 1's link, both ways (20mbit)")
     ap.add_argument(
-        "--weak-cores", type=float, default=CORES[2], help="host 2's CPU quota in cores (0.3)"
+        "--weak-cores", type=float, default=CORES[2], help="host 2's CPU quota in cores (0.15)"
     )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -215,9 +214,18 @@ def main() -> int:
     if (reason := available()) is not None:
         print(f"plan benchmark needs the network test bed: {reason}", file=sys.stderr)
         return 2
-    count, scene_s, fps = (4, 2.0, 4.0) if args.quick else (12, 4.0, 4.0)
+    count, scene_s, fps = (8, 2.0, 4.0) if args.quick else (12, 4.0, 4.0)
     work = Path(tempfile.mkdtemp(prefix="vf-plan-bench-"))
     groups = None
+    phases: dict[str, float] = {}  # wall seconds of each step, to see where a run goes
+    mark = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = round(now - mark[0], 1)
+        mark[0] = now
+        print(f"  [{name}: {phases[name]} s]", flush=True)
+
     try:
         videos = [
             write_video(
@@ -237,8 +245,10 @@ def main() -> int:
             plan_video_mbps=round(video_mbps, 2),  # decoding is calibrated at this bitrate
             **{**CFG, "torch_threads": args.torch_threads or 1},
         )
+        phase("videos")
         costs_here = _here(cfg)
         print(f"  calibrated here: {costs_here}", flush=True)
+        phase("calibrate_here")
 
         # The 16-node cluster: how long the search takes, how much it prunes. Its nodes have
         # whole cores, so their extractors take torch's default (a thread a core).
@@ -259,6 +269,7 @@ def main() -> int:
             num_shards=2,
             parallel=False,
         )
+        phase("search_16_nodes")
 
         with NetBed(hosts=3, rate=RATES[0], delay_ms=DELAY_MS, cgroups=True) as bed:
             for i, rate in enumerate(rates):
@@ -269,6 +280,7 @@ def main() -> int:
             address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
             for i, host in enumerate(bed.hosts):
                 groups.move(i, ns_pids(host.name))
+            phase("bed_and_ray")
 
             def described(cores: list[float]) -> Cluster:
                 """The bed as the planner sees it: each host's cores as probed just now."""
@@ -296,6 +308,7 @@ def main() -> int:
             # embed costs more than alone (each host is measured in its cgroup, all at once).
             on_hosts = groups.embed_cs(cfg)
             print(f"  embed_cs on the hosts at once: {on_hosts}", flush=True)
+            phase("calibrate_on_hosts")
             costs = {t.name: _as_measured(costs_here, e) for t, e in zip(types, on_hosts)}
             live = [Node(t, 0, bed.hosts[i].ip) for i, t in enumerate(types)]
             # Planned for this batch (`vifusion plan --batch`): with a few videos, which
@@ -322,6 +335,7 @@ def main() -> int:
                     "sample_fps": fps,
                     "torch_threads": args.torch_threads,
                 }
+                groups.loose()  # the models load; the ingest runs tight
                 proc = bed.exec(
                     0,
                     [sys.executable, __file__, "--drive", json.dumps(spec)],
@@ -338,15 +352,20 @@ def main() -> int:
                     if line.strip() == "LOADED":
                         # Predicted from the cores each host gets now, with the runtime's
                         # actors up (idle, as Ray's daemons are): what the ingest will share.
+                        phase(f"{mode}_start")
+                        groups.tight()
                         probed = groups.probe()
                         predicted = simulate(described(probed), costs, candidate, finite)
                     if line.strip() in ("LOADED", "INDEXED"):
                         snaps.append(_cpu_snapshot(groups.dirs))
+                        if line.strip() == "INDEXED":
+                            groups.loose()  # the runtime shuts down
                         proc.stdin.write("\n")
                         proc.stdin.flush()
                     elif line.startswith("RESULT "):
                         result = line[7:]
                 proc.wait(timeout=120)
+                phase(f"{mode}_ingest")
                 if result is None or len(snaps) != 2:
                     errors.seek(0)
                     raise RuntimeError(f"the driver failed ({mode}):\n{errors.read()[-3000:]}")
@@ -399,6 +418,7 @@ def main() -> int:
             "candidates": big_report.candidates,
             "search_s_files": round(big_files.seconds, 3),
             "candidates_evaluated_files": big_files.evaluated,
+            "phases_s": phases,
             "modes": res,
         }
         print(json.dumps(out))

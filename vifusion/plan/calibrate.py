@@ -245,11 +245,19 @@ def speech_cs(cfg: Config, tmp: Path, device: str = "cpu") -> float:
     return (time.process_time() - t) / (each_s * len(_SAID))
 
 
-def embed_cs(cfg: Config, barrier: Path | None = None, parties: int = 1, batches: int = 4) -> float:
+def embed_cs(
+    cfg: Config,
+    barrier: Path | None = None,
+    parties: int = 1,
+    batches: int = 4,
+    seconds: float = 0.0,
+) -> float:
     """Core-seconds a frame costs to embed in this process, with the torch threads of an
     extractor among ``parties`` on its node (frames of the embedder's size: the cost depends
-    on their size, not on what they show). With a ``barrier`` directory, embedding starts
-    once ``parties`` processes have loaded."""
+    on their size, not on what they show), over ``batches`` batches, or with ``seconds``, as
+    many as start within that wall time (at least one: processes measured at once then
+    embed over the same window, however slow each is). With a ``barrier`` directory,
+    embedding starts once ``parties`` processes have loaded."""
     import torch
 
     from vifusion.extract.actor import EMBED_SIDE
@@ -267,10 +275,11 @@ def embed_cs(cfg: Config, barrier: Path | None = None, parties: int = 1, batches
         deadline = time.monotonic() + 120
         while len(list(barrier.iterdir())) < parties and time.monotonic() < deadline:
             time.sleep(0.05)
-    t = time.process_time()
-    for _ in range(batches):
+    t, wall, done = time.process_time(), time.monotonic(), 0
+    while done < batches if not seconds else (not done or time.monotonic() - wall < seconds):
         embedder.embed_frames(frames)
-    return (time.process_time() - t) / (batches * len(frames))
+        done += 1
+    return (time.process_time() - t) / (done * len(frames))
 
 
 def _crowded(costs: StageCosts, run_two: list[float]) -> StageCosts:

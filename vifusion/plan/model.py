@@ -28,6 +28,10 @@ from typing import Any
 import yaml
 
 LABEL = "vifusion-"  # prefix of the node-type labels this module reads
+# Cores that Ray's own processes on a node (raylet, log monitor, dashboard agent) and the
+# node's aggregator between hand-overs take while an ingest runs; the pipeline's stages
+# share the rest. A few percent of a whole core, but a quarter of a host held to 0.15.
+RAY_CORES = 0.03
 DEFAULT_RATE_BPS = 1e9  # bits/s of a link nothing describes
 DEFAULT_RTT_S = 0.0005
 # vCPUs, GPUs, GiB of the instance types deploy/cluster.yaml names and a few neighbours;
@@ -91,6 +95,11 @@ class NodeType:
     @property
     def cores(self) -> float:
         return self.cpus * self.cpu_share
+
+    @property
+    def work_cores(self) -> float:
+        """Cores the pipeline's stages share: ``cores`` less ``RAY_CORES``."""
+        return max(self.cores - RAY_CORES, 0.01)
 
 
 @dataclass(frozen=True)

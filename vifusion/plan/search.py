@@ -185,11 +185,11 @@ def upper_bound(
                 # A frame costs embed_cs only while its extractor embeds alone, on its share
                 # of the threads (at most ``alone`` frames/s); the rest pay the crowded cost.
                 # The node's CPU then holds f (crowded + cpu) - alone (crowded - embed_cs).
-                alone = min(embed_threads(t, s, k), t.cores) / (s.embed_cs or 1e-12)
+                alone = min(embed_threads(t, s, k), t.work_cores) / (s.embed_cs or 1e-12)
                 saved = alone * (s.embed_cs_crowded - s.embed_cs)
-                rates.append((t.cores + saved) / (s.embed_cs_crowded + cpu))
+                rates.append((t.work_cores + saved) / (s.embed_cs_crowded + cpu))
             cpu += s.embed_cs_least
-        rates.append(t.cores / cpu)
+        rates.append(t.work_cores / cpu)
         if i not in primaries:
             rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
         make.append(min(rates))
@@ -235,10 +235,10 @@ def _one_extractor(t: NodeType, s: StageCosts, sharing: int = 1) -> float:
     embed = (
         1 / s.embed_gpu_s
         if s.embed_gpu_s and t.gpus
-        else min(embed_threads(t, s, sharing), t.cores) / (s.embed_cs_least or 1e-12)
+        else min(embed_threads(t, s, sharing), t.work_cores) / (s.embed_cs_least or 1e-12)
     )
     cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
-    return min(1 / (s.decode_cs or 1e-12), embed, t.cores / (cpu or 1e-12))
+    return min(1 / (s.decode_cs or 1e-12), embed, t.work_cores / (cpu or 1e-12))
 
 
 def _better(a: Result, b: Result | None) -> bool:

@@ -10,8 +10,8 @@ while a batch is buffered); **fuse** by the real ``FlushPolicy``, ``FusionBuffer
 round trip; **shard**: the primary applies a batch on one core, a group commit acknowledges
 it, each replica applies it too. A video is finished once every row of it is acknowledged.
 
-CPU on a node is shared equally among the running work (processor sharing), none more than
-it can use. Reports frames per second over the run and the p50 of a row's embedded ->
+CPU on a node (its ``work_cores``: Ray's own processes take the rest) is shared equally
+among the running work (processor sharing), none more than it can use. Reports frames per second over the run and the p50 of a row's embedded ->
 acknowledged time (as ``benchmarks/plan.py`` and the aggregator measure them). A video file
 lives on the head; an extractor elsewhere receives it whole before decoding (``ship``). Not
 modelled: dedup runs held open, per-video start, Ray's scheduling, other traffic on the links.
@@ -125,7 +125,7 @@ class Simulation:
         self.nodes: list[Node] = cluster.nodes()
         self.costs = [costs[n.type.name] for n in self.nodes]
         self.cand, self.work = candidate, workload
-        self.cpu = [Cpu(self.sim, n.type.cores) for n in self.nodes]
+        self.cpu = [Cpu(self.sim, n.type.work_cores) for n in self.nodes]
         self.gpu = [Cpu(self.sim, n.type.gpus) if n.type.gpus else None for n in self.nodes]
         self.embedding = [0] * len(self.nodes)  # extractors embedding on their CPU now
         self.agg = [Serial(c, "aggregator") for c in self.cpu]
