@@ -4,7 +4,7 @@ import pytest
 
 from vifusion.plan.model import Cluster, NodeType
 from vifusion.plan.search import busy, candidates, even_spread, search, upper_bound
-from vifusion.plan.simulate import StageCosts, Workload, simulate
+from vifusion.plan.simulate import Candidate, StageCosts, Workload, simulate
 
 SLOW = NodeType("slow", 1, 2, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01)
 WEAK = NodeType("weak", 1, 2, cpu_share=0.5)
@@ -173,3 +173,16 @@ def test_a_batch_of_few_videos_simulates_placements_alike_once():
         busy(e.candidate, batch) for e in pruned.ranked if e.candidate != pruned.even.candidate
     ]
     assert len(set(simulated)) == len(simulated)
+
+
+def test_a_batch_bound_counts_whole_videos_on_unequal_extractors():
+    # Five videos, one extractor a node, one node three times the other: the fast one does
+    # four while the slow one does one, so the batch takes four of the fast one's videos,
+    # not the 5/(1 + 1/3) of them that its frames over both rates would allow.
+    free = dict(aggregate_cs=0.0, encode_cs=(0.0,), apply_cs=0.0, message_cs=0.0, sync_s=0.0)
+    cluster = Cluster((NodeType("head", 1, 1), NodeType("third", 1, 3, cpu_share=1 / 9)), "head")
+    costs = {t: StageCosts(decode_cs=1e-4, embed_cs=0.01, **free) for t in ("head", "third")}
+    batch = Workload(videos=5, frames_per_video=96)
+    c = Candidate((1, 1), ((0,),))
+    simulated = simulate(cluster, costs, c, batch).fps
+    assert simulated <= upper_bound(cluster, costs, c, batch) <= simulated * 1.05

@@ -17,7 +17,8 @@ simulation:
   of the head's uplink and its downlink (and all of them through the head's uplink), each
   shard applies on one thread, and the frames bound for a node arrive through its downlink
   or are made there; a batch lasts at least as long as its slowest first video (the first
-  videos go one to each extractor at once). Candidates are simulated in order of their
+  videos go one to each extractor at once), and as long as its extractors take to finish
+  its videos whole, each at its own rate (``_whole_videos_s``). Candidates are simulated in order of their
   bound, so most of them never need a simulation, and one whose bound at best ties the best
   found is not simulated either;
 - **alike**: in a batch of fewer videos than extractors, a candidate that differs from one
@@ -164,6 +165,7 @@ def upper_bound(
     primaries = {g[0] for g in c.shards}
     file_per_frame = workload.video_bytes / workload.frames_per_video  # bytes
     make, first = [], []  # first: each extractor's rate, in the order videos are handed out
+    ones = []  # (node, its extractors, one extractor's rate) where it has any
     for i, n in enumerate(nodes):
         k, s, t = c.extractors[i], costs[n.type.name], n.type
         if not k:
@@ -177,6 +179,7 @@ def upper_bound(
             one = 1 / (1 / arrive + 1 / one)
             rates.append(arrive)
         first += [one] * k
+        ones.append((i, k, one))
         rates += [k * one, 1 / (s.aggregate_cs or 1e-12)]
         if s.embed_gpu_s and t.gpus:
             rates.append(t.gpus / s.embed_gpu_s)
@@ -221,11 +224,37 @@ def upper_bound(
         math.ceil(workload.videos / sum(c.extractors)) * workload.frames_per_video / fastest,
         workload.frames_per_video / min(first[: workload.videos]),
     )
+    seconds = _whole_videos_s(ones, make, workload, seconds)
     per_shard = [0] * len(c.shards)
     for v in range(1, workload.videos + 1):
         per_shard[v % len(c.shards)] += workload.frames_per_video
     seconds = max([seconds, *(f * a for f, a in zip(per_shard, apply_s, strict=True))])
     return total / seconds if seconds else math.inf
+
+
+def _whole_videos_s(
+    ones: list[tuple[int, int, float]], make: list[float], workload: Workload, least: float
+) -> float:
+    """The least time, no less than ``least``, in which the batch's videos can all be done,
+    counted in whole videos: by time T, node i with ``k`` extractors, each at most ``one``
+    frames/s, making at most ``make[i]`` frames/s in all, has finished at most
+    min(k floor(T one / F), floor(T make[i] / F)) videos of F frames (an extractor indexes
+    one video after another). Found by bisection, from below."""
+    frames, videos = workload.frames_per_video, workload.videos
+
+    def finished(t: float) -> int:
+        return sum(
+            min(k * math.floor(t * one / frames + 1e-9), math.floor(t * make[i] / frames + 1e-9))
+            for i, k, one in ones
+        )
+
+    lo, hi = least, videos * frames / (max(min(one, make[i]) for i, _, one in ones) or 1e-12)
+    if finished(lo) >= videos:
+        return lo
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if finished(mid) >= videos else (mid, hi)
+    return lo
 
 
 def _one_extractor(t: NodeType, s: StageCosts, sharing: int = 1) -> float:
