@@ -164,8 +164,8 @@ def upper_bound(
     nodes = cluster.nodes()
     primaries = {g[0] for g in c.shards}
     file_per_frame = workload.video_bytes / workload.frames_per_video  # bytes
-    make, first = [], []  # first: each extractor's rate, in the order videos are handed out
-    ones = []  # (node, its extractors, one extractor's rate) where it has any
+    make: list[float] = []
+    ones = []  # (node, its extractors, one extractor's rate), in node order, where it has any
     for i, n in enumerate(nodes):
         k, s, t = c.extractors[i], costs[n.type.name], n.type
         if not k:
@@ -178,7 +178,6 @@ def upper_bound(
             arrive = path(nodes[0].type, t)[0] / file_per_frame  # frames/s
             one = 1 / (1 / arrive + 1 / one)
             rates.append(arrive)
-        first += [one] * k
         ones.append((i, k, one))
         rates += [k * one, 1 / (s.aggregate_cs or 1e-12)]
         if s.embed_gpu_s and t.gpus:
@@ -210,20 +209,10 @@ def upper_bound(
         return min(rate, sum(1 / (a or 1e-12) for a in apply_s))
     total = workload.videos * workload.frames_per_video
     seconds = total / rate if rate else math.inf
-    # An extractor indexes its videos one after another: some extractor gets at least
-    # videos / extractors of them, at no more than the fastest extractor's own rate.
-    fastest = max(
-        _one_extractor(n.type, costs[n.type.name], c.extractors[i])
-        for i, n in enumerate(nodes)
-        if c.extractors[i]
-    )
     # The first videos go one to each extractor, in node order, at once (``Simulation.run``):
     # the batch lasts at least as long as the slowest of those takes over its video.
-    seconds = max(
-        seconds,
-        math.ceil(workload.videos / sum(c.extractors)) * workload.frames_per_video / fastest,
-        workload.frames_per_video / min(first[: workload.videos]),
-    )
+    first = [one for _, k, one in ones for _ in range(k)]
+    seconds = max(seconds, workload.frames_per_video / min(first[: workload.videos]))
     seconds = _whole_videos_s(ones, make, workload, seconds)
     per_shard = [0] * len(c.shards)
     for v in range(1, workload.videos + 1):
