@@ -29,7 +29,12 @@ mode also reports each host's CPU seconds by process during the ingest (``cpu_s`
 the simulation's by stage (``predicted_cpu_s``). ``search_s``, ``candidates_evaluated`` and ``candidates_pruned``
 are for a described 16-node cluster (4 node types), with these stage costs.
 
-Run:  sudo .venv/bin/python benchmarks/plan.py [--quick] [--weak-cores 0.3]
+With ``--queries-per-s Q``, both modes index while text searches arrive at random, Q a second
+on average, on the head (the driver's ``Searcher``, as an API replica there: the text embedded
+on the head, then every shard searched), the plan is made for them, and each mode reports its
+searches' p50 (from when each was due to its last shard's answer) beside the simulation's.
+
+Run:  sudo .venv/bin/python benchmarks/plan.py [--quick] [--weak-cores 0.3] [--queries-per-s 2]
 It ends with one line of JSON holding every figure.
 """
 
@@ -76,15 +81,20 @@ def drive(spec: dict) -> None:
         sample_fps=spec["sample_fps"],
         **{**CFG, "torch_threads": spec["torch_threads"]},
     )
+    per_s = spec.get("queries_per_s", 0.0)
     with Runtime(cfg, writer=True) as rt:
         ray.get([e.device.remote() for e in rt.indexer.extractors])  # models loaded
         threads = ray.get(
             [e.__ray_call__.remote(lambda _: _torch_threads()) for e in rt.indexer.extractors]
         )
+        if per_s:
+            rt.searcher.text("warm up", modalities=("visual",))  # its model loaded
         _mark("LOADED")  # the caller reads the hosts' CPU counters (outside this netns)
+        searches = _Searches(rt.searcher, per_s) if per_s else None
         t0 = time.perf_counter()
         results = rt.indexer.index_files([Path(f) for f in spec["videos"]])
         wall = time.perf_counter() - t0
+        latencies = searches.stop() if searches else []
         _mark("INDEXED")
         extractors = len(rt.indexer.extractors)
     frames = sum(r.frames for r in results if r.status == "ready")
@@ -98,10 +108,52 @@ def drive(spec: dict) -> None:
                 "frames_per_s": frames / wall,
                 "extractors": extractors,
                 "torch_threads": threads,
+                "searches": len(latencies),
+                "query_p50_s": sorted(latencies)[len(latencies) // 2] if latencies else 0.0,
             }
         ),
         flush=True,
     )
+
+
+_TEXTS = ("a cup of coffee", "a rocket on the launch pad", "an astronaut", "moving shapes")
+
+
+class _Searches:
+    """Text searches at random (Poisson) times while the ingest runs, as users would send
+    them to an API replica on the head: each on a thread of its own, so that one slow
+    search does not hold the next back; its time runs from when it was due."""
+
+    def __init__(self, searcher, per_s: float) -> None:
+        import random
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.latencies: list[float] = []
+        self._pool = ThreadPoolExecutor(16)
+        self._done = threading.Event()
+        self._searcher, self._rng = searcher, random.Random(1)
+        self._thread = threading.Thread(target=self._send, args=(per_s,), daemon=True)
+        self._thread.start()
+
+    def _send(self, per_s: float) -> None:
+        due, n = time.perf_counter(), 0
+        while not self._done.is_set():
+            due += self._rng.expovariate(per_s)
+            self._done.wait(max(due - time.perf_counter(), 0.0))
+            if not self._done.is_set():
+                self._pool.submit(self._one, _TEXTS[n % len(_TEXTS)], due)
+                n += 1
+
+    def _one(self, text: str, due: float) -> None:
+        self._searcher.text(text, modalities=("visual",))
+        self.latencies.append(time.perf_counter() - due)
+
+    def stop(self) -> list[float]:
+        self._done.set()
+        self._thread.join()
+        self._pool.shutdown(wait=True)
+        return self.latencies
 
 
 def _torch_threads() -> int:
@@ -190,6 +242,12 @@ def main() -> int:
     ap.add_argument("--slow-rate", default=RATES[1], help="host 1's link, both ways (20mbit)")
     ap.add_argument(
         "--weak-cores", type=float, default=CORES[2], help="host 2's CPU quota in cores (0.15)"
+    )
+    ap.add_argument(
+        "--queries-per-s",
+        type=float,
+        default=0.0,
+        help="text searches a second, sent on the head while each mode indexes; planned for",
     )
     ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -314,8 +372,17 @@ def main() -> int:
             # Planned for this batch (`vifusion plan --batch`): with a few videos, which
             # extractor gets the last one matters as much as the steady rate (an extractor
             # on the weak host holds it up).
+            # Searches, where sent, are over the shards as they fill: half the batch's rows
+            # on average.
             finite = workload(
-                cfg.updated({"plan_batch_videos": count, "plan_video_s": 3 * scene_s})
+                cfg.updated(
+                    {
+                        "plan_batch_videos": count,
+                        "plan_video_s": 3 * scene_s,
+                        "plan_queries_per_s": args.queries_per_s,
+                        "plan_index_rows": max(1, round(count * 3 * scene_s * fps / 2)),
+                    }
+                )
             )
             t0 = time.perf_counter()
             report = search(cluster, costs, finite, num_shards=2, parallel=False)
@@ -334,6 +401,7 @@ def main() -> int:
                     "data": str(data),
                     "sample_fps": fps,
                     "torch_threads": args.torch_threads,
+                    "queries_per_s": args.queries_per_s,
                 }
                 groups.loose()  # the models load; the ingest runs tight
                 proc = bed.exec(
@@ -373,6 +441,7 @@ def main() -> int:
                     "cpu_s": _cpu_used(*snaps),
                     "predicted_fps": round(predicted.fps, 2),
                     "predicted_s": round(predicted.seconds, 2),
+                    "predicted_query_p50_s": round(predicted.query_p50_s, 4),
                     "cores_probed": probed,
                     "predicted_cpu_s": [
                         {k: round(v, 2) for k, v in node.items()} for node in predicted.cpu_s
@@ -388,6 +457,12 @@ def main() -> int:
                 f"{r['frames_per_s']:.1f} frames/s (predicted {r['predicted_fps']:.1f}); {r['placement']}",
                 flush=True,
             )
+            if r["searches"]:
+                print(
+                    f"    {r['searches']} searches: p50 {r['query_p50_s'] * 1e3:.0f} ms "
+                    f"(predicted {r['predicted_query_p50_s'] * 1e3:.0f} ms)",
+                    flush=True,
+                )
             for host, (used, model) in enumerate(zip(r["cpu_s"], r["predicted_cpu_s"])):
                 print(f"    h{host}: measured {used}\n        predicted {model}", flush=True)
         plan, even = res["plan"], res["even"]
@@ -411,6 +486,11 @@ def main() -> int:
             "even_predicted_fps": even["predicted_fps"],
             "even_measured_fps": round(even["frames_per_s"], 2),
             "chosen_over_even": round(plan["frames_per_s"] / even["frames_per_s"], 3),
+            "queries_per_s": args.queries_per_s,
+            "query_p50_s": round(plan["query_p50_s"], 4),
+            "predicted_query_p50_s": plan["predicted_query_p50_s"],
+            "even_query_p50_s": round(even["query_p50_s"], 4),
+            "even_predicted_query_p50_s": even["predicted_query_p50_s"],
             "bed_search_s": round(bed_search_s, 3),
             "search_s": round(big_report.seconds, 3),
             "candidates_evaluated": big_report.evaluated,
@@ -438,6 +518,7 @@ def _as_measured(here, embed_cs: float):
         decode_cs=here.decode_cs * scale,
         embed_cs=embed_cs,
         embed_cs_crowded=here.embed_cs_crowded * scale,
+        query_cs=here.query_cs * scale,  # a query's text is embedded by torch too
     )
 
 

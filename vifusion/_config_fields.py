@@ -59,6 +59,26 @@ class ExtractFields(BaseModel):
     plan_video_s: float = Field(
         600.0, gt=0, description="the length (s) of the videos `vifusion plan` plans for"
     )
+    plan_queries_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="text searches a second that `vifusion plan` plans to serve while the "
+        "ingest runs: their CPU (the text's embedding on the head, each shard's search) is "
+        "left to them, and the plan predicts their p50 (0: no searches)",
+    )
+    plan_index_rows: int = Field(
+        1_000_000,
+        gt=0,
+        description="rows the shards hold between them when `vifusion plan` plans searches "
+        "(a search's cost at a shard grows with its rows; 1,000,000: about 70 hours of video "
+        "at 4 frames/s)",
+    )
+    plan_query_p50_s: float = Field(
+        0.5,
+        ge=0,
+        description="with plan_queries_per_s, a placement whose searches' predicted p50 is "
+        "above this ranks after every one within it (0: rank by frames/s alone)",
+    )
     replan_tolerance: float = Field(
         0.3,
         gt=0,

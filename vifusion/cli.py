@@ -175,6 +175,26 @@ def _parser() -> argparse.ArgumentParser:
         help="your videos' length (default 600, config plan_video_s)",
     )
     pl.add_argument(
+        "--queries-per-s",
+        type=float,
+        metavar="Q",
+        help="text searches a second to serve while indexing: the plan leaves them their CPU "
+        "and predicts their p50 (default 0, config plan_queries_per_s)",
+    )
+    pl.add_argument(
+        "--index-rows",
+        type=int,
+        metavar="N",
+        help="rows the index holds when searched (default 1,000,000, config plan_index_rows)",
+    )
+    pl.add_argument(
+        "--query-p50-s",
+        type=float,
+        metavar="SECONDS",
+        help="the searches' p50 a placement must keep to rank first (default 0.5, config "
+        "plan_query_p50_s; 0: frames/s alone)",
+    )
+    pl.add_argument(
         "--recalibrate", action="store_true", help="measure the stages again (cached per node type)"
     )
     pl.add_argument("--json", action="store_true", help="print one JSON object")
@@ -195,6 +215,9 @@ def _config(args: argparse.Namespace) -> Config:
         plan_video_mbps=getattr(args, "video_mbps", None),
         plan_batch_videos=getattr(args, "batch", None),
         plan_video_s=getattr(args, "video_s", None),
+        plan_queries_per_s=getattr(args, "queries_per_s", None),
+        plan_index_rows=getattr(args, "index_rows", None),
+        plan_query_p50_s=getattr(args, "query_p50_s", None),
     )
 
 

@@ -33,6 +33,8 @@ def test_plan_from_the_cluster_yaml_prints_it_and_applies_it(tmp_path, capsys):
     costs = json.loads(cached[0].read_text())
     # Process CPU a frame, alone and with another process embedding at once.
     assert costs["embed_cs"] > 0 and costs["embed_cs_crowded"] > 0
+    # A text search: its text's embedding, and a shard's search a row it holds.
+    assert costs["query_cs"] > 0 and costs["search_row_cs"] > 0
 
     # For a batch, from the costs just cached: the plan says what it was made for.
     argv = ["plan", str(ROOT / "deploy" / "cluster.yaml"), "--data-dir", str(tmp_path)]
@@ -40,7 +42,23 @@ def test_plan_from_the_cluster_yaml_prints_it_and_applies_it(tmp_path, capsys):
     assert "planned for a batch of 6 videos of 30 s at 4 Mbit/s:" in capsys.readouterr().out
     assert main([*argv, "--batch", "6", "--video-s", "30", "--json"]) == 0
     videos = json.loads(capsys.readouterr().out)["plan"]["videos"]
-    assert videos == {"plan_video_mbps": 4.0, "plan_batch_videos": 6, "plan_video_s": 30.0}
+    assert videos == {
+        "plan_video_mbps": 4.0,
+        "plan_batch_videos": 6,
+        "plan_video_s": 30.0,
+        "plan_queries_per_s": 0.0,
+        "plan_index_rows": 1_000_000,
+        "plan_query_p50_s": 0.5,
+    }
+
+    # Searches served meanwhile: their p50 is predicted, and the plan records what it served.
+    searched = [*argv, "--queries-per-s", "4", "--index-rows", "200000"]
+    assert main(searched) == 0
+    printed = capsys.readouterr().out
+    assert "serving 4 searches/s over 200,000 rows" in printed and "searches' p50" in printed
+    assert main([*searched, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["predicted_query_p50_s"] > 0 and plan["videos"]["plan_queries_per_s"] == 4.0
 
 
 def test_plan_needs_a_cluster_yaml_or_an_address(tmp_path, capsys):

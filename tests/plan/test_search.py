@@ -1,5 +1,7 @@
 """The search: pruning never drops the best candidate, infeasible ones are never simulated."""
 
+from dataclasses import replace
+
 import pytest
 
 from vifusion.plan.model import Cluster, NodeType
@@ -186,3 +188,59 @@ def test_a_batch_bound_counts_whole_videos_on_unequal_extractors():
     c = Candidate((1, 1), ((0,),))
     simulated = simulate(cluster, costs, c, batch).fps
     assert simulated <= upper_bound(cluster, costs, c, batch) <= simulated * 1.05
+
+
+# Searches: the text embedded on the head, each shard searched over half a million rows.
+SEARCHED = {
+    t: StageCosts(
+        decode_cs=0.005, embed_cs=0.03, query_cs=0.01, search_cs=0.001, search_row_cs=1e-7
+    )
+    for t in COSTS
+}
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        Workload(0, 48, steady=True, queries_per_s=8, index_rows=1_000_000),
+        Workload(0, 48, steady=True, queries_per_s=8, index_rows=1_000_000, query_target_s=0.09),
+        Workload(8, 48, queries_per_s=8, index_rows=1_000_000, query_target_s=0.09),
+    ],
+)
+def test_pruning_keeps_the_best_where_searches_are_served(workload):
+    cluster = three_hosts()
+    space = list(candidates(cluster, num_shards=2, replicas=1))
+    full = search(cluster, SEARCHED, workload, space=space, prune=False, parallel=False)
+    pruned = search(cluster, SEARCHED, workload, space=space, prune=True, parallel=False)
+    assert pruned.pruned_dominated > 0
+    assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
+    if workload.query_target_s:
+        assert pruned.best.result.query_p50_s <= workload.query_target_s
+
+
+def test_searches_take_extractors_off_the_node_that_serves_them():
+    cluster = three_hosts()
+    quiet = search(cluster, SEARCHED, Workload(0, 48, steady=True), parallel=False)
+    busy_ = Workload(0, 48, steady=True, queries_per_s=8, index_rows=1_000_000)
+    served = search(cluster, SEARCHED, busy_, parallel=False)
+    # Without searches every core embeds; with them the head (which embeds every query)
+    # keeps fewer extractors, and the predicted rate falls by about the CPU they take.
+    assert served.best.candidate.extractors[0] < quiet.best.candidate.extractors[0]
+    assert served.best.result.fps < quiet.best.result.fps
+    assert served.best.result.query_p50_s > 0
+
+
+def test_a_search_target_ranks_a_slower_placement_that_keeps_it_first():
+    cluster = three_hosts()
+    fast = Candidate((2, 2, 1), ((2,), (2,)))  # both shards on the weak host
+    calm = Candidate((1, 1, 1), ((0,), (0,)))  # both on the head, one extractor beside them
+    untargeted = Workload(0, 48, steady=True, queries_per_s=8, index_rows=1_000_000)
+    space = [fast, calm]
+    by_rate = search(cluster, SEARCHED, untargeted, space=space, prune=False, parallel=False)
+    r = {e.candidate: e.result for e in by_rate.ranked}
+    assert r[fast].fps > r[calm].fps and r[fast].query_p50_s > r[calm].query_p50_s
+    target = (r[fast].query_p50_s + r[calm].query_p50_s) / 2
+    targeted = replace(untargeted, query_target_s=target)
+    assert by_rate.best.candidate == fast
+    chosen = search(cluster, SEARCHED, targeted, space=space, prune=True, parallel=False)
+    assert chosen.best.candidate == calm

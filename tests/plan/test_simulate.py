@@ -151,3 +151,44 @@ def test_videos_bound_for_another_node_cross_its_downlink_whole(extractors):
     # On the head itself the file is opened where it lies: nothing to wait for.
     local = simulate(two_hosts(10), costs, Candidate((1, 0), ((0,),)), work)
     assert local.fps > 20 * r.fps
+
+
+def test_searches_take_their_cpu_from_the_ingest_on_the_head():
+    # Ten searches a second, each embedding its text for 0.05 core-s on the head: half a core
+    # less for embedding frames there.
+    costs = {"head": StageCosts(decode_cs=0.001, embed_cs=0.05, query_cs=0.05, **FREE)}
+    work = Workload(videos=4, frames_per_video=512, queries_per_s=10)
+    r = simulate(one_node(2), costs, Candidate((1,), ((0,),)), work)
+    assert r.fps == pytest.approx((2 - RAY_CORES - 10 * 0.05) / 0.051, rel=0.03)
+    assert r.cpu_s[0]["query"] == pytest.approx(10 * r.seconds * 0.05, rel=0.1)
+
+
+def test_a_search_is_answered_once_its_shard_has_searched_across_the_link():
+    # Nothing else busy where the search runs: its text's embedding on the head, the round
+    # trip to the shard's node and the search there over the rows it holds, one after another.
+    costs = {
+        t: StageCosts(
+            decode_cs=0.01,  # 100 frames/s: the batch lasts 40 s, some 80 searches
+            embed_cs=1e-4,
+            query_cs=0.02,
+            search_cs=0.005,
+            search_row_cs=1e-8,
+            **FREE,
+        )
+        for t in ("head", "far")
+    }
+    work = Workload(videos=40, frames_per_video=100, queries_per_s=2, index_rows=1_000_000)
+    r = simulate(two_hosts(1000), costs, Candidate((1, 0), ((1,),)), work)
+    assert r.query_p50_s == pytest.approx(0.02 + 0.01 + 0.005 + 1e-8 * 1_000_000, rel=0.05)
+
+
+def test_searches_go_to_a_shards_replicas_in_turn():
+    costs = {
+        "head": StageCosts(decode_cs=1e-4, embed_cs=1e-3, search_cs=0.01, **FREE),
+    }
+    work = Workload(videos=4, frames_per_video=200, queries_per_s=20)
+    r = simulate(
+        Cluster((NodeType("head", 3, 4),), "head"), costs, Candidate((1, 0, 0), ((1, 2),)), work
+    )
+    assert r.cpu_s[1]["search"] == pytest.approx(r.cpu_s[2]["search"], rel=0.05)
+    assert "search" not in r.cpu_s[0]

@@ -11,6 +11,8 @@ core-seconds, so they carry over between machines with the same cores whatever t
 Speech, where on, is measured on a generated talk (``_talks.write_talk``: espeak-ng's voice,
 back to back): the speech model's process CPU per second of speech, charged per sampled frame
 in ``text_cs`` with the screen text. Without espeak-ng it cannot be measured, and is logged.
+A text search is measured in two parts: its text's embedding (``Embedder.embed_text``, what
+an API replica does) and a shard's search of the semantic space (``search_cs``).
 
 Embedding is measured twice: alone, and with two processes embedding at once
 (``embed_cs_crowded``), each with the threads an extractor takes beside another: half of
@@ -33,6 +35,7 @@ import io
 import json
 import logging
 import multiprocessing
+import os
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -65,7 +68,7 @@ def _key(cfg: Config) -> str:
         cfg.speech and have_espeak(),  # measured once espeak-ng is there
         "efficientnet_lite0+MiniLM",
         cfg.plan_video_mbps,  # decoding is measured at the bitrate planned for
-        "crowded, threads split, decode by seconds",  # older caches measured otherwise
+        "crowded, threads split, decode by seconds, searches",  # older caches measured otherwise
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
@@ -154,6 +157,8 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         ]
         shard.commit(seq)
         sync_s = float(np.median(syncs))
+        query = query_cs(embedder)
+    fixed, per_row = search_cs(cfg)
     return StageCosts(
         decode_cs=decode_cs,
         embed_cs=0.0 if gpu else embed_cs,
@@ -165,7 +170,73 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         sync_s=sync_s,
         dedup_ratio=max(kept, 1) / total,
         embed_threads=cfg.torch_threads,
+        query_cs=query,
+        search_cs=fixed,
+        search_row_cs=per_row,
     )
+
+
+_QUERIES = ("a red car on a bridge", "people talking at a table", "a rocket taking off")
+_SEARCH_ROWS = (2_000, 20_000)  # two sizes of a shard: a search's fixed part and its part a row
+_FETCHED = 200  # frames a text search asks each shard for (``Searcher._frames_to_fetch(10)``)
+
+
+def query_cs(embedder: Any) -> float:
+    """Core-seconds an API replica spends embedding a text query."""
+    embedder.embed_text([_QUERIES[0]])  # warm up
+    t = time.process_time()
+    for q in _QUERIES * 3:
+        embedder.embed_text([q])
+    return (time.process_time() - t) / (len(_QUERIES) * 3)
+
+
+def search_cs(cfg: Config) -> tuple[float, float]:
+    """Core-seconds a search of one shard costs (``Shard.search`` of the semantic space, as a
+    text search asks it): its fixed part and its part a row the shard holds, from shards of
+    two sizes (random unit vectors: a search's cost does not depend on what they hold). In a
+    child process with ``OMP_WAIT_POLICY=PASSIVE``, as a shard replica runs (FAISS's threads
+    would otherwise spin after each search, and count)."""
+    was = os.environ.get("OMP_WAIT_POLICY")
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # the child starts with it (read as OpenMP loads)
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_search_cs, cfg).result()
+    finally:
+        if was is None:
+            os.environ.pop("OMP_WAIT_POLICY")
+        else:
+            os.environ["OMP_WAIT_POLICY"] = was
+
+
+def _search_cs(cfg: Config) -> tuple[float, float]:
+    from vifusion.index.shard import Shard
+    from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
+
+    rng = np.random.default_rng(0)
+
+    def unit(n: int, d: int) -> np.ndarray:
+        v = rng.standard_normal((n, d)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    query, costs = unit(1, SEMANTIC_DIM), []
+    with tempfile.TemporaryDirectory(prefix="vf-calibrate-") as tmp:
+        shard, held, video = Shard(0, Path(tmp) / "shard", cfg), 0, 1
+        for rows in _SEARCH_ROWS:
+            while held < rows:
+                n = min(4096, rows - held)
+                batch = FusedBatch.of_video(
+                    video, 0, np.zeros((n, 2)), unit(n, VISUAL_DIM), unit(n, SEMANTIC_DIM)
+                )
+                shard.commit(shard.stage(batch)[1])
+                held, video = held + n, video + 1
+            shard.search("semantic", query, _FETCHED)  # warm up
+            t = time.process_time()
+            for _ in range(20):
+                shard.search("semantic", query, _FETCHED)
+            costs.append((time.process_time() - t) / 20)
+    (small, big), (n0, n1) = costs, _SEARCH_ROWS
+    row_cs = max(big - small, 0.0) / (n1 - n0)
+    return max(small - row_cs * n0, 0.0), row_cs
 
 
 @dataclass(frozen=True)

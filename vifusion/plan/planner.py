@@ -22,7 +22,14 @@ _SHIPPED_BATCHES = 4
 # plan is still placed by, but cannot be made again for a changed link).
 VERSION = 2
 # What a plan records of the videos it was made for, so that a re-plan plans for them too.
-_VIDEOS = ("plan_video_mbps", "plan_batch_videos", "plan_video_s")
+_VIDEOS = (
+    "plan_video_mbps",
+    "plan_batch_videos",
+    "plan_video_s",
+    "plan_queries_per_s",
+    "plan_index_rows",
+    "plan_query_p50_s",
+)
 
 
 def workload(cfg: Config) -> Workload:
@@ -43,6 +50,9 @@ def workload(cfg: Config) -> Workload:
         latency_target_s=cfg.fusion_latency_target_s,
         steady=steady,
         video_bytes=cfg.plan_video_mbps * 1e6 / 8 * frames / cfg.sample_fps,
+        queries_per_s=cfg.plan_queries_per_s,
+        index_rows=cfg.plan_index_rows,
+        query_target_s=cfg.plan_query_p50_s,
     )
 
 
@@ -100,6 +110,7 @@ def plan_document(
         "fusion_max_bytes": c.fusion_max_bytes,
         "predicted_fps": round(chosen.result.fps, 2),
         "predicted_p50_s": round(chosen.result.p50_s, 4),
+        "predicted_query_p50_s": round(chosen.result.query_p50_s, 4),
         "cluster": cluster.to_dict(),
         **({"costs": {t: asdict(s) for t, s in costs.items()}} if costs is not None else {}),
     }
@@ -155,20 +166,34 @@ def describe(cluster: Cluster, e: Evaluated) -> str:
         parts.append(f"{names}: {e.candidate.extractors[i]}")
         i = j + 1
     shards = ", ".join("+".join(nodes[n].name for n in g) for g in e.candidate.shards)
+    searches = (
+        f", searches' p50 {e.result.query_p50_s * 1e3:.0f} ms" if e.result.query_p50_s else ""
+    )
     return (
         f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
         f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
-        f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms"
+        f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms{searches}"
     )
 
 
 def videos_line(cfg: Config, report: SearchReport) -> str:
     """What the plan was ranked on, in words; for a batch, how long the chosen plan takes."""
     videos = f"videos of {cfg.plan_video_s:g} s at {cfg.plan_video_mbps:g} Mbit/s"
+    searches = ""
+    if cfg.plan_queries_per_s:
+        target = report.best.result.query_p50_s <= cfg.plan_query_p50_s or not cfg.plan_query_p50_s
+        searches = (
+            f", serving {cfg.plan_queries_per_s:g} searches/s over {cfg.plan_index_rows:,} rows"
+            + (
+                ""
+                if target
+                else f" (no placement keeps their p50 within {cfg.plan_query_p50_s:g} s)"
+            )
+        )
     if not cfg.plan_batch_videos:
-        return f"a steady stream of {videos}"
+        return f"a steady stream of {videos}{searches}"
     return (
-        f"a batch of {cfg.plan_batch_videos} {videos}: "
+        f"a batch of {cfg.plan_batch_videos} {videos}{searches}: "
         f"{report.best.result.seconds:.0f} s predicted to index it"
     )
 

@@ -18,14 +18,18 @@ simulation:
   shard applies on one thread, and the frames bound for a node arrive through its downlink
   or are made there; a batch lasts at least as long as its slowest first video (the first
   videos go one to each extractor at once), and as long as its extractors take to finish
-  its videos whole, each at its own rate (``_whole_videos_s``). Candidates are simulated in order of their
+  its videos whole, each at its own rate (``_whole_videos_s``); searches served meanwhile
+  take their average CPU off the nodes that embed them and the shard replicas that serve
+  them (``_queries.load``). Candidates are simulated in order of their
   bound, so most of them never need a simulation, and one whose bound at best ties the best
   found is not simulated either;
 - **alike**: in a batch of fewer videos than extractors, a candidate that differs from one
   already taken only on nodes whose extractors never get a video (``busy``).
 
 What is left is simulated, in parallel as Ray tasks when Ray is up (in this process
-otherwise). A steady rate is held to its candidate's bound (a finite window can read above
+otherwise). With a search target (``Workload.query_target_s``), a placement whose searches'
+p50 passes it ranks after every one that keeps it (the shards' node decides where searches
+are served and what they slow down), and only a best that keeps it prunes others. A steady rate is held to its candidate's bound (a finite window can read above
 it), so a pruned candidate could not have won. Ties in frames/s among those simulated go to
 the lower p50. The fusion limits are searched for the
 three best placements only (they move frames/s by percents where placement moves it by
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from vifusion.comm.codec import Ladder
 from vifusion.placement import spread
+from vifusion.plan import _queries
 from vifusion.plan._extractor import embed_threads
 from vifusion.plan.model import Cluster, NodeType, path
 from vifusion.plan.simulate import Candidate, Result, StageCosts, Workload, simulate
@@ -164,6 +169,7 @@ def upper_bound(
     nodes = cluster.nodes()
     primaries = {g[0] for g in c.shards}
     file_per_frame = workload.video_bytes / workload.frames_per_video  # bytes
+    searching = _queries.load(cluster, costs, c, workload)  # cores the searches take
     make: list[float] = []
     ones = []  # (node, its extractors, one extractor's rate), in node order, where it has any
     for i, n in enumerate(nodes):
@@ -171,8 +177,9 @@ def upper_bound(
         if not k:
             make.append(0.0)
             continue
+        cores = max(t.work_cores - searching[i], 1e-6)
         cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
-        one = _one_extractor(t, s, k)
+        one = _one_extractor(t, s, k, cores)
         rates = []
         if i and file_per_frame:  # its files come from the head, whole, each before its frames
             arrive = path(nodes[0].type, t)[0] / file_per_frame  # frames/s
@@ -187,11 +194,11 @@ def upper_bound(
                 # A frame costs embed_cs only while its extractor embeds alone, on its share
                 # of the threads (at most ``alone`` frames/s); the rest pay the crowded cost.
                 # The node's CPU then holds f (crowded + cpu) - alone (crowded - embed_cs).
-                alone = min(embed_threads(t, s, k), t.work_cores) / (s.embed_cs or 1e-12)
+                alone = min(embed_threads(t, s, k), cores) / (s.embed_cs or 1e-12)
                 saved = alone * (s.embed_cs_crowded - s.embed_cs)
-                rates.append((t.work_cores + saved) / (s.embed_cs_crowded + cpu))
+                rates.append((cores + saved) / (s.embed_cs_crowded + cpu))
             cpu += s.embed_cs_least
-        rates.append(t.work_cores / cpu)
+        rates.append(cores / cpu)
         if i not in primaries:
             rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
         make.append(min(rates))
@@ -246,25 +253,42 @@ def _whole_videos_s(
     return lo
 
 
-def _one_extractor(t: NodeType, s: StageCosts, sharing: int = 1) -> float:
-    """Frames/s of one of ``sharing`` extractors on a node of type ``t``, as if alone: no more
-    than its decode thread, its embedding (torch on its share of the node's cores, or one
-    GPU) and the node's cores allow."""
+def _one_extractor(t: NodeType, s: StageCosts, sharing: int, cores: float) -> float:
+    """Frames/s of one of ``sharing`` extractors on a node of type ``t`` with ``cores`` left
+    to the ingest, as if alone: no more than its decode thread, its embedding (torch on its
+    share of the node's cores, or one GPU) and those cores allow."""
     embed = (
         1 / s.embed_gpu_s
         if s.embed_gpu_s and t.gpus
-        else min(embed_threads(t, s, sharing), t.work_cores) / (s.embed_cs_least or 1e-12)
+        else min(embed_threads(t, s, sharing), cores) / (s.embed_cs_least or 1e-12)
     )
     cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
-    return min(1 / (s.decode_cs or 1e-12), embed, t.work_cores / (cpu or 1e-12))
+    return min(1 / (s.decode_cs or 1e-12), embed, cores / (cpu or 1e-12))
 
 
-def _better(a: Result, b: Result | None) -> bool:
+def _meets(r: Result, workload: Workload) -> bool:
+    """Whether ``r`` serves searches within the workload's target (if it sets one)."""
+    return not workload.query_target_s or r.query_p50_s <= workload.query_target_s
+
+
+def _rank(r: Result, workload: Workload) -> tuple[bool, float, float, float]:
+    """Sort key, best first: those that keep the search target, by frames/s (ties to the
+    quicker searches, then the lower p50); then the others, by their search p50."""
+    if _meets(r, workload):
+        return (False, -round(r.fps, 6), r.query_p50_s, r.p50_s)
+    return (True, r.query_p50_s, -r.fps, r.p50_s)
+
+
+def _better(a: Result, b: Result | None, workload: Workload) -> bool:
     if b is None:
         return True
+    if _meets(a, workload) != _meets(b, workload):
+        return _meets(a, workload)
+    if not _meets(a, workload):
+        return a.query_p50_s < b.query_p50_s
     if a.fps > b.fps * (1 + _TIE):
         return True
-    return a.fps >= b.fps * (1 - _TIE) and a.p50_s < b.p50_s
+    return a.fps >= b.fps * (1 - _TIE) and (a.query_p50_s, a.p50_s) < (b.query_p50_s, b.p50_s)
 
 
 def _evaluate_chunk(
@@ -344,10 +368,11 @@ def search(
     def run(chunk: list[Candidate]) -> list[Result]:
         """Simulated, a steady rate held to the candidate's bound: read over a finite window,
         it can count work that was stored in the warm-up (files received, frames decoded)
-        and read above a capacity no long run can pass. Held so, no result passes its bound,
-        and pruning by the bound drops nothing that could win."""
+        and read above a capacity no long run can pass. So can a run with searches, whose
+        random arrivals may take less CPU than they do on average. Held so, no result passes
+        its bound, and pruning by the bound drops nothing that could win."""
         results = simulate_all(chunk)
-        if not workload.steady:
+        if not workload.steady and not workload.queries_per_s:
             return results
         return [replace(r, fps=min(r.fps, cap[c])) for c, r in zip(chunk, results, strict=True)]
 
@@ -365,20 +390,26 @@ def search(
                 equivalent += 1
                 continue
             seen.add(key[c])
-            if prune and best is not None and bounds[c] <= best.fps * (1 + _TIE):
+            # only a best that keeps the search target prunes: one that does not may yet lose
+            if (
+                prune
+                and best is not None
+                and _meets(best, workload)
+                and bounds[c] <= best.fps * (1 + _TIE)
+            ):
                 dominated += 1
             else:
                 chunk.append(c)
         for c, r in zip(chunk, run(chunk), strict=True):
             done[c] = r
-            if _better(r, best):
+            if _better(r, best, workload):
                 best = r
     if even not in done:  # for comparison: simulated even where pruned
         done[even] = run([even])[0]
         dominated -= even in bounds
     ranked = sorted(
         (Evaluated(c, r) for c, r in done.items() if c in bounds or c == even),
-        key=lambda e: (-round(e.result.fps, 6), e.result.p50_s),
+        key=lambda e: _rank(e.result, workload),
     )
     ranked = [e for e in ranked if e.candidate in bounds]  # the even spread may be infeasible
     if not ranked:

@@ -8,7 +8,9 @@ to the node aggregator (one in flight; its one core dedups and buffers; ``submit
 while a batch is buffered); **fuse** by the real ``FlushPolicy``, ``FusionBuffer.due`` and
 ``CodecPolicy``; **link** first come first served at min(uplink, downlink), plus half a
 round trip; **shard**: the primary applies a batch on one core, a group commit acknowledges
-it, each replica applies it too. A video is finished once every row of it is acknowledged.
+it, each replica applies it too. A video is finished once every row of it is acknowledged. Text searches served
+meanwhile (``Workload.queries_per_s``, ``_queries.py``) take CPU on the head and at the shard
+replicas, and report their p50.
 
 CPU on a node (its ``work_cores``: Ray's own processes take the rest) is shared equally
 among the running work (processor sharing), none more than it can use. Reports frames per second over the run and the p50 of a row's embedded ->
@@ -29,6 +31,7 @@ from vifusion.fusion.policy import FlushPlan, FlushPolicy
 from vifusion.plan._events import Cpu, Serial, Sim
 from vifusion.plan._extractor import Extractor
 from vifusion.plan._paths import RUNGS, Link, Rows
+from vifusion.plan._queries import Queries
 from vifusion.plan.model import Cluster, Node, path
 
 _LOCAL = (2e9, 50e-6)  # bytes/s and round trip within one node (loopback)
@@ -58,6 +61,9 @@ class StageCosts:
     sync_s: float = 1e-3  # one log sync
     dedup_ratio: float = 1.0  # rows sent per frame embedded
     extractor_bytes: int = 2 << 30  # an extractor's memory (its models)
+    query_cs: float = 0.0  # per text search, at an API replica: embedding the text
+    search_cs: float = 0.0  # per search at one shard replica: its fixed part
+    search_row_cs: float = 0.0  # per search at one shard replica, a row the shard holds
 
     def embed_cs_among(self, embedding: int) -> float:
         """Core-seconds to embed a frame while ``embedding`` extractors (this one counted)
@@ -98,6 +104,9 @@ class Workload:
     latency_target_s: float = 0.2
     steady: bool = False
     video_bytes: float = 0.0  # one video file, which lives on the head (see ``ship``)
+    queries_per_s: float = 0.0  # text searches served meanwhile (``_queries.py``)
+    index_rows: int = 0  # rows the shards hold between them when searched
+    query_target_s: float = 0.0  # a search's p50 a placement must keep to rank first (0: none)
 
 
 @dataclass
@@ -109,6 +118,7 @@ class Result:
     messages: int = 0
     codec_rows: dict[str, float] = field(default_factory=dict)
     cpu_s: list[dict[str, float]] = field(default_factory=list)  # per node: by stage
+    query_p50_s: float = 0.0  # a text search's, from arrival to the last shard's answer
 
 
 class Simulation:
@@ -155,6 +165,7 @@ class Simulation:
         self.latencies: list[tuple[float, float]] = []  # (latency, rows)
         self.messages = 0
         self.codec_rows: dict[str, float] = {}
+        self.queries = Queries(self)
 
     # -- driving ------------------------------------------------------------------------
 
@@ -162,6 +173,7 @@ class Simulation:
         for i, k in enumerate(self.cand.extractors):
             for _ in range(k):
                 Extractor(self, i).next_video()
+        self.queries.start()
         if self.work.steady:
             extractors = sum(self.cand.extractors)
             warm, measured = _WARM, _MEASURED
@@ -182,6 +194,7 @@ class Simulation:
                 self.messages,
                 self.codec_rows,
                 self._spent(),
+                self.queries.p50_s(),
             )
         self.sim.run(horizon_s)
         seconds = self.last_ack or self.sim.now
@@ -193,7 +206,17 @@ class Simulation:
             self.messages,
             self.codec_rows,
             self._spent(),
+            self.queries.p50_s(),
         )
+
+    def ingest_over(self) -> bool:
+        """Every video of a batch handed over and acknowledged (a stream never ends)."""
+        total = self.work.videos * self.work.frames_per_video
+        return not self.work.steady and self.frames_done >= total and not self.pending
+
+    def measuring(self) -> bool:
+        """Past a steady run's warm-up (a batch is measured whole)."""
+        return not self.work.steady or len(self.handed) > self.marks[0]
 
     def _spent(self) -> list[dict[str, float]]:
         return [{k: v for k, v in c.spent.items() if v} for c in self.cpu]
