@@ -192,3 +192,20 @@ def test_searches_go_to_a_shards_replicas_in_turn():
     )
     assert r.cpu_s[1]["search"] == pytest.approx(r.cpu_s[2]["search"], rel=0.05)
     assert "search" not in r.cpu_s[0]
+
+
+def test_searches_that_come_faster_than_the_head_embeds_them_wait_ever_longer():
+    # Four a second at 0.6 core-second each: more than the head's two cores, which also embed
+    # frames. Searches pile up: their p50 is many times what one costs, and grows with the run.
+    costs = {"head": StageCosts(decode_cs=0.001, embed_cs=0.05, query_cs=0.6, **FREE)}
+    runs = [
+        simulate(
+            one_node(2),
+            costs,
+            Candidate((1,), ((0,),)),
+            Workload(videos=videos, frames_per_video=256, queries_per_s=4),
+        )
+        for videos in (2, 4)
+    ]
+    assert runs[0].query_p50_s > 10 * 0.6
+    assert runs[1].query_p50_s > 1.5 * runs[0].query_p50_s
