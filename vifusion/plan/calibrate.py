@@ -157,7 +157,7 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         ]
         shard.commit(seq)
         sync_s = float(np.median(syncs))
-        query = query_cs(embedder)
+        query = query_cs(embedder, cfg.query_threads)
     fixed, per_row = search_cs(cfg)
     return StageCosts(
         decode_cs=decode_cs,
@@ -181,13 +181,21 @@ _SEARCH_ROWS = (2_000, 20_000)  # two sizes of a shard: a search's fixed part an
 _FETCHED = 200  # frames a text search asks each shard for (``Searcher._frames_to_fetch(10)``)
 
 
-def query_cs(embedder: Any) -> float:
-    """Core-seconds an API replica spends embedding a text query."""
-    embedder.embed_text([_QUERIES[0]])  # warm up
-    t = time.process_time()
-    for q in _QUERIES * 3:
-        embedder.embed_text([q])
-    return (time.process_time() - t) / (len(_QUERIES) * 3)
+def query_cs(embedder: Any, threads: int) -> float:
+    """Core-seconds an API replica spends embedding a text query, on its ``threads`` torch
+    threads (``Config.query_threads``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        embedder.embed_text([_QUERIES[0]])  # warm up
+        t = time.process_time()
+        for q in _QUERIES * 3:
+            embedder.embed_text([q])
+        return (time.process_time() - t) / (len(_QUERIES) * 3)
+    finally:
+        torch.set_num_threads(before)
 
 
 def search_cs(cfg: Config) -> tuple[float, float]:
