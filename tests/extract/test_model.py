@@ -1,5 +1,8 @@
 """The embedding model with its real weights (no mocks): does it see what is in a photo?"""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -53,6 +56,33 @@ def test_class_name_vectors_are_cached_and_reused(tmp_path):
     assert len(list(tmp_path.glob("class-text-*.npy"))) == 1
     second = Embedder(cache_dir=tmp_path)
     assert np.array_equal(first.class_vectors.numpy(), second.class_vectors.numpy())
+
+
+class _TogetherText:
+    """A text model whose every caller returns at once (the cache write is under test, not
+    the model): the extractors' writes then meet."""
+
+    def __init__(self, callers: int) -> None:
+        self.barrier = threading.Barrier(callers)
+
+    def encode(self, prompts):
+        self.barrier.wait()
+        return np.ones((len(prompts), SEMANTIC_DIM), np.float32)
+
+
+def test_extractors_starting_at_once_cache_the_class_vectors_side_by_side(tmp_path):
+    # Extractors on one node share its models dir and start together: each writes the cache
+    # under a name of its own before moving it in place, so none fails on another's file.
+    starting = [Embedder.__new__(Embedder) for _ in range(8)]
+    text = _TogetherText(len(starting))
+    for e in starting:
+        e._text = text
+    with ThreadPoolExecutor(len(starting)) as pool:
+        got = list(pool.map(lambda e: e._class_vectors(tmp_path), starting))
+    assert all(np.array_equal(g, got[0]) for g in got)
+    assert [p.name for p in tmp_path.iterdir()] == [
+        p.name for p in tmp_path.glob("class-text-*.npy")
+    ]
 
 
 def test_with_the_class_vectors_cached_the_text_model_loads_only_when_text_is_embedded(tmp_path):

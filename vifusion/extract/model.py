@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -73,7 +75,8 @@ class Embedder:
         vectors = self.text.encode(prompts)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp.npy")
+            # a name of its own: extractors starting at once on a node write it side by side
+            tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npy")
             np.save(tmp, vectors)
             tmp.replace(path)
         return vectors
