@@ -11,8 +11,8 @@ core-seconds, so they carry over between machines with the same cores whatever t
 Speech, where on, is measured on a generated talk (``_talks.write_talk``: espeak-ng's voice,
 back to back): the speech model's process CPU per second of speech, charged per sampled frame
 in ``text_cs`` with the screen text. Without espeak-ng it cannot be measured, and is logged.
-A text search is measured in two parts: its text's embedding (``Embedder.embed_text``, what
-an API replica does) and a shard's search of the semantic space (``search_cs``).
+A text search is measured in two parts: what an API replica does (``Searcher.text``: the
+text's embedding, grouping, ranking), and a shard's search of the semantic space (``search_cs``).
 
 Embedding is measured twice: alone, and with two processes embedding at once
 (``embed_cs_crowded``), each with the threads an extractor takes beside another: half of
@@ -157,7 +157,7 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         ]
         shard.commit(seq)
         sync_s = float(np.median(syncs))
-        query = query_cs(embedder, cfg.query_threads)
+        query = query_cs(cfg, embedder, one, Path(tmp) / "searched")
     fixed, per_row = search_cs(cfg)
     return StageCosts(
         decode_cs=decode_cs,
@@ -181,21 +181,42 @@ _SEARCH_ROWS = (2_000, 20_000)  # two sizes of a shard: a search's fixed part an
 _FETCHED = 200  # frames a text search asks each shard for (``Searcher._frames_to_fetch(10)``)
 
 
-def query_cs(embedder: Any, threads: int) -> float:
-    """Core-seconds an API replica spends embedding a text query, on its ``threads`` torch
-    threads (``Config.query_threads``)."""
+def query_cs(cfg: Config, embedder: Any, rows: Any, folder: Path) -> float:
+    """Core-seconds an API replica spends on a text search, the shards' part left out
+    (``search_cs`` counts it): ``Searcher.text`` of what is seen, on ``Config.query_threads``
+    torch threads, over a real catalog and a real shard holding ``rows`` (in ``folder``),
+    less the same searches of the shard alone. Not counted: Ray's calls to the shards."""
     import torch
 
+    from vifusion.catalog import Catalog
+    from vifusion.index.layout import check_layout, shard_dir
+    from vifusion.index.local import LocalShards
+    from vifusion.index.shard import Shard
+    from vifusion.search import Searcher
+
+    one = cfg.updated({"data_dir": folder, "num_shards": 1})
+    check_layout(folder, 1)
+    shard = Shard(0, shard_dir(folder, 0), one)
+    shard.commit(shard.stage(rows)[1])
+    shards, catalog = LocalShards(one), Catalog(folder / "catalog.db")
+    searcher = Searcher(one, shards, embedder, catalog)
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(cfg.query_threads)
     try:
-        embedder.embed_text([_QUERIES[0]])  # warm up
+        searcher.text(_QUERIES[0], modalities=("visual",))  # warm up
         t = time.process_time()
         for q in _QUERIES * 3:
-            embedder.embed_text([q])
-        return (time.process_time() - t) / (len(_QUERIES) * 3)
+            searcher.text(q, modalities=("visual",))
+        whole = time.process_time() - t
+        vectors = [embedder.embed_text([q]) for q in _QUERIES * 3]
+        t = time.process_time()
+        for v in vectors:
+            shards.search("semantic", v, _FETCHED)
+        return max(whole - (time.process_time() - t), 0.0) / len(vectors)
     finally:
         torch.set_num_threads(before)
+        shards.close()
+        catalog.close()
 
 
 def search_cs(cfg: Config) -> tuple[float, float]:
