@@ -25,7 +25,7 @@ _LOCAL_RTT = 50e-6  # a search to a shard on the head's own node: loopback
 ONGOING = 32  # searches an API replica serves at once (``serve/app.py``'s max_ongoing_requests)
 
 
-def search_cs(costs: StageCosts, workload: Workload, shards: int) -> float:
+def at_shard_cs(costs: StageCosts, workload: Workload, shards: int) -> float:
     """Core-seconds one search costs at one replica of one of ``shards`` shards."""
     return costs.search_cs + costs.search_row_cs * workload.index_rows / max(shards, 1)
 
@@ -43,7 +43,7 @@ def load(
     busy[0] += rate * costs[nodes[0].type.name].query_cs
     for group in c.shards:
         for n in group:
-            cs = search_cs(costs[nodes[n].type.name], workload, len(c.shards))
+            cs = at_shard_cs(costs[nodes[n].type.name], workload, len(c.shards))
             busy[n] += rate * cs / len(group)
     return busy
 
@@ -103,7 +103,7 @@ class Queries:
             node = group[self.turn[shard] % len(group)]
             self.turn[shard] += 1
             rtt = _LOCAL_RTT if node == 0 else path(s.nodes[0].type, s.nodes[node].type)[1]
-            cs = search_cs(s.costs[node], s.work, len(s.cand.shards))
+            cs = at_shard_cs(s.costs[node], s.work, len(s.cand.shards))
 
             def there(node: int = node, cs: float = cs, rtt: float = rtt) -> None:
                 s.cpu[node].add(cs, 1.0, lambda: s.sim.at(s.sim.now + rtt / 2, answered), "search")

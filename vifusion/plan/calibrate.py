@@ -12,7 +12,7 @@ Speech, where on, is measured on a generated talk (``_talks.write_talk``: espeak
 back to back): the speech model's process CPU per second of speech, charged per sampled frame
 in ``text_cs`` with the screen text. Without espeak-ng it cannot be measured, and is logged.
 A text search is measured in two parts: what an API replica does (``Searcher.text``: the
-text's embedding, grouping, ranking), and a shard's search of the semantic space (``search_cs``).
+text's embedding, grouping, ranking), and a shard's search of the semantic space (``shard_search_costs``).
 
 Embedding is measured twice: alone, and with two processes embedding at once
 (``embed_cs_crowded``), each with the threads an extractor takes beside another: half of
@@ -158,7 +158,7 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         shard.commit(seq)
         sync_s = float(np.median(syncs))
         query = query_cs(cfg, embedder, one, Path(tmp) / "searched")
-    fixed, per_row = search_cs(cfg)
+    fixed, per_row = shard_search_costs(cfg)
     return StageCosts(
         decode_cs=decode_cs,
         embed_cs=0.0 if gpu else embed_cs,
@@ -183,7 +183,7 @@ _FETCHED = 200  # frames a text search asks each shard for (``Searcher._frames_t
 
 def query_cs(cfg: Config, embedder: Any, rows: Any, folder: Path) -> float:
     """Core-seconds an API replica spends on a text search, the shards' part left out
-    (``search_cs`` counts it): ``Searcher.text`` of what is seen, on ``Config.query_threads``
+    (``shard_search_costs`` measures it): ``Searcher.text`` of what is seen, on ``Config.query_threads``
     torch threads, over a real catalog and a real shard holding ``rows`` (in ``folder``),
     less the same searches of the shard alone. Not counted: Ray's calls to the shards."""
     import torch
@@ -219,7 +219,7 @@ def query_cs(cfg: Config, embedder: Any, rows: Any, folder: Path) -> float:
         catalog.close()
 
 
-def search_cs(cfg: Config) -> tuple[float, float]:
+def shard_search_costs(cfg: Config) -> tuple[float, float]:
     """Core-seconds a search of one shard costs (``Shard.search`` of the semantic space, as a
     text search asks it): its fixed part and its part a row the shard holds, from shards of
     two sizes (random unit vectors: a search's cost does not depend on what they hold). In a
@@ -229,7 +229,7 @@ def search_cs(cfg: Config) -> tuple[float, float]:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # the child starts with it (read as OpenMP loads)
     try:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(_search_cs, cfg).result()
+            return pool.submit(_shard_search_costs, cfg).result()
     finally:
         if was is None:
             os.environ.pop("OMP_WAIT_POLICY")
@@ -237,7 +237,7 @@ def search_cs(cfg: Config) -> tuple[float, float]:
             os.environ["OMP_WAIT_POLICY"] = was
 
 
-def _search_cs(cfg: Config) -> tuple[float, float]:
+def _shard_search_costs(cfg: Config) -> tuple[float, float]:
     from vifusion.index.shard import Shard
     from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 

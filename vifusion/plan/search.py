@@ -29,8 +29,9 @@ simulation:
 What is left is simulated, in parallel as Ray tasks when Ray is up (in this process
 otherwise). With a search target (``Workload.query_target_s``), a placement whose searches'
 p50 passes it ranks after every one that keeps it (the shards' node decides where searches
-are served and what they slow down), and only a best that keeps it prunes others. A steady rate is held to its candidate's bound (a finite window can read above
-it), so a pruned candidate could not have won. Ties in frames/s among those simulated go to
+are served and what they slow down), and only a best that keeps it prunes others. A steady
+rate is held to its candidate's bound (a finite window can read above it), so a pruned
+candidate could not have won. Ties in frames/s among those simulated go to
 the lower p50. The fusion limits are searched for the
 three best placements only (they move frames/s by percents where placement moves it by
 times, and trying each with every placement tripled the search).

@@ -8,9 +8,9 @@ to the node aggregator (one in flight; its one core dedups and buffers; ``submit
 while a batch is buffered); **fuse** by the real ``FlushPolicy``, ``FusionBuffer.due`` and
 ``CodecPolicy``; **link** first come first served at min(uplink, downlink), plus half a
 round trip; **shard**: the primary applies a batch on one core, a group commit acknowledges
-it, each replica applies it too. A video is finished once every row of it is acknowledged. Text searches served
-meanwhile (``Workload.queries_per_s``, ``_queries.py``) take CPU on the head and at the shard
-replicas, and report their p50.
+it, each replica applies it too. A video is finished once every row of it is acknowledged.
+Text searches served meanwhile (``Workload.queries_per_s``, ``_queries.py``) take CPU on the
+head and at the shard replicas, and report their p50.
 
 CPU on a node (its ``work_cores``: Ray's own processes take the rest) is shared equally
 among the running work (processor sharing), none more than it can use. Reports frames per second over the run and the p50 of a row's embedded ->
