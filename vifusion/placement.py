@@ -77,6 +77,15 @@ def plan_nodes(plan: dict[str, Any]) -> dict[str, str] | None:
     return out
 
 
+def planned_codec_floors(plan: dict[str, Any] | None) -> dict[str, str]:
+    """Live node id -> the least compressed codec its links may use, where the plan sets
+    one (``vifusion plan``'s codec floor for a node behind a narrow uplink)."""
+    nodes = plan_nodes(plan) if plan is not None else None
+    if nodes is None:
+        return {}
+    return {nodes[n["name"]]: n["codec_floor"] for n in plan["nodes"] if n.get("codec_floor")}
+
+
 def planned_shard_strategies(
     plan: dict[str, Any] | None, num_shards: int, replicas: int
 ) -> list[list[NodeAffinitySchedulingStrategy]] | None:

@@ -335,3 +335,20 @@ def test_refuses_thresholds_out_of_order_or_range(args: dict, named: tuple[str, 
         CodecPolicy(LADDER, **args)
     for text in named:
         assert text in str(err.value)
+
+
+def test_a_floor_starts_the_link_there_and_it_never_steps_back_past_it():
+    """A plan's codec floor: a link known to be narrow starts compressed, climbs further
+    when congested and steps back on calm only as far as the floor."""
+    clock = Clock()
+    policy = CodecPolicy(LADDER, floor=1, calm_s=0.75, clock=clock)
+    assert policy.level == 1 and policy.history == [(0.0, 1)]
+    assert feed(policy, clock, link(1.25 * MB, qdelay=0.2), 3) == LADDER.index(Rung("pq", 416))
+    recovered = link(12.5 * MB, logical=12.5 * MB)
+    assert feed(policy, clock, recovered, 40, dt=0.25) == 1  # exact rows would fit: held at fp16
+    assert min(level for _, level in policy.history) == 1
+
+
+def test_a_floor_outside_the_ladder_is_refused():
+    with pytest.raises(ValueError, match="floor=5"):
+        CodecPolicy(LADDER, floor=5)

@@ -1,6 +1,7 @@
 """The node aggregator as a real Ray actor in front of real shard replicas."""
 
 import errno
+import json
 import threading
 import time
 
@@ -12,6 +13,7 @@ from tests.fusion._frames import frames, join, rows
 from vifusion._files import StorageError
 from vifusion.config import Config
 from vifusion.fusion import Aggregator
+from vifusion.fusion.aggregator import start_aggregators
 from vifusion.index.replica import ShardReplica
 from vifusion.types import FusedBatch, video_of
 
@@ -55,6 +57,26 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
     assert stats["codec_rows"] == {"fp32": 300}
     assert stats["latency_p50_s"] > 0
     assert set(stats["links"]) == {0, 1}
+
+
+def test_a_planned_codec_floor_compresses_its_nodes_rows_from_the_first(tmp_path, shards):
+    """An applied plan that sets the head's codec floor to int8: its aggregator sends every row
+    in int8 on a link with no congestion at all, and the shard holds them within int8's error."""
+    (tmp_path / "plan.json").write_text(
+        json.dumps({"nodes": [{"name": "head-0", "head": True, "codec_floor": "int8"}]})
+    )
+    cfg = Config(data_dir=tmp_path, dedup_cosine=1.01)
+    (agg,) = start_aggregators(cfg, shards).values()
+    try:
+        src = frames(7, 40)
+        ray.get(agg.submit.remote(1, src.rows(slice(0, 40))))
+        assert ray.get(agg.finish.remote(7))[0] == 40
+        assert ray.get(agg.stats.remote())["codec_rows"] == {"int8": 40}
+        held = ray.get(shards[1].frames.remote("visual", 7, 0, 1000))[1]
+        assert held.shape == src.space("visual").shape
+        assert np.abs(held - src.space("visual")).max() < 0.02
+    finally:
+        ray.kill(agg)
 
 
 def test_near_duplicates_cross_the_link_as_one_vector(tmp_path, shards):

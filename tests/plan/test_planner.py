@@ -2,7 +2,7 @@
 
 from vifusion.config import Config
 from vifusion.plan.model import Cluster, NodeType
-from vifusion.plan.planner import make_plan, videos_of, workload
+from vifusion.plan.planner import make_plan, report_lines, videos_of, workload
 from vifusion.plan.simulate import StageCosts
 
 # A node with a tenth of the others' cores: an extractor there takes ten times as long over
@@ -38,3 +38,20 @@ def test_a_plan_records_the_videos_it_was_made_for_and_a_replan_plans_for_them(t
     assert workload(again) == workload(made)
     # A plan from before the batch was recorded gave only the videos' bitrate.
     assert videos_of(Config(), {"video_mbps": 2.5}).plan_video_mbps == 2.5
+
+
+def test_a_plan_names_the_codec_floor_of_each_node_behind_a_narrow_uplink(tmp_path):
+    far = NodeType("far", 3, 2, uplink=0.4e6 / 8, downlink=1e9 / 8, rtt_s=0.01)
+    cluster = Cluster((NodeType("head", 1, 2, cpu_share=0.3), far), "head")
+    costs = {t: StageCosts(decode_cs=0.005, embed_cs=0.03) for t in ("head", "far")}
+    report, plan = make_plan(Config(data_dir=tmp_path, **VIDEOS), cluster, costs, parallel=False)
+    floors = {n["name"]: n.get("codec_floor") for n in plan["nodes"]}
+    c = report.best.candidate
+    # by name, where the aggregator reads it (``placement.planned_codec_floors``)
+    assert floors == {
+        n.name: ("fp32", "fp16", "int8")[c.floor(i)] if c.floor(i) else None
+        for i, n in enumerate(cluster.nodes())
+    }
+    (floor,) = set(floors.values()) - {None}  # one floor, on far nodes only
+    assert floors["head-0"] is None
+    assert f"codec floor {floor} from far" in report_lines(cluster, report)[0]

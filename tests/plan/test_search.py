@@ -244,3 +244,29 @@ def test_a_search_target_ranks_a_slower_placement_that_keeps_it_first():
     assert by_rate.best.candidate == fast
     chosen = search(cluster, SEARCHED, targeted, space=space, prune=True, parallel=False)
     assert chosen.best.candidate == calm
+
+
+# Three nodes behind 0.4 Mbit uplinks, each making more rows than that carries in fp32.
+FAR = NodeType("far", 3, 2, uplink=0.4e6 / 8, downlink=1e9 / 8, rtt_s=0.01)
+WIDE = replace(FAR, uplink=1e9 / 8)
+
+
+@pytest.mark.parametrize(
+    "workload", [Workload(videos=0, frames_per_video=48, steady=True), Workload(12, 48)]
+)
+def test_nodes_behind_narrow_uplinks_get_a_codec_floor_only_where_it_pays(workload):
+    head = NodeType("head", 1, 2, cpu_share=0.3)
+    costs = {t: StageCosts(decode_cs=0.005, embed_cs=0.03) for t in ("head", "far")}
+    narrow = Cluster((head, FAR), "head")
+    best = search(narrow, costs, workload, parallel=False).best
+    floored = [i for i in range(4) if best.candidate.floor(i)]
+    primaries = {g[0] for g in best.candidate.shards}
+    # on the far nodes that send every row away, and on no other
+    assert floored and all(best.candidate.extractors[i] and i not in primaries for i in floored)
+    plain = simulate(narrow, costs, replace(best.candidate, codec_floor=()), workload)
+    assert best.result.fps > 1.02 * plain.fps  # what the adaptive policy loses learning the link
+
+    wide = Cluster((head, WIDE), "head")  # exact rows fit: a floor would only cost recall
+    assert not any(
+        e.candidate.codec_floor for e in search(wide, costs, workload, parallel=False).ranked
+    )

@@ -28,7 +28,8 @@ carries more rows. The ladder holds only the codecs that keep recall (the transp
 ``allowed``, from ``codec_min_recall``).
 
 After ``calm_s`` without congestion it steps back one level, and again after each further
-``calm_s``, unless the link is squeezed (the path rate, measured while the compressed data
+``calm_s`` (never below ``floor``: a plan's least level for a link it knows is too narrow for
+exact rows, so the link starts there rather than learning it from congestion), unless the link is squeezed (the path rate, measured while the compressed data
 fits, and the delivery rate both below ``drop`` of the capacity) or has no room for the less
 compressed codec (the last second's rows in its bytes over ``headroom`` of the capacity).
 """
@@ -74,6 +75,7 @@ class CodecPolicy:
         receiver_bound: float = 0.5,  # destination's busy share past which it, not the link, holds data
         backlog_messages: float = 1.5,  # link times of a message the oldest waiting item may wait
         encode_margin: float = 10.0,  # saturated: wire time saved a row / its encoding, at least
+        floor: int = 0,  # the least compressed level it may use (``vifusion plan``'s codec floor)
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         within("delay_s", delay_s, 0.0, above_low=True)
@@ -87,6 +89,7 @@ class CodecPolicy:
         within("receiver_bound", receiver_bound, 0.0, 1.0)
         within("backlog_messages", backlog_messages, 0.0, above_low=True)
         within("encode_margin", encode_margin, 1.0)
+        within("floor", floor, 0, len(rungs) - 1)
         self.rungs = list(rungs)
         self.enabled = enabled
         self.delay_s = delay_s
@@ -100,7 +103,8 @@ class CodecPolicy:
         self.backlog_messages = backlog_messages
         self.encode_margin = encode_margin
         self._clock = clock
-        self.level = 0
+        self.floor = floor
+        self.level = floor
         self._streak = 0
         now = clock()
         self._last_congested = now
@@ -109,7 +113,7 @@ class CodecPolicy:
         self._queued_t = now
         self._relieved = False  # the level is one a saturated link took (``relief``)
         self._samples_here = 0  # samples taken at this level
-        self.history: list[tuple[float, int]] = [(now, 0)]
+        self.history: list[tuple[float, int]] = [(now, floor)]
 
     def congested(self, link: LinkStats) -> bool:
         """Congestion that calls for compression: the link carries far less than it did while
@@ -184,7 +188,7 @@ class CodecPolicy:
         ):
             # a codec taken for saturation before its encoding was timed, which does not pay
             self._set(self.relief(link, encode_s_per_row), now)
-            self._relieved = self.level > 0
+            self._relieved = self.level > self.floor
         congested = self.congested(link)
         if congested or self.saturated(link):
             self._streak += 1
@@ -200,7 +204,7 @@ class CodecPolicy:
             if self.squeezed(link) or not self.room(link):
                 self._last_congested = now
             calm = min(now - self._last_congested, now - self._last_change)
-            if self.level > 0 and calm >= self.calm_s:
+            if self.level > self.floor and calm >= self.calm_s:
                 self._set(self.level - 1, now)
         return self.level
 
@@ -245,12 +249,12 @@ class CodecPolicy:
         return rows_per_s * self.rungs[level].bytes_per_row <= self.headroom * rate
 
     def _set(self, level: int, now: float) -> None:
-        self.level = level
+        self.level = max(level, self.floor)
         self._samples_here = 0
         self._relieved = False
         self._last_change = now
         self._streak = 0
-        self.history.append((now, level))
+        self.history.append((now, self.level))
 
 
 def _rate_now(link: LinkStats) -> float:

@@ -31,7 +31,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from vifusion.comm.codec import SharedTables
+from vifusion.comm.codec import Ladder, SharedTables
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
 from vifusion.fusion._codec_tables import newest_tables, train_tables
@@ -41,6 +41,7 @@ from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.handoff import open_server
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
+from vifusion.placement import load_plan, planned_codec_floors
 from vifusion.types import FusedBatch, video_of
 
 _IDLE_WAIT_S = 0.05
@@ -57,8 +58,12 @@ class Aggregator:
         shards: list[ActorHandle],
         tables: SharedTables | None = None,
         quality: dict[str, float] | None = None,
+        *,
+        codec_floor: str = "fp32",
     ) -> None:
-        """``tables`` and their ``quality`` (``recall_at_k``): given, used as they are."""
+        """``tables`` and their ``quality`` (``recall_at_k``): given, used as they are.
+        ``codec_floor``: the least compressed codec its links may use (a plan's, for a node
+        behind a narrow uplink), while compression is adaptive."""
         self.cfg = cfg
         self.shards = shards
         # One lock, three waits, each woken only by what it waits for: a wake-up costs a
@@ -91,6 +96,7 @@ class Aggregator:
             tables,
             adaptive=adaptive,
             allowed=self._allowed(),
+            policy={"floor": Ladder().get(codec_floor).level} if adaptive else None,
             small_bytes=cfg.fusion_min_bytes,
             stream=cfg.fusion_stream,
         )
@@ -370,8 +376,10 @@ class Aggregator:
 
 
 def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, ActorHandle]:
-    """One aggregator on every alive node, pinned there; by node id."""
+    """One aggregator on every alive node, pinned there, with the codec floor the applied
+    plan sets for its node; by node id."""
     cls = ray.remote(Aggregator)
+    floors = planned_codec_floors(load_plan(cfg.data_dir) if cfg.use_plan else None)
     out = {}
     for node in ray.nodes():
         if not node["Alive"]:
@@ -379,5 +387,5 @@ def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, Actor
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         out[node["NodeID"]] = cls.options(
             num_cpus=0, max_concurrency=64, max_restarts=-1, scheduling_strategy=strategy
-        ).remote(cfg, shards)
+        ).remote(cfg, shards, codec_floor=floors.get(node["NodeID"], "fp32"))
     return out

@@ -5,6 +5,7 @@ real ``LinkStats`` and ``CodecPolicy``)."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from vifusion.comm.adaptive import CodecPolicy, Rung
@@ -16,6 +17,9 @@ from vifusion.plan._events import Sim
 RUNGS = tuple(
     Rung(c.name, c.bytes_per_row) for c in Ladder().codecs
 )  # fp32, fp16, int8 (no tables)
+
+
+_RATE_WINDOW_S, _CAPACITY_WINDOW_S = 1.0, 60.0  # LinkMonitor's defaults
 
 
 class RowBuffer(FusionBuffer):
@@ -55,7 +59,9 @@ class Rows:
 class Link:
     """One aggregator's path to one shard: its buffer and what it knows of the path."""
 
-    def __init__(self, sim: Sim, rate: float, rtt: float, message_cs: float) -> None:
+    def __init__(
+        self, sim: Sim, rate: float, rtt: float, message_cs: float, floor: int = 0
+    ) -> None:
         self.rate, self.rtt, self.message_cs = rate, rtt, message_cs
         self.buffer = RowBuffer()
         self.in_flight = 0
@@ -65,7 +71,28 @@ class Link:
         self.qdelay = 0.0
         self.urgent = False
         self.timer: float | None = None
-        self.policy = CodecPolicy(RUNGS, clock=lambda: sim.now)  # the simulation's clock
+        self.policy = CodecPolicy(RUNGS, floor=floor, clock=lambda: sim.now)  # the sim's clock
+        # (ack time, rows acknowledged then) over the last second, and (time, rows/s over
+        # that second) over the last minute: the logical rate's windows (``LinkMonitor``)
+        self._acked_rows: deque[tuple[float, float]] = deque()
+        self._rates: deque[tuple[float, float]] = deque()
+
+    def on_ack(self, now: float, rows: float) -> None:
+        """Count ``rows`` acknowledged now toward the logical rate: rows/s over the last
+        second, each ack a sample, as the monitor's windowed max sees them."""
+        self.acked += 1
+        self._acked_rows.append((now, rows))
+        while self._acked_rows[0][0] < now - _RATE_WINDOW_S:
+            self._acked_rows.popleft()
+        span = max(now - self._acked_rows[0][0], _RATE_WINDOW_S / 10)
+        self._rates.append((now, sum(r for _, r in self._acked_rows) / span))
+        while self._rates[0][0] < now - _CAPACITY_WINDOW_S:
+            self._rates.popleft()
+
+    def _logical(self, now: float, window_s: float) -> float:
+        """Uncompressed bytes/s delivered, the max of the samples within ``window_s``."""
+        rows = max((r for t, r in self._rates if t >= now - window_s), default=0.0)
+        return rows * RUNGS[0].bytes_per_row
 
     def stats(self, now: float) -> LinkStats:
         measured = self.rate if self.acked else 0.0
@@ -74,7 +101,8 @@ class Link:
             delivery_rate=measured,
             capacity=measured,
             path_rate=measured,
-            logical_rate=measured,
+            logical_rate=self._logical(now, _CAPACITY_WINDOW_S),
+            recent_logical_rate=self._logical(now, _RATE_WINDOW_S),
             min_rtt=self.rtt,
             queueing_delay=self.qdelay,
             backlog_age=now - oldest if oldest is not None else 0.0,

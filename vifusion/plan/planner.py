@@ -12,6 +12,7 @@ from typing import Any
 
 from vifusion.config import Config
 from vifusion.placement import PLAN_FILE, signature
+from vifusion.plan._paths import RUNGS
 from vifusion.plan.calibrate import costs_from_dict
 from vifusion.plan.model import Cluster, Node
 from vifusion.plan.search import Evaluated, SearchReport, search
@@ -102,6 +103,7 @@ def plan_document(
                     {"CPU": n.type.cpus, "GPU": n.type.gpus, **n.type.resources}
                 ),
                 "extractors": c.extractors[i],
+                **({"codec_floor": RUNGS[c.floor(i)].name} if c.floor(i) else {}),
             }
             for i, n in enumerate(nodes)
         ],
@@ -166,13 +168,23 @@ def describe(cluster: Cluster, e: Evaluated) -> str:
         parts.append(f"{names}: {e.candidate.extractors[i]}")
         i = j + 1
     shards = ", ".join("+".join(nodes[n].name for n in g) for g in e.candidate.shards)
+    floors = ", ".join(  # set per node type (``floor_variants``): said per type
+        sorted(
+            {
+                f"{RUNGS[e.candidate.floor(i)].name} from {n.type.name}"
+                for i, n in enumerate(nodes)
+                if e.candidate.floor(i)
+            }
+        )
+    )
     searches = (
         f", searches' p50 {e.result.query_p50_s * 1e3:.0f} ms" if e.result.query_p50_s else ""
     )
+    floor = f"codec floor {floors} | " if floors else ""
     return (
         f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
         f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
-        f"{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms{searches}"
+        f"{floor}{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms{searches}"
     )
 
 

@@ -32,9 +32,13 @@ p50 passes it ranks after every one that keeps it (the shards' node decides wher
 are served and what they slow down), and only a best that keeps it prunes others. A steady
 rate is held to its candidate's bound (a finite window can read above it), so a pruned
 candidate could not have won. Ties in frames/s among those simulated go to
-the lower p50. The fusion limits are searched for the
-three best placements only (they move frames/s by percents where placement moves it by
-times, and trying each with every placement tripled the search).
+the lower p50. The fusion limits and codec floors are searched for the three best
+placements only (they move frames/s by percents where placement moves it by times, and
+trying each with every placement tripled the search). A codec floor (``floor_variants``)
+starts a node's links compressed, fp16 or int8, and keeps them so: the adaptive policy
+learns a narrow link from congestion, and loses rows/s while it does. The bounds hold with
+floors too (they count a row at the ladder's smallest). A floor is kept only where it adds
+over ``_FLOOR_GAIN`` of frames/s: its rows are lossy for good.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ _SHARD_ROW_BYTES = 2 * (
     6656 + 64
 )  # a row in the index (two spaces, fp32) and its ids, times, slack
 _TIE = 1e-6
+FLOOR_LEVELS = (1, 2)  # codec floors tried: fp16 and int8 (the lossy codecs needing no tables)
+_FLOOR_GAIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,37 @@ def _better(a: Result, b: Result | None, workload: Workload) -> bool:
     return a.fps >= b.fps * (1 - _TIE) and (a.query_p50_s, a.p50_s) < (b.query_p50_s, b.p50_s)
 
 
+def floor_variants(cluster: Cluster, c: Candidate) -> list[Candidate]:
+    """``c`` with a codec floor (each of ``FLOOR_LEVELS``) on the nodes of one type that send
+    all their rows to other nodes: those with extractors and no shard primary (a floor applies
+    to every link of a node's aggregator, and a link within a node gains nothing from it)."""
+    nodes = cluster.nodes()
+    primaries = {g[0] for g in c.shards}
+    out = []
+    for t in sorted(cluster.types, key=lambda t: t.name):
+        senders = {
+            i
+            for i, n in enumerate(nodes)
+            if n.type.name == t.name and c.extractors[i] and i not in primaries
+        }
+        for level in FLOOR_LEVELS if senders else ():
+            floors = tuple(level if i in senders else 0 for i in range(len(nodes)))
+            out.append(replace(c, codec_floor=floors))
+    return out
+
+
+def _floors_that_pay(ranked: list[Evaluated]) -> list[Evaluated]:
+    """``ranked`` without the codec floors that add no more than ``_FLOOR_GAIN`` of frames/s
+    to their placement without one: a floor makes rows lossy for good, and must buy a rate."""
+    plain = {e.candidate: e.result.fps for e in ranked if not e.candidate.codec_floor}
+    return [
+        e
+        for e in ranked
+        if not e.candidate.codec_floor
+        or e.result.fps > plain.get(replace(e.candidate, codec_floor=()), 0.0) * (1 + _FLOOR_GAIN)
+    ]
+
+
 def _evaluate_chunk(
     cluster: Cluster, costs: dict[str, StageCosts], chunk: list[Candidate], workload: Workload
 ) -> list[Result]:
@@ -314,7 +351,7 @@ def search(
     runner-up and the even spread beside it. ``parallel``: simulate on Ray (None: when Ray is
     up)."""
     t0 = time.perf_counter()
-    if space is None:  # placements first, then the fusion limits of the best few
+    if space is None:  # placements first, then the fusion limits and codec floors of the best few
         first = search(
             cluster,
             costs,
@@ -326,11 +363,12 @@ def search(
             batch=batch,
             space=list(candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1])),
         )
+        top = [e.candidate for e in first.ranked[:3]]
         variants = [
-            replace(e.candidate, fusion_min_bytes=lo, fusion_max_bytes=hi)
-            for e in first.ranked[:3]
+            replace(c, fusion_min_bytes=lo, fusion_max_bytes=hi)
+            for c in top
             for lo, hi in FUSION_LIMITS[1:]
-        ]
+        ] + [f for c in top for f in floor_variants(cluster, c)]
         second = search(
             cluster,
             costs,
@@ -340,18 +378,19 @@ def search(
             prune=False,
             parallel=parallel,
             batch=batch,
-            space=[e.candidate for e in first.ranked[:3]] + variants,
+            space=top + variants,
         )
+        ranked = _floors_that_pay(second.ranked)
         return SearchReport(
-            second.best,
-            second.runner_up,
+            ranked[0],
+            ranked[1] if len(ranked) > 1 else None,
             first.even,
             first.candidates + len(variants),
             first.evaluated + len(variants),
             first.pruned_infeasible,
             first.pruned_dominated,
             time.perf_counter() - t0,
-            second.ranked,
+            ranked,
             first.pruned_equivalent,
         )
     space = list(space)

@@ -79,12 +79,17 @@ class StageCosts:
 @dataclass(frozen=True)
 class Candidate:
     """A placement: extractors per node (in ``Cluster.nodes()`` order), the node of every
-    replica of every shard (primary first), and the fusion size limits."""
+    replica of every shard (primary first), the fusion size limits, and each node's codec
+    floor (the ladder level its links start at and never step back below; () for none)."""
 
     extractors: tuple[int, ...]
     shards: tuple[tuple[int, ...], ...]
     fusion_min_bytes: int = 64 << 10
     fusion_max_bytes: int = 8 << 20
+    codec_floor: tuple[int, ...] = ()
+
+    def floor(self, node: int) -> int:
+        return self.codec_floor[node] if self.codec_floor else 0
 
 
 @dataclass(frozen=True)
@@ -261,7 +266,9 @@ class Simulation:
         if key not in self.links:
             dst = self.cand.shards[shard][0]
             rate, rtt = _LOCAL if dst == node else path(self.nodes[node].type, self.nodes[dst].type)
-            self.links[key] = Link(self.sim, rate, rtt, self.costs[dst].message_cs)
+            self.links[key] = Link(
+                self.sim, rate, rtt, self.costs[dst].message_cs, self.cand.floor(node)
+            )
         return self.links[key]
 
     def submit(
@@ -410,7 +417,7 @@ class Simulation:
         link.in_flight -= 1
         link.in_flight_bytes -= nbytes
         link.service_s = service_s if not link.acked else 0.8 * link.service_s + 0.2 * service_s
-        link.acked += 1
+        link.on_ack(now, sum(c.rows for c in chunks))
         link.policy.update(link.stats(now))
         self.last_ack = now
         for c in chunks:
