@@ -7,7 +7,8 @@ acknowledgement, flat FAISS index, so "searchable" means searchable). Links, eac
 
 - ``1gbit``: plain veth + tbf, no added delay (a userspace delay line would cost ~30% here);
 - ``100mbit/5ms`` and ``20mbit/10ms``: TUN + tbf + the userspace delay line, one way;
-- ``squeeze``: 100 Mbit / 5 ms dropped to 10 Mbit for 20 s (``--quick``: 6 s), then restored.
+- ``squeeze``: 100 Mbit / 5 ms dropped to 10 Mbit for 20 s (``--quick``: 6 s), then restored;
+- ``2mbit/10ms``: a link too narrow for exact rows, for (4), ``4floor`` and (6) only.
 
 Workload: real frame features (EfficientNet-Lite0 visual + ConSE semantic rows of the
 search benchmark's generated videos, 4 frames/s), one half trains the pq / sparse tables,
@@ -34,7 +35,9 @@ Policies:
    And ``4call``: (4) with the rows handed to the aggregator by actor call instead of its
    local socket (``vifusion/fusion/handoff.py``), what the hand-over saves; ``4ray``: (4)
    with the fused batches sent to the shard by actor call instead of the shard stream
-   (``vifusion/comm/stream.py``), what the stream saves.
+   (``vifusion/comm/stream.py``), what the stream saves. At 2 Mbit ``4floor``: (4) with
+   its links' codec floor at int8 (``vifusion plan``'s for a narrow uplink), what the
+   adaptive policy's learning of the link costs.
 5. always fp16, 6. always int8: batched as (2) is, every batch encoded with that codec
    (``vifusion.comm.codec``) and decoded by the shard (the systems that always compress);
 7. the shared-mask sparse codec always on, batched as (2) is; its keep ratio per space is
@@ -148,6 +151,7 @@ VARIANTS = {  # (4) with one of its paths by actor call
     "4call": {"fusion_local_handoff": False},  # extractors -> aggregator, not the local socket
     "4ray": {"fusion_stream": False},  # aggregator -> shard, not the shard stream
 }
+FLOORS = {"4floor": "int8"}  # (4) with its links' codec floor (a plan's, for a narrow uplink)
 OFFERED = {"2@6k": 6000.0, "4@6k": 6000.0}  # open loop: rows replayed at this rate (features/s)
 
 
@@ -390,7 +394,7 @@ def drive(spec: dict) -> None:
         agg = (
             ray.remote(Aggregator)
             .options(resources={"host0": 1}, num_cpus=0, max_concurrency=16)
-            .remote(cfg, [shard], tables, spec["quality"])
+            .remote(cfg, [shard], tables, spec["quality"], codec_floor=FLOORS.get(policy, "fp32"))
             if policy.startswith("4")
             else None
         )
@@ -730,7 +734,7 @@ def main() -> int:
         "--link",
         action="append",
         help="run only this link of the full set (repeatable): "
-        "1gbit, 100mbit/5ms, 20mbit/10ms, squeeze",
+        "1gbit, 100mbit/5ms, 20mbit/10ms, 2mbit/10ms, squeeze",
     )
     ap.add_argument("--policies", help="run only these policies, e.g. 2,4")
     ap.add_argument(
@@ -800,6 +804,14 @@ def main() -> int:
             },
             "100mbit/5ms": {"rate": "100mbit", "bps": 100e6, "delay_ms": 5, "policies": every},
             "20mbit/10ms": {"rate": "20mbit", "bps": 20e6, "delay_ms": 10, "policies": every},
+            # a link too narrow for exact rows (an acknowledgement a second): what a codec
+            # floor saves (4floor) while the adaptive policy (4) learns the link
+            "2mbit/10ms": {
+                "rate": "2mbit",
+                "bps": 2e6,
+                "delay_ms": 10,
+                "policies": ["4", *FLOORS, "6"],
+            },
             "squeeze": {
                 "rate": "100mbit",
                 "bps": 100e6,
@@ -966,7 +978,7 @@ def _ratios_of(p: dict) -> dict:
                 r[f"p50_4_over_{base}"] = _ratio(
                     p["4"]["latency_p50_ms"], p[base]["latency_p50_ms"]
                 )
-        for variant in sorted(VARIANTS.keys() & p.keys()):
+        for variant in sorted((VARIANTS.keys() | FLOORS.keys()) & p.keys()):
             r[f"fps_4_over_{variant}"] = _ratio(
                 p["4"]["features_per_s"], p[variant]["features_per_s"]
             )
