@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint demo test test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls bench-stream bench-wal bench-cli-search clean
+.PHONY: venv lint demo test test-slow test-all bench bench-serve bench-search bench-handoff bench-fusion bench-cluster bench-calls bench-stream bench-wal bench-cli-search clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ lint: $(STAMP)  # the formatter and the linter, over the whole tree (settings in
 
 test: lint
 	$(BIN)/pytest -q
+
+test-slow: $(STAMP)  # the end-to-end tests `make test` leaves out: clusters, crashes, full disks
+	$(BIN)/pytest -q -m slow
 
 test-all: $(STAMP)
 	$(BIN)/pytest -q -m ""

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import av
 import numpy as np
+import pytest
 import ray
 
 from tests.media import tiny_frames
@@ -40,6 +41,7 @@ def _pid(actor) -> int:
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
 
 
+@pytest.mark.slow
 def test_an_extractor_past_its_deadline_fails_the_job_and_is_restarted(ray_session, tmp_path):
     hung, after = tmp_path / "hung.mp4", tmp_path / "after.mp4"
     tiny_frames(hung, 120, 10)  # 12 s: 2 s + 0.05 s x 12 s = 2.6 s to index it

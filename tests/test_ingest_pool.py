@@ -38,10 +38,8 @@ def videos(tmp_path_factory):
     return {v.name: v for v in write_demo_set(tmp_path_factory.mktemp("pool-videos"))}
 
 
-# PostgreSQL's leasing has its own tests (test_catalog_leases.py); this whole path on it is slow.
-@pytest.mark.parametrize(
-    "catalog", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("catalog", ["sqlite", "postgres"], indirect=True)
 def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_once(
     ray_session, catalog, tmp_path, videos
 ):
@@ -95,6 +93,7 @@ def upload_and_wait_mid_job(svc: Service, tmp_path) -> Ingested:
     return queued
 
 
+@pytest.mark.slow
 def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_once(
     ray_session, tmp_path
 ):
@@ -111,6 +110,7 @@ def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_on
         assert find_drift(svc.catalog, svc.shards) == []
 
 
+@pytest.mark.slow
 def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session, tmp_path):
     """The pool stalls past its lease (forced here: its lease ended) and another worker takes
     the job over: the pool's next write is refused, so it neither overwrites the new holder's

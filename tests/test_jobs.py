@@ -42,6 +42,7 @@ def http_root(videos):
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_interrupted_and_queued_jobs_run_after_a_restart_and_urls_are_fetched(
     ray_session, tmp_path, videos, http_root
 ):

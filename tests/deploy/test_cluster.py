@@ -80,6 +80,7 @@ def bed():
         yield bed
 
 
+@pytest.mark.slow
 def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
     # As deploy/cluster.yaml runs Serve: its default ingress, whatever this test session set
     # for the single-node tests (serve/app.py SERVE_TUNED).

@@ -234,6 +234,7 @@ def test_a_process_in_a_host_reads_the_cpu_quota_of_its_cgroup(tmp_path):
                 time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_ray_actor_on_host1_gets_16mb_across_the_link(tmp_path):
     needs()
     driver = tmp_path / "driver.py"

@@ -17,6 +17,7 @@ from vifusion.runtime import Runtime
 from vifusion.samples import write_video
 
 
+@pytest.mark.slow
 def test_an_extractor_indexes_a_shipped_file_it_cannot_open_itself(
     ray_session, tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ print(json.dumps({"acked": acked, "exact": exact, "vectors": ray.get(shard.stats
 """
 
 
+@pytest.mark.slow
 def test_every_feature_crosses_the_shaped_link_exactly_once(tmp_path):
     if (reason := available()) is not None:
         pytest.skip(reason)

@@ -68,6 +68,7 @@ def test_a_plan_that_cannot_be_resolved_is_not_used(ray_session):
     )  # another shard count
 
 
+@pytest.mark.slow
 def test_an_applied_plan_puts_every_extractor_and_shard_where_it_says(tmp_path):
     if (reason := available(delay=False)) is not None:
         pytest.skip(reason)

@@ -3,11 +3,14 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from vifusion.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_plan_from_the_cluster_yaml_prints_it_and_applies_it(tmp_path, capsys):
     code = main(
         [

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import ray
 
 from vifusion.catalog import Catalog
@@ -69,6 +70,7 @@ def alive_actors_of(job_id: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_a_service_killed_mid_ingest_finishes_its_jobs_when_started_again(ray_session, tmp_path):
     videos = [
         write_video(tmp_path / "videos" / f"v{i}.mp4", photos, scene_s=3.0).path

@@ -60,6 +60,7 @@ def expected_spans(video) -> list[list[float]]:
     return [[i / FPS, (i + 1) / FPS] for i in range(n)]
 
 
+@pytest.mark.slow
 def test_an_extractor_killed_mid_video_is_retried_and_each_frame_indexed_once(runtime, video):
     results, _ = index_killing(runtime, video.path, lambda: runtime.indexer.extractors[0])
     (r,) = results
@@ -71,6 +72,7 @@ def test_an_extractor_killed_mid_video_is_retried_and_each_frame_indexed_once(ru
     assert runtime.catalog.get_video(r.video_id).status == "ready"
 
 
+@pytest.mark.slow
 def test_an_aggregator_killed_with_rows_in_flight_loses_none_and_doubles_none(runtime, video):
     (agg,) = runtime.indexer.aggregators.values()
     results, _ = index_killing(runtime, video.path, lambda: agg)

@@ -71,6 +71,7 @@ def files_under(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_full_data_dir_refuses_writes_clearly_loses_nothing_and_resumes_when_freed(
     ray_session, small_disk, videos
 ):
@@ -141,6 +142,7 @@ def remount(disk: Path, mode: str) -> None:
     raise RuntimeError(f"cannot remount {disk} {mode}")
 
 
+@pytest.mark.slow
 def test_a_read_only_data_dir_is_searched_and_refuses_writes_with_a_clear_error_left_untouched(
     ray_session, small_disk, videos, capsys
 ):
@@ -171,6 +173,7 @@ def test_a_read_only_data_dir_is_searched_and_refuses_writes_with_a_clear_error_
     assert cli.main(["check", "--data-dir", str(data)]) == 0
 
 
+@pytest.mark.slow
 def test_the_cli_on_a_full_data_dir_says_so_and_exits_2(ray_session, small_disk, videos, capsys):
     from vifusion import cli
 

@@ -30,6 +30,7 @@ def test_a_decompression_bomb_image_is_a_413_before_it_is_decoded(live):
     assert live.client.post("/v1/search", json={"text": "a cat"}).status_code == 200
 
 
+@pytest.mark.slow
 def test_a_thousand_requests_without_a_key_are_all_401_and_keyed_ones_still_answer(live):
     def anonymous(_: int) -> int:
         with httpx.Client(base_url=live.url, timeout=60) as c:

@@ -109,6 +109,7 @@ def first_429(request) -> tuple[httpx.Response, list[int]]:
     raise AssertionError(f"no 429 in {codes}")
 
 
+@pytest.mark.slow
 def test_live_limit_answers_429_with_retry_after(live):
     """Lower the limits live (Serve user_config; behind HAProxy that replaces the replica), hit
     them, restore. Thumbnails first: once their budget is spent, searches still go."""
