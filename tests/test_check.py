@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import ray
 
 from tests.fusion._frames import frames
@@ -29,6 +30,7 @@ def ready_video(rt: Runtime, n: int = 4) -> int:
     return video_id
 
 
+@pytest.mark.slow
 def test_check_finds_each_kind_of_drift_and_repair_removes_it(ray_session, tmp_path, capsys):
     cfg = Config(data_dir=tmp_path / "data", num_shards=2)
     with Runtime(cfg, writer=True) as rt:
@@ -126,6 +128,7 @@ def test_leftover_media_and_temp_files_are_found_and_only_they_removed(tmp_path)
     assert find_leftovers(cfg.data_dir, catalog) == []
 
 
+@pytest.mark.slow
 def test_check_reports_leftovers_and_repair_removes_them(ray_session, tmp_path, capsys):
     cfg = Config(data_dir=tmp_path / "data")  # two shards, as the CLI opens it
     with Runtime(cfg, writer=True) as rt:

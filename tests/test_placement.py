@@ -4,6 +4,7 @@ import ray
 from vifusion.placement import (
     extractor_options,
     extractors_a_node,
+    planned_codec_floors,
     shard_nodes,
     shard_resources,
     shard_strategies,
@@ -58,3 +59,15 @@ def test_a_shard_replica_whose_node_is_gone_runs_on_another_and_a_live_node_keep
     lost = shard_strategy("ab" * 28)  # a node id no live node has
     assert ray.get(node.options(scheduling_strategy=lost).remote(), timeout=60) == here
     assert ray.get(node.options(scheduling_strategy=strategy).remote(), timeout=60) == here
+
+
+def test_a_plans_codec_floors_reach_their_nodes_and_an_unknown_codec_is_ignored(
+    ray_session, caplog
+):
+    head = ray.get_runtime_context().get_node_id()
+    plan = {"nodes": [{"name": "head-0", "head": True, "codec_floor": "fp16"}]}
+    assert planned_codec_floors(plan) == {head: "fp16"}
+    plan["nodes"][0]["codec_floor"] = "pq"  # needs tables a node may not hold
+    assert planned_codec_floors(plan) == {}
+    assert "codec floor 'pq' is not one of" in caplog.text
+    assert planned_codec_floors(None) == {}

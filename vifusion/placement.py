@@ -32,6 +32,7 @@ SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
 _SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, not how many
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
 PLAN_FILE = "plan.json"
+_FLOORS = ("fp32", "fp16", "int8")  # codec floors a plan may set: the codecs needing no tables
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +84,14 @@ def planned_codec_floors(plan: dict[str, Any] | None) -> dict[str, str]:
     nodes = plan_nodes(plan) if plan is not None else None
     if nodes is None:
         return {}
-    return {nodes[n["name"]]: n["codec_floor"] for n in plan["nodes"] if n.get("codec_floor")}
+    floors = {}
+    for n in plan["nodes"]:
+        floor = n.get("codec_floor")
+        if floor in _FLOORS:
+            floors[nodes[n["name"]]] = floor
+        elif floor is not None:
+            log.warning("plan node %s: codec floor %r is not one of %s", n["name"], floor, _FLOORS)
+    return floors
 
 
 def planned_shard_strategies(

@@ -16,7 +16,7 @@ import pytest
 
 from deploy.netbed import NetBed, available
 
-pytestmark = pytest.mark.netbed
+pytestmark = [pytest.mark.netbed, pytest.mark.slow]  # the bed itself: its benchmarks use it
 ROOT = Path(__file__).resolve().parents[2]
 
 # One helper for both ends: `serve PORT` (echo or sink, as the client's first byte asks),
@@ -234,7 +234,6 @@ def test_a_process_in_a_host_reads_the_cpu_quota_of_its_cgroup(tmp_path):
                 time.sleep(0.1)
 
 
-@pytest.mark.slow
 def test_ray_actor_on_host1_gets_16mb_across_the_link(tmp_path):
     needs()
     driver = tmp_path / "driver.py"

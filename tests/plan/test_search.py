@@ -248,7 +248,7 @@ def test_a_search_target_ranks_a_slower_placement_that_keeps_it_first():
 
 # Three nodes behind 0.4 Mbit uplinks, each making more rows than that carries in fp32.
 FAR = NodeType("far", 3, 2, uplink=0.4e6 / 8, downlink=1e9 / 8, rtt_s=0.01)
-WIDE = replace(FAR, uplink=1e9 / 8)
+FAR_WIDE = replace(FAR, uplink=1e9 / 8)
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_nodes_behind_narrow_uplinks_get_a_codec_floor_only_where_it_pays(worklo
     plain = simulate(narrow, costs, replace(best.candidate, codec_floor=()), workload)
     assert best.result.fps > 1.02 * plain.fps  # what the adaptive policy loses learning the link
 
-    wide = Cluster((head, WIDE), "head")  # exact rows fit: a floor would only cost recall
+    wide = Cluster((head, FAR_WIDE), "head")  # exact rows fit: a floor would only cost recall
     assert not any(
         e.candidate.codec_floor for e in search(wide, costs, workload, parallel=False).ranked
     )
