@@ -1,6 +1,6 @@
 """What ``simulate.py`` models of an aggregator's path to a shard: its fusion buffer, in row
 counts (the real ``FusionBuffer.due`` and ``nbytes``), and what it knows of the link (the
-real ``LinkStats`` and ``CodecPolicy``)."""
+real ``LinkStats`` and ``CodecPolicy``, and the monitor's windowed samples)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from vifusion.comm.adaptive import CodecPolicy, Rung
 from vifusion.comm.codec import Ladder
-from vifusion.comm.link import LinkStats
+from vifusion.comm.link import LinkStats, _Samples
 from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer
 from vifusion.plan._events import Sim
 
@@ -72,27 +72,28 @@ class Link:
         self.urgent = False
         self.timer: float | None = None
         self.policy = CodecPolicy(RUNGS, floor=floor, clock=lambda: sim.now)  # the sim's clock
-        # (ack time, rows acknowledged then) over the last second, and (time, rows/s over
-        # that second) over the last minute: the logical rate's windows (``LinkMonitor``)
+        # rows acknowledged over the last second, and the logical rate's samples (rows/s
+        # over that second at each acknowledgement) in the monitor's two windows
         self._acked_rows: deque[tuple[float, float]] = deque()
-        self._rates: deque[tuple[float, float]] = deque()
+        self._rows_last_s = 0.0
+        self._logical_rates, self._recent_logical = _Samples(), _Samples()
 
     def on_ack(self, now: float, rows: float) -> None:
-        """Count ``rows`` acknowledged now toward the logical rate: rows/s over the last
-        second, each ack a sample, as the monitor's windowed max sees them."""
+        """Count ``rows`` acknowledged now toward the logical rate, as ``LinkMonitor`` does:
+        a sample each acknowledgement, its windowed high read in ``stats``."""
         self.acked += 1
         self._acked_rows.append((now, rows))
+        self._rows_last_s += rows
         while self._acked_rows[0][0] < now - _RATE_WINDOW_S:
-            self._acked_rows.popleft()
+            self._rows_last_s -= self._acked_rows.popleft()[1]
         span = max(now - self._acked_rows[0][0], _RATE_WINDOW_S / 10)
-        self._rates.append((now, sum(r for _, r in self._acked_rows) / span))
-        while self._rates[0][0] < now - _CAPACITY_WINDOW_S:
-            self._rates.popleft()
-
-    def _logical(self, now: float, window_s: float) -> float:
-        """Uncompressed bytes/s delivered, the max of the samples within ``window_s``."""
-        rows = max((r for t, r in self._rates if t >= now - window_s), default=0.0)
-        return rows * RUNGS[0].bytes_per_row
+        rate = self._rows_last_s / span * RUNGS[0].bytes_per_row
+        for samples, window in (
+            (self._logical_rates, _CAPACITY_WINDOW_S),
+            (self._recent_logical, _RATE_WINDOW_S),
+        ):
+            samples.append(now, rate)
+            samples.expire(now, window)
 
     def stats(self, now: float) -> LinkStats:
         measured = self.rate if self.acked else 0.0
@@ -101,8 +102,8 @@ class Link:
             delivery_rate=measured,
             capacity=measured,
             path_rate=measured,
-            logical_rate=self._logical(now, _CAPACITY_WINDOW_S),
-            recent_logical_rate=self._logical(now, _RATE_WINDOW_S),
+            logical_rate=self._logical_rates.high(),
+            recent_logical_rate=self._recent_logical.high(),
             min_rtt=self.rtt,
             queueing_delay=self.qdelay,
             backlog_age=now - oldest if oldest is not None else 0.0,
