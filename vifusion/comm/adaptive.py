@@ -28,10 +28,12 @@ carries more rows. The ladder holds only the codecs that keep recall (the transp
 ``allowed``, from ``codec_min_recall``).
 
 After ``calm_s`` without congestion it steps back one level, and again after each further
-``calm_s`` (never below ``floor``: a plan's least level for a link it knows is too narrow for
-exact rows, so the link starts there rather than learning it from congestion), unless the link is squeezed (the path rate, measured while the compressed data
+``calm_s``, unless the link is squeezed (the path rate, measured while the compressed data
 fits, and the delivery rate both below ``drop`` of the capacity) or has no room for the less
 compressed codec (the last second's rows in its bytes over ``headroom`` of the capacity).
+
+It never goes below ``floor``, where it also starts: a plan's least level for a link it
+knows is too narrow for exact rows, which the policy would otherwise learn from congestion.
 """
 
 from __future__ import annotations
