@@ -54,9 +54,10 @@ class Bed:
         self._read_at = 0.0
         self.lowest = float("inf")  # the least capacity the follower read
 
-    def run(self, seconds: float, mbit: float, waiting_s: float = 2.0) -> None:
+    def run(self, seconds: float, mbit: float, waiting_s: float = 2.0, floor: int = 0) -> None:
         """``waiting_s``: how long the oldest row waits at the sender (the link holds rows
-        back), or 0 (the sender has little to send)."""
+        back), or 0 (the sender has little to send). ``floor``: the link's codec floor, at
+        which its codec stays."""
         end = self.t + seconds
         self.monitor.set_backlog_age(waiting_s)
         while self.t < end:
@@ -67,7 +68,11 @@ class Bed:
                 stats = self.monitor.stats()
                 self.lowest = min(self.lowest, stats.capacity)
                 # as link_view shapes it
-                link = asdict(stats) | {"backlog_age_s": stats.backlog_age, "level": 0}
+                link = asdict(stats) | {
+                    "backlog_age_s": stats.backlog_age,
+                    "level": floor,
+                    "floor": floor,
+                }
                 fusion = [
                     {"node": "node-h", "links": {}},
                     {"node": "node-f", "links": {0: link}},
@@ -137,6 +142,13 @@ def test_a_link_that_carries_less_than_planned_with_nothing_waiting_is_not_plann
     assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
     bed.run(300, mbit=1)  # the same rate with rows held back: the link is the limit
     assert bed.follower.replans == 1
+
+
+def test_a_link_compressed_only_by_its_floor_is_not_held_back(tmp_path):
+    # int8 by the plan's codec floor, not for congestion: a light load still reads as light.
+    bed = Bed(tmp_path, replan_after_s=30)
+    bed.run(300, mbit=1, waiting_s=0.0, floor=2)
+    assert bed.follower.replans == 0 and load_plan(tmp_path) == bed.plan
 
 
 def test_a_link_within_one_node_is_not_watched(tmp_path):

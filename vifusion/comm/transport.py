@@ -284,6 +284,11 @@ class Transport:
         with self._lock:
             return self._link(dest).monitor.stats()
 
+    @property
+    def floor(self) -> int:
+        """The least ladder level its links use: a plan's codec floor (0: none)."""
+        return int(self._policy_args.get("floor", 0))
+
     def codec(self, dest: Hashable) -> tuple[int, str]:
         """The ladder level and name of the codec this link uses now."""
         with self._lock:

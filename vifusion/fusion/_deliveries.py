@@ -50,6 +50,7 @@ def link_view(transport: Transport, dest: int, plan: FlushPlan) -> dict[str, Any
         "batch_bytes": plan.max_bytes,
         "window": plan.window,
         "level": level,
+        "floor": transport.floor,
         "codec": codec,
         "by_stream": transport.by_stream(dest),
         "stream_failures": transport.stream_failures(dest),

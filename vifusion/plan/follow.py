@@ -49,12 +49,14 @@ def carried(link: dict[str, Any], planned: float, tolerance: float) -> float:
     """What one reading (``Aggregator.stats()["links"][shard]``) says the link can carry,
     bytes/s; 0 where it says nothing. The capacity is what the link carried, so a link that
     carried less than planned shows a slower link only while it held rows back (the oldest
-    waiting longer than ``HELD_BACK_S``, or a codec taken for congestion); otherwise the
-    traffic, not the link, was small, and a lightly used link would read as a slow one."""
+    waiting longer than ``HELD_BACK_S``, or a codec taken for congestion, above the link's
+    codec floor); otherwise the traffic, not the link, was small, and a lightly used link
+    would read as a slow one."""
     rate = max(link["capacity"], link.get("path_rate", 0.0))
     if rate >= planned * (1 - tolerance):
         return rate
-    held_back = link.get("backlog_age_s", 0.0) > HELD_BACK_S or link.get("level", 0) > 0
+    congested = link.get("level", 0) > link.get("floor", 0)  # a codec the floor did not set
+    held_back = link.get("backlog_age_s", 0.0) > HELD_BACK_S or congested
     return rate if held_back else 0.0
 
 
