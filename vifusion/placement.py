@@ -32,7 +32,6 @@ SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
 _SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, not how many
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
 PLAN_FILE = "plan.json"
-_FLOORS = ("fp32", "fp16", "int8")  # codec floors a plan may set: the codecs needing no tables
 log = logging.getLogger(__name__)
 
 
@@ -81,16 +80,19 @@ def plan_nodes(plan: dict[str, Any]) -> dict[str, str] | None:
 def planned_codec_floors(plan: dict[str, Any] | None) -> dict[str, str]:
     """Live node id -> the least compressed codec its links may use, where the plan sets
     one (``vifusion plan``'s codec floor for a node behind a narrow uplink)."""
+    from vifusion.comm.codec import Ladder  # FAISS: only where a plan is read
+
     nodes = plan_nodes(plan) if plan is not None else None
     if nodes is None:
         return {}
+    known = tuple(c.name for c in Ladder().codecs)  # no tables: the codecs every node has
     floors = {}
     for n in plan["nodes"]:
         floor = n.get("codec_floor")
-        if floor in _FLOORS:
+        if floor in known:
             floors[nodes[n["name"]]] = floor
         elif floor is not None:
-            log.warning("plan node %s: codec floor %r is not one of %s", n["name"], floor, _FLOORS)
+            log.warning("plan node %s: codec floor %r is not one of %s", n["name"], floor, known)
     return floors
 
 

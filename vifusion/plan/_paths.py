@@ -75,7 +75,6 @@ class Link:
         # rows acknowledged over the last second, and the logical rate's samples (rows/s
         # over that second at each acknowledgement) in the monitor's two windows
         self._acked_rows: deque[tuple[float, float]] = deque()
-        self._rows_last_s = 0.0
         self._logical_rates, self._recent_logical = _Samples(), _Samples()
 
     def on_ack(self, now: float, rows: float) -> None:
@@ -83,11 +82,10 @@ class Link:
         a sample each acknowledgement, its windowed high read in ``stats``."""
         self.acked += 1
         self._acked_rows.append((now, rows))
-        self._rows_last_s += rows
         while self._acked_rows[0][0] < now - _RATE_WINDOW_S:
-            self._rows_last_s -= self._acked_rows.popleft()[1]
+            self._acked_rows.popleft()
         span = max(now - self._acked_rows[0][0], _RATE_WINDOW_S / 10)
-        rate = self._rows_last_s / span * RUNGS[0].bytes_per_row
+        rate = sum(r for _, r in self._acked_rows) / span * RUNGS[0].bytes_per_row
         for samples, window in (
             (self._logical_rates, _CAPACITY_WINDOW_S),
             (self._recent_logical, _RATE_WINDOW_S),

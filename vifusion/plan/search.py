@@ -63,7 +63,7 @@ _SHARD_ROW_BYTES = 2 * (
     6656 + 64
 )  # a row in the index (two spaces, fp32) and its ids, times, slack
 _TIE = 1e-6
-FLOOR_LEVELS = (1, 2)  # codec floors tried: fp16 and int8 (the lossy codecs needing no tables)
+_FLOOR_LEVELS = (1, 2)  # codec floors tried: fp16 and int8 (the lossy codecs needing no tables)
 _FLOOR_GAIN = 0.02
 
 
@@ -299,7 +299,7 @@ def _better(a: Result, b: Result | None, workload: Workload) -> bool:
 
 
 def floor_variants(cluster: Cluster, c: Candidate) -> list[Candidate]:
-    """``c`` with a codec floor (each of ``FLOOR_LEVELS``) on the nodes of one type that send
+    """``c`` with a codec floor (each of ``_FLOOR_LEVELS``) on the nodes of one type that send
     all their rows to other nodes: those with extractors and no shard primary (a floor applies
     to every link of a node's aggregator, and a link within a node gains nothing from it)."""
     nodes = cluster.nodes()
@@ -311,7 +311,7 @@ def floor_variants(cluster: Cluster, c: Candidate) -> list[Candidate]:
             for i, n in enumerate(nodes)
             if n.type.name == t.name and c.extractors[i] and i not in primaries
         }
-        for level in FLOOR_LEVELS if senders else ():
+        for level in _FLOOR_LEVELS if senders else ():
             floors = tuple(level if i in senders else 0 for i in range(len(nodes)))
             out.append(replace(c, codec_floor=floors))
     return out
