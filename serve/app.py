@@ -67,6 +67,7 @@ from vifusion._files import fd_path
 from vifusion._webvtt import webvtt
 from vifusion.config import Config
 from vifusion.media import PastEnd
+from vifusion.placement import API_ONGOING, load_plan, planned_api_replicas
 from vifusion.ranking import snippet_fields
 from vifusion.runtime import tune_ray
 from vifusion.search import ClipRefused
@@ -467,7 +468,9 @@ class _DescriptorResponse(FileResponse):
 # -- the deployment ----------------------------------------------------------------------
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=32, ray_actor_options={"num_cpus": 0})
+@serve.deployment(
+    num_replicas=1, max_ongoing_requests=API_ONGOING, ray_actor_options={"num_cpus": 0}
+)
 @serve.ingress(api)
 class ViFusionApp:
     def __init__(self, cfg: Config) -> None:
@@ -856,19 +859,20 @@ def deploy(cfg: Config, host: str, port: int) -> None:
 
 
 def replicas(cfg: Config) -> Any:
-    """The deployment as ``cfg`` asks for it: one replica, or ``api_replicas`` > 1 of them,
-    autoscaled up to twice that under load (they share the shards and the ingest pool:
-    ``shared_actors``). Every replica runs on the head node: uploads, thumbnails and the
-    media they serve live on its disk (the nodes share none)."""
+    """The deployment as ``cfg`` asks for it: one replica, or more (``api_replicas``, or an
+    applied plan's count), autoscaled up to twice that under load (they share the shards and
+    the ingest pool: ``shared_actors``). Every replica runs on the head node: uploads,
+    thumbnails and the media they serve live on its disk (the nodes share none)."""
     options: dict[str, Any] = {
         "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}}
     }
-    if cfg.api_replicas > 1:
+    least = planned_api_replicas(load_plan(cfg.data_dir), cfg.api_replicas, cfg.shared_actors)
+    if least > 1:
         options |= {
             "num_replicas": "auto",
             "autoscaling_config": {
-                "min_replicas": cfg.api_replicas,
-                "max_replicas": 2 * cfg.api_replicas,
+                "min_replicas": least,
+                "max_replicas": 2 * least,
                 "target_ongoing_requests": 8,
             },
         }

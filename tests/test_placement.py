@@ -4,6 +4,7 @@ import ray
 from vifusion.placement import (
     extractor_options,
     extractors_a_node,
+    planned_api_replicas,
     planned_codec_floors,
     shard_nodes,
     shard_resources,
@@ -71,3 +72,10 @@ def test_a_plans_codec_floors_reach_their_nodes_and_an_unknown_codec_is_ignored(
     assert planned_codec_floors(plan) == {}
     assert "codec floor 'pq' is not one of" in caplog.text
     assert planned_codec_floors(None) == {}
+
+
+def test_a_plans_api_replicas_run_only_where_replicas_share_the_shards(caplog):
+    assert planned_api_replicas({"api_replicas": 3}, 1, shared_actors=True) == 3
+    assert planned_api_replicas(None, 2, shared_actors=True) == 2  # no plan: the configured
+    assert planned_api_replicas({"api_replicas": 3}, 1, shared_actors=False) == 1
+    assert "API replicas need shared_actors" in caplog.text

@@ -11,10 +11,13 @@
   the GPUs; without GPUs an equal share of the ``extract`` resource where nodes carry it,
   else any node with a free CPU.
 - **Aggregators**: one per node, pinned there (``vifusion.fusion.start_aggregators``).
+- **API replicas**: on the head, where uploads and media live (``serve/app.py``); each serves
+  at most ``API_ONGOING`` requests at once.
 
 A plan (``vifusion plan --apply``: ``DATA_DIR/plan.json``) pins each extractor and shard
-replica to the node it names, by IP or as the i-th node of its type; a plan whose nodes are
-not all there, or made for another number of shards, is not used (logged).
+replica to the node it names, by IP or as the i-th node of its type, and sets the number of
+API replicas; a plan whose nodes are not all there, or made for another number of shards, is
+not used (logged).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
 _SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, not how many
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
+API_ONGOING = 32  # requests an API replica serves at once; more wait in Serve's queue
 PLAN_FILE = "plan.json"
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,19 @@ def planned_codec_floors(plan: dict[str, Any] | None) -> dict[str, str]:
         elif floor is not None:
             log.warning("plan node %s: codec floor %r is not one of %s", n["name"], floor, known)
     return floors
+
+
+def planned_api_replicas(plan: dict[str, Any] | None, least: int, shared_actors: bool) -> int:
+    """The API replicas to run: the plan's count, where it sets one, else ``least``
+    (``api_replicas``). More than one needs ``shared_actors`` (no replica may own the shards
+    the others use): without it a plan's larger count is logged and not used."""
+    planned = (plan or {}).get("api_replicas")
+    if planned is None:
+        return least
+    if planned > 1 and not shared_actors:
+        log.warning("the plan's %d API replicas need shared_actors: running %d", planned, least)
+        return least
+    return int(planned)
 
 
 def planned_shard_strategies(

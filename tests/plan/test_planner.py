@@ -55,3 +55,43 @@ def test_a_plan_names_the_codec_floor_of_each_node_behind_a_narrow_uplink(tmp_pa
     (floor,) = set(floors.values()) - {None}  # one floor, on far nodes only
     assert floors["head-0"] is None
     assert f"codec floor {floor} from far" in report_lines(cluster, report)[0]
+
+
+def test_a_plan_adds_api_replicas_where_searches_wait_and_the_deployment_runs_them(tmp_path):
+    from serve.app import replicas
+    from vifusion.plan.planner import apply
+
+    # Every search waits a 4 s round trip on a far shard (the head has no memory for both):
+    # one replica answers at most 8 a second, and 12 come.
+    cluster = Cluster(
+        (
+            NodeType("head", 1, 2, memory_bytes=580 << 20, rtt_s=4.0),
+            NodeType("far", 1, 2, rtt_s=4.0),
+        ),
+        "head",
+    )
+    costs = {
+        t: StageCosts(
+            decode_cs=0.02, embed_cs=0.04, query_cs=1e-3, search_cs=1e-3, extractor_bytes=20 << 20
+        )
+        for t in ("head", "far")
+    }
+    searched = {
+        **VIDEOS,
+        "plan_video_s": 100.0,
+        "plan_batch_videos": 10,
+        "plan_queries_per_s": 12,
+        "plan_index_rows": 4000,
+        "plan_query_p50_s": 6.0,
+    }
+    shared = Config(data_dir=tmp_path, shared_actors=True, **searched)
+    report, plan = make_plan(shared, cluster, costs, parallel=False)
+    assert plan["api_replicas"] == 2
+    assert "| 2 API replicas |" in report_lines(cluster, report)[0]
+    apply(shared, plan)
+    scaling = replicas(shared)._deployment_config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas) == (2, 4)
+
+    # Replicas that own their shards cannot be more than one: the plan keeps one.
+    alone = Config(data_dir=tmp_path / "alone", **searched)
+    assert make_plan(alone, cluster, costs, parallel=False)[1]["api_replicas"] == 1

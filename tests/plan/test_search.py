@@ -270,3 +270,29 @@ def test_nodes_behind_narrow_uplinks_get_a_codec_floor_only_where_it_pays(worklo
     assert not any(
         e.candidate.codec_floor for e in search(wide, costs, workload, parallel=False).ranked
     )
+
+
+def test_api_replicas_are_added_only_where_searches_wait_on_their_ongoing_limit():
+    # Every search waits a 4 s round trip on a far shard (the head has no memory for both),
+    # so one replica answers at most 8 a second. At 12 a second the search adds a second
+    # replica, which keeps the target (a fourth has no room in the head's memory). At 2 a
+    # second one replica keeps up, and more would only hold memory.
+    head = NodeType("head", 1, 2, memory_bytes=580 << 20, rtt_s=4.0)
+    far = NodeType("far", 1, 2, rtt_s=4.0)
+    cluster = Cluster((head, far), "head")
+    costs = {
+        t: StageCosts(
+            decode_cs=0.02, embed_cs=0.04, query_cs=1e-3, search_cs=1e-3, extractor_bytes=20 << 20
+        )
+        for t in ("head", "far")
+    }
+    busy_ = Workload(10, 400, queries_per_s=12, index_rows=4000, query_target_s=6.0)
+    chosen = search(cluster, costs, busy_, api_replicas=(1, 2, 4), parallel=False).best
+    assert chosen.candidate.api_replicas == 2
+    assert chosen.result.query_p50_s <= busy_.query_target_s
+    alone = search(cluster, costs, busy_, parallel=False).best  # one replica allowed
+    assert alone.result.query_p50_s > busy_.query_target_s
+
+    calm = replace(busy_, queries_per_s=2)
+    best = search(cluster, costs, calm, api_replicas=(1, 2, 4), parallel=False).best
+    assert best.candidate.api_replicas == 1

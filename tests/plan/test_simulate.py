@@ -209,3 +209,22 @@ def test_searches_that_come_faster_than_the_head_embeds_them_wait_ever_longer():
     ]
     assert runs[0].query_p50_s > 10 * 0.6
     assert runs[1].query_p50_s > 1.5 * runs[0].query_p50_s
+
+
+def test_an_api_replica_serves_at_most_its_ongoing_searches_at_once():
+    # Each search waits a 1 s round trip on the far shard. One replica keeps at most 32 in
+    # flight, so serves at most 32 a second: at 48 a second they queue, ever longer. Two
+    # replicas keep up, and a search takes its round trip and little more.
+    far = NodeType("far", 1, 4, rtt_s=1.0)
+    cluster = Cluster((NodeType("head", 1, 4, rtt_s=1.0), far), "head")
+    costs = {
+        t: StageCosts(decode_cs=0.01, embed_cs=1e-4, query_cs=1e-3, search_cs=1e-3, **FREE)
+        for t in ("head", "far")
+    }
+    work = Workload(videos=20, frames_per_video=100, queries_per_s=48)
+    one, two = (
+        simulate(cluster, costs, Candidate((1, 0), ((1,),), api_replicas=k), work) for k in (1, 2)
+    )
+    assert two.query_p50_s == pytest.approx(1.0 + 2e-3, rel=0.05)
+    assert one.query_p50_s > 3 * two.query_p50_s
+    assert one.fps == pytest.approx(two.fps, rel=0.02)

@@ -2,7 +2,8 @@
 
 They arrive at random (a Poisson stream, seeded, so that a candidate's run is the same every
 time). Each embeds its text at an API replica on the head (``query_cs`` on one core, beside the
-head's extractors and aggregator; at most ``ONGOING`` at once, the rest wait their turn),
+head's extractors and aggregator; each of the candidate's replicas serves at most ``API_ONGOING``
+at once, and the rest wait their turn),
 then asks every shard at once: each shard at its next
 replica in turn, as ``ShardSet.search`` does, over the path to that replica's node
 (``search_cs`` plus ``search_row_cs`` a row the shard holds, on one core there). A search is
@@ -16,13 +17,13 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING
 
+from vifusion.placement import API_ONGOING
 from vifusion.plan.model import Cluster, path
 
 if TYPE_CHECKING:
     from vifusion.plan.simulate import Candidate, Simulation, StageCosts, Workload
 
 _LOCAL_RTT = 50e-6  # a search to a shard on the head's own node: loopback
-ONGOING = 32  # searches an API replica serves at once (``serve/app.py``'s max_ongoing_requests)
 
 
 def at_shard_cs(costs: StageCosts, workload: Workload, shards: int) -> float:
@@ -79,7 +80,7 @@ class Queries:
         self._take()
 
     def _take(self) -> None:
-        while self.waiting and self.in_flight < ONGOING:
+        while self.waiting and self.in_flight < API_ONGOING * self.s.cand.api_replicas:
             key = self.waiting.popleft()
             self.in_flight += 1
             self.s.cpu[0].add(

@@ -57,6 +57,13 @@ def workload(cfg: Config) -> Workload:
     )
 
 
+def api_choices(cfg: Config) -> tuple[int, ...]:
+    """The API replica counts a plan may choose: the configured one, and where replicas may
+    share the shards (``shared_actors``), twice and four times as many."""
+    least = cfg.api_replicas
+    return (least, 2 * least, 4 * least) if cfg.shared_actors else (least,)
+
+
 def make_plan(
     cfg: Config,
     cluster: Cluster,
@@ -71,6 +78,7 @@ def make_plan(
         workload(cfg),
         num_shards=cfg.num_shards,
         replicas=cfg.shard_replicas,
+        api_replicas=api_choices(cfg),
         parallel=parallel,
     )
     plan = plan_document(cluster, report.best, live, costs)
@@ -85,7 +93,7 @@ def plan_document(
     costs: dict[str, StageCosts] | None = None,
 ) -> dict[str, Any]:
     """The plan as ``plan.json`` holds it: each node's extractors, the shards' nodes, the
-    fusion limits, the prediction, and what it was made for: the cluster, and the stage costs
+    fusion limits, the API replicas, the prediction, and what it was made for: the cluster, and the stage costs
     where given (``made_for`` reads them back, so that the service can plan again)."""
     nodes = cluster.nodes()
     ips = {n.name: n.ip for n in live or []}
@@ -110,6 +118,7 @@ def plan_document(
         "shards": [[nodes[i].name for i in group] for group in c.shards],
         "fusion_min_bytes": c.fusion_min_bytes,
         "fusion_max_bytes": c.fusion_max_bytes,
+        "api_replicas": c.api_replicas,
         "predicted_fps": round(chosen.result.fps, 2),
         "predicted_p50_s": round(chosen.result.p50_s, 4),
         "predicted_query_p50_s": round(chosen.result.query_p50_s, 4),
@@ -181,10 +190,11 @@ def describe(cluster: Cluster, e: Evaluated) -> str:
         f", searches' p50 {e.result.query_p50_s * 1e3:.0f} ms" if e.result.query_p50_s else ""
     )
     floor = f"codec floor {floors} | " if floors else ""
+    api = f"{e.candidate.api_replicas} API replicas | " if e.candidate.api_replicas > 1 else ""
     return (
         f"extractors {'; '.join(parts)} | shards on {shards} | fusion "
         f"{e.candidate.fusion_min_bytes >> 10} KiB-{e.candidate.fusion_max_bytes >> 20} MiB | "
-        f"{floor}{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms{searches}"
+        f"{floor}{api}{e.result.fps:.1f} frames/s, p50 {e.result.p50_s * 1e3:.0f} ms{searches}"
     )
 
 

@@ -32,13 +32,16 @@ p50 passes it ranks after every one that keeps it (the shards' node decides wher
 are served and what they slow down), and only a best that keeps it prunes others. A steady
 rate is held to its candidate's bound (a finite window can read above it), so a pruned
 candidate could not have won. Ties in frames/s among those simulated go to
-the lower p50. The fusion limits and codec floors are searched for the three best
-placements only (they move frames/s by percents where placement moves it by times, and
-trying each with every placement tripled the search). A codec floor (``floor_variants``)
-starts a node's links compressed, fp16 or int8, and keeps them so: the adaptive policy
-learns a narrow link from congestion, and loses rows/s while it does. The bounds hold with
-floors too (they count a row at the ladder's smallest). A floor is kept only where it adds
-over ``_FLOOR_GAIN`` of frames/s: its rows are lossy for good.
+the lower p50. The fusion limits, codec floors and API replica counts are searched for the
+three best placements only (they move frames/s by percents where placement moves it by
+times, and trying each with every placement tripled the search). A codec floor
+(``floor_variants``) starts a node's links compressed, fp16 or int8, and keeps them so: the
+adaptive policy learns a narrow link from congestion, and loses rows/s while it does. The
+bounds hold with floors too (they count a row at the ladder's smallest). A floor is kept only
+where it adds over ``_FLOOR_GAIN`` of frames/s: its rows are lossy for good. More API
+replicas (``search``'s ``api_replicas``, where searches are planned) let more searches be in
+flight at once where each waits on far shards; each holds a model in the head's memory, so
+more are kept only where they cut the searches' p50 by over ``_API_GAIN``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from vifusion.comm.codec import Ladder
@@ -65,6 +68,7 @@ _SHARD_ROW_BYTES = 2 * (
 _TIE = 1e-6
 _FLOOR_LEVELS = (1, 2)  # codec floors tried: fp16 and int8 (the lossy codecs needing no tables)
 _FLOOR_GAIN = 0.02
+_API_GAIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,10 @@ def candidates(
     num_shards: int,
     replicas: int,
     fusion: Iterable[tuple[int, int]] = FUSION_LIMITS,
+    api_replicas: int = 1,
 ) -> Iterable[Candidate]:
-    """Every candidate of the space (see the module doc), the even spread among them."""
+    """Every candidate of the space (see the module doc), the even spread among them, each
+    with ``api_replicas``."""
     nodes = cluster.nodes()
     index = {n.name: i for i, n in enumerate(nodes)}
     types = sorted(cluster.types, key=lambda t: t.name)
@@ -118,17 +124,21 @@ def candidates(
         for home in homes:
             shards = tuple(tuple(g) for g in spread(num_shards, replicas, home))
             for lo, hi in fusion:
-                yield Candidate(extractors, shards, lo, hi)
+                yield Candidate(extractors, shards, lo, hi, api_replicas=api_replicas)
 
 
-def even_spread(cluster: Cluster, num_shards: int, replicas: int) -> Candidate:
+def even_spread(
+    cluster: Cluster, num_shards: int, replicas: int, api_replicas: int = 1
+) -> Candidate:
     """What the static placement amounts to: the same number of extractors on every node
-    (what the weakest node's cores allow, at least one), shards round-robin over all nodes."""
+    (what the weakest node's cores allow, at least one), shards round-robin over all nodes,
+    and the configured API replicas."""
     nodes = cluster.nodes()
     each = max(1, min(int(n.type.cpus) for n in nodes))
     return Candidate(
         tuple(each for _ in nodes),
         tuple(tuple(g) for g in spread(num_shards, replicas, list(range(len(nodes))))),
+        api_replicas=api_replicas,
     )
 
 
@@ -143,10 +153,11 @@ def feasible(
     for group in c.shards:
         for n in group:
             held[n] += 1
+    api = [c.api_replicas] + [0] * (len(nodes) - 1)  # on the head; each loads the model
     for i, n in enumerate(nodes):
         need = (
             _AGGREGATOR_BYTES
-            + c.extractors[i] * costs[n.type.name].extractor_bytes
+            + (c.extractors[i] + api[i]) * costs[n.type.name].extractor_bytes
             + held[i] * rows * costs[n.type.name].dedup_ratio * _SHARD_ROW_BYTES
         )
         if c.extractors[i] > n.type.cpus or need > n.type.memory_bytes:
@@ -329,6 +340,30 @@ def _floors_that_pay(ranked: list[Evaluated]) -> list[Evaluated]:
     ]
 
 
+def _replicas_that_pay(ranked: list[Evaluated], workload: Workload) -> list[Evaluated]:
+    """``ranked`` without the API replica counts that do not cut the searches' p50 by over
+    ``_API_GAIN`` below that of every fewer count tried for the same placement (a replica
+    holds a model in the head's memory), unless they keep the search target where the
+    fewer did not."""
+    by = {e.candidate: e.result for e in ranked}
+
+    def pays(e: Evaluated) -> bool:
+        fewer = [
+            r
+            for c, r in by.items()
+            if c.api_replicas < e.candidate.api_replicas
+            and replace(c, api_replicas=e.candidate.api_replicas) == e.candidate
+        ]
+        if not fewer:
+            return True
+        best = min(fewer, key=lambda r: r.query_p50_s)
+        if _meets(e.result, workload) and not _meets(best, workload):
+            return True
+        return e.result.query_p50_s < best.query_p50_s * (1 - _API_GAIN)
+
+    return [e for e in ranked if pays(e)]
+
+
 def _evaluate_chunk(
     cluster: Cluster, costs: dict[str, StageCosts], chunk: list[Candidate], workload: Workload
 ) -> list[Result]:
@@ -342,14 +377,16 @@ def search(
     *,
     num_shards: int = 2,
     replicas: int = 1,
+    api_replicas: Sequence[int] = (1,),
     space: Iterable[Candidate] | None = None,
     prune: bool = True,
     parallel: bool | None = None,
     batch: int = 16,
 ) -> SearchReport:
     """The best candidate of ``space`` (default: ``candidates``) for ``workload``, with the
-    runner-up and the even spread beside it. ``parallel``: simulate on Ray (None: when Ray is
-    up)."""
+    runner-up and the even spread beside it. ``api_replicas``: the API replica counts to try,
+    the first (the configured count) for every placement, the others for the best few where
+    searches are planned. ``parallel``: simulate on Ray (None: when Ray is up)."""
     t0 = time.perf_counter()
     if space is None:  # placements first, then the fusion limits and codec floors of the best few
         first = search(
@@ -358,29 +395,38 @@ def search(
             workload,
             num_shards=num_shards,
             replicas=replicas,
+            api_replicas=api_replicas,
             prune=prune,
             parallel=parallel,
             batch=batch,
-            space=list(candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1])),
+            space=list(
+                candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1], api_replicas[0])
+            ),
         )
         top = [e.candidate for e in first.ranked[:3]]
-        variants = [
-            replace(c, fusion_min_bytes=lo, fusion_max_bytes=hi)
-            for c in top
-            for lo, hi in FUSION_LIMITS[1:]
-        ] + [f for c in top for f in floor_variants(cluster, c)]
+        more_api = api_replicas[1:] if workload.queries_per_s else ()
+        variants = (
+            [
+                replace(c, fusion_min_bytes=lo, fusion_max_bytes=hi)
+                for c in top
+                for lo, hi in FUSION_LIMITS[1:]
+            ]
+            + [f for c in top for f in floor_variants(cluster, c)]
+            + [replace(c, api_replicas=k) for c in top for k in more_api]
+        )
         second = search(
             cluster,
             costs,
             workload,
             num_shards=num_shards,
             replicas=replicas,
+            api_replicas=api_replicas,
             prune=False,
             parallel=parallel,
             batch=batch,
             space=top + variants,
         )
-        ranked = _floors_that_pay(second.ranked)
+        ranked = _replicas_that_pay(_floors_that_pay(second.ranked), workload)
         return SearchReport(
             ranked[0],
             ranked[1] if len(ranked) > 1 else None,
@@ -394,7 +440,7 @@ def search(
             first.pruned_equivalent,
         )
     space = list(space)
-    even = even_spread(cluster, num_shards, replicas)
+    even = even_spread(cluster, num_shards, replicas, api_replicas[0])
     ok = [c for c in space if feasible(cluster, costs, c, workload)]
     infeasible = len(space) - len(ok)
     key = {c: busy(c, workload) if prune else c for c in ok}

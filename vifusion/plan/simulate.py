@@ -79,14 +79,16 @@ class StageCosts:
 @dataclass(frozen=True)
 class Candidate:
     """A placement: extractors per node (in ``Cluster.nodes()`` order), the node of every
-    replica of every shard (primary first), the fusion size limits, and each node's codec
-    floor (the ladder level its links start at and never step back below; () for none)."""
+    replica of every shard (primary first), the fusion size limits, each node's codec
+    floor (the ladder level its links start at and never step back below; () for none), and
+    the API replicas that serve searches (on the head, where the media are)."""
 
     extractors: tuple[int, ...]
     shards: tuple[tuple[int, ...], ...]
     fusion_min_bytes: int = 64 << 10
     fusion_max_bytes: int = 8 << 20
     codec_floor: tuple[int, ...] = ()
+    api_replicas: int = 1
 
     def floor(self, node: int) -> int:
         return self.codec_floor[node] if self.codec_floor else 0
