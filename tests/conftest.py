@@ -20,6 +20,9 @@ def ray_session():
 
         for name, value in SERVE_TUNED.items():
             os.environ.setdefault(name, value)
+        # A replica being stopped stays reachable this long behind HAProxy (30 s by default)
+        # so that load balancers in front can let go of it; a test session has none.
+        os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
         tune_ray()  # as every ViFusion Ray runs
         # Logical CPUs, not cores: room for an extractor, the serve replica and test actors.
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)

@@ -58,6 +58,7 @@ def test_primary_killed_mid_ingest_keeps_every_acknowledged_frame_once(
         shards.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0], ids=["follower", "primary"])
 def test_searches_keep_answering_while_a_replica_dies_and_it_comes_back_whole(
     ray_session, tmp_path: Path, victim: int

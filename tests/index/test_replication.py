@@ -82,6 +82,7 @@ def test_each_replica_has_its_own_directory_holding_the_same_vectors(
         shards.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0], ids=["follower", "primary"])
 def test_a_replica_that_loses_its_directory_comes_back_whole_from_the_other(
     ray_session, tmp_path: Path, victim: int
@@ -122,6 +123,7 @@ def _stopped(ray, handle):
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_a_write_is_acknowledged_once_on_the_primary_and_ack_replicas_followers(
     ray_session, tmp_path: Path
 ) -> None:
@@ -156,6 +158,7 @@ def test_ack_replicas_default_to_one_follower_and_never_exceed_the_followers() -
         Config(shard_replicas=3, shard_ack_replicas=3)
 
 
+@pytest.mark.slow
 def test_a_follower_back_with_writes_the_primary_never_made_takes_the_primarys_instead(
     ray_session, tmp_path: Path
 ) -> None:
@@ -183,6 +186,7 @@ def test_a_follower_back_with_writes_the_primary_never_made_takes_the_primarys_i
         shards.close()
 
 
+@pytest.mark.slow
 def test_a_primary_back_on_an_older_directory_of_another_history_takes_the_followers(
     ray_session, tmp_path: Path
 ) -> None:
@@ -219,6 +223,7 @@ def test_a_primary_back_on_an_older_directory_of_another_history_takes_the_follo
         shards.close()
 
 
+@pytest.mark.slow
 def test_a_follower_back_empty_answers_no_search_until_it_has_caught_up(
     ray_session, tmp_path: Path
 ) -> None:
@@ -248,6 +253,7 @@ def test_a_follower_back_empty_answers_no_search_until_it_has_caught_up(
         shards.close()
 
 
+@pytest.mark.slow
 def test_a_follower_gone_for_good_fails_writes_until_another_takes_its_name(
     ray_session, tmp_path: Path
 ) -> None:
