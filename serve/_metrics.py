@@ -69,6 +69,11 @@ class Metrics:
             "ingest frames/s the placement plan in force predicts; 0 without one",
             registry=r,
         )
+        self.extractors = Gauge(
+            "vifusion_extractors",
+            "extractor actors the ingest pool runs (0 until its first job starts them)",
+            registry=r,
+        )
         self.batches = Gauge("vifusion_fusion_batches", "fused batches sent to shards", registry=r)
         self.fused_frames = Gauge(
             "vifusion_fusion_frames", "frames sent in fused batches", registry=r
@@ -129,6 +134,7 @@ class Metrics:
         self.fps.set(ingest.frames_per_s)
         self.replans.set(ingest.replans)
         self.plan_fps.set(ingest.plan_predicted_fps)
+        self.extractors.set(ingest.extractors)
         batches = sum(a.get("batches", 0) for a in stats["fusion"])
         frames = sum(a.get("rows_out", 0) for a in stats["fusion"])
         self.batches.set(batches)

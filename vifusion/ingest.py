@@ -12,7 +12,8 @@ ids: each frame once). Any other pool takes a job over once its lease runs out.
 
 It also follows the applied placement plan (``plan/follow.py``): it owns the node
 aggregators, so it is where their link readings are watched and a lasting change of a link
-is planned for, once per data dir however many API replicas there are.
+is planned for, once per data dir however many API replicas there are; its extractors and
+aggregators then move to the new plan between jobs (``JobRunner.replan``).
 
 With ``cfg.shared_actors`` (a cluster) it is detached and outlives any one API replica; else
 the Service that started it stops it on close.
@@ -42,7 +43,7 @@ class IngestPool:
         except BaseException:
             self.rt.close()
             raise
-        self.follower = PlanFollower(cfg)
+        self.follower = PlanFollower(cfg, on_applied=self.jobs.replan)
         self.follower.start(self.link_readings)
 
     def wake(self) -> None:
@@ -53,6 +54,7 @@ class IngestPool:
             self.jobs.stats,
             replans=self.follower.replans,
             plan_predicted_fps=self.follower.predicted_fps,
+            extractors=self.jobs.extractors,
         )
 
     def fusion_stats(self) -> list[dict]:
@@ -61,7 +63,7 @@ class IngestPool:
     def link_readings(self) -> Readings:
         """What the plan follower reads each round: the aggregators' stats and the node of
         each shard's primary; none before the first job starts the aggregators."""
-        if not self.rt.indexer_started:
+        if self.rt.running_indexer() is None:
             return [], []
         primaries = ray.get([h.node_id.remote() for h in self.rt.shards.handles], timeout=30)
         return self.jobs.fusion_stats(), primaries

@@ -26,6 +26,7 @@ import ray
 from vifusion._files import storage_reason
 from vifusion.catalog import LeaseLost
 from vifusion.config import Config
+from vifusion.placement import load_plan, planned_extractors
 from vifusion.runtime import Runtime
 from vifusion.sources import (
     SourceError,
@@ -51,6 +52,7 @@ class IngestStats:
     # it started, and the frames/s the plan in force predicts (0 without one).
     replans: int = 0
     plan_predicted_fps: float = 0.0
+    extractors: int = 0  # extractor actors running (0 until the first job starts them)
 
     @property
     def frames_per_s(self) -> float:
@@ -60,8 +62,11 @@ class IngestStats:
 class JobRunner:
     """One thread per extractor actor, each taking the oldest job there is to take, and one
     renewing the leases. The extractors are the runtime's indexer, started on the first job
-    (they load models). ``name``: the runner's, the same in each of its incarnations; its
-    leases' owner is ``name/<incarnation>``. The runtime's catalog writes as that owner."""
+    (they load models): ``num_extractors``, or as many as the applied plan places. After
+    ``replan`` no job is taken until those running end; then the extractors and node
+    aggregators stop, and the next job starts them where the new plan says. ``name``: the
+    runner's, the same in each of its incarnations; its leases' owner is
+    ``name/<incarnation>``. The runtime's catalog writes as that owner."""
 
     def __init__(self, cfg: Config, rt: Runtime, name: str) -> None:
         self.cfg = cfg
@@ -81,24 +86,37 @@ class JobRunner:
         # data dir that refuses writes they wait); jobs put aside by a full data dir too.
         self._retaken = False
         self._stalled: list[str] = []
-        self._threads = [
-            threading.Thread(target=self._work, args=(i,), name=f"ingest-{i}", daemon=True)
-            for i in range(cfg.num_extractors)
-        ]
-        self._threads.append(threading.Thread(target=self._renew, name="leases", daemon=True))
-        for t in self._threads:
-            t.start()
+        self._replan = False
+        self._count = self._planned_count()
+        self._serving: set[int] = set()  # the extractors that have a worker thread
+        self._threads = [threading.Thread(target=self._renew, name="leases", daemon=True)]
+        self._threads[0].start()
+        with self._lock:
+            self._add_workers()
 
     def wake(self) -> None:
         """A job was queued."""
         with self._wake:
             self._wake.notify_all()
 
+    def replan(self) -> None:
+        """A new plan was applied: move the extractors and aggregators to it between jobs."""
+        with self._wake:
+            self._replan = True
+            self._wake.notify_all()
+
+    @property
+    def extractors(self) -> int:
+        """Extractor actors running now."""
+        indexer = self.rt.running_indexer()
+        return len(indexer.extractors) if indexer is not None else 0
+
     def fusion_stats(self) -> list[dict]:
         """Transfer figures of each node aggregator (``Aggregator.stats``), with its ``node`` id."""
-        if not self.rt.indexer_started:
+        indexer = self.rt.running_indexer()
+        if indexer is None:
             return []
-        aggregators = self.rt.indexer.aggregators
+        aggregators = indexer.aggregators
         stats = ray.get([a.stats.remote() for a in aggregators.values()])
         return [{**s, "node": node} for node, s in zip(aggregators, stats, strict=True)]
 
@@ -112,12 +130,45 @@ class JobRunner:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _take(self) -> tuple[str, int] | None:
-        """Claim the oldest queued job (moved to ``decoding``), waiting for one. Jobs put
+    def _planned_count(self) -> int:
+        """The extractors the indexer will start (``start_extractors``): the applied plan's,
+        else ``num_extractors``."""
+        plan = load_plan(self.cfg.data_dir) if self.cfg.use_plan else None
+        return len(planned_extractors(plan) or ()) or self.cfg.num_extractors
+
+    def _add_workers(self) -> None:
+        """A worker thread for each extractor that has none (lock held); a worker past the
+        count leaves at its next take."""
+        for i in set(range(self._count)) - self._serving:
+            self._serving.add(i)
+            t = threading.Thread(target=self._work, args=(i,), name=f"ingest-{i}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _restart_indexer(self) -> None:
+        """Between jobs (lock held): stop the extractors and aggregators; the next job starts
+        them by the plan in force, with a worker for each."""
+        self.rt.stop_indexer()
+        self._replan = False
+        self._count = self._planned_count()
+        self._add_workers()
+        self._wake.notify_all()
+        log.warning("ingest: the extractors move to the new plan (%d of them)", self._count)
+
+    def _take(self, i: int) -> tuple[str, int] | None:
+        """Claim the oldest queued job (moved to ``decoding``) for worker ``i``, waiting for
+        one; None once the runner stops or the extractors are fewer than ``i + 1``. Jobs put
         aside (interrupted, or cut short by a full data dir) go back in the queue first; this
         raises while the catalog cannot be written."""
         with self._wake:
             while not self._stop:
+                if self._replan and not self._running:
+                    self._restart_indexer()
+                if i >= self._count:
+                    break
+                if self._replan:  # no new job until the running ones end and the actors move
+                    self._wake.wait(timeout=2.0)
+                    continue
                 if not self._retaken:
                     self.catalog.expire_leases(self.name)
                     self._retaken = True
@@ -132,6 +183,7 @@ class JobRunner:
                     self._running.add(job.id)
                     return job.id, job.video_id
                 self._wake.wait(timeout=2.0)
+            self._serving.discard(i)
         return None
 
     def _renew(self) -> None:
@@ -153,12 +205,16 @@ class JobRunner:
 
     def _indexer(self):
         with self._lock:  # one thread starts the extractors; the others wait for them
-            return self.rt.indexer
+            indexer = self.rt.indexer
+            if len(indexer.extractors) != self._count:  # a plan applied since the count
+                self._count = len(indexer.extractors)
+                self._add_workers()
+            return indexer
 
     def _work(self, i: int) -> None:
         while True:
             try:
-                taken = self._take()
+                taken = self._take(i)
             except Exception as e:  # the catalog cannot be written (disk full): wait, then retry
                 log.error("ingest paused: %s", e)
                 time.sleep(_PAUSE_S)
@@ -176,9 +232,11 @@ class JobRunner:
                 Exception
             ) as e:  # a bug fails this job, a full disk puts it aside; never the service
                 self._failed(job_id, video_id, e)
-            with self._lock:
+            with self._wake:
                 self._running.discard(job_id)
                 self.stats.busy_s += time.perf_counter() - t0
+                if self._replan and not self._running:
+                    self._wake.notify_all()  # the actors may move now
 
     def _run(self, i: int, job_id: str, video_id: int) -> None:
         video = self.catalog.get_video(video_id)
@@ -209,6 +267,10 @@ class JobRunner:
                 return self._fail(job_id, video_id, f"{path.name}: cannot read: {e.strerror}")
             self.catalog.set_media(video_id, path, sha, size)
         indexer = self._indexer()
+        if i >= len(indexer.extractors):  # fewer extractors than when this worker took it
+            with self._lock:
+                self._stalled.append(job_id)  # back in the queue, for a worker that has one
+            return
         result = indexer.run_job(
             indexer.extractors[i], path, video_id, job_id, follow_symlinks=not is_path_source(video)
         )

@@ -133,6 +133,18 @@ class Runtime:
         """Whether the extractors exist yet (``indexer`` starts them on first use)."""
         return "indexer" in self.__dict__
 
+    def running_indexer(self):
+        """The indexer if its extractors exist, else None; never starts one (a reader on
+        another thread must not start the extractors, nor race their restart)."""
+        return self.__dict__.get("indexer")
+
+    def stop_indexer(self) -> None:
+        """Stop the extractors and node aggregators; the next use of ``indexer`` starts them
+        again, placed by the plan applied then."""
+        indexer = self.__dict__.pop("indexer", None)
+        if indexer is not None:
+            indexer.close()
+
     @cached_property
     def searcher(self):
         import torch

@@ -48,11 +48,18 @@ class Bed:
         apply(self.cfg, make_plan(self.cfg, CLUSTER, COSTS, parallel=False)[1])
         self.plan = load_plan(tmp_path)  # as JSON holds it
         self.monitor = LinkMonitor(clock=lambda: self.t)
+        self.applied = 0  # new plans the follower said it wrote (the pool then moves actors)
         self.follower = PlanFollower(
-            self.cfg, resolve=lambda plan: dict(NODES), clock=lambda: self.t
+            self.cfg,
+            resolve=lambda plan: dict(NODES),
+            clock=lambda: self.t,
+            on_applied=self._applied,
         )
         self._read_at = 0.0
         self.lowest = float("inf")  # the least capacity the follower read
+
+    def _applied(self) -> None:
+        self.applied += 1
 
     def run(self, seconds: float, mbit: float, waiting_s: float = 2.0, floor: int = 0) -> None:
         """``waiting_s``: how long the oldest row waits at the sender (the link holds rows
@@ -99,7 +106,8 @@ def test_a_link_slower_for_good_makes_and_applies_a_new_plan_once(tmp_path, capl
     assert bed.follower.predicted_fps == new["predicted_fps"]  # the plan in force now
     assert "link far-0 -> shard 0 on head-0 carries" in caplog.text
     assert f"{new['predicted_fps']:.1f} frames/s" in caplog.text
-    assert "started from now on" in caplog.text
+    assert "move to it between jobs" in caplog.text
+    assert bed.applied == 1
 
 
 def test_a_search_that_fails_is_tried_again_after_replan_after_s(tmp_path, monkeypatch):

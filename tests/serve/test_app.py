@@ -498,6 +498,7 @@ def test_metrics_are_prometheus_text(live):
     # No plan applied on this data dir: none in force, none made again.
     assert "vifusion_replans_total 0.0" in text
     assert "vifusion_plan_predicted_frames_per_second 0.0" in text
+    assert "vifusion_extractors 1.0" in text  # num_extractors: no plan places others
     assert 'vifusion_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
     vectors = sum(
         float(line.split()[-1])

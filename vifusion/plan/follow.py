@@ -15,8 +15,9 @@ is logged once and followed no further.
 A re-plan runs the search (``planner.make_plan``) on the plan's cluster with that link's
 path at its measured rate (``Cluster.with_path_rate``), with the plan's stage costs, and
 writes plan.json (``planner.apply``), which records the new rate: a later change fires only
-against it. The runtime reads plan.json when it starts its actors, so the new plan places
-the actors started afterwards; those running stay where they are.
+against it, and says so (``on_applied``): the ingest pool then moves its extractors and node
+aggregators to the new plan between jobs. Shard replicas stay where they are: they hold the
+index.
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ class PlanFollower:
         cfg: Config,
         resolve: Callable[[dict[str, Any]], dict[str, str] | None] = plan_nodes,
         clock: Callable[[], float] = time.monotonic,
+        on_applied: Callable[[], None] = lambda: None,
     ) -> None:
         """``resolve``: plan node name -> live node id, None where the plan's nodes are not
-        all there (``placement.plan_nodes``)."""
+        all there (``placement.plan_nodes``). ``on_applied()`` is called after each new plan
+        is written."""
         self.cfg = cfg
-        self._resolve, self._clock = resolve, clock
+        self._resolve, self._clock, self._on_applied = resolve, clock, on_applied
         self._lock = threading.Lock()  # the figures, read by the pool's stats calls
         self._replans = 0
         self._predicted_fps = 0.0
@@ -207,9 +210,10 @@ class PlanFollower:
         where = apply(self.cfg, plan)
         with self._lock:
             self._replans += 1
+        self._on_applied()
         log.warning(
-            "link %s carries %.3g Mbit/s, planned for %.3g: planned again: %s; written to %s, "
-            "for the actors started from now on (those running stay where they are)",
+            "link %s carries %.3g Mbit/s, planned for %.3g: planned again: %s; written to %s; "
+            "the extractors and node aggregators move to it between jobs",
             link,
             measured * 8 / 1e6,
             planned * 8 / 1e6,
