@@ -15,9 +15,9 @@ is logged once and followed no further.
 A re-plan runs the search (``planner.make_plan``) on the plan's cluster with that link's
 path at its measured rate (``Cluster.with_path_rate``), with the plan's stage costs, and
 writes plan.json (``planner.apply``), which records the new rate: a later change fires only
-against it, and says so (``on_applied``): the ingest pool then moves its extractors and node
-aggregators to the new plan between jobs. Shard replicas stay where they are: they hold the
-index.
+against it. A plan.json seen to change, so written, or applied by hand while the service
+runs, is said (``on_applied``): the ingest pool then moves its extractors and node
+aggregators to it between jobs. Shard replicas stay where they are: they hold the index.
 """
 
 from __future__ import annotations
@@ -72,14 +72,15 @@ class PlanFollower:
         on_applied: Callable[[], None] = lambda: None,
     ) -> None:
         """``resolve``: plan node name -> live node id, None where the plan's nodes are not
-        all there (``placement.plan_nodes``). ``on_applied()`` is called after each new plan
-        is written."""
+        all there (``placement.plan_nodes``). ``on_applied()`` is called once plan.json is
+        seen to change (a re-plan's, or one applied by hand; not the one found at start)."""
         self.cfg = cfg
         self._resolve, self._clock, self._on_applied = resolve, clock, on_applied
         self._lock = threading.Lock()  # the figures, read by the pool's stats calls
         self._replans = 0
         self._predicted_fps = 0.0
         self._plan: dict[str, Any] | None = None  # plan.json as last read
+        self._loaded = False  # whether plan.json has been read once
         self._made_for: tuple[Cluster, dict[str, StageCosts]] | None = None
         self._resolved_for: tuple[dict[str, Any] | None, frozenset[str]] | None = None
         self._names: dict[str, str] = {}  # live node id -> plan node name
@@ -160,7 +161,10 @@ class PlanFollower:
         """Read plan.json; on a new plan, or new aggregators (nodes that joined since), match
         the plan's nodes again and start a fresh watch."""
         plan = load_plan(self.cfg.data_dir) if self.cfg.use_plan else None
-        if plan != self._plan:
+        if plan != self._plan or not self._loaded:
+            if self._loaded:
+                self._on_applied()
+            self._loaded = True
             self._plan, self._made_for, why = plan, None, f"plan.json before version {VERSION}"
             try:
                 self._made_for = made_for(plan) if plan is not None else None
@@ -210,7 +214,6 @@ class PlanFollower:
         where = apply(self.cfg, plan)
         with self._lock:
             self._replans += 1
-        self._on_applied()
         log.warning(
             "link %s carries %.3g Mbit/s, planned for %.3g: planned again: %s; written to %s; "
             "the extractors and node aggregators move to it between jobs",
