@@ -866,7 +866,8 @@ def replicas(cfg: Config) -> Any:
     options: dict[str, Any] = {
         "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}}
     }
-    least = planned_api_replicas(load_plan(cfg.data_dir), cfg.api_replicas, cfg.shared_actors)
+    plan = load_plan(cfg.data_dir) if cfg.use_plan else None
+    least = planned_api_replicas(plan, cfg.api_replicas, cfg.shared_actors)
     if least > 1:
         options |= {
             "num_replicas": "auto",

@@ -91,6 +91,8 @@ def test_a_plan_adds_api_replicas_where_searches_wait_and_the_deployment_runs_th
     apply(shared, plan)
     scaling = replicas(shared)._deployment_config.autoscaling_config
     assert (scaling.min_replicas, scaling.max_replicas) == (2, 4)
+    ignored = replicas(shared.updated({"use_plan": False}))._deployment_config
+    assert ignored.autoscaling_config is None  # one replica, as configured
 
     # Replicas that own their shards cannot be more than one: the plan keeps one.
     alone = Config(data_dir=tmp_path / "alone", **searched)
