@@ -77,5 +77,6 @@ def test_a_plans_codec_floors_reach_their_nodes_and_an_unknown_codec_is_ignored(
 def test_a_plans_api_replicas_run_only_where_replicas_share_the_shards(caplog):
     assert planned_api_replicas({"api_replicas": 3}, 1, shared_actors=True) == 3
     assert planned_api_replicas(None, 2, shared_actors=True) == 2  # no plan: the configured
+    assert planned_api_replicas({"api_replicas": 1}, 2, shared_actors=True) == 2  # the least
     assert planned_api_replicas({"api_replicas": 3}, 1, shared_actors=False) == 1
     assert "API replicas need shared_actors" in caplog.text

@@ -101,16 +101,17 @@ def planned_codec_floors(plan: dict[str, Any] | None) -> dict[str, str]:
 
 
 def planned_api_replicas(plan: dict[str, Any] | None, least: int, shared_actors: bool) -> int:
-    """The API replicas to run: the plan's count, where it sets one, else ``least``
-    (``api_replicas``). More than one needs ``shared_actors`` (no replica may own the shards
-    the others use): without it a plan's larger count is logged and not used."""
-    planned = (plan or {}).get("api_replicas")
-    if planned is None:
+    """The API replicas to run: the plan's count where it sets more than ``least``
+    (``api_replicas``, the configured least), else ``least``. More than one needs
+    ``shared_actors`` (no replica may own the shards the others use): without it a plan's
+    larger count is logged and not used."""
+    planned = int((plan or {}).get("api_replicas") or 0)
+    if planned <= least:
         return least
-    if planned > 1 and not shared_actors:
+    if not shared_actors:
         log.warning("the plan's %d API replicas need shared_actors: running %d", planned, least)
         return least
-    return int(planned)
+    return planned
 
 
 def planned_shard_strategies(
