@@ -18,6 +18,7 @@ def _vectors(shards: ShardSet) -> list[int]:
     return [s["vectors"]["visual"] for s in shards.stats()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_a_second_shardset_attaches_to_the_running_replicas(
     ray_session, tmp_path: Path, shared: bool
