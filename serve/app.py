@@ -67,7 +67,7 @@ from vifusion._files import fd_path
 from vifusion._webvtt import webvtt
 from vifusion.config import Config
 from vifusion.media import PastEnd
-from vifusion.placement import API_ONGOING, load_plan, planned_api_replicas
+from vifusion.placement import API_ONGOING, applied_plan, planned_api_replicas
 from vifusion.ranking import snippet_fields
 from vifusion.runtime import tune_ray
 from vifusion.search import ClipRefused
@@ -866,8 +866,7 @@ def replicas(cfg: Config) -> Any:
     options: dict[str, Any] = {
         "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}}
     }
-    plan = load_plan(cfg.data_dir) if cfg.use_plan else None
-    least = planned_api_replicas(plan, cfg.api_replicas, cfg.shared_actors)
+    least = planned_api_replicas(applied_plan(cfg), cfg.api_replicas, cfg.shared_actors)
     if least > 1:
         options |= {
             "num_replicas": "auto",

@@ -29,7 +29,7 @@ from vifusion.extract.actor import start_extractors
 from vifusion.extract.decode import DecodeError
 from vifusion.fusion import start_aggregators
 from vifusion.index import ShardSet, shard_for
-from vifusion.placement import load_plan
+from vifusion.placement import applied_plan
 
 _RETRIES = 2  # more tries for a video whose extractor or aggregator died under it
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Indexer:
     """Runs indexing jobs on a pool of extractor actors."""
 
     def __init__(self, cfg: Config, catalog: Catalog, shards: ShardSet) -> None:
-        plan = load_plan(cfg.data_dir) if cfg.use_plan else None
+        plan = applied_plan(cfg)
         if plan is not None:  # the plan's fusion size limits (``vifusion plan --apply``)
             cfg = cfg.updated({k: plan[k] for k in ("fusion_min_bytes", "fusion_max_bytes")})
         self.cfg = cfg

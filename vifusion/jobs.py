@@ -26,7 +26,7 @@ import ray
 from vifusion._files import storage_reason
 from vifusion.catalog import LeaseLost
 from vifusion.config import Config
-from vifusion.placement import load_plan, planned_extractors
+from vifusion.placement import applied_plan, planned_extractors
 from vifusion.runtime import Runtime
 from vifusion.sources import (
     SourceError,
@@ -133,7 +133,7 @@ class JobRunner:
     def _planned_count(self) -> int:
         """The extractors the indexer will start (``start_extractors``): the applied plan's,
         else ``num_extractors``."""
-        plan = load_plan(self.cfg.data_dir) if self.cfg.use_plan else None
+        plan = applied_plan(self.cfg)
         return len(planned_extractors(plan) or ()) or self.cfg.num_extractors
 
     def _add_workers(self) -> None:

@@ -26,10 +26,13 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+if TYPE_CHECKING:
+    from vifusion.config import Config
 
 SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
 _SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, not how many
@@ -40,9 +43,14 @@ log = logging.getLogger(__name__)
 
 
 def load_plan(data_dir: Path) -> dict[str, Any] | None:
-    """The applied plan (``vifusion plan --apply``), or None."""
+    """The plan in ``data_dir`` as written (``vifusion plan --apply``), or None."""
     path = Path(data_dir) / PLAN_FILE
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def applied_plan(cfg: Config) -> dict[str, Any] | None:
+    """The plan the runtime places by: the data dir's, unless ``use_plan`` is off."""
+    return load_plan(cfg.data_dir) if cfg.use_plan else None
 
 
 def signature(resources: dict[str, float]) -> list[float]:

@@ -128,11 +128,6 @@ class Runtime:
 
         return Indexer(self.cfg, self.catalog, self.shards)
 
-    @property
-    def indexer_started(self) -> bool:
-        """Whether the extractors exist yet (``indexer`` starts them on first use)."""
-        return "indexer" in self.__dict__
-
     def running_indexer(self):
         """The indexer if its extractors exist, else None; never starts one (a reader on
         another thread must not start the extractors, nor race their restart)."""
@@ -158,8 +153,7 @@ class Runtime:
         return Searcher(self.cfg, self.shards, embedder, self.catalog)
 
     def close(self) -> None:
-        if self.indexer_started:
-            self.indexer.close()
+        self.stop_indexer()
         self.shards.close()
         self._release()
 

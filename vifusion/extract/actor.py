@@ -29,9 +29,9 @@ from vifusion._files import storage_reason
 from vifusion.config import Config
 from vifusion.fusion import AggregatorLost, Handoff
 from vifusion.placement import (
+    applied_plan,
     extractor_options,
     extractors_a_node,
-    load_plan,
     planned_extractors,
 )
 from vifusion.types import FusedBatch
@@ -276,7 +276,7 @@ def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[A
     plan places, each on its node (``placement.py``)."""
     # max_restarts: a dead extractor comes back (models reloaded); the indexer retries its video.
     cls = ray.remote(Extractor)
-    planned = planned_extractors(load_plan(cfg.data_dir) if cfg.use_plan else None)
+    planned = planned_extractors(applied_plan(cfg))
     if planned:
         return [
             cls.options(**options, max_restarts=-1).remote(cfg, aggregators, sharing)

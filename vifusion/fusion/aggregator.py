@@ -41,7 +41,7 @@ from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.handoff import open_server
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
-from vifusion.placement import load_plan, planned_codec_floors
+from vifusion.placement import applied_plan, planned_codec_floors
 from vifusion.types import FusedBatch, video_of
 
 _IDLE_WAIT_S = 0.05
@@ -379,7 +379,7 @@ def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, Actor
     """One aggregator on every alive node, pinned there, with the codec floor the applied
     plan sets for its node; by node id."""
     cls = ray.remote(Aggregator)
-    floors = planned_codec_floors(load_plan(cfg.data_dir) if cfg.use_plan else None)
+    floors = planned_codec_floors(applied_plan(cfg))
     out = {}
     for node in ray.nodes():
         if not node["Alive"]:

@@ -32,7 +32,7 @@ from vifusion.index.merge import merge_topk
 from vifusion.index.replica import CatchingUp, ShardReplica
 from vifusion.index.shard import check_queries
 from vifusion.placement import (
-    load_plan,
+    applied_plan,
     planned_shard_strategies,
     shard_resources,
     shard_strategies,
@@ -83,7 +83,7 @@ class ShardSet:
             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
         where = planned_shard_strategies(
-            load_plan(cfg.data_dir) if cfg.use_plan else None, cfg.num_shards, cfg.shard_replicas
+            applied_plan(cfg), cfg.num_shards, cfg.shard_replicas
         ) or shard_strategies(cfg.num_shards, cfg.shard_replicas)
         self._replicas: list[list[ray.actor.ActorHandle]] = []
         self._owned: list[tuple[ray.actor.ActorHandle, str]] = []  # started here, not found

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vifusion.config import Config
-from vifusion.placement import PLAN_FILE, load_plan, plan_nodes
+from vifusion.placement import PLAN_FILE, applied_plan, plan_nodes
 from vifusion.plan.model import Cluster, Node, NodeType, path
 from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan, videos_of
 from vifusion.plan.replan import LinkWatch
@@ -160,7 +160,7 @@ class PlanFollower:
     def _load(self, aggregators: frozenset[str]) -> None:
         """Read plan.json; on a new plan, or new aggregators (nodes that joined since), match
         the plan's nodes again and start a fresh watch."""
-        plan = load_plan(self.cfg.data_dir) if self.cfg.use_plan else None
+        plan = applied_plan(self.cfg)
         if plan != self._plan or not self._loaded:
             if self._loaded:
                 self._on_applied()

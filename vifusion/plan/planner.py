@@ -93,8 +93,9 @@ def plan_document(
     costs: dict[str, StageCosts] | None = None,
 ) -> dict[str, Any]:
     """The plan as ``plan.json`` holds it: each node's extractors, the shards' nodes, the
-    fusion limits, the API replicas, the prediction, and what it was made for: the cluster, and the stage costs
-    where given (``made_for`` reads them back, so that the service can plan again)."""
+    fusion limits, the API replicas, the prediction, and what it was made for: the cluster,
+    and the stage costs where given (``made_for`` reads them back, so that the service can
+    plan again)."""
     nodes = cluster.nodes()
     ips = {n.name: n.ip for n in live or []}
     c = chosen.candidate

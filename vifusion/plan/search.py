@@ -153,11 +153,11 @@ def feasible(
     for group in c.shards:
         for n in group:
             held[n] += 1
-    api = [c.api_replicas] + [0] * (len(nodes) - 1)  # on the head; each loads the model
     for i, n in enumerate(nodes):
+        api = c.api_replicas if i == 0 else 0  # on the head; each loads the model
         need = (
             _AGGREGATOR_BYTES
-            + (c.extractors[i] + api[i]) * costs[n.type.name].extractor_bytes
+            + (c.extractors[i] + api) * costs[n.type.name].extractor_bytes
             + held[i] * rows * costs[n.type.name].dedup_ratio * _SHARD_ROW_BYTES
         )
         if c.extractors[i] > n.type.cpus or need > n.type.memory_bytes:
