@@ -299,6 +299,11 @@ def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple
 
     Each hop connects to the address that was checked (Host header and TLS name stay the
     URL's), so a DNS answer that changes after the check cannot redirect the fetch.
+
+    The file is asked for as it is (``Accept-Encoding: identity``) and read raw, never
+    decoded: the size limit counts the bytes that arrive. A response with a Content-Encoding
+    (gzip, say) is refused, not decoded: a video is compressed already, and a few hundred
+    bytes of nested gzip decode to hundreds of MiB in one read, before any limit could count.
     """
     import httpx
 
@@ -314,7 +319,7 @@ def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple
                 pinned = parts._replace(
                     netloc=f"{host}:{parts.port}" if parts.port else host
                 ).geturl()
-                headers = {"Host": parts.netloc}
+                headers = {"Host": parts.netloc, "Accept-Encoding": "identity"}
                 with client.stream(
                     "GET", pinned, headers=headers, extensions={"sni_hostname": parts.hostname}
                 ) as r:
@@ -330,7 +335,17 @@ def download(url: str, dest: Path, cfg: Config, max_redirects: int = 5) -> tuple
                             f"{url} is {declared} bytes; the limit is {cfg.max_upload_bytes}",
                             413,
                         )
-                    return save_capped(pace.watch(r.iter_bytes()), dest, cfg.max_upload_bytes, url)
+                    encoding = r.headers.get("content-encoding", "identity").strip()
+                    if encoding.lower() != "identity":
+                        raise SourceError(
+                            "fetch_encoded",
+                            f"the server sent {encoding}-encoded content; the file is fetched"
+                            " as it is (Accept-Encoding: identity) and never decoded, since a"
+                            " small encoded body can decode to far more than the size limit:"
+                            " serve it without a Content-Encoding",
+                        )
+                    raw = r.iter_raw()  # as sent: nothing decoded
+                    return save_capped(pace.watch(raw), dest, cfg.max_upload_bytes, url)
     except httpx.ReadTimeout:
         raise SourceError(
             "fetch_too_slow", f"download too slow: nothing received for {pace.window_s:g} s"
