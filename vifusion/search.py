@@ -273,15 +273,16 @@ class Searcher:
         group_by: str = "segment",
         videos=None,
     ) -> Found:
-        """Moments that match a stretch of an indexed video, from its stored vectors (no decode)."""
+        """Moments that match a stretch of an indexed video, from its stored vectors (no
+        decode): at most ``MAX_CLIP_FRAMES`` of its frames, spread over the stretch (the
+        shard reads no more, however long the stretch)."""
         if not 0 <= start_s < end_s:
             raise ValueError(f"need 0 <= start_s < end_s, got {start_s}, {end_s}")
-        times, vectors = self.shards.frames("visual", video_id, start_s, end_s)
+        times, vectors = self.shards.frames("visual", video_id, start_s, end_s, MAX_CLIP_FRAMES)
         if not len(times):
             raise ValueError(
                 f"video {video_id} has no indexed frames between {start_s} s and {end_s} s"
             )
-        times, vectors = times[:MAX_CLIP_FRAMES], vectors[:MAX_CLIP_FRAMES]
         spans = [(i, float(t0), float(t1)) for i, (t0, t1) in enumerate(times)]
         return self._align(vectors, spans, top_k, group_by, videos)
 

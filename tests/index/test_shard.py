@@ -327,6 +327,37 @@ def test_frames_returns_a_videos_stored_vectors_in_a_time_range(shard: Shard) ->
         shard.frames("audio", 4, 0, 1)
 
 
+def test_frames_with_a_limit_reads_only_that_many_spread_over_the_whole_video(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored-clip search asks for 0 s to 1e7 s of a long video: the shard reads the
+    vectors of at most ``limit`` rows (not every row in range, under the lock every write
+    and search waits on), spread evenly from the video's first row to its last."""
+    s = Shard(0, tmp_path, CFG)
+    for first in range(0, 1200, 400):
+        s.add(make_batch(5, 400, seed=first, first_frame=first))
+    read: list[int] = []
+    visual = s._spaces["visual"]
+    real = visual.reconstruct
+
+    def counting(ids: np.ndarray) -> np.ndarray:  # the seam: how many rows the index is read for
+        read.append(len(ids))
+        return real(ids)
+
+    monkeypatch.setattr(visual, "reconstruct", counting)
+    times, vectors = s.frames("visual", 5, 0, 1e7, limit=64)
+    assert read == [64]
+    assert times.shape == (64, 2) and vectors.shape == (64, VISUAL_DIM)
+    starts = times[:, 0].astype(int)
+    assert starts[0] == 0 and starts[-1] == 1199  # the whole video, not its first 64 s
+    assert set(np.diff(starts).tolist()) == {19, 20}  # evenly: 1199 / 63 = 19.03
+    expected = np.concatenate(
+        [make_batch(5, 400, seed=f, first_frame=f).space("visual") for f in range(0, 1200, 400)]
+    )
+    np.testing.assert_allclose(vectors, expected[starts], atol=1e-6)
+    assert len(s.frames("visual", 5, 10.5, 13.0, limit=64)[0]) == 3  # fewer than the limit: all
+
+
 def test_grows_into_a_trained_index_in_the_background_losing_no_write(tmp_path: Path) -> None:
     cfg = Config(faiss_threads=1, index_exact_max=300, index_nprobe=64)
     s = Shard(0, tmp_path, cfg, background=True)

@@ -56,7 +56,7 @@ class LocalShards:
         return Found(merge_topk([shard.search(space, queries, k, vs) for shard, vs in asked], k))
 
     def frames(
-        self, space: str, video_id: int, start_s: float, end_s: float
+        self, space: str, video_id: int, start_s: float, end_s: float, limit: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """A video's stored vectors in a time range: see ``Shard.frames``."""
         n = shard_for(video_id, self.num_shards)
@@ -65,7 +65,7 @@ class LocalShards:
             if space not in DIMS:
                 raise ValueError(f"unknown space {space!r}; expected one of {tuple(DIMS)}")
             return np.zeros((0, 2), np.float32), np.zeros((0, DIMS[space]), np.float32)
-        return shard.frames(space, video_id, start_s, end_s)
+        return shard.frames(space, video_id, start_s, end_s, limit)
 
     def close(self) -> None:
         """Nothing to stop (no actors, no threads); here so it stands in for a ShardSet."""

@@ -201,9 +201,11 @@ class ShardReplica:
         with self._serving():
             return self.shard.search(space, queries, k, videos)
 
-    def frames(self, space: str, video_id: int, start_s: float, end_s: float):
+    def frames(
+        self, space: str, video_id: int, start_s: float, end_s: float, limit: int | None = None
+    ):
         with self._serving():
-            return self.shard.frames(space, video_id, start_s, end_s)
+            return self.shard.frames(space, video_id, start_s, end_s, limit)
 
     def stats(self) -> dict:
         """The shard's stats, with this replica's role and directory, the seconds it has

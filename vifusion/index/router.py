@@ -234,10 +234,11 @@ class ShardSet:
         return Found(merge_topk(results, k), missing)
 
     def frames(
-        self, space: str, video_id: int, start_s: float, end_s: float
+        self, space: str, video_id: int, start_s: float, end_s: float, limit: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """A video's stored frame vectors in a time range: see ``Shard.frames``."""
-        return ray.get(self.handle_for(video_id).frames.remote(space, video_id, start_s, end_s))
+        handle = self.handle_for(video_id)
+        return ray.get(handle.frames.remote(space, video_id, start_s, end_s, limit))
 
     def stats(self) -> list[dict]:
         """Each shard's stats (from its primary), by shard number, with its replica count."""

@@ -202,23 +202,35 @@ class Shard(Loading):
         return scores, ids, times
 
     def frames(
-        self, space: str, video_id: int, start_s: float, end_s: float
+        self, space: str, video_id: int, start_s: float, end_s: float, limit: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The stored vectors of a video's rows in ``space`` (frames for visual and semantic,
         segments or spans for speech and screen) that overlap [start_s, end_s], in time
-        order: times (n, 2) float32 and vectors (n, d) float32 (n may be 0)."""
+        order: times (n, 2) float32 and vectors (n, d) float32 (n may be 0).
+
+        ``limit``: at most that many rows, spread evenly over those in range (first and last
+        included), so the range is in effect clamped to the video's extent and a range of
+        hours costs what a short one does. Under the lock only the video's row table is
+        copied and the picked rows' vectors read: every write and search of the shard waits
+        on it. The scan and the pick run outside it."""
         if space not in DIMS:
             raise ValueError(f"unknown space {space!r}; expected one of {SPACES}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be positive, got {limit}")
         kind = KIND_OF_SPACE[space]
         with self._lock:
-            rows = self._times.get(video_id, {})
-            picked = sorted(
-                (t, i)
-                for i, t in rows.items()
-                if t[1] > start_s and t[0] < end_s and (i >> KIND_SHIFT) & 3 == kind
-            )
-            ids = np.array([i for _, i in picked], dtype=np.int64)
-            vectors = self._spaces[space].reconstruct(ids)
+            rows = list(self._times.get(video_id, {}).items())
+        picked = sorted(
+            (t, i)
+            for i, t in rows
+            if t[1] > start_s and t[0] < end_s and (i >> KIND_SHIFT) & 3 == kind
+        )
+        if limit is not None and len(picked) > limit:
+            picked = [picked[j] for j in np.linspace(0, len(picked) - 1, limit).round().astype(int)]
+        with self._lock:
+            held = self._times.get(video_id, {})
+            picked = [(t, i) for t, i in picked if held.get(i) == t]  # not deleted meanwhile
+            vectors = self._spaces[space].reconstruct(np.array([i for _, i in picked], np.int64))
         return np.array([t for t, _ in picked], dtype=np.float32).reshape(-1, 2), vectors
 
     @property
