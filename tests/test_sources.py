@@ -164,3 +164,53 @@ def test_media_names_are_sanitised(tmp_path):
     assert new_media_path(cfg, None).name == "video.bin"
     assert all(p.is_relative_to(tmp_path / "media") for p in (tmp_path / "media").rglob("*"))
     assert not Path(tmp_path / "etc").exists()
+
+
+# Each disguises an IPv4 address inside an IPv6 one, or is an IPv6 range no fetch may reach.
+DISGUISED = {
+    "http://[64:ff9b::7f00:1]/x": "127.0.0.1",  # NAT64 (RFC 6052) of loopback
+    "http://[64:ff9b::a9fe:a9fe]/latest": "169.254.169.254",  # NAT64 of the cloud metadata address
+    "http://[64:ff9b::a00:1]/x": "10.0.0.1",
+    "http://[2002:7f00:1::1]/x": "127.0.0.1",  # 6to4 (RFC 3056)
+    "http://[2002:c0a8:1::]/x": "192.168.0.1",
+    "http://[::127.0.0.1]/x": "127.0.0.1",  # IPv4-compatible (RFC 4291, deprecated)
+    "http://[::10.0.0.1]/x": "10.0.0.1",
+    "http://[::ffff:0:7f00:1]/x": "127.0.0.1",  # IPv4-translated (RFC 2765)
+    "http://[::ffff:169.254.169.254]/x": "169.254.169.254",  # IPv4-mapped
+    "http://[fec0::1]/x": "site-local",  # deprecated site-local (RFC 3879)
+    "http://[64:ff9b:1::a00:1]/x": "local-use NAT64",  # RFC 8215: a network's own translator
+    "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/x": "Teredo",  # RFC 4380 tunnel
+}
+
+
+@pytest.mark.parametrize("url", list(DISGUISED))
+def test_private_addresses_inside_ipv6_forms_are_refused(url):
+    with pytest.raises(SourceError) as e:
+        check_url(url, allow_private=False)
+    assert (e.value.code, e.value.status) == ("forbidden_address", 403)
+    assert DISGUISED[url] in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[64:ff9b::808:808]/x",  # NAT64 of 8.8.8.8
+        "http://[2002:808:808::1]/x",  # 6to4 of 8.8.8.8
+        "http://[2606:4700::1111]/x",  # plain public IPv6
+    ],
+)
+def test_public_addresses_inside_ipv6_forms_pass(url):
+    check_url(url, allow_private=False)  # a literal: no lookup, no request
+
+
+def test_download_refuses_a_disguised_private_address_before_connecting(tmp_path, http_server):
+    # The test server listens on 127.0.0.1; NAT64's form of that address must not reach it.
+    port = http_server.rsplit(":", 1)[1]
+    with pytest.raises(SourceError) as e:
+        download(
+            f"http://[64:ff9b::7f00:1]:{port}/clip.mp4",
+            tmp_path / "x.mp4",
+            Config(data_dir=tmp_path),
+        )
+    assert e.value.code == "forbidden_address" and "127.0.0.1" in str(e.value)
+    assert not (tmp_path / "x.mp4").exists()

@@ -4,7 +4,8 @@ checked before anything is queued, so a bad one is refused at once:
   (unknown binary data passes, and its job fails with the decoder's reason);
 - a ``file://`` path must resolve inside one of ``Config.ingest_roots`` to a regular file;
   every later read opens it through no symlink (``open_video_file``);
-- an ``http(s)://`` host must resolve only to public addresses unless
+- an ``http(s)://`` host must resolve only to public addresses (an IPv6 form carrying an
+  IPv4 address, as NAT64 or 6to4 do, is judged by that address) unless
   ``Config.allow_private_urls``, checked again at fetch and on every redirect, and the
   fetch connects to the checked address (no DNS rebinding); a fetch past
   ``Config.fetch_deadline_s`` or slower than ``Config.fetch_min_rate_bps`` fails its job.
@@ -224,6 +225,41 @@ def open_video_file(video: Video) -> int:
 # -- http(s):// ------------------------------------------------------------------------
 
 
+# IPv6 forms that reach an IPv4 address, checked as that address: NAT64 (RFC 6052),
+# IPv4-compatible (RFC 4291, deprecated; holds :: and ::1 too) and IPv4-translated (RFC 2765),
+# besides IPv4-mapped and 6to4 (``ipv4_mapped``, ``sixtofour``).
+_HOLDS_IPV4_LOW = tuple(
+    ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "::/96", "::ffff:0:0:0/96")
+)
+# Refused whatever they hold: a network's own NAT64 (RFC 8215), deprecated site-local (RFC
+# 3879), Teredo (RFC 4380: a tunnel to a client address that cannot be told apart from a server's).
+_NEVER: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "a local-use NAT64 address"),
+    (ipaddress.IPv6Network("fec0::/10"), "a site-local address"),
+    (ipaddress.IPv6Network("2001::/32"), "a Teredo address"),
+)
+
+
+def _not_public(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why a fetch must not connect to ``addr``, or None for a public unicast address. An
+    IPv6 form that carries an IPv4 address is judged by that address, as IPv4 is."""
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.is_loopback or addr.is_unspecified:  # ::1 and ::, inside ::/96
+            return "a loopback or unspecified address"
+        for net, what in _NEVER:
+            if addr in net:
+                return what
+        v4 = addr.ipv4_mapped or addr.sixtofour
+        if v4 is None and any(addr in net for net in _HOLDS_IPV4_LOW):
+            v4 = ipaddress.IPv4Address(int(addr) & 0xFFFF_FFFF)
+        if v4 is not None:
+            why = _not_public(v4)
+            return None if why is None else f"which carries {v4}, {why}"
+    if not addr.is_global or addr.is_multicast:
+        return "a private, loopback, link-local or multicast address"
+    return None
+
+
 def check_url(url: str, allow_private: bool) -> str:
     """Refuse a URL that is malformed or whose host resolves to a non-public address;
     return the address to connect to (the fetch is pinned to it)."""
@@ -242,16 +278,9 @@ def check_url(url: str, allow_private: bool) -> str:
         raise SourceError("unresolvable_host", f"cannot resolve host {parts.hostname!r}") from None
     addrs = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
     for addr in addrs:
-        plain = (
-            addr.ipv4_mapped
-            if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped
-            else addr
-        )
-        if not allow_private and (not plain.is_global or plain.is_multicast):
+        if not allow_private and (why := _not_public(addr)) is not None:
             raise SourceError(
-                "forbidden_address",
-                f"{parts.hostname} resolves to {plain}, a private, loopback or link-local address",
-                403,
+                "forbidden_address", f"{parts.hostname} resolves to {addr}, {why}", 403
             )
     return str(addrs[0])
 
