@@ -95,6 +95,7 @@ def test_catalog_written_before_media_column_is_upgraded(tmp_path):
         c.execute("ALTER TABLE videos DROP COLUMN media")
         c.execute("ALTER TABLE jobs DROP COLUMN lease_owner")  # nor leases
         c.execute("ALTER TABLE jobs DROP COLUMN lease_until")
+        c.execute("ALTER TABLE jobs DROP COLUMN attempts")
         c.execute("DROP TABLE schema_version")
     cat = Catalog(path)
     vid, _ = cat.add_video("/v/a.mp4", "a", media=tmp_path / "a.mp4")
@@ -131,6 +132,7 @@ def test_catalog_written_before_job_stages_is_upgraded(tmp_path):
         c.execute("ALTER TABLE jobs DROP COLUMN warnings")
         c.execute("ALTER TABLE jobs DROP COLUMN lease_owner")  # nor leases
         c.execute("ALTER TABLE jobs DROP COLUMN lease_until")
+        c.execute("ALTER TABLE jobs DROP COLUMN attempts")
         c.execute("DROP TABLE schema_version")
         c.execute(
             "INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)"

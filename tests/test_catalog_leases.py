@@ -1,6 +1,8 @@
 """Job leases on each database: takers never share a job, a job whose holder stopped renewing
-is taken over, the old holder's writes are refused, a restarted worker retakes its own jobs at
-once, and a catalog from before leases migrates (its interrupted jobs are taken over)."""
+is taken over, the old holder's writes are refused (also between threads of one catalog), a
+restarted worker retakes its own jobs at once, a taker passes over the jobs its own process
+runs, a job whose workers keep dying is failed instead of taken again, and a catalog from
+before leases migrates (its interrupted jobs are taken over)."""
 
 from __future__ import annotations
 
@@ -112,7 +114,76 @@ def test_a_job_put_back_in_the_queue_lets_go_of_its_lease(catalog):
     cat.update_job(job, "queued", progress=0.0, frames_indexed=0)  # a full data dir, say
     stored = cat.get_job(job)
     assert (stored.status, stored.lease_owner, stored.lease_until) == ("queued", None, None)
+    assert stored.attempts == 0  # put back by a live worker: not a death
     assert cat.lease_job("b/1", 30.0).id == job
+
+
+def test_a_job_whose_workers_keep_dying_is_failed_instead_of_taken_again(catalog):
+    """The pool dies in a job's fetch (say), Ray restarts it, it takes the job again, dies
+    again: the fourth take (max_attempts 3) fails it, saying why, and nobody takes it after."""
+    cat = catalog.open()
+    vid, job = cat.add_video("https://example.org/bomb.mp4", "bomb")
+    _, next_job = cat.add_video("/v/b.mp4", "b")
+    for n in (1, 2, 3):
+        cat.expire_leases("pool")  # the restarted pool's first act
+        taken = cat.lease_job(f"pool/{n}", 30.0, max_attempts=3)
+        assert (taken.id, taken.status, taken.attempts) == (job, "decoding", n)
+        holder = _holding(catalog, f"pool/{n}")
+        holder.update_job(job, "decoding", stage="fetching")  # then it dies
+    cat.expire_leases("pool")
+    failed = cat.lease_job("pool/4", 30.0, max_attempts=3)
+    reason = "the ingest worker died 3 times while running this job (last: in stage fetching, worker pool/3)"
+    assert (failed.id, failed.status, failed.error) == (job, "failed", reason)
+    assert (cat.get_video(vid).status, cat.get_video(vid).error) == ("failed", reason)
+    assert cat.get_job(job).status == "failed"
+    assert cat.lease_job("pool/4", 30.0, max_attempts=3).id == next_job  # the queue goes on
+    cat.expire_leases("pool")
+    assert cat.lease_job("pool/5", 30.0, max_attempts=3).id == next_job  # never the failed one
+
+
+def test_a_taker_passes_over_the_jobs_its_own_process_runs(catalog):
+    """A catalog outage longer than the lease: the job's lease ran out while its worker still
+    runs it; a sibling worker of the same process, told which jobs run there, leaves it."""
+    cat = catalog.open()
+    _, running = cat.add_video("/v/a.mp4", "a")
+    _, queued = cat.add_video("/v/b.mp4", "b")
+    assert cat.lease_job("pool/1/ingest-0", 0.0).id == running
+    time.sleep(0.01)  # its lease ran out
+    assert cat.lease_job("pool/1/ingest-1", 30.0, exclude={running}).id == queued
+    assert cat.lease_job("pool/1/ingest-1", 30.0, exclude={running, queued}) is None
+    assert cat.get_job(running).lease_owner == "pool/1/ingest-0"
+    assert cat.renew_leases("pool/1/ingest-0", 30.0) == [running]  # the outage ends: kept
+
+
+def test_threads_holding_different_leases_on_one_catalog_fence_each_other(catalog):
+    cat = catalog.open()
+    cat.holder = "pool/1"  # writes outside a worker's block: no job held by a worker
+    _, first = cat.add_video("/v/a.mp4", "a")
+    _, second = cat.add_video("/v/b.mp4", "b")
+    assert cat.lease_job("pool/1/ingest-0", 30.0).id == first
+    assert cat.lease_job("pool/1/ingest-1", 30.0).id == second
+    refused: list[str] = []
+
+    def worker(owner: str, mine: str, theirs: str) -> None:
+        with cat.holding(owner):
+            cat.update_job(mine, "indexing", progress=0.5)
+            try:
+                cat.update_job(theirs, "failed", error="not mine")
+            except LeaseLost:
+                refused.append(owner)
+
+    threads = [
+        threading.Thread(target=worker, args=("pool/1/ingest-0", first, second)),
+        threading.Thread(target=worker, args=("pool/1/ingest-1", second, first)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(refused) == ["pool/1/ingest-0", "pool/1/ingest-1"]
+    assert [cat.get_job(j).status for j in (first, second)] == ["indexing", "indexing"]
+    with pytest.raises(LeaseLost):  # this thread is in no block: it writes as "pool/1"
+        cat.update_job(first, "ready")
 
 
 def test_a_catalog_from_before_leases_migrates_and_its_interrupted_job_is_taken(catalog):
@@ -130,6 +201,7 @@ def test_a_catalog_from_before_leases_migrates_and_its_interrupted_job_is_taken(
     assert cat.get_job(old).lease_owner is None and cat.get_job(old).status == "indexing"
     taken = cat.lease_job("pool/1", 30.0)
     assert (taken.id, taken.lease_owner, taken.frames_indexed) == (old, "pool/1", 0)
+    assert taken.attempts == 1  # counted from the migration: 0 before
     if catalog.backend == "sqlite":
         import sqlite3
 
@@ -138,7 +210,7 @@ def test_a_catalog_from_before_leases_migrates_and_its_interrupted_job_is_taken(
     else:
         with psycopg.connect(catalog.url) as c:
             versions = [r[0] for r in c.execute("SELECT version FROM schema_version")]
-    assert versions == [1, 2]
+    assert versions == [1, 2, 3]
 
 
 def _version_1_sqlite(path) -> str:

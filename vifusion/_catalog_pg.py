@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from vifusion._catalog_pg_texts import PostgresTexts
@@ -29,6 +30,7 @@ from vifusion._catalog_records import job_update
 from vifusion._catalog_schema import migrate_postgres
 from vifusion._catalog_words import check_metadata_filter
 from vifusion.catalog import (
+    _GIVEN_UP,
     _LEASED,
     _TAKEABLE,
     JOB_STAGES,
@@ -38,11 +40,12 @@ from vifusion.catalog import (
     Job,
     Video,
     check_holder,
+    given_up,
 )
 
 _JOB = (
     "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage, warnings,"
-    " lease_owner, lease_until"
+    " lease_owner, lease_until, attempts"
 )
 
 
@@ -64,7 +67,8 @@ class PostgresCatalog(PostgresTexts, Catalog):
         )  # the URL without its password, for messages
         self.path = None
         self.read_only = read_only
-        self.holder: str | None = None
+        self._holders = threading.local()
+        self.holder = None
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
         if read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
@@ -184,8 +188,9 @@ class PostgresCatalog(PostgresTexts, Catalog):
             c.execute(
                 "UPDATE jobs SET status=%s, progress=%s, frames_indexed=%s, error=%s, updated_at=%s, stage=%s,"
                 " warnings=%s, lease_owner=CASE WHEN %s='queued' THEN NULL ELSE lease_owner END,"
-                " lease_until=CASE WHEN %s='queued' THEN NULL ELSE lease_until END WHERE id=%s",
-                (status, progress, frames, error, now, stage, noted, status, status, job_id),
+                " lease_until=CASE WHEN %s='queued' THEN NULL ELSE lease_until END,"
+                " attempts=CASE WHEN %s='queued' THEN 0 ELSE attempts END WHERE id=%s",
+                (status, progress, frames, error, now, stage, noted, *[status] * 3, job_id),
             )
             c.execute(
                 "UPDATE videos SET status=%s, frames_indexed=%s, error=%s WHERE id=%s",
@@ -212,25 +217,45 @@ class PostgresCatalog(PostgresTexts, Catalog):
             )
         return job_id
 
-    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+    def lease_job(
+        self,
+        owner: str,
+        lease_s: float,
+        exclude: Collection[str] = (),
+        max_attempts: int | None = None,
+    ) -> Job | None:
         """As SQLite's, the row locked (SKIP LOCKED: a second taker passes over the row the
         first has locked, and gets the next one)."""
         now = time.time()
         with self._pool.connection() as c, c.transaction():
             row = c.execute(
-                f"WITH next AS (SELECT id FROM jobs WHERE {_TAKEABLE.replace('?', '%s')}"
-                " ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED)"
-                f" UPDATE jobs j SET {_LEASED.replace('?', '%s')} FROM next WHERE j.id = next.id"
-                f" RETURNING {', '.join('j.' + col.strip() for col in _JOB.split(','))}",
-                (now, now, owner, now + lease_s),
+                "SELECT id, video_id, attempts, stage, lease_owner FROM jobs"
+                f" WHERE {_TAKEABLE.replace('?', '%s')} AND NOT (id = ANY(%s))"
+                " ORDER BY created_at, seq LIMIT 1 FOR UPDATE SKIP LOCKED",
+                (now, list(exclude)),
             ).fetchone()
             if row is None:
                 return None
+            if max_attempts is not None and row["attempts"] >= max_attempts:
+                error = given_up(row["attempts"], row["stage"], row["lease_owner"])
+                job = c.execute(
+                    f"UPDATE jobs SET {_GIVEN_UP.replace('?', '%s')} WHERE id=%s RETURNING {_JOB}",
+                    (error, now, owner, row["id"]),
+                ).fetchone()
+                c.execute(
+                    "UPDATE videos SET status='failed', frames_indexed=0, error=%s WHERE id=%s",
+                    (error, row["video_id"]),
+                )
+                return _job(job)
+            job = c.execute(
+                f"UPDATE jobs SET {_LEASED.replace('?', '%s')} WHERE id=%s RETURNING {_JOB}",
+                (now, owner, now + lease_s, row["id"]),
+            ).fetchone()
             c.execute(
                 "UPDATE videos SET status='decoding', frames_indexed=0, error=NULL WHERE id=%s",
                 (row["video_id"],),
             )
-        return _job(row)
+        return _job(job)
 
     def renew_leases(self, owner: str, lease_s: float) -> list[str]:
         rows = self._rows(

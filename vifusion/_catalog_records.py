@@ -89,6 +89,9 @@ class Job:
     # None: never leased (queued, or run by `vifusion index`, which leases nothing).
     lease_owner: str | None = None
     lease_until: float | None = None
+    # Times ingest workers took it since it was queued (``Catalog.lease_job``); 0 again when
+    # it goes back in the queue.
+    attempts: int = 0
 
 
 def job_update(

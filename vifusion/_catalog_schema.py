@@ -123,7 +123,13 @@ def _sqlite_2(c: sqlite3.Connection) -> None:
     c.execute("ALTER TABLE jobs ADD COLUMN lease_until REAL")
 
 
-SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2]
+def _sqlite_3(c: sqlite3.Connection) -> None:
+    """How many times ingest workers took each job since it was queued
+    (``Catalog.lease_job``): a job whose workers keep dying is failed, not taken forever."""
+    c.execute("ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0")
+
+
+SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
 # rowid does. ``texts.tsv`` is the keyword index's entry of a row: its tokens' stems at their
@@ -182,7 +188,10 @@ CREATE INDEX texts_tsv ON texts USING GIN (tsv);
 _POSTGRES_2 = """
 ALTER TABLE jobs ADD COLUMN lease_owner TEXT, ADD COLUMN lease_until DOUBLE PRECISION;
 """
-POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1, _POSTGRES_2]
+_POSTGRES_3 = """
+ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+"""
+POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1, _POSTGRES_2, _POSTGRES_3]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
 

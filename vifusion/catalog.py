@@ -10,19 +10,23 @@ Jobs are leased (``lease_job``): a worker holds a job until ``lease_until`` and 
 lease while it runs it (``renew_leases``); a job whose lease ran out is taken over by the next
 taker. A catalog whose ``holder`` is set writes only the jobs that holder still holds
 (``update_job`` raises LeaseLost otherwise), so a worker that lost its job to another can
-never overwrite the new holder's progress nor end the job. The video rows a job fills in
-(``set_video_info``, ``set_media``, its texts) are not fenced: both holders write the same
-video's same values.
+never overwrite the new holder's progress nor end the job (``holding``: a thread writes as
+its own holder, so the worker threads of one process fence each other too). The video rows a
+job fills in (``set_video_info``, ``set_media``, its texts) are not fenced: both holders write
+the same video's same values. A job counts the times it was taken (``attempts``): one taken
+``max_attempts`` times without ending, its workers dying or stalling each time, is failed
+instead of taken again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,16 +69,31 @@ __all__ = [
     "max_edits",
 ]
 
-# Taking a job (``lease_job``): what a taken job is set to (now, owner, until), and which jobs
-# can be taken (now). A job taken over starts again from nothing: its progress is the new run's.
+# Taking a job (``lease_job``): what a taken job is set to (now, owner, until), what one taken
+# too often is set to instead (error, now, owner), and which jobs can be taken (now). A job
+# taken over starts again from nothing: its progress is the new run's.
 _LEASED = (
     "status='decoding', error=NULL, progress=0, frames_indexed=0, stage=NULL, updated_at=?,"
-    " lease_owner=?, lease_until=?"
+    " lease_owner=?, lease_until=?, attempts=attempts+1"
+)
+_GIVEN_UP = (
+    "status='failed', error=?, progress=0, frames_indexed=0, updated_at=?, lease_owner=?,"
+    " lease_until=NULL"
 )
 _TAKEABLE = (
-    "status='queued' OR (status IN ('decoding', 'indexing')"
-    " AND (lease_until IS NULL OR lease_until < ?))"
+    "(status='queued' OR (status IN ('decoding', 'indexing')"
+    " AND (lease_until IS NULL OR lease_until < ?)))"
 )
+
+
+def given_up(attempts: int, stage: str | None, owner: str | None) -> str:
+    """Why a job taken ``attempts`` times without ending is failed: its last run's stage and
+    worker, from the row as that run left it."""
+    where = f"in stage {stage}" if stage else "before its first stage"
+    return (
+        f"the ingest worker died {attempts} times while running this job"
+        f" (last: {where}, worker {owner or 'unknown'})"
+    )
 
 
 def check_holder(holder: str | None, job_id: str, owner: str | None) -> None:
@@ -100,7 +119,8 @@ class Catalog(SqliteTexts):
         sqlite3.OperationalError where there is no catalog at ``path``."""
         self.path = Path(path)
         self.read_only = read_only
-        self.holder: str | None = None  # the lease owner whose jobs alone update_job writes
+        self._holders = threading.local()
+        self.holder = None
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []  # every thread's connection, for close()
         self._all_lock = threading.Lock()
@@ -109,6 +129,26 @@ class Catalog(SqliteTexts):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         migrate_sqlite(self.path)
+
+    @property
+    def holder(self) -> str | None:
+        """The lease owner whose jobs alone ``update_job`` writes (None: any job's): this
+        thread's inside ``holding``, else the catalog's."""
+        return getattr(self._holders, "owner", None) or self._holder
+
+    @holder.setter
+    def holder(self, owner: str | None) -> None:
+        self._holder = owner
+
+    @contextlib.contextmanager
+    def holding(self, owner: str) -> Iterator[None]:
+        """This thread writes as ``owner`` in the block: the worker threads of one runner
+        share the catalog, each fenced to the jobs it holds itself."""
+        self._holders.owner = owner
+        try:
+            yield
+        finally:
+            self._holders.owner = None
 
     @staticmethod
     def open(cfg: Config, read_only: bool = False) -> Catalog:
@@ -200,7 +240,8 @@ class Catalog(SqliteTexts):
     ) -> bool:
         """Move a job (and its video) to ``status``; ready and failed are final. ``stage``
         (one of JOB_STAGES) and ``warnings``: None keeps the job's; queued and ready clear
-        the stage; queued lets go of its lease.
+        the stage; queued lets go of its lease and sets ``attempts`` back to 0 (put back on
+        purpose, by a worker alive: not a death).
 
         Returns False, changing nothing, when the job is gone (its video was deleted).
         LeaseLost, changing nothing, when ``holder`` is set and does not hold the job."""
@@ -225,9 +266,10 @@ class Catalog(SqliteTexts):
             c.execute(
                 "UPDATE jobs SET status=?, progress=?, frames_indexed=?, error=?, updated_at=?, stage=?, warnings=?,"
                 " lease_owner=CASE WHEN ?='queued' THEN NULL ELSE lease_owner END,"
-                " lease_until=CASE WHEN ?='queued' THEN NULL ELSE lease_until END"
+                " lease_until=CASE WHEN ?='queued' THEN NULL ELSE lease_until END,"
+                " attempts=CASE WHEN ?='queued' THEN 0 ELSE attempts END"
                 " WHERE id=?",
-                (status, progress, frames, error, now, stage, noted, status, status, job_id),
+                (status, progress, frames, error, now, stage, noted, *[status] * 3, job_id),
             )
             c.execute(
                 "UPDATE videos SET status=?, frames_indexed=?, error=? WHERE id=?",
@@ -329,25 +371,53 @@ class Catalog(SqliteTexts):
         )
         return [_job(r) for r in rows]
 
-    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+    def lease_job(
+        self,
+        owner: str,
+        lease_s: float,
+        exclude: Collection[str] = (),
+        max_attempts: int | None = None,
+    ) -> Job | None:
         """Take the oldest job that is queued, or running under a lease that ran out (its
-        holder died or stalled; never leased counts as run out: a crash before leases): it
-        moves to ``decoding`` from its start, held by ``owner`` for ``lease_s``, in one write
-        (SQLite's single writer), so two takers never get the same job. None: no such job."""
+        holder died or stalled; never leased counts as run out: a crash before leases),
+        passing over the ids in ``exclude`` (the jobs the caller's process runs itself): it
+        moves to ``decoding`` from its start, held by ``owner`` for ``lease_s``, its
+        ``attempts`` one more, in one write transaction (SQLite's single writer), so two
+        takers never get the same job. None: no such job.
+
+        A job taken ``max_attempts`` times already is not run again: it is returned failed
+        (``given_up``; the caller clears what its runs left in the shards)."""
         now = time.time()
+        skip = list(exclude)
         with self._conn() as c:
+            c.execute("BEGIN IMMEDIATE")  # the write lock before the read: no other taker between
             row = c.execute(
-                f"UPDATE jobs SET {_LEASED} WHERE id = (SELECT id FROM jobs WHERE {_TAKEABLE}"
-                " ORDER BY created_at, rowid LIMIT 1) RETURNING *",
-                (now, owner, now + lease_s, now),
+                f"SELECT id, video_id, attempts, stage, lease_owner FROM jobs WHERE {_TAKEABLE}"
+                f" AND id NOT IN ({','.join('?' * len(skip))}) ORDER BY created_at, rowid LIMIT 1",
+                (now, *skip),
             ).fetchone()
             if row is None:
                 return None
+            if max_attempts is not None and row["attempts"] >= max_attempts:
+                error = given_up(row["attempts"], row["stage"], row["lease_owner"])
+                job = c.execute(
+                    f"UPDATE jobs SET {_GIVEN_UP} WHERE id=? RETURNING *",
+                    (error, now, owner, row["id"]),
+                ).fetchone()
+                c.execute(
+                    "UPDATE videos SET status='failed', frames_indexed=0, error=? WHERE id=?",
+                    (error, row["video_id"]),
+                )
+                return _job(job)
+            job = c.execute(
+                f"UPDATE jobs SET {_LEASED} WHERE id=? RETURNING *",
+                (now, owner, now + lease_s, row["id"]),
+            ).fetchone()
             c.execute(
                 "UPDATE videos SET status='decoding', frames_indexed=0, error=NULL WHERE id=?",
                 (row["video_id"],),
             )
-        return _job(row)
+        return _job(job)
 
     def renew_leases(self, owner: str, lease_s: float) -> list[str]:
         """The heartbeat: every running job ``owner`` still holds is held ``lease_s`` more.
