@@ -282,6 +282,7 @@ class NetBed:
         self._downlinks: set[int] = set()  # hosts whose ingress is shaped (set_downlink)
         self._owned = False  # the bed name is ours: down() may remove what carries it
         self._ray_env: dict[str, str] = {}  # what every process needs to join the bed's Ray
+        self._host_env: dict[int, dict[str, str]] = {}  # per host: its TLS certificate, say
         self._sigterm_set = False  # the `with` put in its SIGTERM handler in place of:
         self._sigterm: object = None  # the one before (None: set outside Python)
 
@@ -394,7 +395,8 @@ class NetBed:
         Once Ray runs, the process also gets the bed's RAY_AUTH_MODE (unless `env` has one),
         so `ray.init(address=...)` just works in it."""
         if self._ray_env:
-            popen_kwargs["env"] = self._ray_env | (popen_kwargs.get("env") or dict(os.environ))
+            base = popen_kwargs.get("env") or dict(os.environ)
+            popen_kwargs["env"] = self._ray_env | self._host_env.get(host, {}) | base
         if self.disk is not None:
             own = self.disk_dir(host)
             own.mkdir(parents=True, exist_ok=True)
@@ -493,20 +495,26 @@ class NetBed:
         timeout: float = 90.0,
         resources: list[dict[str, float]] | None = None,
         dashboard: bool = False,
+        host_env: list[dict[str, str]] | None = None,
+        nodes: int | None = None,
     ) -> str:
         """Start a Ray head in host 0 and a worker node in every other host; wait until all
         are alive and return the GCS address "ip:port". `env` is added to the environment of
         every Ray process. The object store is small by default: every node of every bed on
         this machine shares one /dev/shm. `resources[i]`: custom resources of host i besides
         `host<i>`. `dashboard`: the head runs Ray's dashboard on its own address, port
-        DASHBOARD_PORT (`ray job submit`, the state API)."""
+        DASHBOARD_PORT (`ray job submit`, the state API). `host_env[i]`: host i's own
+        variables (its TLS certificate, say), given to its Ray and to what `exec` starts there.
+        `nodes`: Ray on the first `nodes` hosts only (default: every host)."""
         address = f"{self.hosts[0].ip}:{RAY_PORT}"
         self._ray_env = {"RAY_AUTH_MODE": (env or {}).get("RAY_AUTH_MODE") or _ray_auth_mode()}
         # RAY_ADDRESS would point `ray start` at some other cluster.
         full_env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         full_env |= self._ray_env | (env or {})
+        self._host_env = dict(enumerate(host_env or []))
         ray = shutil.which("ray", path=Path(sys.executable).parent) or shutil.which("ray") or "ray"
-        for i, host in enumerate(self.hosts):
+        started = self.hosts[: nodes or len(self.hosts)]
+        for i, host in enumerate(started):
             temp = self.ray_temp_dir / f"h{i}"
             temp.mkdir(parents=True, exist_ok=True)
             argv = [
@@ -545,11 +553,14 @@ class NetBed:
                 else ["--include-dashboard=false"]
             )
             argv += head if i == 0 else ["--address", address]
+            host_full_env = full_env | self._host_env.get(i, {})
             with open(self.ray_temp_dir / f"start-h{i}.log", "w") as log:
-                self.exec(i, argv, env=full_env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                self.exec(
+                    i, argv, env=host_full_env, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+                )
             if i == 0:  # workers retry the GCS for a while, but a running head is quicker
-                self._wait_nodes(address, 1, timeout, full_env)
-        self._wait_nodes(address, len(self.hosts), timeout, full_env)
+                self._wait_nodes(address, 1, timeout, host_full_env)
+        self._wait_nodes(address, len(started), timeout, full_env | self._host_env.get(0, {}))
         return address
 
     def _wait_nodes(self, address: str, want: int, timeout: float, env: dict[str, str]) -> None:
@@ -579,7 +590,7 @@ class NetBed:
             _run("ip", "netns", "del", ns, check=False)
         shutil.rmtree(self.ray_temp_dir, ignore_errors=True)
         shutil.rmtree(f"/tmp/{self.bed}-disk", ignore_errors=True)
-        self._ray_env = {}
+        self._ray_env, self._host_env = {}, {}
         self._owned = False
 
     def __enter__(self) -> Self:
