@@ -166,6 +166,77 @@ def test_an_acknowledgement_altered_on_the_way_is_not_believed():
     server.close()
 
 
+def _header(rows: int, shapes: list[tuple[str, tuple[int, ...]]], batch_id: bytes = b"x") -> bytes:
+    """A batch request's header as the stream writes it: the sizes it announces."""
+    head = b"VFS1" + bytes([0]) + rows.to_bytes(4, "little") + bytes([len(shapes), 4, 0])
+    specs = b"".join(
+        dtype.encode().ljust(4, b"\0")
+        + bytes([len(shape)])
+        + b"".join(d.to_bytes(8, "little") for d in shape)
+        for dtype, shape in shapes
+    )
+    return head + len(batch_id).to_bytes(2, "little") + b"fp32" + batch_id + specs
+
+
+def test_a_header_whose_sizes_overflow_is_refused_before_allocating(monkeypatch, caplog):
+    """(2**32, 2**32) bytes multiply to 0 in numpy's int64: the size cap passed and the shard
+    tried to allocate 16 EiB. Sizes are exact integers, checked before anything is allocated:
+    the connection closes with a clear log line, and the next connection's batch goes in."""
+    crashed = []
+    monkeypatch.setattr(threading, "excepthook", crashed.append)
+    server, staged = recording_server()
+    channel = wire.open_connection(socket.AF_INET, server.address, server.secret, timeout=10)
+    with caplog.at_level("WARNING", logger="vifusion.comm.stream"):
+        channel.send([_header(2, [("<i8", (2,)), ("<i1", (1 << 32, 1 << 32))])])
+        channel.conn.settimeout(10)
+        assert read_to_close(channel.conn) == b""  # closed, no reply
+    channel.close()
+    assert "(4294967296, 4294967296)" in caplog.text and "refused" in caplog.text
+    stream = ShardStream(server.address, server.secret)
+    batch = encoded(make_batch(23, 3))
+    assert stream.send(batch).result(30)[0] == 1
+    assert staged == [batch.batch_id]
+    assert crashed == []  # no exception escaped the connection's thread
+    stream.close()
+    server.close()
+
+
+def test_a_header_altered_on_the_way_is_refused_before_its_sizes_are_believed(caplog):
+    """A man in the middle who makes a header announce more rows would have the shard
+    allocate them (up to the message cap) before the message's tag is read: the header
+    carries a tag of its own, checked first."""
+    server, staged = recording_server()
+    batch = encoded(make_batch(24, 30))
+    # the second byte of the features' row count (30 -> 286 rows): past the header's fields,
+    # the codec name and the batch id, the specs of ids (13 bytes) and times (21), the
+    # features' dtype and ndim (5)
+    at = HANDSHAKE + 14 + 4 + len(batch.batch_id) + 13 + 21 + 5 + 1
+    proxy = Proxy(socket.AF_INET, server.address, flip_up=at)
+    stream = ShardStream(proxy.address, server.secret)
+    with caplog.at_level("WARNING", logger="vifusion.comm.wire"):
+        with pytest.raises(StreamLost, match="shard closed the stream"):
+            stream.send(batch).result(10)  # before: the shard waited for 256 rows never sent
+    assert "message 0 on this connection failed its authentication" in caplog.text
+    assert staged == []
+    proxy.close()
+    server.close()
+
+
+def test_an_acknowledgement_announcing_a_long_text_is_not_read(ray_session):
+    """The sender reads an acknowledgement's text before its tag: one altered to announce
+    16 MiB more of it closes the stream, nothing allocated for it."""
+    server, staged = recording_server()
+    # the high byte of the text's length in the first acknowledgement (status, 4 numbers, length)
+    proxy = Proxy(socket.AF_INET, server.address, flip_down=HANDSHAKE + 36)
+    stream = ShardStream(proxy.address, server.secret)
+    batch = encoded(make_batch(25, 3))
+    with pytest.raises(StreamLost, match="announced"):
+        stream.send(batch).result(10)  # before: it waited for 16 MiB never sent
+    assert staged == [batch.batch_id]
+    proxy.close()
+    server.close()
+
+
 def test_a_full_disk_reaches_the_sender_as_a_storage_error(ray_session):
     def receive(batch):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -2,7 +2,11 @@
 a fraction of an actor call's CPU (docs/benchmarks.md, "Design notes moved from docstrings").
 
 One connection per (sender, shard), batches in order as raw arrays (``wire.py``), each
-acknowledged with what ``ShardReplica.receive`` returns, once it is in the log. The address
+acknowledged with what ``ShardReplica.receive`` returns, once it is in the log. A batch is two
+messages, each with its tag: its header (the sizes of its arrays), then the arrays. The shard
+checks the header's tag, then its sizes (exact integers, within the row layout and
+``MAX_MESSAGE_BYTES``), and only then allocates: a man in the middle cannot make it reserve
+memory, and a sender holding the secret at most ``MAX_MESSAGE_BYTES``. The address
 and a per-replica secret come by an actor call; a connection without the secret, or a
 message altered, injected or replayed, is closed before anything is applied or believed.
 Nothing is lost where the stream fails: batches in flight on a closed connection fail with
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import socket
 import struct
@@ -26,6 +31,7 @@ import numpy as np
 
 from vifusion._files import StorageError, storage_reason
 from vifusion.comm import wire
+from vifusion.comm._layout import _D
 from vifusion.comm.codec import Encoded
 from vifusion.comm.message import WireBatch
 
@@ -47,6 +53,10 @@ _KINDS = "fiub"  # numbers only: a header never makes the shard build an object 
 _REPLY = struct.Struct("<BqdddI")
 _OK, _BAD_INPUT, _TABLES, _STORAGE, _FAILED = range(5)
 MAX_MESSAGE_BYTES = 256 << 20  # the shard allocates what a header announces
+# A row travels as at least its id and its times (16 bytes); no array is wider than a row.
+MAX_ROWS = MAX_MESSAGE_BYTES // 16
+# An acknowledgement's text (an error) is read before its tag: what a reply may announce.
+MAX_REPLY_TEXT = 64 << 10
 _STAGED = 8  # batches a connection may have applied and not yet acknowledged
 _NO_ACK: Ack = (0, 0.0, 0.0, 0.0)
 _CONNECT_TIMEOUT_S = 5.0
@@ -113,7 +123,7 @@ class StreamServer:
                 ack = item()
             except Exception as e:
                 status, text = _status(e)
-            data = text.encode()
+            data = text.encode()[:MAX_REPLY_TEXT]
             try:
                 channel.send([_REPLY.pack(status, *ack, len(data)), data])
             except OSError:
@@ -197,7 +207,7 @@ class ShardStream:
                     continue
                 self._awaiting.append(future)
             try:
-                channel.send(parts)
+                channel.send_messages(parts)
             except OSError as e:
                 self._fail(f"the shard stream failed under a send: {e}")
 
@@ -208,6 +218,9 @@ class ShardStream:
                 if not channel.read_into(memoryview(reply)):
                     break
                 status, n, service_s, fixed_s, busy_s, length = _REPLY.unpack(reply)
+                if length > MAX_REPLY_TEXT:  # not the shard's: it sends no more
+                    why = f"the shard stream closed: a reply announced {length} bytes of text"
+                    break
                 text = bytearray(length)
                 if not channel.read_into(memoryview(text)) or not channel.check():
                     break
@@ -223,7 +236,7 @@ class ShardStream:
             if status == _OK:
                 future.set_result((n, service_s, fixed_s, busy_s))
             else:
-                future.set_exception(_error(status, text.decode()))
+                future.set_exception(_error(status, text.decode(errors="replace")))
         self._fail(why)
 
     def _fail(self, why: str) -> None:
@@ -254,15 +267,16 @@ def _family(host: str) -> int:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def _request(message: WireBatch | int) -> list:
-    """A batch (or a probe) as the parts of one request."""
+def _request(message: WireBatch | int) -> list[list]:
+    """A batch (or a probe) as the messages of one request, each a list of parts: a probe's
+    header; a batch's header (its names and its arrays' specs), then its arrays."""
     if message is _PING:
-        return [_HEAD.pack(_MAGIC, _PING, 0, 0, 0, 0, 0)]
+        return [[_HEAD.pack(_MAGIC, _PING, 0, 0, 0, 0, 0)]]
     batch: WireBatch = message
     p = batch.payload
     codec, version, batch_id = p.codec.encode(), p.version.encode(), batch.batch_id.encode()
     arrays = [np.ascontiguousarray(a) for a in (batch.ids, batch.times, *p.arrays)]
-    parts = [
+    header = [
         _HEAD.pack(_MAGIC, _BATCH, p.rows, len(arrays), len(codec), len(version), len(batch_id)),
         codec,
         version,
@@ -271,11 +285,10 @@ def _request(message: WireBatch | int) -> list:
     for a in arrays:
         if a.ndim > _MAX_NDIM:
             raise ValueError(f"a {a.ndim}-d array cannot travel on the shard stream")
-        parts.append(
+        header.append(
             _ARRAY.pack(a.dtype.str.encode(), a.ndim) + b"".join(_DIM.pack(d) for d in a.shape)
         )
-    parts += arrays
-    return parts
+    return [header, arrays]
 
 
 def _read_request(channel: wire.Channel) -> WireBatch | int | None:
@@ -308,12 +321,16 @@ def _read_request(channel: wire.Channel) -> WireBatch | int | None:
         except (TypeError, UnicodeDecodeError):
             return None
         shapes.append((tuple(d for (d,) in _DIM.iter_unpack(dims)), dtype))
-    if (
-        count < 2
-        or any(t.kind not in _KINDS for _, t in shapes)
-        or sum(int(np.prod(s)) * t.itemsize for s, t in shapes) > MAX_MESSAGE_BYTES
-    ):
-        log.warning("shard stream: a request of %d arrays %s, connection closed", count, shapes)
+    if not channel.check():  # the header is the sender's: its sizes may now be weighed
+        return None
+    why = _refused(rows, shapes)
+    if why:
+        log.warning(
+            "shard stream: a request of %d rows, arrays %s, refused: %s; connection closed",
+            rows,
+            [(s, str(t)) for s, t in shapes],
+            why,
+        )
         return None
     arrays = [np.empty(s, t) for s, t in shapes]
     for a in arrays:
@@ -335,6 +352,24 @@ def _read_request(channel: wire.Channel) -> WireBatch | int | None:
     return WireBatch(
         arrays[0], arrays[1], Encoded(codec, version, rows, tuple(arrays[2:])), batch_id
     )
+
+
+def _refused(rows: int, shapes: list[tuple[tuple[int, ...], np.dtype]]) -> str:
+    """Why a batch's header is refused before anything is allocated for it ("": it is not).
+    Sizes are Python ints: exact, where numpy's int64 product wraps round (2**32 * 2**32
+    is 0 there)."""
+    if len(shapes) < 2:
+        return "a batch is ids, times and its payload"
+    if any(t.kind not in _KINDS for _, t in shapes):
+        return "arrays of numbers only"
+    if rows > MAX_ROWS or any(
+        not s or s[0] > MAX_ROWS or max(s[1:], default=0) > _D for s, _ in shapes
+    ):
+        return f"at most {MAX_ROWS} rows of at most {_D} columns"
+    size = sum(math.prod(s) * t.itemsize for s, t in shapes)
+    if size > MAX_MESSAGE_BYTES:
+        return f"{size} bytes, over {MAX_MESSAGE_BYTES}"
+    return ""
 
 
 def _error(status: int, text: str) -> Exception:
