@@ -650,21 +650,24 @@ class ViFusionApp:
             200: {"content": {"video/mp4": {}}},
             206: {"description": "a byte range"},
             404: {"model": Error},
+            409: {"model": Error},
         },
     )
     def media(self, video_id: int = VideoId) -> FileResponse:
+        """The video's file, byte ranges and all, once it has been decoded as a video (409
+        ``not_playable`` before that, or for one that failed as no video)."""
         fd, path = self.service.open_media(video_id)
         return _DescriptorResponse(fd, media_type=_video_type(path))
 
     @api.post(
         "/v1/videos/{video_id}/media-url",
         response_model=MediaUrl,
-        responses={404: {"model": Error}},
+        responses={404: {"model": Error}, 409: {"model": Error}},
     )
     def media_url(self, video_id: int = VideoId) -> dict:
         """A URL that plays the video without the key until it expires (``Config.media_url_ttl_s``):
         for a ``<video src>``, which cannot send ``Authorization``. It opens this video only."""
-        self.service.video(video_id)  # a 404 now, not a URL that opens nothing
+        self.service.playable(video_id)  # a 404 or 409 now, not a URL that opens nothing
         now = time.time()
         url, exp = self._signer.url(video_id, now)
         expires = (

@@ -18,11 +18,13 @@ from vifusion.sources import (
     sniff,
 )
 
+MP4_HEAD = b"\x00\x00\x00\x18ftypisom" + bytes(20)
+
 
 @pytest.mark.parametrize(
     "head",
     [
-        b"\x00\x00\x00\x18ftypisom" + bytes(20),
+        MP4_HEAD,
         b"\x1a\x45\xdf\xa3" + bytes(20),
         b"RIFF\x00\x00\x00\x00AVI LIST",
         b"GIF89a" + bytes(10),
@@ -53,7 +55,7 @@ def test_sniff_refuses_what_is_surely_not_video(head, why):
 def test_file_uri_must_stay_inside_the_roots(tmp_path):
     root = tmp_path / "videos"
     (root / "sub").mkdir(parents=True)
-    (root / "sub" / "a b.mp4").write_bytes(b"x")
+    (root / "sub" / "a b.mp4").write_bytes(MP4_HEAD)
     assert resolve_file_uri((root / "sub" / "a b.mp4").as_uri(), [root]) == root / "sub" / "a b.mp4"
     cases = {
         f"file://{root}/../secret.mp4": "path_traversal",
@@ -70,6 +72,31 @@ def test_file_uri_must_stay_inside_the_roots(tmp_path):
     with pytest.raises(SourceError) as e:
         resolve_file_uri((root / "sub" / "a b.mp4").as_uri(), [])
     assert e.value.code == "file_uri_disabled" and e.value.status == 403
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "status", "code", "why"),
+    [
+        (".env", b"API_TOKEN=0123456789abcdef\n", 415, "unsupported_media_type", "text"),
+        ("token.mp4", b"ghp_0123456789abcdefghij", 415, "unsupported_media_type", "text"),
+        (
+            "key.mp4",
+            b"-----BEGIN OPENSSH PRIVATE KEY-----\n",
+            415,
+            "unsupported_media_type",
+            "text",
+        ),
+        ("photo.mp4", b"\x89PNG\r\n\x1a\n" + bytes(20), 415, "unsupported_media_type", "PNG"),
+        ("empty.mp4", b"", 400, "empty_file", "empty"),
+    ],
+)
+def test_a_file_uri_that_is_plainly_not_a_video_is_refused_as_an_upload_is(
+    tmp_path, name, content, status, code, why
+):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(SourceError) as e:
+        resolve_file_uri((tmp_path / name).as_uri(), [tmp_path])
+    assert (e.value.status, e.value.code) == (status, code) and why in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ from vifusion.sources import (
     check_url,
     new_media_path,
     open_video_file,
+    refuse_non_video,
     resolve_file_uri,
     save_capped,
     sniff,
@@ -116,10 +117,7 @@ class Service:
         check_metadata(metadata, self.cfg)
         title = title_for(title, filename)
         head = data.read(SNIFF_BYTES)
-        if not head:
-            raise SourceError("empty_file", "the upload is empty (0 bytes)")
-        if (why := sniff(head)) is not None:
-            raise SourceError("unsupported_media_type", f"{filename or 'upload'}: {why}", 415)
+        refuse_non_video(head, filename or "the upload")
         with storage_writes(self.cfg.data_dir, "the upload was not stored"):
             path = new_media_path(self.cfg, filename)
         try:
@@ -190,12 +188,44 @@ class Service:
             else dataclasses.replace(video, metadata=shown)
         )
 
+    def playable(self, video_id: int) -> Video:
+        """The video, if its file may be served: the decoder has probed it as a video (it is
+        ready, or was probed before it failed or while it is indexed again). Before that the
+        file is only what a client named or sent, so serving it would hand out any file under
+        the ingest roots. SourceError 409 ``not_playable`` otherwise, with the video's state."""
+        video = self.video(video_id)
+        if video.status != "ready" and video.width is None:  # set_video_info: a video stream
+            state = (
+                f"failed ({video.error})"
+                if video.status == "failed"
+                else f"{video.status}, not decoded yet"
+            )
+            raise SourceError(
+                "not_playable",
+                f"video {video_id} is {state}: only a file decoded as a video is served",
+                409,
+            )
+        return video
+
     def open_media(self, video_id: int) -> tuple[int, Path]:
         """A read-only descriptor of the video's file, and its path (for its name); the caller
-        closes it. NotFound if there is none, or if a ``file://`` video's path is now a symlink,
-        a FIFO or a device (``open_video_file``): serving reads the file that was checked."""
-        video = self.video(video_id)
-        return self._open(video), video.media_path
+        closes it. SourceError 409 unless ``playable``, or if the file's first bytes are no
+        longer a video's (a ``file://`` path written over since); NotFound if there is none,
+        or if a ``file://`` video's path is now a symlink, a FIFO or a device
+        (``open_video_file``): serving reads the file that was checked."""
+        video = self.playable(video_id)
+        fd = self._open(video)
+        try:
+            if (why := sniff(os.pread(fd, SNIFF_BYTES, 0))) is not None:
+                raise SourceError(
+                    "not_playable",
+                    f"video {video_id}'s file no longer looks like a video ({why}); not served",
+                    409,
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, video.media_path
 
     @staticmethod
     def _open(video: Video) -> int:

@@ -2,8 +2,8 @@
 checked before anything is queued, so a bad one is refused at once:
 - an upload is sniffed from its first bytes: text, images and documents are refused
   (unknown binary data passes, and its job fails with the decoder's reason);
-- a ``file://`` path must resolve inside one of ``Config.ingest_roots`` to a regular file;
-  every later read opens it through no symlink (``open_video_file``);
+- a ``file://`` path must resolve inside one of ``Config.ingest_roots`` to a regular file,
+  sniffed as an upload is; every later read opens it through no symlink (``open_video_file``);
 - an ``http(s)://`` host must resolve only to public addresses (an IPv6 form carrying an
   IPv4 address, as NAT64 or 6to4 do, is judged by that address) unless
   ``Config.allow_private_urls``, checked again at fetch and on every redirect, and the
@@ -103,6 +103,17 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+def refuse_non_video(head: bytes, name: str) -> None:
+    """Refuse a file by its first bytes (``sniff``), an upload or a ``file://`` path alike:
+    400 ``empty_file`` when empty, 415 ``unsupported_media_type`` when plainly not a video.
+    Otherwise a key holder could queue any text file under an ingest root, a ``.env`` or a
+    token, and read it back (``/media`` also serves only what decoded as a video)."""
+    if not head:
+        raise SourceError("empty_file", f"{name} is empty (0 bytes)")
+    if (why := sniff(head)) is not None:
+        raise SourceError("unsupported_media_type", f"{name}: {why}", 415)
+
+
 MAX_TITLE_CHARS = 200  # a longer title given by a client is refused (422)
 _NAME_BYTES = 200  # a stored file's name in UTF-8: file systems allow 255 bytes, not characters
 _EXTENSION_BYTES = 16
@@ -194,13 +205,18 @@ def resolve_file_uri(uri: str, roots: Iterable[Path]) -> Path:
     if not any(path.is_relative_to(root) for root in roots):
         raise SourceError("forbidden_path", f"{raw} is outside the ingest roots", 403)
     try:  # opened as every later read opens it, so what would fail there is refused here
-        os.close(open_regular(path, follow_symlinks=False))
+        fd = open_regular(path, follow_symlinks=False)
+        try:
+            head = os.read(fd, SNIFF_BYTES)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise SourceError("not_found", f"{raw}: no such file", 404) from None
     except NotRegularFile as e:
         raise SourceError("not_regular_file", f"{raw}: {e.strerror}") from None
     except OSError as e:
         raise SourceError("unreadable", f"{raw}: cannot read: {e.strerror}", 403) from None
+    refuse_non_video(head, raw)
     return path
 
 
