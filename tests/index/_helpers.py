@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id
@@ -24,3 +26,14 @@ def make_batch(
     times = np.stack([nos * interval, (nos + 1) * interval], axis=1).astype(np.float32)
     ids = np.array([vector_id(video_id, int(n)) for n in nos], dtype=np.int64)
     return FusedBatch(ids=ids, times=times, features=np.ascontiguousarray(features))
+
+
+def record_offsets(segment: Path) -> list[int]:
+    """The byte offset of each record in a whole log segment (after its 8-byte header; a
+    record is its 16-byte header, whose first 4 bytes are the payload's length, then that)."""
+    data = segment.read_bytes()
+    offsets, pos = [], 8
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 16 + int.from_bytes(data[pos : pos + 4], "little")
+    return offsets

@@ -12,7 +12,7 @@ from vifusion.index.shard import SNAPSHOT, WAL_DIR, Shard
 from vifusion.index.wal import Delete, LogCorrupt
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id, video_of
 
-from ._helpers import make_batch
+from ._helpers import make_batch, record_offsets
 
 CFG = Config(faiss_threads=1)
 
@@ -509,21 +509,24 @@ def test_a_log_torn_mid_record_by_a_crash_is_survived(tmp_path: Path) -> None:
     assert Shard(0, tmp_path, CFG).video_ids() == [1, 3]
 
 
-def test_a_damaged_record_before_acknowledged_ones_stops_the_shard_naming_file_and_byte(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [(0, r"at byte 8, and a whole record \(seq 2\)"), (4, r"at byte \d+, the last, whole")],
+)
+def test_a_damaged_acknowledged_record_stops_the_shard_naming_file_and_byte(
+    tmp_path: Path, record: int, said: str
 ) -> None:
-    """Not a torn tail: starting would drop the acknowledged writes after it, so neither the
-    writer nor a reader starts, and the log is left as it was for the operator."""
+    """Not a torn tail: starting would drop acknowledged writes (the damaged one, and those
+    after it), so neither the writer nor a reader starts, and the log is left as it was for
+    the operator. The last record too: it was synced whole before it was acknowledged."""
     s = Shard(0, tmp_path, CFG)
     for v in range(1, 6):
         s.add(make_batch(v, 4, seed=v))
     segment = next((tmp_path / WAL_DIR).glob("*.log"))
     data = bytearray(segment.read_bytes())
-    data[100] ^= 0x01  # in the first record
+    data[record_offsets(segment)[record] + 100] ^= 0x01  # in its features
     segment.write_bytes(bytes(data))
     for writer in (True, False):
-        with pytest.raises(
-            LogCorrupt, match=rf"{segment}: damaged record at byte 8, and a whole record \(seq 2\)"
-        ):
+        with pytest.raises(LogCorrupt, match=rf"{segment}: damaged record {said}"):
             Shard(0, tmp_path, CFG, writer=writer)
     assert segment.read_bytes() == bytes(data)

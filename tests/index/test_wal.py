@@ -3,13 +3,14 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from vifusion.index.wal import Delete, LogCorrupt, WriteAheadLog, decode, encode, replay
 
-from ._helpers import make_batch
+from ._helpers import make_batch, record_offsets
 
 
 def test_operations_round_trip_bit_exact() -> None:
@@ -41,38 +42,64 @@ def test_replay_returns_everything_after_a_seq_in_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("cut", [1, 10, 16, 17, 500])
-def test_a_torn_tail_is_cut_off_and_numbering_goes_on(tmp_path: Path, cut: int) -> None:
+def test_a_torn_tail_is_cut_off_logged_and_numbering_goes_on(
+    tmp_path: Path, cut: int, caplog: pytest.LogCaptureFixture
+) -> None:
     _fill(tmp_path, 4)
     seg = next(tmp_path.glob("*.log"))
     size = seg.stat().st_size
     last = len(encode(make_batch(4, 3, seed=4))) + 16
+    torn = min(cut, last - 1)
     with open(seg, "r+b") as f:  # a crash while writing the last record
-        f.truncate(size - last + min(cut, last - 1))
+        f.truncate(size - last + torn)
     assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3]
-    log = WriteAheadLog(tmp_path)
+    with caplog.at_level("WARNING", logger="vifusion.index.wal"):
+        log = WriteAheadLog(tmp_path)
     assert log.last_seq == 3
     assert seg.stat().st_size == size - last  # the torn bytes are gone
+    assert f"cut off a torn tail after seq 3: {torn} bytes at byte {size - last}" in caplog.text
     assert log.append(Delete(9)) == 4
     assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4]
 
 
-def test_a_flipped_byte_in_the_tail_record_is_a_torn_tail(tmp_path: Path) -> None:
+# in the last record's header: length (its low byte, one in the middle, its high byte), crc,
+# seq; then in its payload: the type, the features, the last byte
+@pytest.mark.parametrize("where", [0, 1, 3, 4, 8, 16, 300, -1])
+def test_a_whole_last_record_that_fails_its_checksum_is_damage_not_a_torn_tail(
+    tmp_path: Path, where: int
+) -> None:
+    """Five records synced (acknowledged), one bit flipped in the last: a torn write is short
+    or has sectors that never landed (zeros), not whole with a bit changed. Replay and the
+    writer refuse, naming file and byte, and the file is left as it was: cutting the record
+    would drop an acknowledged write (on one replica: a history the others do not share)."""
+    _fill(tmp_path, 5)
+    seg = next(tmp_path.glob("*.log"))
+    last = record_offsets(seg)[-1]
+    data = bytearray(seg.read_bytes())
+    data[last + where if where >= 0 else where] ^= 0x01
+    seg.write_bytes(bytes(data))
+    said = rf"{seg}: damaged record at byte {last}, the last, .*: not a torn tail"
+    with pytest.raises(LogCorrupt, match=said):
+        list(replay(tmp_path, 0))
+    with pytest.raises(LogCorrupt, match=said):
+        WriteAheadLog(tmp_path)
+    assert seg.read_bytes() == bytes(data)
+
+
+def test_a_length_flipped_past_the_end_of_the_file_is_named(tmp_path: Path) -> None:
+    """A record whose length field grew past the end of the file looks short, but the bytes
+    that are there make the whole record its checksum covers: damage, said as such."""
     _fill(tmp_path, 2)
     seg = next(tmp_path.glob("*.log"))
+    last = record_offsets(seg)[-1]
     data = bytearray(seg.read_bytes())
-    data[-5] ^= 0xFF
+    data[last + 3] ^= 0x01  # the length's high byte: 16 MiB more
     seg.write_bytes(bytes(data))
-    assert [seq for seq, _ in replay(tmp_path, 0)] == [1]
-
-
-def _record_offsets(segment: Path) -> list[int]:
-    """The byte offset of each record in a whole segment."""
-    data = segment.read_bytes()
-    offsets, pos = [], 8  # after the segment header
-    while pos < len(data):
-        offsets.append(pos)
-        pos += 16 + int.from_bytes(data[pos : pos + 4], "little")
-    return offsets
+    with pytest.raises(
+        LogCorrupt,
+        match=r"its length says \d+ bytes, and the \d+ there hold a whole record \(seq 2\)",
+    ):
+        WriteAheadLog(tmp_path)
 
 
 @pytest.mark.parametrize("where", [0, 4, 8, 16, 60])  # length, crc, seq, payload type, payload
@@ -84,7 +111,7 @@ def test_damage_with_whole_records_after_it_is_an_error_even_in_the_last_segment
     (cutting it would drop four acknowledged records and hand their seqs out again)."""
     _fill(tmp_path, 5)
     seg = next(tmp_path.glob("*.log"))
-    first = _record_offsets(seg)[0]
+    first = record_offsets(seg)[0]
     data = bytearray(seg.read_bytes())
     data[first + where] ^= 0x01
     seg.write_bytes(bytes(data))
@@ -103,7 +130,7 @@ def test_damage_in_the_middle_of_the_last_segment_names_the_next_whole_record(
 ) -> None:
     _fill(tmp_path, 5)
     seg = next(tmp_path.glob("*.log"))
-    offsets = _record_offsets(seg)
+    offsets = record_offsets(seg)
     data = bytearray(seg.read_bytes())
     data[offsets[1] + 100] ^= 0xFF  # in the second record's features
     seg.write_bytes(bytes(data))
@@ -115,30 +142,40 @@ def test_damage_in_the_middle_of_the_last_segment_names_the_next_whole_record(
         WriteAheadLog(tmp_path)
 
 
-def test_a_flipped_byte_in_the_last_of_five_records_is_a_torn_tail(tmp_path: Path) -> None:
-    _fill(tmp_path, 5)
-    seg = next(tmp_path.glob("*.log"))
-    last = _record_offsets(seg)[-1]
-    data = bytearray(seg.read_bytes())
-    data[last + 30] ^= 0x01
-    seg.write_bytes(bytes(data))
-    assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4]
-    log = WriteAheadLog(tmp_path)
-    assert log.last_seq == 4 and seg.stat().st_size == last
-    assert log.append(Delete(9)) == 5
-    assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4, 5]
+def _sector_after(offset: int) -> int:
+    return (offset // 512 + 1) * 512
 
 
-def test_a_last_record_half_written_then_zeros_is_a_torn_tail(tmp_path: Path) -> None:
-    """A crash can leave the file longer than what reached it, the rest read as zeros."""
+@pytest.mark.parametrize(
+    "unwritten",
+    ["the rest, and a page more", "all of it, and a page more", "one sector in the middle"],
+)
+def test_a_last_record_with_sectors_that_never_landed_is_a_torn_tail(
+    tmp_path: Path, unwritten: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash can leave the file longer than what reached it, and the sectors of an unsynced
+    write land in any order: what did not land reads as zeros. Cut off, and logged."""
     _fill(tmp_path, 5)
     seg = next(tmp_path.glob("*.log"))
-    last = _record_offsets(seg)[-1]
+    last = record_offsets(seg)[-1]
     data = bytearray(seg.read_bytes())
-    data[last + 20 :] = bytes(len(data) - last - 20 + 4096)
+    size = len(data)
+    if unwritten == "the rest, and a page more":
+        zero = _sector_after(last + 20)
+        data[zero:] = bytes(size - zero + 4096)
+    elif unwritten == "all of it, and a page more":
+        data[last:] = bytes(size - last + 4096)
+    else:
+        zero = _sector_after(last + 20)
+        data[zero : zero + 512] = bytes(512)
+        assert len(data) == size
     seg.write_bytes(bytes(data))
     assert [seq for seq, _ in replay(tmp_path, 0)] == [1, 2, 3, 4]
-    assert WriteAheadLog(tmp_path).last_seq == 4 and seg.stat().st_size == last
+    with caplog.at_level("WARNING", logger="vifusion.index.wal"):
+        assert WriteAheadLog(tmp_path).last_seq == 4 and seg.stat().st_size == last
+    assert (
+        f"cut off a torn tail after seq 4: {len(data) - last} bytes at byte {last}" in caplog.text
+    )
 
 
 def test_damage_before_the_tail_is_an_error_not_a_silent_loss(tmp_path: Path) -> None:
@@ -202,14 +239,16 @@ def test_a_write_that_fails_half_way_leaves_no_torn_record_behind(tmp_path: Path
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-c", _FULL_DISK, str(tmp_path), str(root)],
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split("\n")
+    )
+    out = proc.stdout.split("\n")
     assert out[0] == "refused 27"  # EFBIG: the file may not grow
     assert out[1] == "seq 2"  # the failed append took no number
+    assert re.search(r"cut off seq 2, its write failed: \d+ bytes at byte \d+", proc.stderr)
     got = list(replay(tmp_path, 0))
     assert [seq for seq, _ in got] == [1, 2]
     assert got[1][1].ids.tolist() == make_batch(3, 3, seed=3).ids.tolist()

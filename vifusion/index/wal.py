@@ -14,13 +14,18 @@ a follower writes each forwarded record at the seq the primary gave it, and a re
 catching up is sent the raw records (``records``) to write as they are.
 
 Limits: one writer per directory (readers only ``replay``). A record torn at the end of the
-last segment is cut off; damage anywhere else is an error naming file and byte, never
-skipped. Why: docs/benchmarks.md, "Design notes moved from docstrings".
+last segment is cut off, and the cut logged (seq, bytes). Torn means what a crash leaves of
+an unsynced write: short of the length its header gives, or with sectors that never landed
+(zeros); a last record there whole that fails its checksum was synced (and may have been
+acknowledged) and has changed since: damage, like damage anywhere else an error naming file
+and byte, never skipped. (A damaged record that happens to hold a whole sector of zeros reads
+as torn.) Why: docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 import struct
@@ -41,6 +46,10 @@ _HEAD = struct.Struct("<IIQ")  # payload length, crc32(seq + payload), seq
 _ADD, _DELETE = 1, 2
 _DIM = VISUAL_DIM + SEMANTIC_DIM
 _fadvise = getattr(os, "posix_fadvise", None)  # not on macOS: the cache keeps the log there
+# The unit a write reaches the disk in (a disk sector; file system blocks are whole sectors):
+# of a write a crash interrupted, what did not land is whole sectors, read back as zeros.
+_SECTOR = 512
+log = logging.getLogger(__name__)
 
 
 class LogCorrupt(ValueError):
@@ -107,8 +116,8 @@ def _segments(directory: Path) -> list[tuple[int, Path]]:
 
 def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]:
     """The records of one segment and the byte offset after the last whole one.
-    A damaged record ends the segment if it is the last segment and no whole record
-    follows it (a torn tail)."""
+    A bad record ends the segment if it is the last segment, no whole record follows it
+    and it is torn (``_not_torn``): a torn tail."""
     data = path.read_bytes()
     if len(data) < len(_MAGIC):
         if last:
@@ -130,16 +139,46 @@ def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]
             if last:
                 prev = records[-1][0] if records else int(path.stem) - 1
                 later = _next_record(data, pos + 1, prev)
-                if later is None:
-                    break
-                raise LogCorrupt(
-                    f"{path}: damaged record at byte {pos}, and a whole record "
-                    f"(seq {later[1]}) after it at byte {later[0]}: not a torn tail"
-                )
+                if later is not None:
+                    raise LogCorrupt(
+                        f"{path}: damaged record at byte {pos}, and a whole record "
+                        f"(seq {later[1]}) after it at byte {later[0]}: not a torn tail"
+                    )
+                why = _not_torn(data, pos)
+                if why:
+                    raise LogCorrupt(
+                        f"{path}: damaged record at byte {pos}, the last, {why}: not a torn tail"
+                    )
+                break
             raise LogCorrupt(f"{path}: damaged record at byte {pos}")
         records.append((seq, payload))
         pos = end
     return records, pos
+
+
+def _not_torn(data: bytes, pos: int) -> str:
+    """Why the bad last record at byte ``pos`` is damage and not a write a crash cut short
+    ("": it may be one). A torn write runs past the end of the file, or has a sector of it
+    that never landed (zeros; the sectors of an unsynced write land in any order). Whole,
+    with no such sector, and failing its checksum, it was written and has changed since.
+    So has one whose length field runs past the end where the bytes there are the whole
+    record its checksum covers."""
+    if pos + _HEAD.size > len(data):
+        return ""
+    length, crc, seq = _HEAD.unpack_from(data, pos)
+    body = pos + _HEAD.size
+    end = body + length
+    if end > len(data):
+        if _crc(seq, data[body:]) == crc:
+            return (
+                f"its length says {length} bytes, and the {len(data) - body} there hold a "
+                f"whole record (seq {seq})"
+            )
+        return ""
+    cuts = [pos, *range((pos // _SECTOR + 1) * _SECTOR, end, _SECTOR), end]
+    if any(data.count(0, a, b) == b - a for a, b in zip(cuts, cuts[1:])):
+        return ""
+    return f"whole ({length} bytes, seq {seq}) and failing its checksum"
 
 
 def _next_record(data: bytes, start: int, prev: int) -> tuple[int, int] | None:
@@ -224,12 +263,26 @@ class WriteAheadLog:
         self._end = 0  # the file offset after the last record written
         if segments:
             path = segments[-1][1]
+            size = path.stat().st_size
             if good < len(_MAGIC):
+                log.warning(
+                    "%s: cut off a torn segment after seq %d: %d bytes, no whole header",
+                    path,
+                    self.last_seq,
+                    size,
+                )
                 path.unlink()
                 fsync_dir(self.directory)
             else:
-                if good < path.stat().st_size:
-                    with open(path, "r+b") as f:  # the torn tail: never acknowledged
+                if good < size:  # the torn tail: never synced, so never acknowledged
+                    log.warning(
+                        "%s: cut off a torn tail after seq %d: %d bytes at byte %d",
+                        path,
+                        self.last_seq,
+                        size - good,
+                        good,
+                    )
+                    with open(path, "r+b") as f:
                         f.truncate(good)
                         os.fsync(f.fileno())
                 self._file = open(path, "ab")
@@ -351,8 +404,16 @@ class WriteAheadLog:
             with contextlib.suppress(OSError):
                 self._file.close()  # may fail again flushing the rest of the buffer: it is dropped below
             with open(path, "r+b") as f:
+                written = os.fstat(f.fileno()).st_size - size
                 f.truncate(size)
                 os.fsync(f.fileno())
+            log.warning(
+                "%s: cut off seq %d, its write failed: %d bytes at byte %d",
+                path,
+                self.last_seq + 1,
+                written,
+                size,
+            )
             self._file = open(path, "ab")
 
     def _open_segment(self, first_seq: int) -> None:
