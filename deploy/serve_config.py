@@ -19,6 +19,9 @@ import yaml
 # Every node's own data dir (a local disk: the nodes share none). The catalog is PostgreSQL
 # on the head (VIFUSION_CATALOG_URL, written into ~/.vifusion-env by deploy/cluster.yaml).
 CLUSTER_DATA_DIR = "/var/lib/vifusion"
+# Each node's TLS folder (deploy/tls.py): the cluster's CA and the node's own certificate,
+# for Ray's mutual TLS and for HTTPS at the ingress.
+CLUSTER_TLS_DIR = "/etc/vifusion/tls"
 HTTP_PORT = 8000
 # Config fields for the cluster: several API replicas sharing the shards and the ingest pool,
 # each shard on two nodes, an extract node's cores all decoding for its GPU.
@@ -59,9 +62,11 @@ HEADER = f"""\
 #   With more GPU nodes, raise it by 3 a node, or let `vifusion plan --apply` decide.
 # - no runtime_env: Serve's default ingress. serve/app.py's SERVE_TUNED (HAProxy) is for one
 #   machine; on the three-node test bed its proxy did not come up.
-# - http_options 0.0.0.0:{HTTP_PORT}: the API is for clients; every /v1 route needs the key,
-#   and the cloud firewall decides who reaches the port. proxy_location HeadOnly: the
-#   replicas run on the head.
+# - http_options 0.0.0.0:{HTTP_PORT}, HTTPS only: the API is for clients; every /v1 route needs
+#   the key, and the cloud firewall decides who reaches the port. The certificate is the
+#   head's own from the cluster's CA (clients trust ~/.vifusion/tls/ca.crt: curl --cacert);
+#   for your own, put its paths in ssl_certfile and ssl_keyfile. proxy_location HeadOnly:
+#   the replicas run on the head.
 """
 
 
@@ -76,7 +81,12 @@ def serve_config(data_dir: str = CLUSTER_DATA_DIR) -> dict[str, Any]:
     built = build_app(vf.build(args), name=vf.APP_NAME)
     return {
         "proxy_location": "HeadOnly",
-        "http_options": {"host": "0.0.0.0", "port": HTTP_PORT},
+        "http_options": {
+            "host": "0.0.0.0",
+            "port": HTTP_PORT,
+            "ssl_certfile": f"{CLUSTER_TLS_DIR}/node.crt",
+            "ssl_keyfile": f"{CLUSTER_TLS_DIR}/node.key",
+        },
         "applications": [
             {
                 "name": vf.APP_NAME,

@@ -25,57 +25,40 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import ipaddress
-import os
-import socket
 import sys
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import NameOID
+
+from serve._tls import host_names, key_pem, leaf, new_key, pem, private_folder, write_private
 
 CA_DAYS = 3650
-NODE_DAYS = 825  # the longest a public CA may issue; a node gets a new one at each setup
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write atomically with ``mode`` from the start: a key is never readable by others."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _folder(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
 
 
 def make_ca(folder: Path, name: str = "vifusion cluster CA") -> Path:
     """``folder``/ca.crt and ca.key, unless a CA is there already (it is kept: replacing it
     would lock out every node signed by the old one). Returns the certificate's path."""
-    folder = _folder(Path(folder))
+    folder = private_folder(Path(folder))
     crt = folder / "ca.crt"
     if crt.exists() and (folder / "ca.key").exists():
         return crt
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = new_key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
+    usage = dict.fromkeys(
+        (
+            "digital_signature",
+            "content_commitment",
+            "key_encipherment",
+            "data_encipherment",
+            "key_agreement",
+            "encipher_only",
+            "decipher_only",
+        ),
+        False,
+    )
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -85,87 +68,25 @@ def make_ca(folder: Path, name: str = "vifusion cluster CA") -> Path:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(x509.KeyUsage(key_cert_sign=True, crl_sign=True, **usage), critical=True)
         .sign(key, hashes.SHA256())
     )
-    _write(folder / "ca.key", _key_pem(key), 0o600)
-    _write(crt, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_private(folder / "ca.key", key_pem(key), 0o600)
+    write_private(crt, pem(cert), 0o644)
     return crt
-
-
-def host_names() -> list[str]:
-    """This host's names and addresses: what peers and clients may dial it by."""
-    names = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            infos = socket.getaddrinfo(socket.gethostname(), None, family)
-        except OSError:
-            continue
-        names.update(info[4][0] for info in infos)
-    try:  # the address this host reaches others from (no packet is sent)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            names.add(s.getsockname()[0])
-    except OSError:
-        pass
-    return sorted(names)
-
-
-def _alt_names(names: list[str]) -> list[x509.GeneralName]:
-    out: list[x509.GeneralName] = []
-    for name in names:
-        try:
-            # Both forms: gRPC matches an address against IP entries, some clients a DNS one.
-            out += [x509.IPAddress(ipaddress.ip_address(name)), x509.DNSName(name)]
-        except ValueError:
-            out.append(x509.DNSName(name))
-    return out
 
 
 def make_node(folder: Path, names: list[str] | None = None) -> tuple[Path, Path]:
     """``folder``/node.crt and node.key, signed by the CA there, for ``names`` (default: this
-    host's, ``host_names``). Usable as server and client: Ray's TLS is mutual."""
+    host's). Server and client at once: Ray's TLS is mutual. node.crt holds the chain, node
+    then CA: a server sends both, and a client handed this one file trusts the CA in it."""
     folder = Path(folder)
     ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
     ca_cert = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
-    names = names or host_names()
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=NODE_DAYS))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(_alt_names(names)), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    _write(folder / "node.key", _key_pem(key), 0o600)
-    # The chain (node, then CA): a client that trusts only the CA can verify the server.
-    chain = cert.public_bytes(serialization.Encoding.PEM)
-    _write(folder / "node.crt", chain, 0o644)
+    key = new_key()
+    cert = leaf(key, names or host_names(), ca_cert.subject, ca_key)
+    write_private(folder / "node.key", key_pem(key), 0o600)
+    write_private(folder / "node.crt", pem(cert) + pem(ca_cert), 0o644)
     return folder / "node.crt", folder / "node.key"
 
 

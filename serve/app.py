@@ -44,7 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
-from serve import _auth, _docs, _errors, _metrics
+from serve import _auth, _docs, _errors, _metrics, _tls
 from serve._errors import ApiError
 from serve._signed import MediaSigner
 from serve.schema import (
@@ -845,20 +845,23 @@ class ViFusionApp:
         }
 
 
-def deploy(cfg: Config, host: str, port: int) -> None:
-    """Start Serve's proxy on host:port and deploy the app (Ray must be up)."""
+def deploy(cfg: Config, host: str, port: int) -> Path | None:
+    """Start Serve's proxy on host:port and deploy the app (Ray must be up). Returns the
+    certificate it serves HTTPS with (``cfg.serves_https``), None for plain HTTP."""
+    http: dict[str, Any] = {"host": host, "port": port}
+    certfile = None
+    if cfg.serves_https:
+        certfile, keyfile = _tls.ingress_pair(cfg)
+        http |= {"ssl_certfile": str(certfile), "ssl_keyfile": str(keyfile)}
     # One proxy, on the head, where the replicas run; a proxy per node costs each node memory.
-    serve.start(
-        proxy_location="HeadOnly",
-        http_options={"host": host, "port": port},
-        logging_config=SERVE_LOGGING,
-    )
+    serve.start(proxy_location="HeadOnly", http_options=http, logging_config=SERVE_LOGGING)
     serve.run(
         replicas(cfg).bind(cfg),
         name=APP_NAME,
         route_prefix=ROUTE_PREFIX,
         logging_config=SERVE_LOGGING,
     )
+    return certfile
 
 
 def replicas(cfg: Config) -> Any:
@@ -902,7 +905,7 @@ def run(cfg: Config, host: str, port: int) -> int:
 
     if cfg.ray_address is None:  # read by the Ray started just below and inherited by its workers
         tune_ray()
-        if cfg.serve_tuned:
+        if cfg.serve_tuned and not cfg.serves_https:  # HAProxy, as Serve sets it, is HTTP only
             for name, value in SERVE_TUNED.items():
                 os.environ.setdefault(name, value)
     ray.init(
@@ -923,11 +926,13 @@ def run(cfg: Config, host: str, port: int) -> int:
         f"Starting ViFusion on {cfg.data_dir} (loading models takes a few seconds)...", flush=True
     )
     try:
-        deploy(cfg, host, port)
-        _running.announce(cfg.data_dir, host, port)  # the CLI asks this service from now on
+        certfile = deploy(cfg, host, port)
+        # the CLI asks this service from now on
+        _running.announce(cfg.data_dir, host, port, certfile)
+        scheme = "http" if certfile is None else "https"
         roots = ", ".join(map(str, cfg.ingest_roots)) or "none (file:// ingest is off)"
         print(
-            f"ViFusion is serving.\n  web page: http://{host}:{port}/\n  API:      http://{host}:{port}/v1  "
+            f"ViFusion is serving.\n  web page: {scheme}://{host}:{port}/\n  API:      {scheme}://{host}:{port}/v1  "
             f"(Authorization: Bearer {_auth.api_key(cfg)})\n  ingest roots: {roots}\nCtrl-C stops it.",
             flush=True,
         )

@@ -5,6 +5,7 @@ read the library (search, transcript) are in ``_commands_search.py``."""
 from __future__ import annotations
 
 import json
+import ssl
 import sys
 from pathlib import Path
 
@@ -182,7 +183,7 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
     """Delete videos: through the service that serves the data dir if one runs, else here,
     under the data dir's writer lock, without Ray (``_admin.Deleter``). Exit 1 if any is unknown."""
     from vifusion._admin import Busy, Deleter, NoCatalog, open_catalog, writer_lock
-    from vifusion._running import api_key, running_url
+    from vifusion._running import api_key, running_url, verify
     from vifusion.runtime import DataDirUnwritable
 
     url = running_url(cfg.data_dir)
@@ -200,7 +201,7 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
         from vifusion.client import ApiError
 
         try:
-            deleted, missing = _delete_through(url, key, video_ids)
+            deleted, missing = _delete_through(url, key, video_ids, verify(cfg.data_dir))
         except ApiError as e:
             print(f"vifusion delete: the service at {url} refused: {e.message}", file=sys.stderr)
             return EXIT_USAGE if e.status < 500 else EXIT_FAILED
@@ -231,12 +232,14 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
     return EXIT_FAILED if missing else EXIT_OK
 
 
-def _delete_through(url: str, key: str, video_ids: list[int]) -> tuple[list[int], list[int]]:
+def _delete_through(
+    url: str, key: str, video_ids: list[int], verify: ssl.SSLContext | bool = True
+) -> tuple[list[int], list[int]]:
     """(deleted, not found) through the service's API; ApiError for any other refusal."""
     from vifusion.client import ApiError, Client
 
     deleted, missing = [], []
-    with Client(url, key) as vf:
+    with Client(url, key, verify=verify) as vf:
         for video_id in video_ids:
             try:
                 vf.delete(video_id)

@@ -89,7 +89,7 @@ def _ask_service(
     """The rows from the live service announced in the data dir (``_running``); None where
     none runs, no key is known, or it cannot be reached (then the data dir is read here).
     _Refused where it refuses the query."""
-    from vifusion._running import api_key, running_url
+    from vifusion._running import api_key, running_url, verify
 
     if any(p is not None and not Path(p).is_file() for p in (image, clip)):
         return None  # said here, as without a service
@@ -104,7 +104,7 @@ def _ask_service(
     options: dict = {"modalities": modalities, "group_by": group_by}
     found: list[dict] = []
     try:
-        with Client(url, key) as vf:
+        with Client(url, key, verify=verify(cfg.data_dir)) as vf:
             while len(found) < top_k:  # past one page: follow the cursor
                 page = vf.search_page(
                     text,

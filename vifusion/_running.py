@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from pathlib import Path
 
 from vifusion._files import whole_file
@@ -19,13 +20,34 @@ FILE = "service.json"
 _HEALTH_TIMEOUT_S = 0.5  # a live service on this machine answers /healthz in milliseconds
 
 
-def announce(data_dir: Path, host: str, port: int) -> None:
-    """Say that this process serves ``data_dir`` at ``host:port`` (atomically: whole or absent)."""
+def announce(data_dir: Path, host: str, port: int, certfile: Path | None = None) -> None:
+    """Say that this process serves ``data_dir`` at ``host:port`` (atomically: whole or absent);
+    ``certfile``: over HTTPS only, with this certificate, which local clients pin."""
     if host in ("0.0.0.0", "::", ""):  # listening everywhere: reachable on loopback
         host = "127.0.0.1"
     shown = f"[{host}]" if ":" in host else host
+    scheme = "http" if certfile is None else "https"
+    info: dict = {"url": f"{scheme}://{shown}:{port}", "pid": os.getpid()}
+    if certfile is not None:
+        info["certfile"] = str(Path(certfile).resolve())
     with whole_file(data_dir / FILE) as f:
-        f.write(json.dumps({"url": f"http://{shown}:{port}", "pid": os.getpid()}).encode())
+        f.write(json.dumps(info).encode())
+
+
+def verify(data_dir: Path) -> ssl.SSLContext | bool:
+    """How a local client checks the announced service: True (the system's CAs) over HTTP, or
+    a context that trusts exactly the certificate it serves. Host names are not checked: a
+    user's certificate names the public host, and the CLI dials loopback."""
+    try:
+        certfile = json.loads((data_dir / FILE).read_text()).get("certfile")
+    except (OSError, ValueError, AttributeError):
+        return True
+    if not certfile:
+        return True
+    ctx = ssl.create_default_context(cafile=certfile)
+    ctx.check_hostname = False
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the served certificate is the anchor
+    return ctx
 
 
 def withdraw(data_dir: Path) -> None:
@@ -51,8 +73,13 @@ def running_url(data_dir: Path) -> str | None:
     import httpx
 
     try:
-        ok = httpx.get(f"{url}/healthz", timeout=_HEALTH_TIMEOUT_S).status_code == 200
-    except httpx.HTTPError:
+        ok = (
+            httpx.get(
+                f"{url}/healthz", timeout=_HEALTH_TIMEOUT_S, verify=verify(data_dir)
+            ).status_code
+            == 200
+        )
+    except (httpx.HTTPError, OSError):  # OSError: the pinned certificate is gone
         return None
     return url if ok else None
 

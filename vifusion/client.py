@@ -19,6 +19,7 @@ Every method raises ``ApiError`` (with the server's error code and message) on a
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,21 @@ class Client:
     """The API at ``url`` with API key ``key``. Use as a context manager, or ``close()`` it."""
 
     def __init__(
-        self, url: str, key: str, timeout_s: float = 120.0, trust_env: bool = True
+        self,
+        url: str,
+        key: str,
+        timeout_s: float = 120.0,
+        trust_env: bool = True,
+        verify: ssl.SSLContext | str | bool = True,
     ) -> None:
-        """``trust_env=False`` ignores proxy variables (a proxy must not sit in front of loopback)."""
+        """``trust_env=False`` ignores proxy variables (a proxy must not sit in front of loopback);
+        ``verify``: how an https URL's certificate is checked (httpx's ``verify``: a CA file,
+        a context, True for the system's CAs)."""
         self._http = httpx.Client(
             base_url=url.rstrip("/"),
             timeout=timeout_s,
             trust_env=trust_env,
+            verify=verify,
             headers={"Authorization": f"Bearer {key}"},
         )
 

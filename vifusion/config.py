@@ -148,10 +148,23 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
         "RAY_SERVE_ENABLE_HA_PROXY=1 and RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0 where the nodes start)",
     )
 
-    @field_validator("data_dir")
+    # HTTPS at the ingress: Serve's own proxy (uvicorn) holds the certificate; HAProxy, as
+    # Serve configures it, speaks plain HTTP, so HTTPS turns serve_tuned's ingress off.
+    https: bool = Field(
+        False,
+        description="serve the API and the page over HTTPS only; without tls_certfile, a "
+        "self-signed certificate for this host is made once in DATA_DIR/tls",
+    )
+    tls_certfile: Path | None = Field(
+        None,
+        description="your certificate for HTTPS (PEM, the chain after it); implies https",
+    )
+    tls_keyfile: Path | None = Field(None, description="the key of tls_certfile (PEM)")
+
+    @field_validator("data_dir", "tls_certfile", "tls_keyfile")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return Path(v).expanduser()
+    def _expand(cls, v: Path | None) -> Path | None:
+        return None if v is None else Path(v).expanduser()
 
     @field_validator("ingest_roots", mode="before")
     @classmethod
@@ -202,7 +215,13 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
             "fetch_deadline_s",
             self.fetch_deadline_s,
         )
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together: give both or neither")
         return self
+
+    @property
+    def serves_https(self) -> bool:
+        return self.https or self.tls_certfile is not None
 
     def updated(self, changes: Mapping[str, Any]) -> Config:
         """A copy with ``changes``, checked as a new Config is (``model_copy`` checks nothing:

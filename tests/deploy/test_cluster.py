@@ -4,7 +4,9 @@ REST API of `vifusion serve`, Ray's state API for where actors run, interface co
 the bytes that crossed the links.
 
 Host 0 is the head (Serve, the job); host 1 carries the `shard` resource, host 2 the
-`extract` one, as deploy/cluster.yaml's worker types do.
+`extract` one, as deploy/cluster.yaml's worker types do. The cluster runs as deploy/ sets it
+up: Ray's mutual TLS with a certificate per node from one CA (deploy/tls.py), HTTPS at the
+ingress with the head's certificate. Host 3 runs no Ray: an outsider on the same network.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy import tls
 from deploy.netbed import DASHBOARD_PORT, NetBed, available
 from vifusion.runtime import RAY_TUNED
 from vifusion.samples import write_demo_set
@@ -31,10 +34,18 @@ CLIENT = r"""
 import json, sys, time
 import httpx
 
-base, key, data, address = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+base, key, data, address, ca = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5]
 auth = {"Authorization": f"Bearer {key}"}
 out = {}
-with httpx.Client(base_url=base, timeout=120) as c:
+try:  # the same port in plain HTTP
+    out["plain_http"] = httpx.get(base.replace("https://", "http://") + "/healthz", timeout=10).status_code
+except httpx.HTTPError as e:
+    out["plain_http"] = type(e).__name__
+try:  # HTTPS, trusting only the system's CAs: the cluster's is not one of them
+    out["untrusted"] = httpx.get(base + "/healthz", timeout=10).status_code
+except httpx.HTTPError as e:
+    out["untrusted"] = type(e).__name__
+with httpx.Client(base_url=base, timeout=120, verify=ca) as c:
     out["no_key"] = c.get("/v1/videos").status_code
     jobs = []
     for path in data["upload"]:
@@ -72,34 +83,59 @@ print(json.dumps(out))
 """
 
 
+# As deploy/cluster.yaml runs Serve: its default ingress, whatever this test session set for
+# the single-node tests (serve/app.py SERVE_TUNED).
+SERVE_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1"}
+
+
 @pytest.fixture(scope="module")
 def bed():
     if (reason := available()) is not None:
         pytest.skip(reason)
-    with NetBed(hosts=3, rate="100mbit", delay_ms=5) as bed:
+    with NetBed(hosts=4, rate="100mbit", delay_ms=5) as bed:
         yield bed
 
 
-@pytest.mark.slow
-def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
-    # As deploy/cluster.yaml runs Serve: its default ingress, whatever this test session set
-    # for the single-node tests (serve/app.py SERVE_TUNED).
-    serve_env = {
-        "RAY_SERVE_ENABLE_HA_PROXY": "0",
-        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1",
-    }
-    address = bed.start_ray(
+@pytest.fixture(scope="module")
+def certs(bed, tmp_path_factory) -> list[Path]:
+    """Each Ray host's TLS folder, as deploy/cluster.yaml's setup makes it: the cluster's CA
+    and a certificate of the host's own, for its address."""
+    root = tmp_path_factory.mktemp("tls")
+    ca = root / "ca"
+    tls.make_ca(ca)
+    folders = []
+    for host in bed.hosts[:3]:
+        folder = root / host.name
+        folder.mkdir()
+        for name in ("ca.crt", "ca.key"):
+            (folder / name).write_bytes((ca / name).read_bytes())
+        tls.make_node(folder, [host.ip, "localhost", "127.0.0.1"])
+        folders.append(folder)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def address(bed, certs) -> str:
+    """Ray with mutual TLS on hosts 0-2."""
+    return bed.start_ray(
         num_cpus=2,
         resources=[{}, {"shard": 1}, {"extract": 1}],
         dashboard=True,
         object_store_memory=192 << 20,
-        env={**serve_env, **RAY_TUNED},
+        env={**SERVE_ENV, **RAY_TUNED},
+        host_env=[tls.ray_env(folder) for folder in certs],
+        nodes=3,
     )
-    head, shards, extract = (h.ip for h in bed.hosts)
+
+
+@pytest.mark.slow
+def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, certs, address, tmp_path):
+    head, shards, extract = (h.ip for h in bed.hosts[:3])
     videos = {v.name: v for v in write_demo_set(tmp_path / "videos")}
     data = tmp_path / "data"
-    env = {**os.environ, **bed.ray_env, **serve_env, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **bed.ray_env, **SERVE_ENV, "PYTHONPATH": str(ROOT)}
     before = {i: bed.rx_bytes(i) for i in range(3)}
+    head_cert = certs[0] / "node.crt"
 
     # A batch job: one video from a list file, through Ray's job API.
     listing = tmp_path / "batch.txt"
@@ -145,7 +181,11 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
                 "--port",
                 str(PORT),
             ],
-            env=env,
+            env=env
+            | {
+                "VIFUSION_TLS_CERTFILE": str(head_cert),
+                "VIFUSION_TLS_KEYFILE": str(certs[0] / "node.key"),
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -161,7 +201,10 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
         }
         client = bed.exec(
             0,
-            [sys.executable, "-c", CLIENT, f"http://{head}:{PORT}", key, json.dumps(spec), address],
+            [
+                *(sys.executable, "-c", CLIENT, f"https://{head}:{PORT}", key),
+                *(json.dumps(spec), address, str(certs[0] / "ca.crt")),
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -174,6 +217,9 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
         server.terminate()
         server.wait(timeout=60)
 
+    # the API answers over HTTPS only, with a certificate the cluster's CA vouches for
+    assert got["plain_http"] in ("RemoteProtocolError", "ReadError", "ConnectError"), got
+    assert got["untrusted"] == "ConnectError", got
     assert got["no_key"] == 401
     assert [j["status"] for j in got["jobs"]] == ["ready", "ready"], got["jobs"]
     # every video searchable, each query's best video the one that shows it
@@ -190,6 +236,61 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, tmp_path):
     # smallest codec the aggregator may use (int8, 1672 bytes a row) for every frame sampled
     frames = sum(round(v.duration_s) for v in videos.values())  # 1 frame a second
     assert bed.rx_bytes(1) - before[1] >= frames * 1672
+
+
+# Runs in host 3 against the head: what Ray's client sees of the cluster.
+NODES = r"""
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(sum(n["Alive"] for n in ray.nodes()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("who", ["no certificate", "another CA's certificate"])
+def test_a_host_without_the_clusters_certificate_cannot_join(bed, address, who, tmp_path):
+    outsider = bed.hosts[3]
+    env = {**os.environ, "RAY_USE_TLS": "0"}
+    if who != "no certificate":
+        tls.make_ca(tmp_path / "rogue")
+        tls.make_node(tmp_path / "rogue", [outsider.ip, "localhost"])
+        env |= tls.ray_env(tmp_path / "rogue")
+    log = tmp_path / "ray-start.log"
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    with open(log, "w") as out:
+        node = bed.exec(
+            3,
+            [ray_cli, "start", "--block", "--address", address, "--node-ip-address", outsider.ip]
+            + ["--num-cpus", "1", "--temp-dir", str(bed.ray_temp_dir / "h3")],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    # Ray's raylet gives up on the GCS after 60 s: wait for it to have tried and failed.
+    deadline = time.time() + 120
+    refused = ("Handshake failed", "Failed to connect to GCS", "Timed out while waiting for GCS")
+    while not any(r in log.read_text() for r in refused) and node.poll() is None:
+        assert time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(1)
+    node.kill()
+    node.wait()
+    # the cluster still has its three nodes, and the outsider's driver cannot reach it either
+    inside = bed.exec(0, [sys.executable, "-c", NODES, address], stdout=subprocess.PIPE, text=True)
+    assert inside.communicate(timeout=120)[0].strip().splitlines()[-1] == "3"
+    probe = bed.exec(
+        3,
+        [sys.executable, "-c", NODES, address],
+        env=env | {"RAY_gcs_rpc_server_connect_timeout_s": "5"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = probe.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        out = "(no answer)"
+    assert probe.returncode != 0, out[-2000:]
 
 
 def test_tear_down_leaves_nothing_behind(bed):

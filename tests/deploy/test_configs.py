@@ -13,6 +13,7 @@ import ipaddress
 import json
 import stat
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 CLUSTERS = ["cluster.yaml", "cluster-local.yaml"]
 TOKEN = "~/.ray/auth_token"
+CA = ("~/.vifusion/tls/ca.crt", "~/.vifusion/tls/ca.key")  # from `deploy/tls.py ca`, once
+TLS_ENV = {
+    "RAY_USE_TLS": "1",
+    "RAY_TLS_SERVER_CERT": f"{sc.CLUSTER_TLS_DIR}/node.crt",
+    "RAY_TLS_SERVER_KEY": f"{sc.CLUSTER_TLS_DIR}/node.key",
+    "RAY_TLS_CA_CERT": f"{sc.CLUSTER_TLS_DIR}/ca.crt",
+}
 PRIVATE_IP, OTHER_IP, HEAD_IP = "10.0.1.5", "172.17.0.1", "10.0.1.1"
 TUNED = (
     "RAY_SERVE_ENABLE_HA_PROXY",
@@ -189,6 +197,7 @@ def test_head_start_token_auth_private_dashboard_autoscaler(name, tmp_path):
     start = ray_start(raw(name)["head_start_ray_commands"], tmp_path)
     assert "--head" in start.args
     assert start.env["RAY_AUTH_MODE"] == "token"
+    assert TLS_ENV.items() <= start.env.items()  # mutual TLS with the node's own certificate
     assert RAY_TUNED.items() <= start.env.items()  # as a local ViFusion Ray runs
     assert not set(TUNED) & set(start.env)  # Serve's default ingress on clusters
     # The node's first (private) address, never all interfaces.
@@ -201,6 +210,7 @@ def test_worker_start_token_auth_joins_head(name, tmp_path):
     start = ray_start(raw(name)["worker_start_ray_commands"], tmp_path)
     assert start.flag("address") == f"{HEAD_IP}:6379"
     assert start.env["RAY_AUTH_MODE"] == "token"
+    assert TLS_ENV.items() <= start.env.items()  # mutual TLS with the node's own certificate
     assert RAY_TUNED.items() <= start.env.items()  # as a local ViFusion Ray runs
     assert not set(TUNED) & set(start.env)  # Serve's default ingress on clusters
 
@@ -215,15 +225,16 @@ def test_the_single_node_serve_tuning_is_what_clusters_leave_out():
 def test_token_and_source_are_mounted(name):
     config = prepared(name)
     mounts = raw(name)["file_mounts"]
-    assert mounts[TOKEN] == TOKEN
-    sources = {remote: local for remote, local in mounts.items() if remote != TOKEN}
+    for secret in (TOKEN, *CA):  # from the user's home to each node's
+        assert mounts[secret] == secret
+    sources = {remote: local for remote, local in mounts.items() if remote not in (TOKEN, *CA)}
     for local in sources.values():
         assert (ROOT / local).exists(), local
     assert not {".", "./", ".venv"} & set(sources.values())  # no 7 GB venv on the wire
     # The install runs where pyproject.toml and requirements.txt land.
     home = {r for r, local in sources.items() if local == "pyproject.toml"}.pop().rsplit("/", 1)[0]
     assert sources[f"{home}/requirements.txt"] == "requirements.txt"
-    install = config["setup_commands"][-1]
+    (install,) = [c for c in config["setup_commands"] if "pip install" in c]
     assert install.startswith(f"cd {home} && ")
     assert "pip install -r requirements.txt && pip install --no-deps -e ." in install
 
@@ -246,6 +257,32 @@ def test_setup_writes_the_login_environment_once(tmp_path):
     assert (tmp_path / ".bashrc").read_text().count("source ~/.vifusion-env") == 1
 
 
+def test_setup_gives_each_node_a_certificate_from_the_clusters_ca(tmp_path):
+    """The setup's TLS step, run as on a node (its folder and python put here): a certificate
+    for this host that the cluster's CA vouches for, and the exports the start commands use."""
+    from deploy import tls
+
+    tls.make_ca(tmp_path / ".vifusion" / "tls")
+    (step,) = [c for c in raw("cluster.yaml")["setup_commands"] if "tls.py node" in c]
+    folder = tmp_path / "etc-tls"
+    folder.mkdir()
+    step = step.replace(sc.CLUSTER_TLS_DIR, str(folder)).replace(
+        "python ~/vifusion/", f"{sys.executable} {ROOT}/"
+    )
+    for _ in range(2):  # `ray up` again runs setup again
+        done = run(step, tmp_path)
+        assert done.returncode == 0, done.stderr
+    check = subprocess.run(
+        ["openssl", "verify", "-CAfile", folder / "ca.crt", folder / "node.crt"],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert oct((folder / "node.key").stat().st_mode & 0o777) == "0o600"
+    exports = (tmp_path / ".vifusion-env").read_text().replace(str(folder), sc.CLUSTER_TLS_DIR)
+    assert all(f"export {k}={v}" in exports for k, v in TLS_ENV.items()), exports
+
+
 @pytest.mark.parametrize("name", CLUSTERS)
 def test_every_node_makes_its_own_data_dir_and_the_head_its_catalog(name, tmp_path):
     """No shared file system: each node's data dir is a local folder (the one serve uses),
@@ -255,7 +292,7 @@ def test_every_node_makes_its_own_data_dir_and_the_head_its_catalog(name, tmp_pa
     assert "mount" not in init
     made = run(init, tmp_path)
     assert made.returncode == 0
-    assert f"SUDO mkdir -p {sc.CLUSTER_DATA_DIR}" in made.stdout
+    assert f"SUDO mkdir -p {sc.CLUSTER_DATA_DIR} {sc.CLUSTER_TLS_DIR}" in made.stdout
     assert "SUDO chown" in made.stdout and sc.CLUSTER_DATA_DIR in made.stdout
     (app,) = yaml.safe_load((DEPLOY / "serve.yaml").read_text())["applications"]
     assert app["args"]["data_dir"] == sc.CLUSTER_DATA_DIR
@@ -282,6 +319,9 @@ def test_serve_yaml_passes_serves_schema(serve_yaml):
     (app,) = deploy.applications
     assert isinstance(app, ServeApplicationSchema)
     assert deploy.http_options.host == "0.0.0.0"  # the API port (key-gated), not the dashboard
+    # HTTPS only, with the head's certificate from the cluster's CA (deploy/tls.py)
+    assert deploy.http_options.ssl_certfile == f"{sc.CLUSTER_TLS_DIR}/node.crt"
+    assert deploy.http_options.ssl_keyfile == f"{sc.CLUSTER_TLS_DIR}/node.key"
     assert [d.name for d in app.deployments] == ["ViFusionApp"]
 
 
