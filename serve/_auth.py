@@ -1,5 +1,6 @@
 """Who may call ``/v1``: the API key, then the rate limit per client, checked before
-routing, so a caller without the key learns nothing (not even that its request was malformed).
+routing, so a caller without the key learns nothing (not even that its request was malformed);
+and who may fetch ``/media/{id}``: a URL the service signed, then its own rate limit.
 
 Use ``GATE`` through this module (``_auth.GATE``): Serve pickles the deployment class by
 value, and a name imported into app.py would be copied, not shared with the middleware.
@@ -9,16 +10,20 @@ import os
 import re
 import secrets
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from fastapi.responses import JSONResponse
 
-from serve._errors import error_response
+from serve._errors import ApiError, error_response
 from serve._ratelimit import RateLimiter
+from serve._signed import MediaSigner
 from vifusion.config import Config
 
 MIN_KEY_CHARS = 32  # a generated key has 43 (32 random bytes)
 # Thumbnails and media have their own budget: one page of results fetches a thumbnail per result.
 _MEDIA = re.compile(r"/v1/videos/[^/]+/(thumbnail|media)")
+_SIGNED = re.compile(r"/media/([0-9]{1,19})")  # the only paths the service signs
+LOCAL_INGRESS = "127.0.0.1"  # the bucket of requests uvicorn re-addressed from X-Forwarded-For
 
 
 class WeakKey(ValueError):
@@ -94,15 +99,32 @@ def _write_private(path: Path, text: str, replace: bool = True) -> None:
         os.close(dir_fd)
 
 
-class Gate:
-    """The key check, then a token bucket per client: per (key, remote address), one budget
-    for thumbnails and media and another for every other ``/v1`` call.
+def client_address(scope: dict) -> str:
+    """The address a request is charged to: the TCP peer, never a value a client wrote.
 
-    The address is the peer the replica sees: the client behind Serve's Python proxy, but the
-    HAProxy ingress (``serve_tuned``) forwards none, so there a node's clients share a bucket."""
+    Ray Serve's HAProxy ingress (``serve_tuned``) adds no ``X-Forwarded-For`` and speaks no
+    PROXY protocol (its template, ray/serve/_private/haproxy_templates.py, has neither
+    ``option forwardfor`` nor ``send-proxy``), so behind it the peer is HAProxy and every
+    client shares its address; any ``X-Forwarded-For`` came from the client as it is. Yet
+    uvicorn, which serves the replica (and Serve's Python proxy), puts that header's right-most
+    value into ``scope["client"]`` when the peer is a loopback address, as HAProxy's is. Such
+    a request is charged to the local ingress it came through: otherwise each made-up address
+    would be a fresh bucket."""
+    host = (scope.get("client") or ("",))[0]
+    forwarded = b",".join(v for k, v in scope["headers"] if k == b"x-forwarded-for")
+    if host and host.encode("latin-1", "replace") in forwarded:
+        return LOCAL_INGRESS
+    return host
+
+
+class Gate:
+    """The key check, then a token bucket per client: per (key, ``client_address``), one
+    budget for thumbnails and media and another for every other ``/v1`` call. A signed media
+    URL is checked before it is charged, and each valid one has its own bucket."""
 
     def __init__(self) -> None:
         self._key: bytes | None = None
+        self.signer: MediaSigner | None = None
         self.limiter = RateLimiter(1, 1)
         self.media_limiter = RateLimiter(1, 1)
 
@@ -110,6 +132,7 @@ class Gate:
         if len(key) < MIN_KEY_CHARS:
             raise WeakKey(f"an API key needs at least {MIN_KEY_CHARS} characters, got {len(key)}")
         self._key = key.encode()
+        self.signer = MediaSigner(key, cfg.media_url_ttl_s)
         self.set_limits(cfg)
 
     def set_limits(self, cfg: Config) -> None:
@@ -134,29 +157,35 @@ class Gate:
                 {"WWW-Authenticate": "Bearer"},
             )
         limiter = self.media_limiter if _MEDIA.fullmatch(path) else self.limiter
-        wait = limiter.take((given, client))
-        if wait:
-            return error_response(
-                429,
-                "rate_limited",
-                f"too many requests; retry in {wait:.2f} s",
-                {"Retry-After": str(max(1, int(wait + 0.999)))},
-            )
-        return None
+        return self._limited(limiter.take((given, client)))
 
-    def check_signed(self, client: str) -> JSONResponse | None:
-        """None if a signed media URL (``/media/...``, no key: its signature is checked by
-        its route) may be fetched now, else the 429. It draws on the media budget of its
-        address: a player asks for a range at every seek."""
-        wait = self.media_limiter.take((None, client))
-        if wait:
-            return error_response(
-                429,
-                "rate_limited",
-                f"too many requests; retry in {wait:.2f} s",
-                {"Retry-After": str(max(1, int(wait + 0.999)))},
-            )
-        return None
+    def check_signed(self, path: str, query: bytes, client: str) -> JSONResponse | None:
+        """None if the signed media URL ``path?query`` (``/media/{id}?exp&sig``, no key) may
+        be fetched now, else its 403 or 429. The signature is checked first and only a URL
+        the service signed is charged, to a bucket of its own (per URL and address): made-up
+        URLs spend no one's budget, and a player seeking through its URL spends only that
+        URL's, so no client can stop another's player. This is the route's only check."""
+        found = _SIGNED.fullmatch(path)
+        params = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True))  # last wins
+        sig = params.get("sig")
+        try:
+            if found is None or self.signer is None:
+                raise ApiError(403, "bad_signature", "this media URL is not one the service signed")
+            self.signer.verify(int(found[1]), params.get("exp"), sig)
+        except ApiError as e:
+            return error_response(e.status, e.code, e.message)
+        return self._limited(self.media_limiter.take((sig, client)))
+
+    @staticmethod
+    def _limited(wait: float) -> JSONResponse | None:
+        if not wait:
+            return None
+        return error_response(
+            429,
+            "rate_limited",
+            f"too many requests; retry in {wait:.2f} s",
+            {"Retry-After": str(max(1, int(wait + 0.999)))},
+        )
 
 
 GATE = Gate()  # one per replica process

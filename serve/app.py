@@ -46,7 +46,6 @@ from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from serve import _auth, _docs, _errors, _metrics, _tls
 from serve._errors import ApiError
-from serve._signed import MediaSigner
 from serve.schema import (
     MAX_VIDEO_ID,
     Accepted,
@@ -165,9 +164,10 @@ _SECURITY_HEADERS = [
 
 
 class _Front:
-    """The outermost layer of the app: gates ``/v1`` on the key and the rate limit before
-    routing, adds the security headers, and counts and times every request. Plain ASGI rather
-    than ``@app.middleware``: on two cores the per-request cost of that wrapper shows.
+    """The outermost layer of the app: gates ``/v1`` on the key and the rate limit, and
+    ``/media`` on the URL's signature and the rate limit, before routing; adds the security
+    headers, and counts and times every request. Plain ASGI rather than ``@app.middleware``:
+    on two cores the per-request cost of that wrapper shows.
 
     The gate looks at the path the router matches (``get_route_path``: without the
     ``root_path`` that a route prefix or a Mount puts in front), so a prefix cannot hide /v1."""
@@ -194,14 +194,13 @@ class _Front:
                 auth = next(
                     (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), ""
                 )
-                client = (scope.get("client") or ("",))[
-                    0
-                ]  # the address alone: each connection has its own port
-                denied = _auth.GATE.check(auth, client, path)
+                denied = _auth.GATE.check(auth, _auth.client_address(scope), path)
                 if denied is not None:
                     return await denied(scope, receive, sending)
-            elif path.startswith("/media/"):  # a signed URL: no key, its route checks the signature
-                denied = _auth.GATE.check_signed((scope.get("client") or ("",))[0])
+            elif path.startswith("/media/"):  # a signed URL: no key; its signature is checked here
+                denied = _auth.GATE.check_signed(
+                    path, scope["query_string"], _auth.client_address(scope)
+                )
                 if denied is not None:
                     return await denied(scope, receive, sending)
             await self.app(scope, receive, sending)
@@ -481,7 +480,6 @@ class ViFusionApp:
         torch.set_num_threads(cfg.query_threads)
         self.cfg = cfg
         _auth.GATE.configure(_auth.api_key(cfg), cfg)
-        self._signer = MediaSigner(_auth.api_key(cfg), cfg.media_url_ttl_s)
         # A replica replacing this one (a redeploy) waits for it to let go of the data dir.
         self.service = Service(cfg, wait_s=120)
         # Blocking work runs here, not on Serve's event loop: a fixed pool, so threads (and
@@ -669,22 +667,17 @@ class ViFusionApp:
         for a ``<video src>``, which cannot send ``Authorization``. It opens this video only."""
         self.service.playable(video_id)  # a 404 or 409 now, not a URL that opens nothing
         now = time.time()
-        url, exp = self._signer.url(video_id, now)
+        url, exp = _auth.GATE.signer.url(video_id, now)
         expires = (
             datetime.datetime.fromtimestamp(exp, datetime.UTC).isoformat().replace("+00:00", "Z")
         )
         return {"url": url, "expires_at": expires, "expires_in_s": exp - int(now)}
 
     @api.get("/media/{video_id}", response_class=FileResponse, include_in_schema=False)
-    def signed_media(
-        self,
-        video_id: int = VideoId,
-        exp: str | None = Query(None, max_length=32),
-        sig: str | None = Query(None, max_length=128),
-    ) -> FileResponse:
-        """The video of a signed URL (``media_url``), byte ranges and all; no key, but a 403
-        for a signature that is not this video's or has expired."""
-        self._signer.verify(video_id, exp, sig)
+    def signed_media(self, video_id: int = VideoId) -> FileResponse:
+        """The video of a signed URL (``media_url``), byte ranges and all; no key: the gate
+        (``_Front``, before routing) answered 403 for a signature that is not this video's
+        or has expired."""
         fd, path = self.service.open_media(video_id)
         return _DescriptorResponse(fd, media_type=_video_type(path))
 

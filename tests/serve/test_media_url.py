@@ -142,7 +142,7 @@ def test_a_deleted_video_is_a_404_even_with_a_valid_url(live):
     error(live.anon.get(url), 404, "not_found")
 
 
-def test_signed_urls_draw_on_the_media_budget_of_their_address():
+def media_gate() -> Gate:
     g = Gate()
     g.configure(
         KEY,
@@ -153,8 +153,37 @@ def test_signed_urls_draw_on_the_media_budget_of_their_address():
             rate_limit_burst=5,
         ),
     )
-    assert [g.check_signed("10.0.0.1") for _ in range(2)] == [None, None]
-    limited = g.check_signed("10.0.0.1")
+    return g
+
+
+def query(url: str) -> tuple[str, bytes]:
+    parts = urlsplit(url)
+    return parts.path, parts.query.encode()
+
+
+def test_signed_urls_draw_on_a_media_budget_of_their_own():
+    g = media_gate()
+    url, _ = g.signer.url(7)
+    assert [g.check_signed(*query(url), "10.0.0.1") for _ in range(2)] == [None, None]
+    limited = g.check_signed(*query(url), "10.0.0.1")
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
-    assert g.check_signed("10.0.0.2") is None  # another address has its own budget
+    assert g.check_signed(*query(url), "10.0.0.2") is None  # another address has its own budget
+    other, _ = g.signer.url(8)
+    assert g.check_signed(*query(other), "10.0.0.1") is None  # and another player's URL
     assert g.check(f"Bearer {KEY}", "10.0.0.1", "/v1/search") is None  # and searches still go
+
+
+def test_made_up_signed_urls_are_refused_before_they_spend_any_budget():
+    g = media_gate()
+    url, _ = g.signer.url(7)
+    path, q = query(url)
+    for junk in (
+        q.replace(b"sig=", b"sig=x"),
+        b"exp=1&sig=x",
+        b"",
+        q.replace(b"exp=", b"exp=1"),
+    ):
+        assert g.check_signed(path, junk, "10.0.0.1").status_code == 403
+    for junk_path in ("/media/8", "/media/x", "/media/7/", "/media/+7"):
+        assert g.check_signed(junk_path, q, "10.0.0.1").status_code == 403
+    assert [g.check_signed(path, q, "10.0.0.1") for _ in range(2)] == [None, None]

@@ -10,7 +10,7 @@ import pytest
 from ray import serve
 
 from serve import _ratelimit
-from serve._auth import Gate
+from serve._auth import Gate, client_address
 from serve._ratelimit import RateLimiter
 from vifusion.config import Config
 
@@ -89,6 +89,33 @@ def test_thumbnails_and_media_do_not_use_up_the_search_budget():
     assert g.check(auth, "10.0.0.2", "/v1/videos/1/media") is None
 
 
+def address_behind(peer: str, headers: list[tuple[bytes, bytes]]) -> str:
+    """``client_address`` of a request from ``peer``, after uvicorn's proxy-header handling
+    (as the replica's server applies it behind HAProxy)."""
+    import asyncio
+
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    seen = []
+
+    async def app(scope, receive, send) -> None:
+        seen.append(client_address(scope))
+
+    scope = {"type": "http", "client": (peer, 40000), "headers": headers}
+    asyncio.run(ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1,::1")(scope, None, None))
+    return seen[0]
+
+
+def test_a_client_written_x_forwarded_for_names_no_bucket():
+    xff = [(b"x-forwarded-for", b"203.0.113.7")]
+    assert address_behind("127.0.0.1", []) == "127.0.0.1"  # HAProxy on this node
+    assert address_behind("127.0.0.1", xff) == "127.0.0.1"  # not 203.0.113.7
+    assert address_behind("::1", [(b"x-forwarded-for", b"198.51.100.1, 203.0.113.8")]) == (
+        "127.0.0.1"
+    )
+    assert address_behind("10.0.0.5", xff) == "10.0.0.5"  # a peer uvicorn trusts not: as is
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         RateLimiter(rate=0, burst=1)
@@ -109,29 +136,37 @@ def first_429(request) -> tuple[httpx.Response, list[int]]:
     raise AssertionError(f"no 429 in {codes}")
 
 
+def redeploy(live, **limits) -> None:
+    """Serve the app with these limits (Serve user_config; behind HAProxy that replaces the
+    replica) and wait until the new replica is the only one left."""
+    from serve.app import ViFusionApp
+
+    app = ViFusionApp.options(user_config=limits)
+    serve.run(app.bind(live.cfg), name="vifusion", route_prefix="/")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        states = serve.status().applications["vifusion"].deployments["ViFusionApp"].replica_states
+        if dict(states) == {"RUNNING": 1}:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"replica not replaced: {states}")
+
+
+def restore(live) -> None:
+    names = ("rate_limit_rps", "rate_limit_burst", "rate_limit_media_rps", "rate_limit_media_burst")
+    redeploy(live, **{name: getattr(live.cfg, name) for name in names})
+
+
 @pytest.mark.slow
 def test_live_limit_answers_429_with_retry_after(live):
     """Lower the limits live (Serve user_config; behind HAProxy that replaces the replica), hit
     them, restore. Thumbnails first: once their budget is spent, searches still go."""
-    from serve.app import ViFusionApp
-
-    def redeploy(**limits) -> None:
-        app = ViFusionApp.options(user_config=limits)
-        serve.run(app.bind(live.cfg), name="vifusion", route_prefix="/")
-        # Behind HAProxy a user_config change replaces the replica, and serve.run can return
-        # while the old one still answers: wait until the new one is the only one left.
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            states = (
-                serve.status().applications["vifusion"].deployments["ViFusionApp"].replica_states
-            )
-            if dict(states) == {"RUNNING": 1}:
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"replica not replaced: {states}")
-
     redeploy(
-        rate_limit_rps=0.5, rate_limit_burst=6, rate_limit_media_rps=0.5, rate_limit_media_burst=3
+        live,
+        rate_limit_rps=0.5,
+        rate_limit_burst=6,
+        rate_limit_media_rps=0.5,
+        rate_limit_media_burst=3,
     )
     try:
         thumbnail = f"/v1/videos/{live.ids['kitchen.mp4']}/thumbnail"
@@ -152,18 +187,48 @@ def test_live_limit_answers_429_with_retry_after(live):
             == 401
         )
     finally:
-        redeploy(
-            **{
-                name: getattr(live.cfg, name)
-                for name in (
-                    "rate_limit_rps",
-                    "rate_limit_burst",
-                    "rate_limit_media_rps",
-                    "rate_limit_media_burst",
-                )
-            }
-        )
+        restore(live)
     assert live.client.get("/v1/videos").status_code == 200
     assert (
         live.anon.get("/healthz").json()["vectors"] == live.vectors
     )  # same replica: nothing re-ingested or lost
+
+
+@pytest.mark.slow
+def test_junk_and_forged_addresses_do_not_stop_a_player(live):
+    """Behind HAProxy every client has the same address. A burst of made-up signed URLs is
+    refused (403) without spending anyone's budget, so a real player's URL still plays; a URL
+    hammered spends its own budget only; an X-Forwarded-For a client writes gets no bucket of
+    its own (Ray's HAProxy adds none: whatever is there came from the client)."""
+    from tests.serve.test_media_url import signed, tampered
+
+    kitchen = signed(live, live.ids["kitchen.mp4"])  # minted before the limits drop
+    street = signed(live, live.ids["street.mp4"])
+    redeploy(
+        live,
+        rate_limit_rps=0.01,
+        rate_limit_burst=3,
+        rate_limit_media_rps=0.01,
+        rate_limit_media_burst=4,
+    )
+    try:
+        # The /v1 budget spent (and the new replica the one answering)...
+        first_429(lambda: live.client.get("/v1/videos", params={"limit": 1}))
+        # ... a made-up client address does not open a new one.
+        for forged in ("203.0.113.7", "198.51.100.1, 203.0.113.8", "::1", "127.0.0.1"):
+            r = live.client.get("/v1/videos", headers={"X-Forwarded-For": forged})
+            assert r.status_code == 429, (forged, r.status_code)
+
+        junk = [live.anon.get(tampered(kitchen, sig="x" * n)).status_code for n in range(1, 31)]
+        assert set(junk) == {403}, junk
+        r = live.anon.get(kitchen, headers={"Range": "bytes=0-99"})
+        assert r.status_code == 206, r.text  # the player still plays
+
+        # One URL hammered spends its own budget, not another player's.
+        first_429(lambda: live.anon.get(kitchen, headers={"Range": "bytes=0-9"}))
+        r = live.anon.get(kitchen, headers={"Range": "bytes=0-9", "X-Forwarded-For": "192.0.2.9"})
+        assert r.status_code == 429
+        assert live.anon.get(street, headers={"Range": "bytes=0-99"}).status_code == 206
+    finally:
+        restore(live)
+    assert live.client.get("/v1/videos").status_code == 200
