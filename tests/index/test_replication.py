@@ -5,6 +5,7 @@ acknowledged once the primary and ``shard_ack_replicas`` followers hold it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -16,9 +17,11 @@ import numpy as np
 import pytest
 
 from vifusion.config import Config
+from vifusion.index._seal import Seal, data_dir_key
 from vifusion.index.layout import replica_dir
 from vifusion.index.router import ShardSet
 from vifusion.index.shard import SNAPSHOT, WAL_DIR, Shard
+from vifusion.index.wal import encode
 
 from ._helpers import make_batch
 
@@ -78,6 +81,49 @@ def test_each_replica_has_its_own_directory_holding_the_same_vectors(
         assert [s["directory"] for s in stats] == [str(replica_dir(tmp_path, 0, r)) for r in (0, 1)]
         assert list(stats[0]["followers"].values()) == [stats[0]["seq"]]  # how far behind: not
         assert (own / SNAPSHOT).exists() and list((own / WAL_DIR).glob("*.log"))
+    finally:
+        shards.close()
+
+
+def _flipped(payload: bytes) -> bytes:
+    return payload[:-1] + bytes([payload[-1] ^ 1])  # one bit of the last feature
+
+
+def test_a_follower_refuses_a_write_or_catch_up_changed_on_the_way(
+    ray_session, tmp_path: Path
+) -> None:
+    """What replicas send each other carries a MAC under the data dir's key: one bit changed
+    after sealing, or a record sealed under another key, is refused and nothing of it is
+    logged (a CRC computed after the change would have passed)."""
+    ray = ray_session
+    shards = ShardSet(_cfg(tmp_path, shard_replicas=2))
+    try:
+        ray.get([shards.handles[0].add.remote(make_batch(v, 8, seed=v)) for v in (1, 2)])
+        primary, follower = shards.replicas[0]
+        before = _state(ray, follower)
+        seq = before[0] + 1
+        payload = encode(make_batch(3, 8, seed=3))
+        seal = Seal(data_dir_key(tmp_path))
+        for sent, tag in (
+            (_flipped(payload), seal.record(seq, payload)),  # changed after sealing
+            (payload, Seal(b"k" * 32).record(seq, payload)),  # not this data dir's key
+            (payload, seal.record(seq + 1, payload)),  # sealed for another seq
+        ):
+            with pytest.raises(ray.exceptions.RayTaskError, match="MAC does not match"):
+                ray.get(follower.apply.remote(seq, sent, tag))
+        changes, snapshot, tag = ray.get(primary.changes_after.remote(0, None, True))
+        assert snapshot or changes.records
+        if snapshot:  # the snapshot file, changed on its way through the object store
+            with pytest.raises(ray.exceptions.RayTaskError, match="not installed"):
+                bad = [ray.put(_flipped(ray.get(snapshot[0])))]
+                ray.get(follower.install.remote(changes, bad, tag))
+        if changes.records:
+            (seq0, first), *rest = changes.records
+            bad = dataclasses.replace(changes, records=[(seq0, _flipped(first)), *rest])
+            with pytest.raises(ray.exceptions.RayTaskError, match="not installed"):
+                ray.get(follower.install.remote(bad, snapshot, tag))
+        assert _state(ray, follower) == before == _state(ray, primary)
+        assert ray.get(follower.install.remote(changes, snapshot, tag)) == before[0]  # as sent
     finally:
         shards.close()
 

@@ -22,13 +22,14 @@ from ray.actor import ActorHandle
 
 from vifusion._actors import find_actor
 from vifusion.index._loading import Changes
-from vifusion.index.wal import Op
+from vifusion.index._seal import Seal
+from vifusion.index.wal import Op, encode
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every follower beats a copy in each call
 _RETRY_S = 1.0  # a follower whose call failed (not one that died: Ray restarts it) is retried
 log = logging.getLogger(__name__)
 
-Source = Callable[[int, int | None], tuple[Changes, list[ray.ObjectRef]]]
+Source = Callable[[int, int | None], tuple[Changes, list[ray.ObjectRef], bytes]]
 
 
 class Followers:
@@ -41,10 +42,13 @@ class Followers:
         held: dict[str, int],
         need: int,
         source: Source,
+        seal: Seal,
     ) -> None:
         """``held``: the seq each follower answered with at the primary's start (missing: not
-        known yet); ``source``: what a follower at a seq lacks, from the primary."""
+        known yet); ``source``: what a follower at a seq lacks, from the primary, sealed;
+        ``seal``: what each write is sent with a MAC of."""
         self.need = need
+        self._seal = seal
         self._shard_no = shard_no
         self._source = source
         self._cond = threading.Condition()
@@ -55,8 +59,10 @@ class Followers:
             s.start()
 
     def send(self, seq: int, op: Op, nbytes: int) -> None:
-        """Queue a durable write (``seq``) for every follower."""
-        arg = ray.put(op) if nbytes > _INLINE_BYTES else op
+        """Queue a durable write (``seq``) for every follower: its log payload and MAC."""
+        payload = encode(op)
+        tag = self._seal.record(seq, payload)
+        arg = (ray.put(payload) if nbytes > _INLINE_BYTES else payload, tag)
         with self._cond:
             for s in self._senders:
                 if not s.dead:
@@ -91,7 +97,7 @@ class _Sender(threading.Thread):
         self.handle = handle
         self.held = held
         self.dead = False
-        self.pending: list[tuple[int, object]] = []
+        self.pending: list[tuple[int, tuple[object, bytes]]] = []
 
     def run(self) -> None:
         cond = self.owner._cond
@@ -127,16 +133,19 @@ class _Sender(threading.Thread):
             self.handle, self.held, self.dead = h, -1, False
         log.warning("shard %d: %s is back", self.owner._shard_no, self.follower)
 
-    def _send(self, batch: list[tuple[int, object]]) -> None:
+    def _send(self, batch: list[tuple[int, tuple[object, bytes]]]) -> None:
         # Sent all at once: Ray runs one caller's calls to an actor in the order sent.
-        refs = [(seq, self.handle.apply.remote(seq, op)) for seq, op in batch if seq > self.held]
+        refs = [
+            (seq, self.handle.apply.remote(seq, payload, tag))
+            for seq, (payload, tag) in batch
+            if seq > self.held
+        ]
         for seq, ref in refs:
             got = ray.get(ref)
             if got < seq and self.held < seq:  # a gap: send what it lacks, from the primary
                 # not checked yet (-1): by what it holds, which may be another history
                 at = ray.get(self.handle.position.remote()) if got < 0 else (got, None)
-                changes, snapshot = self.owner._source(*at)
-                got = ray.get(self.handle.install.remote(changes, snapshot))
+                got = ray.get(self.handle.install.remote(*self.owner._source(*at)))
             self._confirm(got)
 
     def _confirm(self, seq: int) -> None:

@@ -41,8 +41,9 @@ from vifusion.comm.stream import Ack, StreamServer, TablesUnknown
 from vifusion.config import Config
 from vifusion.index._loading import Changes
 from vifusion.index._replication import Followers
+from vifusion.index._seal import Seal
 from vifusion.index.shard import Shard
-from vifusion.index.wal import Delete, Op
+from vifusion.index.wal import Delete, Op, decode
 from vifusion.types import FusedBatch
 
 _FIND_S = 0.2  # how often a replica looks again for a peer not started yet
@@ -66,8 +67,14 @@ class ShardReplica:
         cfg: Config,
         followers: list[str] | None = None,
         primary: str | None = None,
+        key: bytes | None = None,
     ) -> None:
+        """``key``: the data dir's replication key (``_seal``), which seals what replicas
+        send each other; needed where there are other replicas."""
+        if key is None and (followers or primary is not None):
+            raise ValueError("a replicated shard needs the data dir's replication key")
         self.primary = followers is not None
+        self._seal = Seal(key) if key is not None else None
         self.shard = Shard(shard_no, directory, cfg, background=True)
         self._ladders: dict[str, Ladder] = {"": Ladder()}
         # Seconds spent serving calls of any kind, in all (one call at a time): a sender tells a
@@ -161,12 +168,14 @@ class ShardReplica:
             self.shard.snapshot()
 
     # writes: the others
-    def apply(self, seq: int, op: Op) -> int:
-        """Log and apply the primary's write ``seq``; return the seq held (below ``seq``: a
-        gap, which the primary's sender fills with ``install``; -1: not yet checked against
-        the primary, which it then does the same way)."""
+    def apply(self, seq: int, payload: bytes, tag: bytes) -> int:
+        """Log and apply the primary's write ``seq`` (``payload``: the operation as its log
+        record holds it, ``tag`` its MAC: ``Tampered`` where they do not match); return the
+        seq held (below ``seq``: a gap, which the primary's sender fills with ``install``;
+        -1: not yet checked against the primary, which it then does the same way)."""
+        self._sealed().check_record(seq, payload, tag)
         with self._serving():
-            return self.shard.apply(seq, op) if self._checked else -1
+            return self.shard.apply(seq, decode(payload)) if self._checked else -1
 
     # catching up: any replica
     def position(self) -> tuple[int, int | None]:
@@ -176,17 +185,21 @@ class ShardReplica:
 
     def changes_after(
         self, after: int, crc: int | None = None, everything: bool = False
-    ) -> tuple[Changes, list[ray.ObjectRef]]:
-        """What a replica at seq ``after`` lacks of this one (``Shard.changes_after``); the
-        snapshot file, where it is needed, goes through the object store as one ref."""
+    ) -> tuple[Changes, list[ray.ObjectRef], bytes]:
+        """What a replica at seq ``after`` lacks of this one (``Shard.changes_after``), and
+        its MAC; the snapshot file, where it is needed, goes through the object store as one
+        ref."""
         changes = self.shard.changes_after(after, crc, everything)
+        tag = self._sealed().changes(changes)
         refs = [] if changes.snapshot is None else [ray.put(changes.snapshot)]
-        return dataclasses.replace(changes, snapshot=None), refs
+        return dataclasses.replace(changes, snapshot=None), refs, tag
 
-    def install(self, changes: Changes, snapshot: list[ray.ObjectRef]) -> int:
-        """Take what another replica sent (``changes_after``), durably; return the seq held."""
+    def install(self, changes: Changes, snapshot: list[ray.ObjectRef], tag: bytes) -> int:
+        """Take what another replica sent (``changes_after``), durably, once its MAC matches
+        (``Tampered`` where not: nothing installed); return the seq held."""
         if snapshot:
             changes = dataclasses.replace(changes, snapshot=ray.get(snapshot[0]))
+        self._sealed().check_changes(changes, tag)
         with self._serving():
             held = self.shard.install(changes)
             self._checked = True
@@ -295,7 +308,9 @@ class ShardReplica:
             )
             got = handles[best].changes_after.remote(seq, crc, everything=other)
             self.install(*ray.get(got))
-        return Followers(self.shard.shard_no, handles, held, need, self.changes_after)
+        return Followers(
+            self.shard.shard_no, handles, held, need, self.changes_after, self._sealed()
+        )
 
     def _pull(self, primary: str) -> None:
         """A follower starting: get what it lacks from the primary (in the background, so
@@ -310,6 +325,11 @@ class ShardReplica:
             except Exception:  # noqa: BLE001 - a failed call: try again
                 log.exception("shard %d: catching up from %s failed", self.shard.shard_no, primary)
                 time.sleep(_FIND_S)
+
+    def _sealed(self) -> Seal:
+        if self._seal is None:
+            raise RuntimeError(f"shard {self.shard.shard_no}: a lone replica replicates nothing")
+        return self._seal
 
 
 def _find(name: str) -> ActorHandle:

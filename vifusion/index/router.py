@@ -21,6 +21,7 @@ import ray
 
 from vifusion._actors import NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.config import Config
+from vifusion.index._seal import data_dir_key
 from vifusion.index.batching import QueryBatcher, ShardResult
 from vifusion.index.layout import (  # noqa: F401 (imported from here too)
     check_layout,
@@ -74,6 +75,7 @@ class ShardSet:
         # placement.py (spread, a shard's replicas on different nodes; one whose node is lost
         # is restarted on another shard node and catches up there, replica.py).
         actor = ray.remote(ShardReplica)
+        key = data_dir_key(cfg.data_dir) if cfg.shard_replicas > 1 else None
         opts = dict(
             num_cpus=0,
             max_concurrency=1,
@@ -98,7 +100,8 @@ class ShardSet:
         def start(n: int, r: int) -> ray.actor.ActorHandle:
             names = [actor_name(cfg, "shard", n, i) for i in range(cfg.shard_replicas)]
             directory = replica_dir(cfg.data_dir, n, r)
-            args = (n, directory, cfg) + ((names[1:],) if r == 0 else (None, names[0]))
+            args = (n, directory, cfg) + ((names[1:], None) if r == 0 else (None, names[0]))
+            args += (key,)
             handle = actor.options(
                 **opts,
                 name=names[r],
