@@ -15,8 +15,6 @@ from vifusion import samples
 from vifusion.extract.decode import (
     DecodeError,
     VideoInfo,
-    _decode_decord,
-    _decode_pyav,
     _probe,
     decode,
     open_sampled,
@@ -56,7 +54,7 @@ def _resize(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def test_probe(kitchen: samples.SampleVideo) -> None:
     info = probe(kitchen.path)
     assert info == VideoInfo(duration_s=12.0, fps=24.0, width=320, height=240, num_frames=288)
-    assert _probe(kitchen.path).backend == "decord"
+    assert _probe(kitchen.path).container == "mov"
 
 
 def test_probe_other_rate_and_size(tmp_path: Path) -> None:
@@ -147,7 +145,12 @@ def test_decode_count_shape_times(kitchen: samples.SampleVideo) -> None:
         assert frames.shape[1:] == (224, 299, 3) and frames.dtype == np.uint8
         assert len(times) == len(frames)
     times = [t for _, ts in batches for t in ts]
-    assert times == sample_frames(probe(kitchen.path), 1.0, 3600)
+    planned = sample_frames(probe(kitchen.path), 1.0, 3600)
+    assert [t[1:] for t in times] == [t[1:] for t in planned]
+    # Each interval is shown by a frame inside it: its middle one, or a keyframe (which
+    # decodes alone) where one falls inside; the scenes' cuts at 0, 4 and 8 s are keyframes.
+    assert all(t0 <= i / 24 < t1 for i, t0, t1 in times)
+    assert [i for i, _, _ in times] == [0, 36, 60, 84, 96, 132, 156, 180, 192, 228, 252, 276]
 
 
 def test_decode_cap(kitchen: samples.SampleVideo) -> None:
@@ -210,22 +213,67 @@ def test_decode_returns_exactly_the_indexed_frame(
     assert checked == 16
 
 
-def test_pyav_path_gives_the_same_frames(kitchen: samples.SampleVideo) -> None:
-    picks = sample_frames(probe(kitchen.path), 1.5, 3600)
-    a = np.concatenate([f for f, _ in _decode_decord(kitchen.path, picks, (299, 224), 16)])
-    b = np.concatenate([f for f, _ in _decode_pyav(kitchen.path, picks, (299, 224), 16)])
-    assert a.shape == b.shape == (18, 224, 299, 3)
-    assert np.abs(a.astype(float) - b).mean() < 2  # both FFmpeg; only the scaler settings differ
+def _remux(src: Path, dst: Path, container: str) -> Path:
+    """``src``'s video packets, unchanged, in another container."""
+    with av.open(str(src)) as i, av.open(str(dst), "w", format=container) as o:
+        out = o.add_stream_from_template(i.streams.video[0])
+        for packet in i.demux(i.streams.video[0]):
+            if packet.dts is not None:
+                packet.stream = out
+                o.mux(packet)
+    return dst
 
 
-def test_pyav_fallback_for_what_decord_cannot_open(tmp_path: Path) -> None:
-    # decord 0.6.0 cannot read GIF ("broken metadata"); PyAV can.
+@pytest.fixture(scope="module")
+def containers(kitchen: samples.SampleVideo, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The kitchen video as mp4 and Matroska (keyframes from the index: gaps are skipped),
+    MPEG-TS (keyframes guessed: every packet up to the last sample decoded) and raw H.264
+    (no timestamps: every frame decoded and counted), each with every frame decoded in turn."""
+    folder = tmp_path_factory.mktemp("containers")
+    paths = {
+        "mp4": kitchen.path,
+        "matroska": _remux(kitchen.path, folder / "kitchen.mkv", "matroska"),
+        "mpegts": _remux(kitchen.path, folder / "kitchen.ts", "mpegts"),
+        "h264": _remux(kitchen.path, folder / "kitchen.h264", "h264"),
+    }
+    out = {}
+    for name, path in paths.items():
+        with av.open(str(path)) as c:
+            every = [f.to_ndarray(width=299, height=224, format="rgb24") for f in c.decode(video=0)]
+        out[name] = (path, every)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("container", "rate", "cap"),
+    [
+        ("mp4", 1.5, 3600),
+        ("mp4", 0.3, 3600),
+        ("mp4", 24.0, 3600),
+        ("mp4", 1.0, 5),
+        ("matroska", 0.3, 3600),
+        ("mpegts", 1.5, 3600),
+        ("h264", 1.5, 3600),
+    ],
+)
+def test_decoding_only_what_samples_need_gives_the_frames_a_full_decode_shows(
+    containers: dict, container: str, rate: float, cap: int
+) -> None:
+    """Packets no sample needs are never decoded, nor frames no other refers to (x264's
+    B-frames), yet every frame handed out is the very frame a full decode shows at its index."""
+    path, every = containers[container]
+    frames, times = _all(path, sample_fps=rate, max_frames=cap, short_side=224)
+    assert len(frames) == len(sample_frames(probe(path), rate, cap))
+    for frame, (i, _, _) in zip(frames, times):
+        assert np.array_equal(frame, every[i]), i
+
+
+def test_a_gif_is_decoded(tmp_path: Path) -> None:
     from skimage.data import __file__ as data_init
 
     gif = tmp_path / "anim.gif"
     shutil.copy(Path(data_init).parent / "no_time_for_that_tiny.gif", gif)
     p = _probe(gif)
-    assert p.backend == "pyav"
     assert p.info.num_frames == 24 and p.info.fps == pytest.approx(100 / 7)
     frames, times = _all(gif, sample_fps=5.0, max_frames=3600)
     assert len(frames) == len(times) == len(sample_frames(p.info, 5.0, 3600)) == 9
@@ -323,6 +371,6 @@ def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file
         assert shapes == {(240, 320, 3)} and not file.closed
     _, _, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=480, batch=total)
     assert next(batches)[0].shape == (total, 480, 640, 3)  # upscaled, as the embedder's frames are
-    tiny_frames(tmp_path / "tiny.mkv", 30, 10)  # 16x16: decord fails handing out that size as it is
+    tiny_frames(tmp_path / "tiny.mkv", 30, 10)  # 16x16: upscaled to the embedder's 224
     _, _, batches = open_sampled(tmp_path / "tiny.mkv", 1.0, 3600, 720, min_short_side=224)
     assert [frames.shape for frames, _ in batches] == [(3, 224, 224, 3)]

@@ -4,10 +4,17 @@
 else ``max_frames`` equal ones), each represented by the frame at its middle; frame ``i``
 covers ``[i / fps, (i + 1) / fps)`` (``fps`` averaged for variable-rate video).
 
-Decoding: decord for the sampled frames only, PyAV where decord cannot open the file. A file
-is opened once (``_files.open_regular``) and both read ``fd_path`` of that descriptor, never
-the name again; PyAV counts its packets first, and a file holding fewer frames than its
-header promises is rejected before decord (which can hang on it) sees it. Why:
+Decoding: PyAV only, and only what the sampled frames need (``_sparse.py``). A file is
+opened once (``_files.open_regular``) and read through ``fd_path`` of that descriptor, never
+the name again. The probe reads every packet (no decoding): a file holding fewer frames than
+its header promises is rejected, and the packets' keyframes and timestamps plan the decoding.
+
+Untrusted bytes meet one demuxer, chosen once: the probe accepts only containers that hold
+their own media (``_CONTAINERS``), with FFmpeg reading nothing but files, and decoding opens
+the container the probe found rather than guessing again. A playlist (HLS, DASH), an ffconcat
+list or an image2 pattern would make FFmpeg read what it names: another file, another of this
+process's descriptors, and index it as this video (issue 51: an HLS playlist followed by an
+MPEG-TS stream passed for a video, and decord's FFmpeg 4.1 read the playlist). Why:
 docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
@@ -25,17 +32,46 @@ import av
 import numpy as np
 
 from vifusion._files import NotRegularFile, fd_path, open_regular
+from vifusion.extract import _sparse
 
-# decord stores frame timestamps as int32 and loops forever on streams past that (decord#269).
-_DECORD_MAX_PTS = 2**31 - 1
 MAX_FRAME_PIXELS = 8192 * 8192  # 8K video fits; a header declaring more is refused, not decoded
-# Share of frames decord may replace by their predecessor (corrupt, "recovered") before it
-# raises instead: a few glitches are fine for search, half a video of duplicates is not.
+# Share of the sampled frames that may be missing (a corrupt packet), each shown by its
+# neighbour, before decoding fails instead: a few glitches are fine for search, half a video
+# of duplicates is not.
 _FAULT_TOL = 0.05
 # Below one frame per 100 s the rate comes from a broken header (an mp4 time scale of 0 reads
 # as 1/4096 fps: 8 frames spread over 9 hours), not from a camera.
 _MIN_FPS = 0.01
-_STILL_IMAGE_FORMATS = ("image2", "image2pipe")  # and every "*_pipe" (png_pipe, jpeg_pipe, ...)
+# The containers decoded (FFmpeg's demuxer names): each holds its own media and opens no other
+# file or URL (mov's external data references stay off, FFmpeg's default). Anything else is
+# refused before its header is read.
+_CONTAINERS = (
+    "mov",  # mp4, mov, m4v, 3gp
+    "matroska",  # mkv, webm
+    "mpegts",
+    "avi",
+    "flv",
+    "ogg",
+    "mpeg",  # program stream, vob
+    "mpegvideo",
+    "asf",  # wmv
+    "gif",
+    "h264",
+    "hevc",
+    "m4v",
+    "ivf",
+    "nut",
+    "mxf",
+    "dv",
+    "rm",
+)
+# Still images are opened too, to be refused by name: an image pipe reads its own bytes only
+# (unlike image2, which reads the files a name pattern matches).
+_STILL_IMAGES = tuple(sorted(f for f in av.formats_available if f.endswith("_pipe")))
+_OPEN_OPTIONS = {
+    "format_whitelist": ",".join(_CONTAINERS + _STILL_IMAGES),
+    "protocol_whitelist": "file",  # the descriptor's /proc path; no network, no data: URLs
+}
 
 
 class DecodeError(Exception):
@@ -57,7 +93,9 @@ class VideoInfo:
 @dataclass(frozen=True)
 class _Probe:
     info: VideoInfo
-    backend: str  # "decord" or "pyav"
+    container: str  # the demuxer decoding opens: the one the probe found
+    stream: int  # the video stream's index
+    index: _sparse.StreamIndex
 
 
 def _fail(path: Path, why: str) -> DecodeError:
@@ -69,7 +107,7 @@ def _av_reason(e: Exception) -> str:
 
 
 def _open(path: Path, follow_symlinks: bool = True) -> io.FileIO:
-    """The file, opened once (``open_regular``); decord is never handed anything but a
+    """The file, opened once (``open_regular``); FFmpeg is never handed anything but a
     non-empty regular file. Closed when garbage, so a lazy decoder never started leaks nothing."""
     try:
         fd = open_regular(path, follow_symlinks=follow_symlinks)
@@ -86,31 +124,41 @@ def _open(path: Path, follow_symlinks: bool = True) -> io.FileIO:
     return file
 
 
-def _scan(path: Path, src: str) -> tuple[VideoInfo, bool]:
-    """Open ``src`` (the file ``path`` names) with PyAV, check there is a real video stream,
-    count its packets.
-
-    Returns (info, whether decord may be given the file)."""
+def _open_container(path: Path, src: str, container: str | None) -> av.container.InputContainer:
+    """``src`` opened as ``container`` (None: the one FFmpeg finds, if it is allowed)."""
     try:
-        container = av.open(src)
+        return av.open(src, format=container, options=_OPEN_OPTIONS)
+    except av.error.ArgumentError:  # FFmpeg's answer to a container off the list
+        raise _fail(
+            path,
+            "not a video (a container not decoded here: a playlist or list that refers to "
+            "other files, or another format that is not video)",
+        ) from None
     except av.error.EOFError as e:
         raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
     except av.error.InvalidDataError as e:
         raise _fail(path, f"not a video or corrupt: {_av_reason(e)}") from None
     except (av.error.FFmpegError, OSError) as e:
         raise _fail(path, f"cannot open: {_av_reason(e)}") from None
-    with container:
-        streams = [
-            s
-            for s in container.streams.video
-            if not s.disposition & av.stream.Disposition.attached_pic
-        ]
-        if not streams:
+
+
+def _video_stream(container: av.container.InputContainer) -> av.VideoStream | None:
+    for s in container.streams.video:
+        if not s.disposition & av.stream.Disposition.attached_pic:
+            return s
+    return None
+
+
+def _scan(path: Path, src: str) -> _Probe:
+    """Open ``src`` (the file ``path`` names) with PyAV, check there is a real video stream
+    in an allowed container, index its packets."""
+    with _open_container(path, src, None) as container:
+        stream = _video_stream(container)
+        if stream is None:
             raise _fail(path, "not a video (no video stream)")
         fmt = container.format.name
-        if fmt in _STILL_IMAGE_FORMATS or fmt.endswith("_pipe"):
+        if fmt.endswith("_pipe"):
             raise _fail(path, f"not a video (a still image, {fmt})")
-        stream = streams[0]
         rate = stream.average_rate or stream.guessed_rate or stream.base_rate
         fps = float(rate) if rate else 0.0
         if not math.isfinite(fps) or fps < _MIN_FPS:
@@ -119,46 +167,33 @@ def _scan(path: Path, src: str) -> tuple[VideoInfo, bool]:
         if width <= 0 or height <= 0:
             raise _fail(path, f"not a video (frame size {width}x{height})")
         if width * height > MAX_FRAME_PIXELS:  # each decoded frame would take gigabytes
-            raise _fail(
-                path,
-                f"frame size {width}x{height} is over the limit of {MAX_FRAME_PIXELS} pixels (8192x8192)",
-            )
+            raise _fail(path, _too_big(width, height))
         sar = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
         if sar and sar > 0 and sar != 1:
             width = max(1, round(width * Fraction(sar)))
-        declared = stream.frames
-        packets, max_pts = 0, 0
+        declared, stream_index = stream.frames, stream.index
+        demuxer = fmt.split(",")[0]  # "mov,mp4,m4a,3gp,3g2,mj2": FFmpeg finds it as "mov"
+        packets = _sparse.IndexBuilder(demuxer)
         try:
             # Demux only (no decode): reads the file once, costs little next to decoding it.
             for packet in container.demux(stream):
                 if packet.size:
-                    packets += 1
-                    if packet.pts is not None:
-                        max_pts = max(max_pts, abs(packet.pts))
+                    packets.add(packet)
         except av.error.FFmpegError as e:
             raise _fail(
-                path, f"truncated or corrupt: {_av_reason(e)} after {packets} frames"
+                path, f"truncated or corrupt: {_av_reason(e)} after {len(packets)} frames"
             ) from None
-    if packets == 0:
+    n = len(packets)
+    if n == 0:
         raise _fail(path, "not a video (no frames)")
-    if declared and packets < declared:
-        raise _fail(
-            path, f"truncated or corrupt: header lists {declared} frames, file holds {packets}"
-        )
-    info = VideoInfo(
-        duration_s=packets / fps, fps=fps, width=width, height=height, num_frames=packets
-    )
-    return info, max_pts <= _DECORD_MAX_PTS
+    if declared and n < declared:
+        raise _fail(path, f"truncated or corrupt: header lists {declared} frames, file holds {n}")
+    info = VideoInfo(duration_s=n / fps, fps=fps, width=width, height=height, num_frames=n)
+    return _Probe(info, demuxer, stream_index, packets.build())
 
 
-def _open_decord(src: str, width: int = -1, height: int = -1):  # -> decord.VideoReader
-    import decord
-
-    # One thread: extractors run one per core next to torch; decord's default (one per core
-    # per reader) oversubscribes the machine.
-    return decord.VideoReader(
-        src, ctx=decord.cpu(0), width=width, height=height, num_threads=1, fault_tol=_FAULT_TOL
-    )
+def _too_big(width: int, height: int) -> str:
+    return f"frame size {width}x{height} is over the limit of {MAX_FRAME_PIXELS} pixels (8192x8192)"
 
 
 def _probe(path: Path, file: io.FileIO | None = None) -> _Probe:
@@ -167,26 +202,7 @@ def _probe(path: Path, file: io.FileIO | None = None) -> _Probe:
     if file is None:
         with _open(path) as file:
             return _probe(path, file)
-    src = fd_path(file.fileno())
-    info, decord_ok = _scan(path, src)
-    if not decord_ok:
-        return _Probe(info, "pyav")
-    try:
-        vr = _open_decord(src)
-        n, fps = len(vr), float(vr.get_avg_fps())
-    except Exception:  # decord raises RuntimeError, DECORDError, AssertionError; PyAV can read it
-        return _Probe(info, "pyav")
-    finally:
-        vr = None
-    if n <= 0 or not math.isfinite(fps) or fps <= 0:
-        return _Probe(info, "pyav")
-    # Never index past the frames the file holds: decord's count may come from the header or
-    # from duration * fps, and asking for a frame that is not there can hang it (decord#373).
-    n = min(n, info.num_frames)
-    return _Probe(
-        VideoInfo(duration_s=n / fps, fps=fps, width=info.width, height=info.height, num_frames=n),
-        "decord",
-    )
+    return _scan(path, fd_path(file.fileno()))
 
 
 def probe(path: Path) -> VideoInfo:
@@ -258,9 +274,10 @@ def open_sampled(
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
     ``decode`` yields). DecodeError here for a file that cannot be opened at all.
     ``follow_symlinks``: False for a path stored resolved (see ``open_regular``).
-    ``min_short_side``: the video's own short side where it lies between this and ``short_side``
-    (decord cannot hand out some tiny sizes as they are: 16x16). ``file``: the
-    video already opened (``open_video``), left open; None: opened here, closed once read."""
+    ``min_short_side``: the video's own short side where it lies between this and
+    ``short_side`` (frames for reading text: never upscaled past the video's own size, never
+    below the embedder's). ``file``: the video already opened (``open_video``), left open;
+    None: opened here, closed once read."""
     path = Path(path)
     if batch < 1 or short_side < 1:
         raise ValueError(f"batch and short_side must be >= 1, got {batch}, {short_side}")
@@ -278,8 +295,7 @@ def open_sampled(
     if min_short_side is not None:
         side = max(min_short_side, min(short_side, p.info.width, p.info.height))
     size = output_size(p.info.width, p.info.height, side)
-    reader = _decode_decord if p.backend == "decord" else _decode_pyav
-    batches = reader(path, samples, size, batch, fd_path(file.fileno()))
+    batches = _decode(path, fd_path(file.fileno()), p, samples, size, batch)
     return p.info, len(samples), _closing(file, batches) if own else batches
 
 
@@ -294,78 +310,66 @@ def decode(
 ) -> Batches:
     """Yield the sampled frames (see sample_frames) in batches of up to ``batch``: uint8
     (b, H, W, 3) RGB resized so the short side is ``short_side``, with their (frame index,
-    t_start, t_end). DecodeError (naming the file) on bad input, also mid-video."""
+    t_start, t_end): the interval's, and the index of the frame shown (a keyframe inside the
+    interval may stand for its middle frame, see ``_sparse.py``). DecodeError (naming the
+    file) on bad input, also mid-video."""
     yield from open_sampled(path, sample_fps, max_frames, short_side, batch)[2]
 
 
-def _decode_decord(
+def _decode(
     path: Path,
+    src: str,
+    p: _Probe,
     samples: list[tuple[int, float, float]],
     size: tuple[int, int],
     batch: int,
-    src: str | None = None,
-) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
-    """Decode ``src`` (default: ``path``, which errors name)."""
-    try:
-        # Resizing inside decord (its scale filter) converts each kept frame once, at the small size.
-        vr = _open_decord(src or str(path), width=size[0], height=size[1])
-    except Exception as e:
-        raise _fail(path, f"cannot open: {_first_line(e)}") from None
-    for i in range(0, len(samples), batch):
-        chunk = samples[i : i + batch]
-        try:
-            out = vr.get_batch([s[0] for s in chunk])
-        except Exception as e:
+) -> Batches:
+    """Decode ``src`` (the file ``path`` names, probed as ``p``) as the container the probe
+    found. A sampled frame that never comes out of the decoder (a corrupt packet) is shown by
+    the frame decoded before it, up to ``_FAULT_TOL`` of them."""
+    width, height = size
+    plan = _sparse.plan(p.index, samples, p.info.fps)
+    allowed = int(_FAULT_TOL * len(samples))
+    frames: list[np.ndarray] = []
+    spans: list[tuple[int, float, float]] = []
+    missed: list[int] = []
+    k, before = 0, None
+
+    def keep(frame: av.VideoFrame, shown: int) -> None:
+        nonlocal k
+        frames.append(frame.to_ndarray(width=width, height=height, format="rgb24"))
+        spans.append((shown, samples[k][1], samples[k][2]))
+        k += 1
+
+    def miss(instead: av.VideoFrame | None) -> None:
+        missed.append(plan.targets[k][1])
+        if instead is None or len(missed) > allowed:
             raise _fail(
                 path,
-                f"truncated or corrupt: frames {chunk[0][0]}..{chunk[-1][0]}: {_first_line(e)}",
-            ) from None
-        frames = (
-            out.asnumpy() if hasattr(out, "asnumpy") else np.asarray(out)
-        )  # decord's bridge may be set
-        yield frames, chunk
-
-
-def _decode_pyav(
-    path: Path,
-    samples: list[tuple[int, float, float]],
-    size: tuple[int, int],
-    batch: int,
-    src: str | None = None,
-) -> Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]:
-    """Decode ``src`` (default: ``path``, which errors name)."""
-    width, height = size
-    pending = list(samples)
-    frames: list[np.ndarray] = []
-    done: list[tuple[int, float, float]] = []
-    try:
-        with av.open(src or str(path)) as container:
-            stream = next(
-                s
-                for s in container.streams.video
-                if not s.disposition & av.stream.Disposition.attached_pic
+                f"truncated or corrupt: frame {missed[0]} could not be decoded"
+                + (f" ({len(missed)} sampled frames so far)" if len(missed) > 1 else ""),
             )
-            stream.thread_count = 1
-            # Every frame must be decoded (frames depend on earlier ones); only the kept ones
-            # are converted, straight to the output size.
-            for index, frame in enumerate(container.decode(stream)):
-                if not pending:
-                    break
-                if index < pending[0][0]:
-                    continue
-                frames.append(frame.to_ndarray(width=width, height=height, format="rgb24"))
-                done.append(pending.pop(0))
-                if len(frames) == batch:
-                    yield np.stack(frames), done
-                    frames, done = [], []
-    except av.error.FFmpegError as e:
-        raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
-    if pending:
-        raise _fail(path, f"truncated or corrupt: stream ends before frame {pending[0][0]}")
-    if frames:
-        yield np.stack(frames), done
+        keep(instead, plan.targets[k][1])
 
-
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+    with _open_container(path, src, p.container) as container:
+        stream = container.streams[p.stream]
+        stream.thread_count = 1  # extractors run one per core, next to torch's threads
+        try:
+            for key, frame in _sparse.decoded(container, stream, plan):
+                if frame.width * frame.height > MAX_FRAME_PIXELS:  # grown past the header's
+                    raise _fail(path, _too_big(frame.width, frame.height))
+                if key is not None:
+                    while k < len(samples) and key > plan.targets[k][0]:
+                        miss(frame if before is None else before)
+                    if k < len(samples) and key == plan.targets[k][0]:
+                        keep(frame, plan.targets[k][1])
+                before = frame
+                while len(frames) >= batch:
+                    yield np.stack(frames[:batch]), spans[:batch]
+                    del frames[:batch], spans[:batch]
+        except av.error.FFmpegError as e:
+            raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
+    while k < len(samples):
+        miss(before)
+    for at in range(0, len(frames), batch):
+        yield np.stack(frames[at : at + batch]), spans[at : at + batch]
