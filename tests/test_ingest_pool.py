@@ -1,9 +1,12 @@
 """The ingest pool (vifusion/ingest.py): API replicas on one data dir share one pool, each
-video they accept is indexed once, and a pool killed mid-job finishes the job after Ray
-restarts it, each frame once."""
+video they accept is indexed once, a pool killed mid-job finishes the job after Ray
+restarts it, each frame once, and a job during which the pool dies again and again is
+failed instead of taken for ever."""
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
 
 import pytest
@@ -140,3 +143,52 @@ def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session
         assert sum(s["vectors"]["visual"] for s in svc.shards.stats()) == 48
         assert find_drift(svc.catalog, svc.shards) == []
         other.close()
+
+
+class _Endless(http.server.BaseHTTPRequestHandler):
+    """A download that never ends: a byte every 0.1 s (the fetch stays in its first stage)."""
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", "100000000")
+        self.end_headers()
+        try:
+            for _ in range(3000):
+                self.wfile.write(b"\x00")
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the pool died: its connection with it
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+def test_a_job_during_which_the_pool_dies_each_time_is_failed_not_taken_for_ever(
+    ray_session, tmp_path
+):
+    """What a URL that kills the pool (by memory, say) did: Ray restarts the pool, which
+    takes the job again and dies again, for ever. Here the pool is killed in the job's fetch
+    three times; its fourth incarnation fails the job saying so instead of fetching again."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cfg = Config(data_dir=tmp_path / "data", allow_private_urls=True, fetch_min_rate_bps=0)
+    try:
+        with Service(cfg) as svc:
+            url = f"http://127.0.0.1:{server.server_address[1]}/endless.mp4"
+            queued = svc.ingest_uri(url)
+            for n in (1, 2, 3):
+                deadline = time.monotonic() + 120
+                while (job := svc.job(queued.job_id)).attempts < n or job.stage != "fetching":
+                    assert time.monotonic() < deadline and job.status != "failed", job
+                    time.sleep(0.1)
+                ray.kill(svc.jobs.actor, no_restart=False)  # Ray starts it again: same name
+            assert wait(svc, queued.job_id, timeout_s=120) == "failed"
+            job = svc.job(queued.job_id)
+            assert job.error.startswith(
+                "the ingest worker died 3 times while running this job (last: in stage fetching,"
+            ), job.error
+            assert (job.attempts, svc.video(queued.video_id).status) == (3, "failed")
+    finally:
+        server.shutdown()

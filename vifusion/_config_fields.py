@@ -36,6 +36,13 @@ class ExtractFields(BaseModel):
         description="an ingest worker holds a job this long and renews it every third of it; "
         "a job whose worker died (stopped renewing) is taken over by another after this",
     )
+    job_max_attempts: int = Field(
+        3,
+        ge=1,
+        description="times ingest workers may take one job without ending it (each died, or "
+        "stalled past job_lease_s, while running it); the next take fails the job saying so "
+        "instead of running it again (a video that kills its worker would loop for ever)",
+    )
     use_plan: bool = Field(
         True,
         description="place extractors and shard replicas, and set the fusion size "

@@ -7,6 +7,12 @@ once its lease runs out (at once by the runner's next incarnation: same name), a
 from the start of its video: vector ids are ``video_id << 24 | frame``, so a re-run overwrites
 what the first run sent instead of adding frames twice. A runner whose job was taken over
 stops it at its next write (LeaseLost) and leaves it to the new holder.
+
+Each worker thread leases as an owner of its own (``<runner>/ingest-<i>``) and writes only
+the jobs it holds (``Catalog.holding``), and a runner never takes a job one of its own
+threads runs, even one whose lease ran out meanwhile (a catalog outage longer than the lease):
+one job never runs twice in one process. A job taken ``job_max_attempts`` times without
+ending (a video that kills its worker each time) is failed at its next take, not run again.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 import ray
 
 from vifusion._files import storage_reason
-from vifusion.catalog import LeaseLost
+from vifusion.catalog import TEXT_KINDS, Job, LeaseLost
 from vifusion.config import Config
 from vifusion.placement import applied_plan, planned_extractors
 from vifusion.runtime import Runtime
@@ -65,8 +71,9 @@ class JobRunner:
     (they load models): ``num_extractors``, or as many as the applied plan places. After
     ``replan`` no job is taken until those running end; then the extractors and node
     aggregators stop, and the next job starts them where the new plan says. ``name``: the
-    runner's, the same in each of its incarnations; its leases' owner is
-    ``name/<incarnation>``. The runtime's catalog writes as that owner."""
+    runner's, the same in each of its incarnations; worker ``i`` leases jobs as
+    ``name/<incarnation>/ingest-<i>`` and writes as that owner. Elsewhere the runtime's
+    catalog writes as ``name/<incarnation>``, which holds no job."""
 
     def __init__(self, cfg: Config, rt: Runtime, name: str) -> None:
         self.cfg = cfg
@@ -81,11 +88,12 @@ class JobRunner:
         self._wake = threading.Condition(self._lock)
         self._stop = False
         self._storage_tries: dict[str, int] = {}
-        self._running: set[str] = set()
+        self._running: dict[str, str] = {}  # job id -> the owner its worker leased it as
         # The jobs this runner's last incarnation held are retaken at the first take (on a
-        # data dir that refuses writes they wait); jobs put aside by a full data dir too.
+        # data dir that refuses writes they wait); jobs put aside by a full data dir too,
+        # each with the owner that holds it.
         self._retaken = False
-        self._stalled: list[str] = []
+        self._stalled: list[tuple[str, str]] = []
         self._replan = False
         self._count = self._planned_count()
         self._serving: set[int] = set()  # the extractors that have a worker thread
@@ -155,11 +163,17 @@ class JobRunner:
         self._wake.notify_all()
         log.warning("ingest: the extractors move to the new plan (%d of them)", self._count)
 
-    def _take(self, i: int) -> tuple[str, int] | None:
+    def _owner(self, i: int) -> str:
+        """The owner worker ``i`` leases and writes jobs as."""
+        return f"{self.owner}/ingest-{i}"
+
+    def _take(self, i: int) -> Job | None:
         """Claim the oldest queued job (moved to ``decoding``) for worker ``i``, waiting for
-        one; None once the runner stops or the extractors are fewer than ``i + 1``. Jobs put
-        aside (interrupted, or cut short by a full data dir) go back in the queue first; this
-        raises while the catalog cannot be written."""
+        one, never one this runner runs already; None once the runner stops or the
+        extractors are fewer than ``i + 1``. A job taken ``job_max_attempts`` times already
+        comes back failed (not leased). Jobs put aside (interrupted, or cut short by a full
+        data dir) go back in the queue first; this raises while the catalog cannot be
+        written."""
         with self._wake:
             while not self._stop:
                 if self._replan and not self._running:
@@ -173,35 +187,46 @@ class JobRunner:
                     self.catalog.expire_leases(self.name)
                     self._retaken = True
                 while self._stalled:
-                    with contextlib.suppress(LeaseLost):  # taken over meanwhile: not ours
-                        self.catalog.update_job(
-                            self._stalled[0], "queued", progress=0.0, frames_indexed=0
-                        )
+                    job_id, owner = self._stalled[0]  # LeaseLost: taken over since, not ours
+                    with self.catalog.holding(owner), contextlib.suppress(LeaseLost):
+                        self.catalog.update_job(job_id, "queued", progress=0.0, frames_indexed=0)
                     self._stalled.pop(0)
-                job = self.catalog.lease_job(self.owner, self.cfg.job_lease_s)
+                job = self.catalog.lease_job(
+                    self._owner(i),
+                    self.cfg.job_lease_s,
+                    exclude=self._running.keys(),
+                    max_attempts=self.cfg.job_max_attempts,
+                )
                 if job is not None:
-                    self._running.add(job.id)
-                    return job.id, job.video_id
+                    if job.status != "failed":
+                        self._running[job.id] = self._owner(i)
+                    return job
                 self._wake.wait(timeout=2.0)
             self._serving.discard(i)
         return None
 
     def _renew(self) -> None:
         """The heartbeat: renew every third of the lease, so that a late renewal or two do not
-        lose a job; a job taken over meanwhile is logged (its runner stops at its next write)."""
+        lose a job; a job taken over meanwhile is logged (its worker stops at its next write,
+        refused: LeaseLost, and leaves the job to the new holder)."""
         while True:
             with self._wake:
                 self._wake.wait_for(lambda: self._stop, timeout=self.cfg.job_lease_s / 3)
                 if self._stop:
                     return
-                running = set(self._running)
+                running = dict(self._running)
+            held: set[str] = set()
             try:
-                held = set(self.catalog.renew_leases(self.owner, self.cfg.job_lease_s))
+                for owner in sorted(set(running.values())):
+                    held.update(self.catalog.renew_leases(owner, self.cfg.job_lease_s))
             except Exception as e:  # the catalog cannot be reached or written: try again
                 log.error("cannot renew the ingest leases: %s", e)
                 continue
-            for job_id in running - held:
-                log.warning("job %s was taken over by another ingest worker", job_id)
+            for job_id in running.keys() - held:
+                with self._lock:
+                    still = job_id in self._running  # not ended since
+                if still:
+                    log.warning("job %s was taken over by another ingest worker", job_id)
 
     def _indexer(self):
         with self._lock:  # one thread starts the extractors; the others wait for them
@@ -221,19 +246,21 @@ class JobRunner:
                 continue
             if taken is None:
                 return
-            job_id, video_id = taken
+            job_id, video_id = taken.id, taken.video_id
+            if taken.status == "failed":  # taken too often: its worker died each time
+                self._given_up(taken)
+                continue
             t0 = time.perf_counter()
-            try:
-                self._run(i, job_id, video_id)
-                self._storage_tries.pop(job_id, None)
-            except LeaseLost as e:  # another worker runs it now: leave it to that one
-                log.warning("job %s stopped: %s", job_id, e)
-            except (
-                Exception
-            ) as e:  # a bug fails this job, a full disk puts it aside; never the service
-                self._failed(job_id, video_id, e)
+            with self.catalog.holding(self._owner(i)):
+                try:
+                    self._run(i, job_id, video_id)
+                    self._storage_tries.pop(job_id, None)
+                except LeaseLost as e:  # another worker runs it now: leave it to that one
+                    log.warning("job %s stopped: %s", job_id, e)
+                except Exception as e:  # a bug fails this job, a full disk puts it aside
+                    self._failed(i, job_id, video_id, e)
             with self._wake:
-                self._running.discard(job_id)
+                self._running.pop(job_id, None)
                 self.stats.busy_s += time.perf_counter() - t0
                 if self._replan and not self._running:
                     self._wake.notify_all()  # the actors may move now
@@ -268,8 +295,8 @@ class JobRunner:
             self.catalog.set_media(video_id, path, sha, size)
         indexer = self._indexer()
         if i >= len(indexer.extractors):  # fewer extractors than when this worker took it
-            with self._lock:
-                self._stalled.append(job_id)  # back in the queue, for a worker that has one
+            with self._lock:  # back in the queue, for a worker that has one
+                self._stalled.append((job_id, self._owner(i)))
             return
         result = indexer.run_job(
             indexer.extractors[i], path, video_id, job_id, follow_symlinks=not is_path_source(video)
@@ -285,7 +312,20 @@ class JobRunner:
             else:
                 self.stats.jobs_failed += 1
 
-    def _failed(self, job_id: str, video_id: int, e: Exception) -> None:
+    def _given_up(self, job: Job) -> None:
+        """A job the catalog failed at its take (``job_max_attempts``): nothing of its runs
+        stays in the shards, nor its words (a worker that died mid-video left some)."""
+        log.error("job %s failed: %s", job.id, job.error)
+        with self._lock:
+            self.stats.jobs_failed += 1
+        try:
+            self.shards.delete_video(job.video_id)
+            for kind in TEXT_KINDS:
+                self.catalog.put_texts(job.video_id, kind, [])
+        except Exception as e:  # left for `vifusion check --repair`
+            log.error("job %s: cannot clear what its runs left: %s", job.id, e)
+
+    def _failed(self, i: int, job_id: str, video_id: int, e: Exception) -> None:
         reason = storage_reason(e)
         if reason is None:
             log.exception("job %s failed", job_id)
@@ -298,7 +338,7 @@ class JobRunner:
         with self._lock:
             tries = self._storage_tries[job_id] = self._storage_tries.get(job_id, 0) + 1
             if tries < _STORAGE_TRIES:
-                self._stalled.append(job_id)
+                self._stalled.append((job_id, self._owner(i)))
         if tries >= _STORAGE_TRIES:
             self._record_failure(job_id, video_id, f"the data dir is {reason}: {e}")
         time.sleep(_PAUSE_S)
