@@ -23,13 +23,12 @@ import json
 import logging
 import math
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from tempfile import SpooledTemporaryFile
 from typing import Any, Literal
 
 import numpy as np
@@ -40,8 +39,7 @@ from pydantic import ValidationError
 from ray import serve
 from ray.serve import Application
 from starlette._utils import get_route_path
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.formparsers import MultiPartException
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from serve import _auth, _docs, _errors, _metrics, _tls
@@ -62,7 +60,7 @@ from serve.schema import (
 )
 from vifusion import _running
 from vifusion._actors import HEAD_RESOURCE
-from vifusion._files import fd_path
+from vifusion._files import fd_path, storage_writes
 from vifusion._webvtt import webvtt
 from vifusion.config import Config
 from vifusion.media import PastEnd
@@ -267,15 +265,43 @@ async def _json_body(request: Request, limit: int) -> Any:
     return _parse_json(raw, "body")
 
 
-async def _form(request: Request, limit: int, max_field: int):
+class _SpoolingParser(MultiPartParser):
+    """Starlette's multipart parser with each file part spooled (past 1 MiB kept in memory)
+    in ``spool`` instead of the system temp dir, for which Starlette has no setting."""
+
+    def __init__(self, *args, spool: Path, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._spool = spool
+
+    def on_headers_finished(self) -> None:
+        super().on_headers_finished()
+        upload = self._current_part.file
+        if upload is not None:  # a file part, given an empty in-memory spool just now
+            upload.file = SpooledTemporaryFile(max_size=self.spool_max_size, dir=self._spool)
+            self._files_to_close_on_error[-1] = upload.file
+
+
+async def _form(request: Request, limit: int, max_field: int, spool: Path, outcome: str):
+    """The multipart form of ``request``: ``limit`` bytes at most (413), ``max_field`` a
+    field; its files spooled in ``spool``, the data dir's ``tmp`` (``Service.spool``), where
+    a full disk is a StorageError (507) saying ``outcome``."""
+    body = _limit_body(request, limit)
     try:
-        return await _limit_body(request, limit).form(
-            max_files=2, max_fields=16, max_part_size=max_field
-        )
+        async with contextlib.aclosing(body.stream()) as stream:
+            parser = _SpoolingParser(
+                body.headers,
+                stream,
+                spool=spool,
+                max_files=2,
+                max_fields=16,
+                max_part_size=max_field,
+            )
+            with storage_writes(spool.parent, outcome):
+                return await parser.parse()
     except _TooLarge:
         raise ApiError(413, "too_large", f"upload over the {limit}-byte limit") from None
-    except (MultiPartException, StarletteHTTPException) as e:  # Starlette wraps the parser's errors
-        message = str(getattr(e, "detail", None) or e)
+    except MultiPartException as e:
+        message = e.message
         if "maximum size" in message:
             raise ApiError(413, "too_large", message) from None
         raise ApiError(400, "malformed_form", message) from None
@@ -546,7 +572,11 @@ class ViFusionApp:
     async def add_video(self, request: Request) -> dict:
         if _kind(request) == "form":
             form = await _form(
-                request, self.cfg.max_upload_bytes + (1 << 20), self.cfg.max_metadata_bytes
+                request,
+                self.cfg.max_upload_bytes + (1 << 20),
+                self.cfg.max_metadata_bytes,
+                self.service.spool,
+                "the upload was not stored",
             )
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
@@ -740,7 +770,9 @@ class ViFusionApp:
             limit = max(self.cfg.max_query_clip_bytes, self.cfg.max_json_bytes) + (
                 1 << 20
             )  # a clip, or an image
-            form = await _form(request, limit, 1 << 16)
+            form = await _form(
+                request, limit, 1 << 16, self.service.spool, "the search was not run"
+            )
             files = {k: form[k] for k in ("image", "clip") if k in form}
             if any(isinstance(f, str) for f in files.values()):
                 raise ApiError(422, "invalid_request", "image and clip must be files")
@@ -813,13 +845,11 @@ class ViFusionApp:
         t0 = time.perf_counter()
         try:
             if clip_file is not None:
-                with tempfile.NamedTemporaryFile(
-                    suffix=Path(clip_file.filename or "").suffix[:8]
-                ) as tmp:
-                    clip_file.file.seek(0)
-                    shutil.copyfileobj(clip_file.file, tmp)
-                    tmp.flush()
-                    page = self.service.search(clip=Path(tmp.name), **options)
+                # The spooled clip itself, decoded through its descriptor: no copy. A clip
+                # still in memory is put on disk first, in the data dir's spool.
+                with storage_writes(self.cfg.data_dir, "the search was not run"):
+                    fd = clip_file.file.fileno()
+                page = self.service.search(clip=Path(fd_path(fd)), **options)
             else:
                 page = self.service.search(**query, **options)
         except DecodeError as e:

@@ -74,6 +74,20 @@ def whole_file(dest: Path) -> Iterator[BinaryIO]:
     fsync_dir(dest.parent)
 
 
+def spool_dir(data_dir: Path) -> Path:
+    """The data dir's folder for request bodies on their way in (an upload's file, a query
+    clip), made if missing and emptied of what a crash left: on the data dir's file system,
+    so that a full disk there is the data dir full (a 507), never a 500 from the system temp
+    dir, which an upload would also take twice its size of. Files spooled there have no name
+    (``tempfile.TemporaryFile``), so emptying it never takes one another replica is writing."""
+    folder = data_dir / "tmp"
+    make_dirs(folder)
+    for leftover in folder.iterdir():
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    return folder
+
+
 class NotRegularFile(OSError):
     """A path refused before anything reads it: not a regular file, or reached through a
     symlink where none may be followed. ``strerror`` says what it is."""

@@ -22,8 +22,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from vifusion._admin import remove_stored_media
-from vifusion._files import StorageError, fd_path, storage_writes
-from vifusion._ingest_checks import check_metadata, shape, title_for
+from vifusion._files import StorageError, fd_path, spool_dir, storage_writes
+from vifusion._ingest_checks import check_metadata, check_text, shape, title_for
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.ingest import Pool
@@ -93,6 +93,8 @@ class Service:
         self.catalog = self.rt.catalog
         self.shards = self.rt.shards
         try:
+            with storage_writes(cfg.data_dir, "the service did not start"):
+                self.spool = spool_dir(cfg.data_dir)  # where the API spools what it is sent
             self.jobs = Pool(cfg)  # the data dir's ingest pool (vifusion/ingest.py)
         except BaseException:
             self.rt.close()
@@ -137,6 +139,7 @@ class Service:
         """Queue a ``file://`` path (inside the ingest roots) or an ``http(s)://`` URL
         (public addresses only unless configured). Only checks here: the job fetches a URL
         and hashes the file, so a large one does not hold up the answer."""
+        check_text("uri", uri, one_line=True)
         check_metadata(metadata, self.cfg)
         if uri.startswith("file:"):
             path = resolve_file_uri(uri, self.cfg.ingest_roots)

@@ -135,7 +135,8 @@ def test_a_deleted_video_is_a_404_even_with_a_valid_url(live):
     with open(live.videos["street.mp4"].path, "rb") as f:
         r = live.client.post("/v1/videos", files={"file": ("gone.mp4", f, "video/mp4")})
     assert r.status_code == 202, r.text
-    vid = r.json()["video_id"]  # its upload is stored at once: playable while it is indexed
+    vid = r.json()["video_id"]
+    assert live.vf.wait(r.json()["job_id"])["status"] == "ready"  # played once decoded as a video
     url = signed(live, vid)
     assert live.anon.get(url, headers={"Range": "bytes=0-9"}).status_code == 206
     assert live.client.delete(f"/v1/videos/{vid}").status_code == 204
