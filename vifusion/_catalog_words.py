@@ -57,10 +57,12 @@ def checked_rows(video_id: int, kind: str, rows: Sequence[tuple[float, float, st
 
 def check_metadata_filter(key: str, value: Any) -> None:
     """A ``ready_ids`` filter's key and value, or ValueError saying what is wrong."""
-    if not METADATA_KEY.match(key):
+    if not METADATA_KEY.fullmatch(key):  # match() would let a key end in a newline
         raise ValueError(f"metadata key {key!r}: use letters, digits, '_', '.', '-' (1-64)")
     if isinstance(value, (dict, list)):
         raise ValueError(f"metadata filter {key!r}: compare with a string, number or boolean")
+    if isinstance(value, str) and "\x00" in value:  # PostgreSQL's jsonb cannot hold one
+        raise ValueError(f"metadata filter {key!r}: contains a NUL character")
     if isinstance(value, int) and not -(2**63) <= value < 2**63:  # SQLite's integers are 64-bit
         raise ValueError(f"metadata filter {key!r}: the integer does not fit in 64 bits")
     if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN or infinity

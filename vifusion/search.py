@@ -174,6 +174,8 @@ class Searcher:
         Visual alone is one list: its moments keep their cosine scores."""
         if not query.strip():
             raise ValueError("empty text query")
+        if "\x00" in query:  # a query is text, as stored text is: PostgreSQL's holds no NUL
+            raise ValueError("text query: contains a NUL character")
         modalities = check_modalities(modalities)
         if group_by not in GROUP_BY:
             raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")

@@ -288,3 +288,63 @@ def test_an_upload_named_in_100_cjk_characters_is_stored_under_a_name_that_fits_
 )
 def test_a_uri_python_cannot_split_is_a_400(live, uri):
     error(live.client.post("/v1/videos", json={"uri": uri}), 400, "invalid_uri")
+
+
+def _upload(live, filename: bytes, **fields: bytes) -> httpx.Response:
+    """A multipart upload written byte by byte: a client may put any byte in a file name."""
+    parts = [
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="%s"\r\n'
+        b"Content-Type: video/x-matroska\r\n\r\n\x1a\x45\xdf\xa3" % filename + bytes(64) + b"\r\n"
+    ]
+    for name, value in fields.items():
+        parts.append(b'--b\r\nContent-Disposition: form-data; name="%s"\r\n\r\n' % name.encode())
+        parts.append(value + b"\r\n")
+    return live.client.post(
+        "/v1/videos",
+        content=b"".join(parts) + b"--b--\r\n",
+        headers={"content-type": "multipart/form-data; boundary=b"},
+    )
+
+
+def test_a_nul_in_any_text_is_a_422_naming_the_field_and_nothing_is_stored(live):
+    """PostgreSQL's text refuses a NUL (the ingest failed) and its jsonb a stored one (every
+    filtered search failed); SQLite kept them. Refused on every text field, on every catalog."""
+    before = live.client.get("/v1/videos", params={"limit": 500}).json()["videos"]
+    uri = live.videos["launch.mp4"].path.as_uri()
+    for body, message in (
+        ({"uri": uri, "title": "launch\x00"}, "title: contains a NUL character"),
+        ({"uri": uri, "title": "\x1b[2J"}, "title: contains a control character (U+001B)"),
+        (
+            {"uri": uri, "metadata": {"a": {"b": ["x", "y\x00"]}}},
+            "metadata.a.b[1]: contains a NUL character",
+        ),
+        ({"uri": uri, "metadata": {"k\x00": 1}}, "metadata.k\\x00 (its key): contains a NUL"),
+        ({"uri": "https://example.com/a\x00.mp4"}, "uri: contains a NUL character"),
+    ):
+        r = live.client.post("/v1/videos", json=body)
+        assert error(r, 422, "invalid_text").startswith(message), body
+    for r, message in (
+        (_upload(live, b"a\x00.mkv"), "file name: contains a NUL character"),
+        (_upload(live, b"a.mkv", title=b"t\x00"), "title: contains a NUL character"),
+        (_upload(live, b"a.mkv", metadata=b'{"a": "\\u0000"}'), "metadata.a: contains a NUL"),
+    ):
+        assert error(r, 422, "invalid_text").startswith(message)
+    assert live.client.get("/v1/videos", params={"limit": 500}).json()["videos"] == before
+
+    for body, message in (
+        ({"text": "budget\x00"}, "text query: contains a NUL character"),
+        (
+            {"text": "a cat", "filter": {"set": "demo\x00"}},
+            "metadata filter 'set': contains a NUL character",
+        ),
+        ({"text": "a cat", "filter": {"set\x00": "demo"}}, "metadata key 'set\\x00'"),
+    ):
+        r = live.client.post("/v1/search", json=body)
+        assert error(r, 422, "invalid_query").startswith(message), body
+    r = live.client.post(
+        "/v1/search",
+        content=b'--b\r\nContent-Disposition: form-data; name="text"\r\n\r\na\x00\r\n--b--\r\n',
+        headers={"content-type": "multipart/form-data; boundary=b"},
+    )
+    assert error(r, 422, "invalid_query").startswith("text query: contains a NUL")
+    assert live.client.post("/v1/search", json={"text": "a cat"}).status_code == 200

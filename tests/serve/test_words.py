@@ -133,7 +133,6 @@ def test_a_clip_query_without_visual_is_a_422(live):
         "AND OR NOT",
         "x" * 1000,
         "'; DROP TABLE texts; --",
-        "budget\x00",
         "💸 budget",
         "{budget}",
         "^budget",
