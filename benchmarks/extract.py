@@ -1,13 +1,13 @@
 """Frame extraction throughput on CPU: ViFusion vs. the Ray Data pipeline a user would write.
 
-Three figures, in frames per second of *sampled* frames (the default policy, 1 frame/s, the
+Four figures, in frames per second of *sampled* frames (the default policy, 1 frame/s, the
 frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
 
 1. **ViFusion**: the real indexing path. ``Runtime(cfg, writer=True).indexer.index_files``
-   over the workload: the extractor actor decodes (decord, only the sampled frames, resized
-   inside decord), embeds (EfficientNet-Lite0 + ConSE), fuses and sends to the FAISS shard
-   actors, and every frame is acknowledged (logged to disk). Actor start and model load are excluded by
-   indexing a 2-second video first.
+   over the workload: the extractor actor decodes (PyAV, only the packets the sampled frames
+   need, each kept frame resized as it is converted), embeds (EfficientNet-Lite0 + ConSE),
+   fuses and sends to the FAISS shard actors, and every frame is acknowledged (logged to
+   disk). Actor start and model load are excluded by indexing a 2-second video first.
 2. **Baseline**: ``ray.data.read_videos`` (decodes and colour-converts every frame with
    decord) -> ``filter`` keeping the same frame indices as ViFusion -> ``map`` resizing to a
    short side of 224 with PIL -> ``map_batches`` with a callable class holding ViFusion's
@@ -16,6 +16,8 @@ frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
    excluded (see ``bench_baseline``).
 3. **Model-only bound**: ``Embedder.embed_frames`` alone on frames already decoded into
    memory (uint8, short side 224), batch 16, same threads.
+4. **Decode only**: ``vifusion.extract.decode.decode`` alone over the workload in this
+   process (probe included), its CPU seconds: what decoding costs ViFusion's extractor.
 
 It prints the workload, a table (method, frames, seconds, frames/s), the ratios
 ViFusion / baseline and ViFusion / model-only, and last one line of JSON with every figure.
@@ -287,6 +289,23 @@ def bench_model_only(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -
     return Result("model only", count, seconds)
 
 
+# --------------------------------------------------------------------------- 4. decode only
+
+
+def bench_decode_only(cfg: Config, wl: Workload) -> tuple[Result, float]:
+    """``decode`` over the workload in this process: (frames per wall second, CPU seconds)."""
+    t0, cpu = time.perf_counter(), time.process_time()
+    frames = sum(
+        len(batch)
+        for path in wl.videos
+        for batch, _ in decode(path, cfg.sample_fps, cfg.max_frames, SHORT_SIDE, BATCH)
+    )
+    cpu_s, seconds = time.process_time() - cpu, time.perf_counter() - t0
+    if frames != wl.frames:
+        raise SystemExit(f"decode gave {frames} frames, the sampling policy {wl.frames}")
+    return Result("decode only", frames, seconds), cpu_s
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -338,6 +357,7 @@ def main() -> None:
 
     # Model-only first, before Ray starts: the bound is measured with nothing else running.
     model_only = bench_model_only(cfg, wl, threads, models)
+    decode_only, decode_cpu_s = bench_decode_only(cfg, wl)
     ray.init(
         num_cpus=os.cpu_count(),
         include_dashboard=False,
@@ -352,7 +372,10 @@ def main() -> None:
     finally:
         ray.shutdown()
 
-    print_table([vifusion, baseline, model_only])
+    print_table([vifusion, baseline, model_only, decode_only])
+    print(
+        f"decode only: {decode_cpu_s:.2f} CPU s, {decode_cpu_s / wl.frames * 1000:.1f} ms a frame"
+    )
     speedup = vifusion.fps / baseline.fps
     fraction = vifusion.fps / model_only.fps
     print(f"ViFusion / baseline:   {speedup:.2f}x  (aim >= 1.5x)")
@@ -372,6 +395,8 @@ def main() -> None:
                 "baseline_s": round(baseline.seconds, 3),
                 "model_only_s": round(model_only.seconds, 3),
                 "model_only_frames": model_only.frames,
+                "decode_only_fps": round(decode_only.fps, 2),
+                "decode_only_cpu_s": round(decode_cpu_s, 3),
                 "threads": threads,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "machine": machine(),

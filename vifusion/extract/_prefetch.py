@@ -1,5 +1,5 @@
 """Run an iterator ahead in a background thread, so producing item n+1 (decoding) overlaps
-consuming item n (embedding). decord and torch both do their work in native code, so the
+consuming item n (embedding). PyAV (FFmpeg) and torch both do their work in native code, so the
 two really run at once."""
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
             cfg.embed_batch,
             min_short_side=EMBED_SIDE if cfg.screen_text else None,
         )
-        decoded, t = [], time.process_time()  # decord decodes on threads of its own
+        decoded, t = [], time.process_time()  # all threads: FFmpeg may decode on its own
         for frames, spans in batches:
             decoded.append((frames, spans))
         small = _Decoding.of(video, time.process_time() - t)
