@@ -192,6 +192,7 @@ def test_an_old_sqlite_catalog_gains_the_text_tables(tmp_path):
         c.executescript(
             "DROP TABLE texts_fts; DROP TABLE texts; DROP TABLE schema_version;"
             " ALTER TABLE jobs DROP COLUMN lease_owner; ALTER TABLE jobs DROP COLUMN lease_until;"
+            " ALTER TABLE jobs DROP COLUMN attempts;"
         )
         c.execute(
             "INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)"
