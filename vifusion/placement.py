@@ -17,11 +17,13 @@
 A plan (``vifusion plan --apply``: ``DATA_DIR/plan.json``) pins each extractor and shard
 replica to the node it names, by IP or as the i-th node of its type, and sets the number of
 API replicas; a plan whose nodes are not all there, or made for another number of shards, is
-not used (logged).
+not used (logged), nor is one the runtime cannot read or that fails its schema
+(``vifusion/plan/_schema.py``): cut short, a field missing or out of bounds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -31,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from vifusion.plan._schema import MAX_PLAN_BYTES, check_plan
+
 if TYPE_CHECKING:
     from vifusion.config import Config
 
@@ -39,18 +43,47 @@ _SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, n
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
 API_ONGOING = 32  # requests an API replica serves at once; more wait in Serve's queue
 PLAN_FILE = "plan.json"
+_REFUSED: set[tuple[str, int, int, str]] = set()  # plan.json versions logged as not used
 log = logging.getLogger(__name__)
 
 
 def load_plan(data_dir: Path) -> dict[str, Any] | None:
-    """The plan in ``data_dir`` as written (``vifusion plan --apply``), or None."""
+    """The plan in ``data_dir`` as written (``vifusion plan --apply``), or None where there is
+    none; ValueError where the file is not JSON (cut short) or is over ``MAX_PLAN_BYTES``."""
     path = Path(data_dir) / PLAN_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PLAN_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise ValueError(f"over {MAX_PLAN_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not JSON ({e})") from None
 
 
 def applied_plan(cfg: Config) -> dict[str, Any] | None:
-    """The plan the runtime places by: the data dir's, unless ``use_plan`` is off."""
-    return load_plan(cfg.data_dir) if cfg.use_plan else None
+    """The plan the runtime places by: the data dir's, unless ``use_plan`` is off. A plan.json
+    the runtime cannot place by (unreadable, not JSON, or failing ``check_plan``: a field
+    missing or out of bounds) is logged, once a process for each version of the file, and
+    not used: the service runs unplanned rather than not at all."""
+    if not cfg.use_plan:
+        return None
+    try:
+        plan = load_plan(cfg.data_dir)
+        return None if plan is None else check_plan(plan, cfg)
+    except (OSError, ValueError) as e:
+        path = cfg.data_dir / PLAN_FILE
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            seen = (str(path), stat.st_mtime_ns, stat.st_size, str(e))
+            if seen in _REFUSED:
+                return None
+            _REFUSED.add(seen)
+        log.error("%s is not used, the service runs unplanned: %s", path, e)
+        return None
 
 
 def signature(resources: dict[str, float]) -> list[float]:

@@ -13,15 +13,13 @@ from typing import Any
 from vifusion.config import Config
 from vifusion.placement import PLAN_FILE, signature
 from vifusion.plan._paths import RUNGS
+from vifusion.plan._schema import API_FACTORS, VERSION
 from vifusion.plan.calibrate import costs_from_dict
 from vifusion.plan.model import Cluster, Node
 from vifusion.plan.search import Evaluated, SearchReport, search
 from vifusion.plan.simulate import StageCosts, Workload
 
 _SHIPPED_BATCHES = 4
-# 2: the plan records the cluster and stage costs it was made for (version 1 did not: such a
-# plan is still placed by, but cannot be made again for a changed link).
-VERSION = 2
 # What a plan records of the videos it was made for, so that a re-plan plans for them too.
 _VIDEOS = (
     "plan_video_mbps",
@@ -59,9 +57,9 @@ def workload(cfg: Config) -> Workload:
 
 def api_choices(cfg: Config) -> tuple[int, ...]:
     """The API replica counts a plan may choose: the configured one, and where replicas may
-    share the shards (``shared_actors``), twice and four times as many."""
-    least = cfg.api_replicas
-    return (least, 2 * least, 4 * least) if cfg.shared_actors else (least,)
+    share the shards (``shared_actors``), twice and four times as many (``API_FACTORS``)."""
+    factors = API_FACTORS if cfg.shared_actors else API_FACTORS[:1]
+    return tuple(k * cfg.api_replicas for k in factors)
 
 
 def make_plan(
