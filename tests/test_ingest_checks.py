@@ -65,3 +65,10 @@ def test_a_filter_with_a_nul_is_refused_naming_the_key_on_both_catalogs(catalog)
     with pytest.raises(ValueError, match="metadata key"):
         cat.ready_ids(metadata={"set\n": "demo"})  # a key may not end in a newline either
     assert cat.ready_ids(metadata={"set": "demo"}) == {vid}
+
+
+def test_a_job_id_with_a_nul_is_no_job_on_both_catalogs(catalog):
+    """``GET /v1/jobs/%00`` was a 404 on SQLite and a 500 on PostgreSQL."""
+    cat = catalog.open()
+    cat.add_video("upload:a.mp4", "a", {})
+    assert cat.get_job("\x00") is None

@@ -336,6 +336,8 @@ class PostgresCatalog(PostgresTexts, Catalog):
         }
 
     def get_job(self, job_id: str) -> Job | None:
+        if "\x00" in job_id:  # no job has one (PostgreSQL's text cannot hold it): as SQLite's
+            return None
         row = self._row(f"SELECT {_JOB} FROM jobs WHERE id=%s", (job_id,))
         return _job(row) if row else None
 
