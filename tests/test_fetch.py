@@ -129,7 +129,7 @@ def encoding_server():
 
 
 _FETCH_AND_MEASURE = """
-import json, resource, sys
+import json, sys
 from pathlib import Path
 from vifusion.config import Config
 from vifusion.sources import SourceError, download
@@ -141,7 +141,9 @@ try:
     out = {"code": None, "message": ""}
 except SourceError as e:
     out = {"code": e.code, "message": str(e)}
-out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM: this program's peak alone (ru_maxrss would count the forking parent's pages too)
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+out["peak_mib"] = int(hwm.split()[1]) / 1024
 print(json.dumps(out))
 """
 
