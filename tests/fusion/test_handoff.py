@@ -2,6 +2,7 @@
 
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -14,7 +15,7 @@ from tests.fusion._frames import frames
 from vifusion.comm import wire
 from vifusion.config import Config
 from vifusion.fusion import Aggregator, AggregatorLost, Handoff
-from vifusion.fusion.handoff import HandoffServer
+from vifusion.fusion.handoff import MAX_ROWS, HandoffServer
 from vifusion.index.replica import ShardReplica
 from vifusion.types import FusedBatch
 
@@ -178,6 +179,71 @@ def test_a_reply_altered_on_the_way_is_not_believed(ray_session):
     assert took == [
         batch.batch_id
     ]  # taken, but the extractor cannot tell: it sees the aggregator lost
+    handoff.close()
+    proxy.close()
+    server.close()
+
+
+def _header(rows: int, dims: int) -> bytes:
+    """A hand-over's header as the extractor writes it: the sizes it announces."""
+    return struct.pack("<4siIIBdH", b"VFH2", 0, rows, dims, 0, 0.0, 32)
+
+
+def test_a_header_with_sizes_past_the_row_layout_is_refused_before_allocating(
+    ray_session, monkeypatch, caplog
+):
+    """A header announcing more rows than a hand-over holds, or rows wider than the row
+    layout, closes its connection at once, with a log line saying why: nothing allocated,
+    nothing waited for. The next extractor's hand-over goes in."""
+    crashed = []
+    monkeypatch.setattr(threading, "excepthook", crashed.append)
+    server, proxy, handoff, took = behind_a_proxy()
+    with caplog.at_level("WARNING", logger="vifusion.fusion.handoff"):
+        for rows, dims in ((2**32 - 1, 2**32 - 1), (2**32 - 1, 1664), (MAX_ROWS + 1, 1664)):
+            channel = wire.open_connection(
+                socket.AF_UNIX, server.address, server.secret, timeout=10
+            )
+            channel.send([_header(rows, dims)])  # and no rows: a server that waits for them hangs
+            channel.conn.settimeout(10)
+            assert read_to_close(channel.conn) == b""  # closed, no reply
+            channel.close()
+            assert f"{rows} rows of {dims} columns" in caplog.text
+    assert caplog.text.count("refused") == 3
+    batch = frames(93, 4)
+    assert handoff.submit(0, batch, time.time()).result(30) == "instance"
+    assert took == [batch.batch_id]
+    assert crashed == []  # no exception escaped a connection's thread
+    handoff.close()
+    proxy.close()
+    server.close()
+
+
+def test_a_header_altered_on_the_way_is_refused_before_its_sizes_are_believed(ray_session, caplog):
+    """A man in the middle who makes a header announce more rows had the aggregator allocate
+    them (up to 109 MB) and wait for rows never sent, the extractor for a reply never sent.
+    The header carries a tag of its own, checked first: the connection closes, the
+    extractor's hand-over fails as for any lost aggregator (the video is indexed again)."""
+    at = HANDSHAKE + 4 + 4 + 1  # the second byte of the row count: 16 rows -> 272
+    server, proxy, handoff, took = behind_a_proxy(flip_up=at)
+    with caplog.at_level("WARNING", logger="vifusion.comm.wire"):
+        with pytest.raises(AggregatorLost, match="closed"):
+            handoff.submit(0, frames(94, 16), time.time()).result(10)
+    assert "message 0 on this connection failed its authentication" in caplog.text
+    assert took == []
+    handoff.close()
+    proxy.close()
+    server.close()
+
+
+def test_a_reply_announcing_a_long_text_is_not_read(ray_session):
+    """The extractor reads a reply's text before its tag: one altered to announce 16 MiB
+    more of it fails the hand-over at once, nothing allocated for it, nothing waited for."""
+    # the high byte of the text's length in the first reply (status, then length)
+    server, proxy, handoff, took = behind_a_proxy(flip_down=HANDSHAKE + 4)
+    batch = frames(95, 4)
+    with pytest.raises(AggregatorLost, match="announced 16777224 bytes of text"):
+        handoff.submit(0, batch, time.time()).result(10)
+    assert took == [batch.batch_id]  # taken, as with any reply lost on the way
     handoff.close()
     proxy.close()
     server.close()

@@ -3,11 +3,14 @@ hop stays on one host, so it goes without Ray, at a fraction of an actor call's 
 
 The aggregator listens on a Unix socket in Linux's abstract namespace (seen only on its
 host); an extractor writes its rows there as raw arrays (``comm/wire.py``: a per-instance
-secret proved on connecting, every message tagged). The reply carries the aggregator's
+secret proved on connecting, every message tagged). A hand-over is two messages: its header
+(the sizes), then its batch id and rows. The aggregator checks the header's tag, then its
+sizes (within the row layout and ``MAX_ROWS``), and only then allocates: a man in the middle
+cannot make it reserve memory and wait for rows never sent. The reply carries the aggregator's
 instance id, so a restart is noticed as with an actor call; a connection that closes under a
-hand-over, or a reply that fails its tag, raises ``AggregatorLost``. Where the socket cannot
-be reached the hand-over is an actor call. Figures: docs/benchmarks.md, "Design notes moved
-from docstrings".
+hand-over, or a reply that fails its tag or announces more than ``MAX_REPLY_TEXT``, raises
+``AggregatorLost``. Where the socket cannot be reached the hand-over is an actor call.
+Figures: docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
 log = logging.getLogger(__name__)
 
-# magic, shard, rows, dims, urgent, extracted, batch id length
+# magic, shard, rows, dims, urgent, extracted, batch id length: a message of its own
 _HEAD = struct.Struct("<4siIIBdH")
-_MAGIC = b"VFH1"
+_MAGIC = b"VFH2"  # 2: the header has its own tag
 _REPLY = struct.Struct("<BI")  # status, text length; the text: the instance id or the error
 _OK, _BAD_INPUT, _FAILED = 0, 1, 2
 _SOCKET_BUFFER = 1 << 20  # a hand-over (64 frames, 426 KiB) in one or two writes
 MAX_ROWS = 16_384  # per hand-over (109 MB): the aggregator allocates what the header announces
 _DIMS = VISUAL_DIM + SEMANTIC_DIM
+# A reply's text (the instance id, or an error) is read before its tag: what one may announce.
+MAX_REPLY_TEXT = 64 << 10
 
 Submit = Callable[[int, FusedBatch, float, bool], str]
 
@@ -160,13 +165,8 @@ class Handoff:
             _MAGIC, shard_no, len(batch), batch.features.shape[1], urgent, extracted, len(batch_id)
         )
         try:
-            channel.send(
-                [
-                    head,
-                    batch_id,
-                    *(np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features)),
-                ]
-            )
+            rows = [np.ascontiguousarray(a) for a in (batch.ids, batch.times, batch.features)]
+            channel.send_messages([[head], [batch_id, *rows]])
             status, text = _read_reply(channel)
         except (OSError, AggregatorLost) as e:
             self._drop()
@@ -186,14 +186,22 @@ class Handoff:
 
 
 def _read_request(channel: wire.Channel) -> tuple[int, FusedBatch, float, bool] | None:
-    """The next hand-over on ``channel``, or None where it closed (or sent garbage).
-    Raises ``wire.Forged`` where it fails its tag: nothing of it is used."""
+    """The next hand-over on ``channel``, or None where it closed (or its header is refused).
+    Raises ``wire.Forged`` where its header or its rows fail their tag: nothing of it is used."""
     head = bytearray(_HEAD.size)
-    if not channel.read_into(memoryview(head)):
-        return None
+    if not channel.read_into(memoryview(head)) or not channel.check():
+        return None  # past ``check``, the header is the extractor's: its sizes may be weighed
     magic, shard_no, n, dims, urgent, extracted, id_len = _HEAD.unpack(head)
-    if magic != _MAGIC or dims != _DIMS or n > MAX_ROWS:
-        log.warning("hand-over: a malformed request, connection closed")
+    why = _refused(magic, n, dims)
+    if why:
+        log.warning(
+            "hand-over: a request of %d rows of %d columns (%d bytes) refused: %s; "
+            "connection closed",
+            n,
+            dims,
+            n * _row_bytes(dims),
+            why,
+        )
         return None
     batch_id = bytearray(id_len)
     ids = np.empty(n, np.int64)
@@ -207,8 +215,25 @@ def _read_request(channel: wire.Channel) -> tuple[int, FusedBatch, float, bool] 
     return shard_no, FusedBatch(ids, times, features, batch_id.decode()), extracted, bool(urgent)
 
 
+def _refused(magic: bytes, rows: int, dims: int) -> str:
+    """Why a hand-over's header is refused before anything is allocated for it ("": it is
+    not). ``struct`` gives Python ints: exact, never wrapped round as numpy's may be."""
+    if magic != _MAGIC:
+        return f"not a hand-over ({magic!r})"
+    if dims != _DIMS:
+        return f"a row has {_DIMS} columns"
+    if rows > MAX_ROWS:
+        return f"at most {MAX_ROWS} rows ({MAX_ROWS * _row_bytes(_DIMS)} bytes)"
+    return ""
+
+
+def _row_bytes(dims: int) -> int:
+    """What a row of ``dims`` columns takes on the wire: its id, its time range, its features."""
+    return 8 + 2 * 4 + 4 * dims
+
+
 def _reply(channel: wire.Channel, status: int, text: str) -> None:
-    data = text.encode()
+    data = text.encode()[:MAX_REPLY_TEXT]
     channel.send([_REPLY.pack(status, len(data)), data])
 
 
@@ -218,7 +243,9 @@ def _read_reply(channel: wire.Channel) -> tuple[int, str]:
     if not channel.read_into(memoryview(head)):
         raise AggregatorLost("the node aggregator closed the connection")
     status, length = _REPLY.unpack(head)
+    if length > MAX_REPLY_TEXT:  # not the aggregator's: it sends no more
+        raise AggregatorLost(f"a reply announced {length} bytes of text")
     text = bytearray(length)
     if not channel.read_into(memoryview(text)) or not channel.check():
         raise AggregatorLost("the node aggregator closed the connection")
-    return status, text.decode()
+    return status, text.decode(errors="replace")  # a long error may be cut mid-character
