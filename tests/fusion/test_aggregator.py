@@ -62,9 +62,10 @@ def test_streams_of_several_extractors_arrive_exactly_once(tmp_path, shards):
 def test_a_planned_codec_floor_compresses_its_nodes_rows_from_the_first(tmp_path, shards):
     """An applied plan that sets the head's codec floor to int8: its aggregator sends every row
     in int8 on a link with no congestion at all, and the shard holds them within int8's error."""
-    (tmp_path / "plan.json").write_text(
-        json.dumps({"nodes": [{"name": "head-0", "head": True, "codec_floor": "int8"}]})
-    )
+    head = {"name": "head-0", "head": True, "extractors": 1, "codec_floor": "int8"}
+    plan = {"nodes": [head], "shards": [["head-0"], ["head-0"]]}
+    plan |= {"fusion_min_bytes": 64 << 10, "fusion_max_bytes": 1 << 20}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
     cfg = Config(data_dir=tmp_path, dedup_cosine=1.01)
     (agg,) = start_aggregators(cfg, shards).values()
     try:
