@@ -60,8 +60,10 @@ def shape(value: Any) -> Shape:
                     name = str(k).replace("\x00", "\\x00")  # shown in a message: no NUL there
                     where = f"{at}.{name}" if at else name
                     stack.append((x, d + 1, where))
-                    if nul_at is None and isinstance(k, str) and "\x00" in k:
-                        nul_at = f"{where} (its key)"
+                    if isinstance(k, str):  # keys are text too
+                        text_ok = text_ok and not _SURROGATE.search(k)
+                        if nul_at is None and "\x00" in k:
+                            nul_at = f"{where} (its key)"
             else:
                 stack.extend((x, d + 1, f"{at}[{i}]") for i, x in enumerate(v))
     return Shape(depth, keys, text_ok, nul_at)
