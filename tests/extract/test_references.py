@@ -23,19 +23,33 @@ from vifusion.sources import SNIFF_BYTES, sniff
 RED, BLUE = (255, 0, 0), (0, 0, 255)
 
 
-def _ts(colour: tuple[int, int, int], frames: int = 48) -> bytes:
-    """An MPEG-TS H.264 stream of ``frames`` solid frames at 24 fps, 64x48."""
+def mpegts(frames: list[np.ndarray], fps: int = 24) -> bytes:
+    """An MPEG-TS H.264 stream of ``frames`` (h, w, 3 RGB) at ``fps``."""
     out = io.BytesIO()
     with av.open(out, "w", format="mpegts") as c:
-        s = c.add_stream("libx264", rate=24)
-        s.width, s.height = 64, 48
+        s = c.add_stream("libx264", rate=fps)
+        s.height, s.width = frames[0].shape[:2]
         s.pix_fmt, s.options = "yuv420p", {"preset": "ultrafast"}
-        for i in range(frames):
-            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), colour, np.uint8), "rgb24")
+        for i, rgb in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(rgb, "rgb24")
             frame.pts = i
             c.mux(s.encode(frame))
         c.mux(s.encode(None))
     return out.getvalue()
+
+
+def _ts(colour: tuple[int, int, int], frames: int = 48) -> bytes:
+    """``frames`` solid 64x48 frames at 24 fps."""
+    return mpegts([np.full((48, 64, 3), colour, np.uint8)] * frames)
+
+
+def hls_in_front(names: Path, video: bytes) -> bytes:
+    """An HLS playlist naming ``names`` (as a file:// URI), then ``video``."""
+    playlist = (
+        "#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXT-X-MEDIA-SEQUENCE:0\n"
+        f"#EXTINF:2.0,\n{names.as_uri()}\n#EXT-X-ENDLIST\n"
+    )
+    return playlist.encode() + video
 
 
 @pytest.fixture
@@ -53,12 +67,8 @@ def _colours(path: Path) -> list[np.ndarray]:
 def test_an_hls_playlist_in_front_of_a_video_shows_only_the_uploads_own_frames(
     tmp_path: Path, secret: Path
 ) -> None:
-    playlist = (
-        "#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXT-X-MEDIA-SEQUENCE:0\n"
-        f"#EXTINF:2.0,\n{secret.as_uri()}\n#EXT-X-ENDLIST\n"
-    ).encode()
     upload = tmp_path / "clip.mp4"
-    upload.write_bytes(playlist + _ts(BLUE))
+    upload.write_bytes(hls_in_front(secret, _ts(BLUE)))
     assert sniff(upload.read_bytes()[:SNIFF_BYTES]) is None  # the service takes it as a video
 
     assert probe(upload).num_frames == 48
