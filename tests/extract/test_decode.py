@@ -213,6 +213,20 @@ def test_decode_returns_exactly_the_indexed_frame(
     assert checked == 16
 
 
+def _every_frame(path: Path) -> list[np.ndarray]:
+    """Every frame ``path`` shows, decoded in turn (a packet the decoder refuses passed over),
+    at the size ``decode`` gives 320x240 video."""
+    frames = []
+    with av.open(str(path)) as c:
+        stream = c.streams.video[0]
+        for packet in [*(p for p in c.demux(stream) if p.size), None]:
+            try:
+                frames += stream.codec_context.decode(packet)
+            except av.error.InvalidDataError:
+                continue
+        return [f.to_ndarray(width=299, height=224, format="rgb24") for f in frames]
+
+
 def _remux(src: Path, dst: Path, container: str) -> Path:
     """``src``'s video packets, unchanged, in another container."""
     with av.open(str(src)) as i, av.open(str(dst), "w", format=container) as o:
@@ -236,12 +250,7 @@ def containers(kitchen: samples.SampleVideo, tmp_path_factory: pytest.TempPathFa
         "mpegts": _remux(kitchen.path, folder / "kitchen.ts", "mpegts"),
         "h264": _remux(kitchen.path, folder / "kitchen.h264", "h264"),
     }
-    out = {}
-    for name, path in paths.items():
-        with av.open(str(path)) as c:
-            every = [f.to_ndarray(width=299, height=224, format="rgb24") for f in c.decode(video=0)]
-        out[name] = (path, every)
-    return out
+    return {name: (path, _every_frame(path)) for name, path in paths.items()}
 
 
 @pytest.mark.parametrize(
@@ -326,6 +335,35 @@ def test_bad_input_raises_decode_error(
         with pytest.raises(DecodeError) as err:
             call()
         assert name in str(err.value) and reason in str(err.value), str(err.value)
+
+
+def _wreck(src: Path, dst: Path, frames: list[int]) -> None:
+    """``src`` with the packets of these frames (display order) overwritten with noise after
+    their first 4 bytes: the decoder refuses each (its NAL size is wrong)."""
+    data = bytearray(src.read_bytes())
+    with av.open(str(src)) as c:
+        packets = sorted(((p.pts, p.pos, p.size) for p in c.demux(video=0) if p.size))
+    noise = np.random.default_rng(0)
+    for i in frames:
+        _, pos, size = packets[i]
+        data[pos + 4 : pos + size] = noise.integers(0, 256, size - 4, np.uint8).tobytes()
+    dst.write_bytes(bytes(data))
+
+
+def test_a_corrupt_packet_under_a_sample_is_shown_by_the_frame_before_it(
+    kitchen: samples.SampleVideo, tmp_path: Path
+) -> None:
+    """One sampled frame of 12 that cannot be decoded is a glitch, not a failed video (decord
+    gave up on it); three are a broken file, refused naming the first."""
+    _wreck(kitchen.path, tmp_path / "glitch.mp4", [60])
+    frames, times = _all(tmp_path / "glitch.mp4", sample_fps=1.0, max_frames=3600)
+    assert len(frames) == 12 and [t[1:] for t in times] == [(k, k + 1) for k in range(12)]
+    shown, t0, t1 = times[2]  # 60 is the middle of [2, 3)
+    assert t0 * 24 <= shown < 60  # shown by a frame before it (the last one decoded)
+    assert np.array_equal(frames[2], _every_frame(tmp_path / "glitch.mp4")[shown])
+    _wreck(kitchen.path, tmp_path / "broken.mp4", [60, 156, 252])
+    with pytest.raises(DecodeError, match="broken.mp4: truncated or corrupt: frame 60"):
+        _all(tmp_path / "broken.mp4", sample_fps=1.0, max_frames=3600)
 
 
 def test_an_extreme_frame_count_is_sampled_within_the_cap(tmp_path: Path) -> None:

@@ -74,10 +74,15 @@ class Plan:
 
     targets: list[tuple[int, int]]
     feed: np.ndarray | None
+    shown_pts: np.ndarray | None = None  # the packets' pts in display order (with ``feed``)
 
     @property
     def by_pts(self) -> bool:
         return self.feed is not None
+
+    def index_of(self, key: int) -> int:
+        """The frame index (display order) of the decoded frame with this key."""
+        return key if self.shown_pts is None else int(np.searchsorted(self.shown_pts, key))
 
 
 def plan(index: StreamIndex, samples: list[tuple[int, float, float]], fps: float) -> Plan:
@@ -99,7 +104,7 @@ def plan(index: StreamIndex, samples: list[tuple[int, float, float]], fps: float
         targets.append((int(pts[at]), frame))
     feed = np.where(np.cumsum(spans[:-1]) > 0, _REFS, _SKIP).astype(np.int8)
     feed[[int(order[frame]) for _, frame in targets]] = _TARGET
-    return Plan(targets, feed)
+    return Plan(targets, feed, pts[order])
 
 
 def _keyframe_inside(shown_keys: list[int], t0: float, t1: float, fps: float, middle: int) -> int:

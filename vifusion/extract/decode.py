@@ -35,9 +35,9 @@ from vifusion._files import NotRegularFile, fd_path, open_regular
 from vifusion.extract import _sparse
 
 MAX_FRAME_PIXELS = 8192 * 8192  # 8K video fits; a header declaring more is refused, not decoded
-# Share of the sampled frames that may be missing (a corrupt packet), each shown by its
-# neighbour, before decoding fails instead: a few glitches are fine for search, half a video
-# of duplicates is not.
+# Share of the sampled frames that may be missing (a corrupt packet; one at least), each shown
+# by the frame before it, before decoding fails instead: a glitch is fine for search, half a
+# video of duplicates is not.
 _FAULT_TOL = 0.05
 # Below one frame per 100 s the rate comes from a broken header (an mp4 time scale of 0 reads
 # as 1/4096 fps: 8 frames spread over 9 hours), not from a camera.
@@ -329,7 +329,7 @@ def _decode(
     the frame decoded before it, up to ``_FAULT_TOL`` of them."""
     width, height = size
     plan = _sparse.plan(p.index, samples, p.info.fps)
-    allowed = int(_FAULT_TOL * len(samples))
+    allowed = max(1, int(_FAULT_TOL * len(samples)))
     frames: list[np.ndarray] = []
     spans: list[tuple[int, float, float]] = []
     missed: list[int] = []
@@ -341,7 +341,7 @@ def _decode(
         spans.append((shown, samples[k][1], samples[k][2]))
         k += 1
 
-    def miss(instead: av.VideoFrame | None) -> None:
+    def miss(instead: tuple[int, av.VideoFrame] | None) -> None:
         missed.append(plan.targets[k][1])
         if instead is None or len(missed) > allowed:
             raise _fail(
@@ -349,7 +349,7 @@ def _decode(
                 f"truncated or corrupt: frame {missed[0]} could not be decoded"
                 + (f" ({len(missed)} sampled frames so far)" if len(missed) > 1 else ""),
             )
-        keep(instead, plan.targets[k][1])
+        keep(instead[1], plan.index_of(instead[0]))
 
     with _open_container(path, src, p.container) as container:
         stream = container.streams[p.stream]
@@ -358,12 +358,13 @@ def _decode(
             for key, frame in _sparse.decoded(container, stream, plan):
                 if frame.width * frame.height > MAX_FRAME_PIXELS:  # grown past the header's
                     raise _fail(path, _too_big(frame.width, frame.height))
-                if key is not None:
-                    while k < len(samples) and key > plan.targets[k][0]:
-                        miss(frame if before is None else before)
-                    if k < len(samples) and key == plan.targets[k][0]:
-                        keep(frame, plan.targets[k][1])
-                before = frame
+                if key is None:
+                    continue
+                while k < len(samples) and key > plan.targets[k][0]:
+                    miss((key, frame) if before is None else before)
+                if k < len(samples) and key == plan.targets[k][0]:
+                    keep(frame, plan.targets[k][1])
+                before = key, frame
                 while len(frames) >= batch:
                     yield np.stack(frames[:batch]), spans[:batch]
                     del frames[:batch], spans[:batch]
