@@ -124,8 +124,12 @@ def _open(path: Path, follow_symlinks: bool = True) -> io.FileIO:
     return file
 
 
-def _open_container(path: Path, src: str, container: str | None) -> av.container.InputContainer:
-    """``src`` opened as ``container`` (None: the one FFmpeg finds, if it is allowed)."""
+def open_container(
+    path: Path, src: str, container: str | None = None
+) -> av.container.InputContainer:
+    """``src`` (the file ``path`` names, for errors) opened with PyAV as ``container`` (None:
+    the one FFmpeg finds, if it is one of ``_CONTAINERS``), reading that file only;
+    DecodeError otherwise. Whatever opens an untrusted file with PyAV opens it here."""
     try:
         return av.open(src, format=container, options=_OPEN_OPTIONS)
     except av.error.ArgumentError:  # FFmpeg's answer to a container off the list
@@ -152,7 +156,7 @@ def _video_stream(container: av.container.InputContainer) -> av.VideoStream | No
 def _scan(path: Path, src: str) -> _Probe:
     """Open ``src`` (the file ``path`` names) with PyAV, check there is a real video stream
     in an allowed container, index its packets."""
-    with _open_container(path, src, None) as container:
+    with open_container(path, src) as container:
         stream = _video_stream(container)
         if stream is None:
             raise _fail(path, "not a video (no video stream)")
@@ -351,7 +355,7 @@ def _decode(
             )
         keep(instead[1], plan.index_of(instead[0]))
 
-    with _open_container(path, src, p.container) as container:
+    with open_container(path, src, p.container) as container:
         stream = container.streams[p.stream]
         stream.thread_count = 1  # extractors run one per core, next to torch's threads
         try:
