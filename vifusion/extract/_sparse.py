@@ -27,9 +27,10 @@ import av
 import numpy as np
 
 # Containers whose keyframe flags come from an index the muxer wrote from the encoder's own
-# flags (mp4 stss, Matroska/WebM block flags, FLV tag headers, AVI idx1). Elsewhere (MPEG-TS,
-# MPEG-PS: guessed by a parser) a wrong flag would make the frames after a gap garbage.
-_INDEXED = ("mov", "matroska", "flv", "avi")
+# flags (mp4 stss, Matroska/WebM block flags, FLV tag headers). Elsewhere (MPEG-TS, MPEG-PS:
+# guessed by a parser; AVI, whose old encoders flag frames loosely) a wrong flag would make
+# the frames after a gap garbage, so every packet up to the last sample is decoded.
+_INDEXED = ("mov", "matroska", "flv")
 # Per packet: not sent; sent, its frame skipped if no other refers to it; sent and decoded.
 _SKIP, _REFS, _TARGET = 0, 1, 2
 
