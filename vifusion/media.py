@@ -11,8 +11,9 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-import av
 from PIL import Image
+
+from vifusion.extract.decode import DecodeError, open_container
 
 THUMB_WIDTH = 320
 
@@ -110,7 +111,11 @@ def _render(video: Path, t: float, width: int) -> bytes:
 
 
 def _frame_at(video: Path, t: float) -> Image.Image:
-    with av.open(str(video)) as container:
+    try:  # the decoder's restricted open: a file swapped since its probe reads nothing else
+        opened = open_container(video, str(video))
+    except DecodeError as e:
+        raise ValueError(str(e)) from None
+    with opened as container:
         stream = container.streams.video[0]
         stream.thread_count = 1
         if stream.time_base and t > 0:

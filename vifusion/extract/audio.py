@@ -20,6 +20,8 @@ from typing import Literal
 import av
 import numpy as np
 
+from vifusion.extract.decode import DecodeError, open_container
+
 SAMPLE_RATE = 16_000
 WINDOW_S = 300.0  # audio per window handed to the caller (Whisper's features for 5 min: ~50 MB)
 _CUT_SEARCH_S = 20.0  # a window ends at the quietest 0.1 s of its last 20 s (or quarter)
@@ -122,10 +124,10 @@ class AudioReader:
 
     def _chunks(self) -> Iterator[tuple[float, np.ndarray]]:
         """Resampled audio as it is decoded: (start_s of the chunk's first sample, samples)."""
-        try:
-            container = av.open(self.src)
-        except (av.error.FFmpegError, OSError) as e:
-            self._set("broken", f"cannot open for audio: {_why(e)}")
+        try:  # the decoder's restricted open: the container's own file, nothing it names
+            container = open_container(self.path, self.src)
+        except DecodeError as e:
+            self._set("broken", f"cannot open for audio: {e}")
             return
         with container:
             stream = _first_audio_stream(container)
