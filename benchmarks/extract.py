@@ -1,6 +1,6 @@
 """Frame extraction throughput on CPU: ViFusion vs. the Ray Data pipeline a user would write.
 
-Four figures, in frames per second of *sampled* frames (the default policy, 1 frame/s, the
+Five figures, in frames per second of *sampled* frames (the default policy, 1 frame/s, the
 frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
 
 1. **ViFusion**: the real indexing path. ``Runtime(cfg, writer=True).indexer.index_files``
@@ -8,6 +8,10 @@ frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
    need, each kept frame resized as it is converted), embeds (EfficientNet-Lite0 + ConSE),
    fuses and sends to the FAISS shard actors, and every frame is acknowledged (logged to
    disk). Actor start and model load are excluded by indexing a 2-second video first.
+   With the default settings (screen text and speech on; the workload has no audio track).
+1b. **ViFusion, screen text off**: the same run with ``screen_text=False``, right after it.
+   ``screen text cost`` = 1 - on / off: what deciding that these frames (photos and moving
+   shapes, no text) hold no text costs indexing (aim: at most 15%).
 2. **Baseline**: ``ray.data.read_videos`` (decodes and colour-converts every frame with
    decord) -> ``filter`` keeping the same frame indices as ViFusion -> ``map`` resizing to a
    short side of 224 with PIL -> ``map_batches`` with a callable class holding ViFusion's
@@ -20,7 +24,7 @@ frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
    process (probe included), its CPU seconds: what decoding costs ViFusion's extractor.
 
 It prints the workload, a table (method, frames, seconds, frames/s), the ratios
-ViFusion / baseline and ViFusion / model-only, and last one line of JSON with every figure.
+ViFusion / baseline and ViFusion / model-only, the cost of screen text, and last one line of JSON with every figure.
 
 The videos are written once with ``vifusion.samples.write_video`` into
 /tmp/vifusion-bench/extract/ (``--cache``) and reused by later runs.
@@ -128,7 +132,7 @@ def make_workload(cache: Path, num_videos: int, seconds: float, cfg: Config) -> 
 # --------------------------------------------------------------------------- 1. ViFusion
 
 
-def bench_vifusion(cfg: Config, wl: Workload) -> Result:
+def bench_vifusion(cfg: Config, wl: Workload, method: str = "vifusion") -> Result:
     """index_files over the workload into a fresh data dir, after a warm-up video."""
     from vifusion.runtime import Runtime
 
@@ -145,7 +149,7 @@ def bench_vifusion(cfg: Config, wl: Workload) -> Result:
     frames = sum(r.frames for r in results)
     if frames != wl.frames:
         raise SystemExit(f"ViFusion indexed {frames} frames, the sampling policy gives {wl.frames}")
-    return Result("vifusion", frames, seconds)
+    return Result(method, frames, seconds)
 
 
 def _check_ready(results: list[Any]) -> None:
@@ -367,12 +371,15 @@ def main() -> None:
     quiet_ray_data()
     try:
         vifusion = bench_vifusion(cfg, wl)  # closes its actors: the baseline needs both CPUs
+        no_text = bench_vifusion(
+            cfg.model_copy(update={"screen_text": False}), wl, "vifusion, text off"
+        )
         warm_up_readers(wl.warmup)
         baseline = bench_baseline(cfg, wl, threads, models)
     finally:
         ray.shutdown()
 
-    print_table([vifusion, baseline, model_only, decode_only])
+    print_table([vifusion, no_text, baseline, model_only, decode_only])
     print(
         f"decode only: {decode_cpu_s:.2f} CPU s, {decode_cpu_s / wl.frames * 1000:.1f} ms a frame"
     )
@@ -380,6 +387,8 @@ def main() -> None:
     fraction = vifusion.fps / model_only.fps
     print(f"ViFusion / baseline:   {speedup:.2f}x  (aim >= 1.5x)")
     print(f"ViFusion / model-only: {fraction:.0%}  (aim >= 80%)")
+    text_cost = 1 - vifusion.fps / no_text.fps
+    print(f"screen text cost:      {text_cost:.0%} of frames/s without it  (aim <= 15%)")
     print(
         json.dumps(
             {
@@ -387,6 +396,8 @@ def main() -> None:
                 "quick": args.quick,
                 "frames": wl.frames,
                 "vifusion_fps": round(vifusion.fps, 2),
+                "no_screen_text_fps": round(no_text.fps, 2),
+                "screen_text_cost": round(text_cost, 3),
                 "baseline_fps": round(baseline.fps, 2),
                 "model_only_fps": round(model_only.fps, 2),
                 "speedup_vs_baseline": round(speedup, 3),
