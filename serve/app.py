@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -42,7 +43,7 @@ from starlette._utils import get_route_path
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
-from serve import _auth, _docs, _errors, _metrics, _tls
+from serve import _auth, _docs, _errors, _ingress, _metrics, _tls
 from serve._errors import ApiError
 from serve.schema import (
     MAX_VIDEO_ID,
@@ -920,17 +921,35 @@ def build(args: dict[str, Any]) -> Application:
     return replicas(cfg).bind(cfg)
 
 
+def tune_serve(cfg: Config) -> Path:
+    """Set, for a Ray this process is about to start (its workers inherit them), Serve's
+    throughput settings (``SERVE_TUNED``; values set already win) and those of its HAProxy
+    ingress (serve/_ingress.py: its files in a private dir, its own pages on loopback or off,
+    HAProxy killed with the service). Returns that dir, to remove once that Ray has stopped."""
+    for name, value in SERVE_TUNED.items():
+        os.environ.setdefault(name, value)
+    run_dir = _ingress.private_dir()
+    os.environ.update(_ingress.env(cfg, run_dir))
+    return run_dir
+
+
 def run(cfg: Config, host: str, port: int) -> int:
     """Start the service on a local Ray (or ``cfg.ray_address``) and serve until Ctrl-C."""
-    import os
-
-    import ray
-
-    if cfg.ray_address is None:  # read by the Ray started just below and inherited by its workers
+    ingress_dir = None
+    if cfg.ray_address is None:  # read by the Ray started below and inherited by its workers
         tune_ray()
         if cfg.serve_tuned and not cfg.serves_https:  # HAProxy, as Serve sets it, is HTTP only
-            for name, value in SERVE_TUNED.items():
-                os.environ.setdefault(name, value)
+            ingress_dir = tune_serve(cfg)
+    try:
+        return _serve_until_stopped(cfg, host, port)
+    finally:
+        if ingress_dir is not None:  # Ray has stopped, and HAProxy with it
+            shutil.rmtree(ingress_dir, ignore_errors=True)
+
+
+def _serve_until_stopped(cfg: Config, host: str, port: int) -> int:
+    import ray
+
     ray.init(
         address=cfg.ray_address,
         include_dashboard=False,

@@ -5,21 +5,32 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
+import socket
 
 import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
 
+    ingress = None
     if not ray.is_initialized():
-        # Serve as `vifusion serve` runs it (cfg.serve_tuned): the serve tests go through HAProxy.
-        from serve.app import SERVE_TUNED
+        # Serve as `vifusion serve` runs it (cfg.serve_tuned): the serve tests go through
+        # HAProxy. Its files in a dir of the session's own, its statistics page and exporter
+        # off, Serve's fallback proxy on a free port: two sessions can run on one machine.
+        from serve.app import tune_serve
+        from vifusion.config import Config
         from vifusion.runtime import tune_ray
 
-        for name, value in SERVE_TUNED.items():
-            os.environ.setdefault(name, value)
+        ingress = tune_serve(Config(ingress_fallback_port=free_port()))
         # A replica being stopped stays reachable this long behind HAProxy (30 s by default)
         # so that load balancers in front can let go of it; a test session has none.
         os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
@@ -28,6 +39,8 @@ def ray_session():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+    if ingress is not None:
+        shutil.rmtree(ingress, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

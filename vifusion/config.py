@@ -147,6 +147,29 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
         "and the app on the replica's own event loop; for a Ray that `vifusion serve` starts (on a cluster, set "
         "RAY_SERVE_ENABLE_HA_PROXY=1 and RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0 where the nodes start)",
     )
+    # The HAProxy ingress's other ports (serve_tuned, a Ray that `vifusion serve` starts): two
+    # services on one machine need different ones (serve/_ingress.py).
+    ingress_stats_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="HAProxy's statistics page, http://127.0.0.1:PORT/stats (loopback only, no "
+        "password); 0: off",
+    )
+    ingress_metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="HAProxy's Prometheus exporter, http://127.0.0.1:PORT/metrics (loopback only); "
+        "0: off (the service's own /metrics is on its port)",
+    )
+    ingress_fallback_port: int = Field(
+        8500,
+        gt=0,
+        le=65535,
+        description="Ray Serve's own proxy, on the service's host: HAProxy's fallback while no "
+        "API replica is up",
+    )
 
     # HTTPS at the ingress: Serve's own proxy (uvicorn) holds the certificate; HAProxy, as
     # Serve configures it, speaks plain HTTP, so HTTPS turns serve_tuned's ingress off.

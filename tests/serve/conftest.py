@@ -4,7 +4,6 @@ fresh data dir, with the demo videos ingested through the API itself (two upload
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import httpx
 import pytest
 from ray import serve
 
+from tests.conftest import free_port
 from vifusion.client import Client
 from vifusion.config import Config
 from vifusion.samples import SampleVideo, write_demo_set
@@ -35,12 +35,6 @@ class Live:
     vectors: (
         int  # vectors held once the three demo videos are in (fewer than frames: temporal dedup)
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
