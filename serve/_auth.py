@@ -23,7 +23,6 @@ MIN_KEY_CHARS = 32  # a generated key has 43 (32 random bytes)
 # Thumbnails and media have their own budget: one page of results fetches a thumbnail per result.
 _MEDIA = re.compile(r"/v1/videos/[^/]+/(thumbnail|media)")
 _SIGNED = re.compile(r"/media/([0-9]{1,19})")  # the only paths the service signs
-LOCAL_INGRESS = "127.0.0.1"  # the bucket of requests uvicorn re-addressed from X-Forwarded-For
 
 
 class WeakKey(ValueError):
@@ -100,21 +99,15 @@ def _write_private(path: Path, text: str, replace: bool = True) -> None:
 
 
 def client_address(scope: dict) -> str:
-    """The address a request is charged to: the TCP peer, never a value a client wrote.
+    """The address a request is charged to: the client's, never one it wrote itself.
 
-    Ray Serve's HAProxy ingress (``serve_tuned``) adds no ``X-Forwarded-For`` and speaks no
-    PROXY protocol (its template, ray/serve/_private/haproxy_templates.py, has neither
-    ``option forwardfor`` nor ``send-proxy``), so behind it the peer is HAProxy and every
-    client shares its address; any ``X-Forwarded-For`` came from the client as it is. Yet
-    uvicorn, which serves the replica (and Serve's Python proxy), puts that header's right-most
-    value into ``scope["client"]`` when the peer is a loopback address, as HAProxy's is. Such
-    a request is charged to the local ingress it came through: otherwise each made-up address
-    would be a fresh bucket."""
-    host = (scope.get("client") or ("",))[0]
-    forwarded = b",".join(v for k, v in scope["headers"] if k == b"x-forwarded-for")
-    if host and host.encode("latin-1", "replace") in forwarded:
-        return LOCAL_INGRESS
-    return host
+    Behind the HAProxy ingress (``serve_tuned``) the TCP peer is HAProxy, on loopback; our
+    launcher (``serve/_ingress.py``) makes HAProxy set ``X-Forwarded-For`` to the peer it saw,
+    replacing whatever the client sent, and uvicorn, which serves the replica, takes that
+    header from a loopback peer as the client (``scope["client"]``). Behind Serve's Python
+    proxy, the peer a remote client connects from is not loopback: uvicorn ignores its
+    header. So ``scope["client"]`` is the client's own address either way."""
+    return (scope.get("client") or ("",))[0]
 
 
 class Gate:

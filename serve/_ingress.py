@@ -46,7 +46,9 @@ _LONGEST_FILE = "/" + "0" * 56 + "/metrics.sock"
 _MAX_SOCKET_PATH = 97
 # Sections of the service's own port, bound where `vifusion serve --host` says; every other
 # listener of the rendered config is HAProxy's own (statistics, exporter).
-_SERVICE_SECTIONS = ("frontend http_frontend", "frontend grpc_frontend")
+_HTTP_SECTION = "frontend http_frontend"
+_SERVICE_SECTIONS = (_HTTP_SECTION, "frontend grpc_frontend")
+_SET_CLIENT = "    http-request set-header X-Forwarded-For %[src]\n"
 _BIND = re.compile(r"(?P<lead>\s+bind\s+)(?P<host>\*|[\w.-]*):(?P<port>\d+)(?P<rest>\s.*)?")
 _SOCKET = re.compile(r"(?P<lead>\s*stats socket \S+ mode )(?P<mode>\d+)(?P<rest>\s.*)?")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -103,8 +105,9 @@ def env(cfg: Config, run_dir: Path) -> dict[str, str]:
 
 def private_config(text: str) -> str:
     """Ray's rendered HAProxy config with HAProxy's own listeners on 127.0.0.1, a listener at
-    port 0 left out (with its section: off), and the admin socket at mode 600. The service's
-    frontends are left as they are. ValueError where the config does not read as expected
+    port 0 left out (with its section: off), the admin socket at mode 600, and the HTTP
+    frontend naming each request's client (``_with_client_address``); the service's listeners
+    are left where they are. ValueError where the config does not read as expected
     (a listener or socket line of another shape): better no ingress than an open one."""
     sections: list[list[str]] = []
     for line in text.splitlines(keepends=True):
@@ -113,6 +116,9 @@ def private_config(text: str) -> str:
         sections[-1].append(line)
     out: list[str] = []
     for section in sections:
+        if section[0].strip() == _HTTP_SECTION:
+            out += _with_client_address(section)
+            continue
         if section[0].strip() in _SERVICE_SECTIONS:
             out += section
             continue
@@ -134,6 +140,18 @@ def private_config(text: str) -> str:
             kept.append(line)
         out += kept or []
     return "".join(out)
+
+
+def _with_client_address(section: list[str]) -> list[str]:
+    """The HTTP frontend, made to name each request's client: ``X-Forwarded-For`` set to the
+    TCP peer HAProxy saw, replacing whatever the client sent (so a client cannot name
+    another). The replica's uvicorn takes that header from a loopback peer as the client's
+    address, and the rate limits charge it (``serve._auth.client_address``)."""
+    binds = [i for i, line in enumerate(section) if line.split()[:1] == ["bind"]]
+    if len(binds) != 1:
+        raise ValueError(f"{len(binds)} listeners in {_HTTP_SECTION!r}, not one")
+    at = binds[0] + 1
+    return [*section[:at], _SET_CLIENT, *section[at:]]
 
 
 def main(argv: list[str]) -> None:

@@ -67,3 +67,18 @@ def test_a_listener_of_another_shape_stops_haproxy_rather_than_open_it(line):
     config = f"global\n    stats socket /r/admin.sock mode 666 level admin\nlisten stats\n{line}\n"
     with pytest.raises(ValueError, match="unknown shape"):
         private_config(config)
+
+
+def test_the_http_frontend_names_the_client_haproxy_saw_in_place_of_the_clients_own():
+    config = (
+        "frontend http_frontend\n    bind 127.0.0.1:8000\n    default_backend app\n"
+        "frontend grpc_frontend\n    bind 127.0.0.1:9000 proto h2\n"
+    )
+    http, grpc = private_config(config).split("frontend grpc_frontend")
+    lines = [ln.strip() for ln in http.splitlines()]
+    assert lines[:3] == [
+        "frontend http_frontend",
+        "bind 127.0.0.1:8000",
+        "http-request set-header X-Forwarded-For %[src]",  # set, not added to the client's
+    ]
+    assert "X-Forwarded-For" not in grpc

@@ -106,14 +106,13 @@ def address_behind(peer: str, headers: list[tuple[bytes, bytes]]) -> str:
     return seen[0]
 
 
-def test_a_client_written_x_forwarded_for_names_no_bucket():
-    xff = [(b"x-forwarded-for", b"203.0.113.7")]
-    assert address_behind("127.0.0.1", []) == "127.0.0.1"  # HAProxy on this node
-    assert address_behind("127.0.0.1", xff) == "127.0.0.1"  # not 203.0.113.7
-    assert address_behind("::1", [(b"x-forwarded-for", b"198.51.100.1, 203.0.113.8")]) == (
-        "127.0.0.1"
-    )
-    assert address_behind("10.0.0.5", xff) == "10.0.0.5"  # a peer uvicorn trusts not: as is
+def test_the_address_haproxy_names_is_the_bucket_and_a_remote_peers_header_is_not():
+    # Behind the ingress, X-Forwarded-For is what HAProxy set (it replaces the client's:
+    # tests/serve/test_ingress.py); from a peer that is not loopback, uvicorn ignores it.
+    set_by_haproxy = [(b"x-forwarded-for", b"203.0.113.7")]
+    assert address_behind("127.0.0.1", set_by_haproxy) == "203.0.113.7"
+    assert address_behind("127.0.0.1", []) == "127.0.0.1"  # a client on this machine
+    assert address_behind("10.0.0.5", set_by_haproxy) == "10.0.0.5"  # its header: ignored
 
 
 def test_bad_settings_are_refused():
@@ -195,11 +194,20 @@ def test_live_limit_answers_429_with_retry_after(live):
 
 
 @pytest.mark.slow
+def from_address(live, address: str) -> httpx.Client:
+    """A client of the live service whose connections come from ``address`` (a loopback
+    address other than 127.0.0.1: another machine, as HAProxy sees it)."""
+    transport = httpx.HTTPTransport(local_address=address)
+    return httpx.Client(
+        base_url=live.url, headers=live.client.headers, timeout=60, transport=transport
+    )
+
+
 def test_junk_and_forged_addresses_do_not_stop_a_player(live):
-    """Behind HAProxy every client has the same address. A burst of made-up signed URLs is
-    refused (403) without spending anyone's budget, so a real player's URL still plays; a URL
-    hammered spends its own budget only; an X-Forwarded-For a client writes gets no bucket of
-    its own (Ray's HAProxy adds none: whatever is there came from the client)."""
+    """Behind HAProxy each client is charged by the address HAProxy saw: an X-Forwarded-For
+    it writes gets no bucket of its own, a client at another address has its own. A burst of
+    made-up signed URLs is refused (403) without spending anyone's budget, so a real player's
+    URL still plays; a URL hammered spends its own budget only."""
     from tests.serve.test_media_url import signed, tampered
 
     kitchen = signed(live, live.ids["kitchen.mp4"])  # minted before the limits drop
@@ -214,10 +222,14 @@ def test_junk_and_forged_addresses_do_not_stop_a_player(live):
     try:
         # The /v1 budget spent (and the new replica the one answering)...
         first_429(lambda: live.client.get("/v1/videos", params={"limit": 1}))
-        # ... a made-up client address does not open a new one.
-        for forged in ("203.0.113.7", "198.51.100.1, 203.0.113.8", "::1", "127.0.0.1"):
+        # ... a made-up client address does not open a new one (HAProxy replaces it) ...
+        for forged in ("203.0.113.7", "198.51.100.1, 203.0.113.8", "::1", "127.0.0.2"):
             r = live.client.get("/v1/videos", headers={"X-Forwarded-For": forged})
             assert r.status_code == 429, (forged, r.status_code)
+        # ... while a client at another address has its own budget.
+        with from_address(live, "127.0.0.2") as other:
+            assert other.get("/v1/videos", params={"limit": 1}).status_code == 200
+            first_429(lambda: other.get("/v1/videos", params={"limit": 1}))
 
         junk = [live.anon.get(tampered(kitchen, sig="x" * n)).status_code for n in range(1, 31)]
         assert set(junk) == {403}, junk
