@@ -498,10 +498,9 @@ def replicas_main(args: argparse.Namespace) -> None:
     plan = Plan(quick=args.quick, levels=(1, 4), per_client=args.requests or 60, limit_s=30.0)
     videos = write_videos(args.cache, args.quick)
     tmp, key, cfg = bench_config(videos)
-    from serve.app import SERVE_TUNED
+    from serve.app import tune_serve
 
-    for name, value in SERVE_TUNED.items():
-        os.environ.setdefault(name, value)
+    ingress_dir = tune_serve(cfg)  # as `vifusion serve` runs it
     ray.init(
         num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
     )
@@ -511,6 +510,7 @@ def replicas_main(args: argparse.Namespace) -> None:
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(ingress_dir, ignore_errors=True)
     print(
         f"workload: {len(videos)} videos, {vectors} frame vectors; {plan.per_client} requests per client"
     )
@@ -554,15 +554,15 @@ def main() -> None:
     t_start = time.perf_counter()
     videos = write_videos(args.cache, args.quick)
     tmp, key, cfg = bench_config(videos)
+    # --env NAME=VALUE overrides (e.g. RAY_SERVE_ENABLE_HA_PROXY=0); the local Ray cluster
+    # started below, and all its workers, inherit the environment.
     env = dict(item.split("=", 1) for item in args.env)
-    if (
-        cfg.serve_tuned
-    ):  # as `vifusion serve` runs it; --env NAME=VALUE overrides (e.g. RAY_SERVE_ENABLE_HA_PROXY=0)
-        from serve.app import SERVE_TUNED
+    os.environ.update(env)
+    ingress_dir = None
+    if cfg.serve_tuned:  # as `vifusion serve` runs it
+        from serve.app import tune_serve
 
-        for name, value in SERVE_TUNED.items():
-            env.setdefault(name, value)
-    os.environ.update(env)  # the local Ray cluster started below, and all its workers, inherit it
+        ingress_dir = tune_serve(cfg)
     ray.init(
         num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
     )
@@ -578,6 +578,8 @@ def main() -> None:
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+        if ingress_dir is not None:
+            shutil.rmtree(ingress_dir, ignore_errors=True)
 
     seconds = sum(probe_duration(v) for v in videos)
     print(
