@@ -195,7 +195,7 @@ class ExtractFields(BaseModel):
         "text is read (the video's own where smaller); the embedder gets them shrunk",
     )
     ocr_gate_side: int = Field(
-        320,
+        224,
         ge=0,
         description="a frame to read is first looked at by the text detector "
         "at this short side, and read in full only where it sees text (or the last "
@@ -204,8 +204,17 @@ class ExtractFields(BaseModel):
     ocr_full_interval_s: float = Field(
         30.0,
         gt=0,
-        description="longest time (seconds) between two full readings "
-        "of a video's frames, so text too small for the gate is still found",
+        description="longest time (seconds) between two full looks at a video's frames "
+        "(a reading, or the text detector at the frame's own size up to the reading's), "
+        "so text too small for the gate is still found",
+    )
+    ocr_backoff_max: int = Field(
+        4,
+        ge=1,
+        description="where the gate keeps finding no text (4 looks in a row), it looks at "
+        "every 2nd changed frame, then every 4th, ... up to every ocr_backoff_max-th "
+        "(1: every changed frame); text found puts it back to every frame, and the frames "
+        "skipped before it are looked at then, so the text's span starts where it showed",
     )
 
 

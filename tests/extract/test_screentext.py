@@ -164,24 +164,78 @@ def test_the_callers_change_signal(reader: ScreenReader) -> None:
     ]
 
 
-def test_changing_pictures_without_text_are_only_looked_at(reader: ScreenReader) -> None:
-    """Camera footage (the demo videos' pan-and-zoom over photos and moving shapes) changes in
-    every frame: the gate looks at each, and reads hardly any (two touching shapes can look like
-    a word to the detector); a slide after them is read at once."""
+def _footage(seconds: int) -> list[np.ndarray]:
+    """Camera footage at 1 frame/s (the demo videos' pan-and-zoom over photos and moving
+    shapes): it changes in every frame and shows no text."""
     from vifusion.samples import MOTION, render
 
-    footage = list(render(["coffee", "chelsea", MOTION], scene_s=4.0, fps=1, size=(640, 360)))
+    scenes = ["coffee", "chelsea", MOTION]
+    return list(render(scenes, scene_s=seconds / len(scenes), fps=1, size=(640, 360)))
+
+
+def _caption(rgb: np.ndarray, text: str, px: int = 20) -> np.ndarray:
+    """``text`` burnt in as a subtitle: white with a black outline, centred near the bottom."""
+    from PIL import Image, ImageDraw
+
+    img = Image.fromarray(rgb)
+    draw = ImageDraw.Draw(img)
+    font = _talks.font(px)
+    x = (img.width - draw.textlength(text, font=font)) / 2
+    draw.text(
+        (x, img.height - 2.2 * px),
+        text,
+        font=font,
+        fill=(255, 255, 255),
+        stroke_width=2,
+        stroke_fill=(0, 0, 0),
+    )
+    return np.asarray(img)
+
+
+def test_footage_without_text_is_looked_at_less_and_less(reader: ScreenReader) -> None:
+    """Every frame changes, so each one could be looked at; after 4 looks without text the
+    gate looks at every 2nd, after 4 more at every 4th (ocr_backoff_max): 13 looks in 30 s
+    (0-3, 5, 7, 9, 11, 15, 19, 23, 27 and, at the end, 29), not 30. A slide after them,
+    shown for 4 s, is still read, from the second it showed."""
+    assert reader.cfg.ocr_backoff_max == 4
+    footage = _footage(30)
     tracker = reader.track()
     spans = [s for t, rgb in enumerate(footage) for s in tracker.add(rgb, float(t), t + 1.0)]
-    assert (
-        spans == []
-        and tracker.frames_read + tracker.frames_gated == 12
-        and tracker.frames_read <= 2
-    )
-    read = tracker.frames_read
-    spans = tracker.add(_talks.slide([ZORBLAX]), 12.0, 13.0) + tracker.finish()
-    assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 12.0, 13.0)]
-    assert tracker.frames_read == read + 1
+    looked = tracker.frames_read + tracker.frames_gated
+    assert spans == [] and tracker.frames_read <= 1  # touching shapes can look like a word
+    assert (looked, tracker.frames_skipped) == (12, 18)  # 29 is still to be looked at
+    slide = _talks.slide([ZORBLAX])
+    spans = [s for t in range(30, 34) for s in tracker.add(slide, float(t), t + 1.0)]
+    spans += tracker.finish()
+    assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 30.0, 34.0)]
+
+
+def test_every_changed_frame_is_looked_at_without_the_back_off() -> None:
+    reader = ScreenReader(Config(ocr_threads=1, ocr_backoff_max=1))
+    tracker = reader.track()
+    for t, rgb in enumerate(_footage(12)):
+        tracker.add(rgb, float(t), t + 1.0)
+    assert tracker.finish() == []
+    assert (tracker.frames_read + tracker.frames_gated, tracker.frames_skipped) == (12, 0)
+
+
+@pytest.mark.parametrize("first", [20, 21, 22, 23])
+def test_a_caption_after_a_long_stretch_without_text_is_found_from_its_start(
+    reader: ScreenReader, first: int
+) -> None:
+    """A 4-second subtitle over moving footage, where the gate has long found nothing and
+    looks at every 4th changed frame: whichever of its frames the look falls on, the frames
+    skipped before it are looked at then, and its span starts where it showed."""
+    text = "The keys are under the red boat"
+    tracker = reader.track()
+    spans: list[TextSpan] = []
+    for t, rgb in enumerate(_footage(30)):
+        shown = first <= t < first + 4
+        spans += tracker.add(_caption(rgb, text) if shown else rgb, float(t), t + 1.0)
+    spans += tracker.finish()
+    assert [(line_key(s.text), s.start_s, s.end_s) for s in spans] == [
+        (line_key(text), float(first), first + 4.0)
+    ]
 
 
 def test_text_too_small_for_the_gate_is_read_within_the_full_interval() -> None:

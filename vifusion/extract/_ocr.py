@@ -14,6 +14,7 @@ calls, in the same order) for two things it does not hand out:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,11 @@ _JOIN_GAP_HEIGHTS = 1.5  # boxes on one row this close (in line heights) are one
 # high: a word of three letters or more is; the blobs it takes for text in photos and moving
 # shapes are squarer (at most 1.3 in the demo videos).
 _GATE_MIN_ASPECT = 1.5
+# The gate's thresholds on the detector's text map (pixel, box score): lower than a reading's
+# (0.3, 0.5), which at 224 px found 16-px captions on 360-line photo frames on 21 of 24 frames
+# where these find them on 22, 14-px ones on 18 where these do on 20, and no more boxes on
+# 48 frames of photos without text (2026-11-28, docs/benchmarks.md "Screen text that pays").
+_GATE_THRESH, _GATE_BOX_THRESH = 0.2, 0.4
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,27 @@ def _join_rows(pieces: list[_Piece]) -> list[_Piece]:
     return sorted(rows, key=lambda r: (r.y0, r.x0))
 
 
+def _without_spinning(session: Any, threads: int) -> Any:
+    """``session`` loaded again with its threads sleeping between runs. onnxruntime's threads
+    spin-wait by default: with two of them, a look at a frame cost twice the CPU of one thread
+    for no less time (2026-11-28, this machine), CPU the embedder and decoder needed."""
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.log_severity_level = 4
+    opts.enable_cpu_mem_arena = False
+    opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    providers, options = session.get_providers(), session.get_provider_options()
+    return onnxruntime.InferenceSession(
+        session._model_path,
+        sess_options=opts,
+        providers=providers,
+        provider_options=[options.get(p, {}) for p in providers],
+    )
+
+
 class LineReader:
     """RapidOCR with ``threads`` CPU threads, or onnxruntime's CUDA provider where ``cuda``."""
 
@@ -140,6 +167,24 @@ class LineReader:
             cls_use_cuda=cuda,
             rec_use_cuda=cuda,
         )
+        e = self.engine
+        for part in (e.text_det.infer, e.text_cls.infer, e.text_rec.session):
+            part.session = _without_spinning(part.session, threads)
+        from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
+
+        self._gate_boxes = DBPostProcess(
+            thresh=_GATE_THRESH,
+            box_thresh=_GATE_BOX_THRESH,
+            max_candidates=1000,
+            unclip_ratio=1.6,
+            use_dilation=True,
+            score_mode="fast",
+        )
+
+    @property
+    def read_side(self) -> int:
+        """The short side ``read`` detects text at (RapidOCR's ``limit_side_len``)."""
+        return int(self.engine.text_det.limit_side_len)
 
     def sees_text(self, rgb: np.ndarray, side: int) -> bool:
         """Whether the text detector, run on the picture scaled to short side ``side``, finds a
@@ -162,9 +207,7 @@ class LineReader:
         if x is None:  # no size to look at: let ``read`` decide
             return True
         prob = det.infer(x)[0]
-        boxes, _ = det.postprocess_op(
-            prob, prob.shape[2:]
-        )  # in the map's own pixels: shapes undistorted
+        boxes, _ = self._gate_boxes(prob, prob.shape[2:])  # in the map's pixels: undistorted
         for box in boxes:
             _, (w, h), _ = cv2.minAreaRect(np.asarray(box, np.float32))
             if max(w, h) >= _GATE_MIN_ASPECT * max(min(w, h), 1.0):
