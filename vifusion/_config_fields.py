@@ -209,12 +209,13 @@ class ExtractFields(BaseModel):
         "so text too small for the gate is still found",
     )
     ocr_backoff_max: int = Field(
-        4,
+        8,
         ge=1,
-        description="where the gate keeps finding no text (4 looks in a row), it looks at "
-        "every 2nd changed frame, then every 4th, ... up to every ocr_backoff_max-th "
-        "(1: every changed frame); text found puts it back to every frame, and the frames "
-        "skipped before it are looked at then, so the text's span starts where it showed",
+        description="where no text is on screen the gate looks at every ocr_backoff_max-th "
+        "changed frame (a video starts so; 1: every changed frame); text found makes it "
+        "look at every changed frame, then every 2nd, 4th, ... after each 4 looks without "
+        "text; the frames skipped before a look that finds text are looked at then, so a "
+        "span starts where its text showed",
     )
 
 

@@ -192,22 +192,36 @@ def _caption(rgb: np.ndarray, text: str, px: int = 20) -> np.ndarray:
     return np.asarray(img)
 
 
-def test_footage_without_text_is_looked_at_less_and_less(reader: ScreenReader) -> None:
-    """Every frame changes, so each one could be looked at; after 4 looks without text the
-    gate looks at every 2nd, after 4 more at every 4th (ocr_backoff_max): 13 looks in 30 s
-    (0-3, 5, 7, 9, 11, 15, 19, 23, 27 and, at the end, 29), not 30. A slide after them,
-    shown for 4 s, is still read, from the second it showed."""
-    assert reader.cfg.ocr_backoff_max == 4
-    footage = _footage(30)
+def test_footage_without_text_is_looked_at_every_8th_frame(reader: ScreenReader) -> None:
+    """Every frame changes, so each one could be looked at; the gate looks at the first, then
+    every 8th (ocr_backoff_max), and where the picture holds: 0, 8, 16, 19 (the end of a pan,
+    as the frame before) and 27 s, not 30 frames. A slide after them, shown for 4 s, is read
+    at once (the full look every 30 s falls on it)."""
+    assert reader.cfg.ocr_backoff_max == 8
     tracker = reader.track()
+    footage = _footage(30)
     spans = [s for t, rgb in enumerate(footage) for s in tracker.add(rgb, float(t), t + 1.0)]
     looked = tracker.frames_read + tracker.frames_gated
-    assert spans == [] and tracker.frames_read <= 1  # touching shapes can look like a word
-    assert (looked, tracker.frames_skipped) == (12, 18)  # 29 is still to be looked at
+    assert spans == [] and (looked, tracker.frames_skipped) == (5, 25)
     slide = _talks.slide([ZORBLAX])
     spans = [s for t in range(30, 34) for s in tracker.add(slide, float(t), t + 1.0)]
     spans += tracker.finish()
     assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 30.0, 34.0)]
+    # Read at 30 s; the frames skipped before it (28, 29 s) looked at for where it started.
+    assert (tracker.frames_read, tracker.frames_gated) == (1, 7)
+
+
+def test_a_slide_held_after_footage_is_read_from_its_start(reader: ScreenReader) -> None:
+    """A slide shown for 3 s between stretches of camera footage, where the gate looks at
+    every 8th changed frame: its second frame holds the picture of its first, so it is
+    looked at then, not after the slide has gone."""
+    tracker = reader.track()
+    slide = _talks.slide([ZORBLAX])
+    spans: list[TextSpan] = []
+    for t, rgb in enumerate(_footage(30)):
+        spans += tracker.add(slide if 20 <= t < 23 else rgb, float(t), t + 1.0)
+    spans += tracker.finish()
+    assert [(s.text, s.start_s, s.end_s) for s in spans] == [(ZORBLAX, 20.0, 23.0)]
 
 
 def test_every_changed_frame_is_looked_at_without_the_back_off() -> None:
@@ -220,12 +234,11 @@ def test_every_changed_frame_is_looked_at_without_the_back_off() -> None:
 
 
 @pytest.mark.parametrize("first", [20, 21, 22, 23])
-def test_a_caption_after_a_long_stretch_without_text_is_found_from_its_start(
-    reader: ScreenReader, first: int
-) -> None:
-    """A 4-second subtitle over moving footage, where the gate has long found nothing and
-    looks at every 4th changed frame: whichever of its frames the look falls on, the frames
-    skipped before it are looked at then, and its span starts where it showed."""
+def test_a_caption_as_long_as_the_back_off_is_found_from_its_start(first: int) -> None:
+    """A subtitle over moving footage for 4 s, where the gate looks at every 4th changed
+    frame: whichever of its frames the look falls on, the frames skipped before it are looked
+    at then, and its span starts where it showed."""
+    reader = ScreenReader(Config(ocr_threads=1, ocr_backoff_max=4))
     text = "The keys are under the red boat"
     tracker = reader.track()
     spans: list[TextSpan] = []
@@ -235,6 +248,22 @@ def test_a_caption_after_a_long_stretch_without_text_is_found_from_its_start(
     spans += tracker.finish()
     assert [(line_key(s.text), s.start_s, s.end_s) for s in spans] == [
         (line_key(text), float(first), first + 4.0)
+    ]
+
+
+def test_after_text_every_changed_frame_is_looked_at_again(reader: ScreenReader) -> None:
+    """Subtitles come in runs: once one is found, the frames after it are looked at one by
+    one (the back-off starts again from 1), so a 2-second line after it is not missed."""
+    first, second = "The keys are under the red boat", "Where is the boat"
+    tracker = reader.track()
+    spans: list[TextSpan] = []
+    for t, rgb in enumerate(_footage(30)):
+        text = first if 8 <= t < 16 else second if 18 <= t < 20 else None
+        spans += tracker.add(_caption(rgb, text) if text else rgb, float(t), t + 1.0)
+    spans += tracker.finish()
+    assert [(line_key(s.text), s.start_s, s.end_s) for s in spans] == [
+        (line_key(first), 8.0, 16.0),
+        (line_key(second), 18.0, 20.0),
     ]
 
 

@@ -1,13 +1,18 @@
 """Text shown on screen (slides, signs, captions, code) as timed spans, read with RapidOCR.
 
-A frame is read only where the picture changed since the last frame read, and at least
-every ``ocr_still_interval_s``; otherwise it shows what the last reading showed. Where the
-last reading found no text, the detector alone first looks at the frame shrunk to
-``ocr_gate_side``, with a full reading at least every ``ocr_full_interval_s``. A reading keeps
-(``readable``) lines at or above ``ocr_min_confidence`` with two letters or digits and no word
-mixing two scripts. The same line (letters compared without case or spaces, a character or
-two apart) on consecutive readings is one span. Why: docs/benchmarks.md, "Design notes moved
-from docstrings".
+A frame is read only where the picture changed since the last frame looked at, and at least
+every ``ocr_still_interval_s``; otherwise it shows what the last reading showed. Where no text
+is on screen, the detector alone first looks at the frame shrunk to ``ocr_gate_side`` (the
+gate), and at least every ``ocr_full_interval_s`` at the frame's own size up to a reading's;
+only a frame it sees text on is read. Where no text is on screen, the gate looks only at
+every ``ocr_backoff_max``-th changed frame, and at a picture held still since the frame
+before (camera footage moves in every frame; slides and title cards hold). Once it finds
+text, the frames it skipped are looked at too, so a span starts where its text first showed,
+and it looks at every changed frame again, then every 2nd, 4th, ... as looks find nothing.
+A reading keeps (``readable``) lines at or above ``ocr_min_confidence`` with two letters or
+digits and no word mixing two scripts. The same line (letters compared without case or
+spaces, a character or two apart) on consecutive readings is one span. Why:
+docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations
@@ -125,11 +130,19 @@ class ScreenTextTracker:
         self.frames_skipped = 0
         self._last_full_s: float | None = None
         self._open: list[_Open] = []
-        self._last_thumb: np.ndarray | None = None
+        self._last_thumb: np.ndarray | None = None  # of the last frame looked at
+        self._prev_thumb: np.ndarray | None = None  # of the frame before this one
         self._last_read_s: float | None = None
         self._last_end_s = 0.0
-        self._empty_looks = 0  # looks in a row that found no text
+        # Looks in a row that found no text: a video starts as if the gate had long found
+        # none, so footage without text is looked at sparsely from its start.
+        self._empty_looks = _BACKOFF_LOOKS * reader.cfg.ocr_backoff_max.bit_length()
         self._skipped: list[tuple[np.ndarray, float, float]] = []  # since the last look
+
+    def _moved(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether two thumbnails differ (``ocr_change_share`` of them by _CHANGED_LEVELS)."""
+        moved = np.abs(a - b) > _CHANGED_LEVELS
+        return float(moved.mean()) > self.reader.cfg.ocr_change_share
 
     def _changed(self, thumb: np.ndarray | None, start_s: float, changed: bool | None) -> bool:
         cfg = self.reader.cfg
@@ -139,8 +152,7 @@ class ScreenTextTracker:
             return True
         if changed is False:  # the caller's word that the picture did not change
             return False
-        moved = np.abs(thumb - self._last_thumb) > _CHANGED_LEVELS
-        return float(moved.mean()) > cfg.ocr_change_share
+        return self._moved(thumb, self._last_thumb)
 
     def _step(self) -> int:
         """Look at every this many-th changed frame: 1, doubling after each _BACKOFF_LOOKS
@@ -152,16 +164,24 @@ class ScreenTextTracker:
     ) -> list[TextSpan]:
         """Take the next frame, shown over [start_s, end_s). ``changed``: the caller's own
         test (True: read it; False: read it only if the still interval has passed); None:
-        this tracker compares thumbnails. Returns the spans that ended before this frame."""
+        this tracker compares thumbnails. Returns the spans that ended before this frame.
+        A frame the back-off skips is kept (not copied) until a later one is looked at: the
+        caller must not write into ``rgb`` after handing it over."""
         self._last_end_s = end_s
         thumb = thumbnail(rgb) if changed is None or self._last_thumb is None else None
+        before, self._prev_thumb = self._prev_thumb, thumb
         if not self._changed(thumb, start_s, changed):
             for span in self._open:
                 span.end_s = end_s
             return []
-        if self._last_full_s is None:
+        first = self._last_full_s is None
+        if first:
             self._last_full_s = start_s
-        due = self._open or start_s - self._last_full_s >= self.reader.cfg.ocr_full_interval_s
+        full_due = start_s - self._last_full_s >= self.reader.cfg.ocr_full_interval_s
+        # A picture held still since the frame before (a slide, a title card, a static shot)
+        # is looked at: the back-off is for camera footage, which moves in every frame.
+        held = thumb is not None and before is not None and not self._moved(thumb, before)
+        due = first or held or bool(self._open) or full_due
         if not due and len(self._skipped) + 1 < self._step():
             # Not looked at, and not the last frame looked at either: the next changed frame
             # is compared with the last one looked at, so a still slide is not missed.
