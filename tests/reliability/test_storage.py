@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._tmpfs import tmpfs
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.samples import write_demo_set
@@ -29,16 +30,8 @@ pytestmark = pytest.mark.skipif(
 def small_disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    with tmpfs(mnt, "48m"):
+        yield mnt
 
 
 @pytest.fixture(scope="module")

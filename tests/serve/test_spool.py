@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests._tmpfs import tmpfs
 from tests.serve.test_app import error
 
 pytestmark = pytest.mark.skipif(
@@ -23,16 +23,8 @@ pytestmark = pytest.mark.skipif(
 def full_spool(live):
     spool = live.cfg.data_dir / "tmp"
     spool.mkdir(exist_ok=True)  # the service made it at start
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(spool)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
-    yield spool
-    subprocess.run(["umount", "-l", str(spool)], check=True)
+    with tmpfs(spool, "64k"):
+        yield spool
 
 
 def _stored(live) -> set[Path]:
