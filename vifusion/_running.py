@@ -39,9 +39,12 @@ def verify(data_dir: Path) -> ssl.SSLContext | bool:
     a context that trusts exactly the certificate it serves. Host names are not checked: a
     user's certificate names the public host, and the CLI dials loopback."""
     try:
-        certfile = json.loads((data_dir / FILE).read_text()).get("certfile")
+        return _pinned(json.loads((data_dir / FILE).read_text()).get("certfile"))
     except (OSError, ValueError, AttributeError):
         return True
+
+
+def _pinned(certfile: str | None) -> ssl.SSLContext | bool:
     if not certfile:
         return True
     ctx = ssl.create_default_context(cafile=certfile)
@@ -73,12 +76,8 @@ def running_url(data_dir: Path) -> str | None:
     import httpx
 
     try:
-        ok = (
-            httpx.get(
-                f"{url}/healthz", timeout=_HEALTH_TIMEOUT_S, verify=verify(data_dir)
-            ).status_code
-            == 200
-        )
+        pin = _pinned(info.get("certfile"))
+        ok = httpx.get(f"{url}/healthz", timeout=_HEALTH_TIMEOUT_S, verify=pin).status_code == 200
     except (httpx.HTTPError, OSError):  # OSError: the pinned certificate is gone
         return None
     return url if ok else None
