@@ -18,22 +18,17 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from vifusion._files import whole_file
 from vifusion.config import Config
 
 LEAF_DAYS = 825  # the longest a public CA may issue; browsers refuse longer ones
 
 
 def write_private(path: Path, data: bytes, mode: int) -> None:
-    """``path`` written whole (temp, fsync, rename) with ``mode`` from its creation: a key is
-    never readable by others, not even for a moment."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
+    """``path`` written whole (``whole_file``) with ``mode`` from its creation."""
+    with whole_file(path, mode) as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    os.chmod(path, mode)  # whatever the umask took away (a certificate is 0644)
 
 
 def private_folder(path: Path) -> Path:

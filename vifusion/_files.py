@@ -55,14 +55,16 @@ TEMP_PREFIX = ".part-"
 
 
 @contextlib.contextmanager
-def whole_file(dest: Path) -> Iterator[BinaryIO]:
+def whole_file(dest: Path, mode: int = 0o666) -> Iterator[BinaryIO]:
     """A file to write ``dest`` through: written under a temp name beside it, fsynced,
     renamed to ``dest`` and the rename fsynced when the block ends. So once the block has
     returned, ``dest`` is on disk whole, and a crash or error before that leaves ``dest`` as it
-    was (an error also removes the temp file; a crash leaves it, for `vifusion check`)."""
+    was (an error also removes the temp file; a crash leaves it, for `vifusion check`).
+    ``mode``: the file's from its creation (less the umask), so a key is never readable by
+    others, not even for a moment."""
     tmp = dest.with_name(TEMP_PREFIX + dest.name)
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
