@@ -99,7 +99,7 @@ def index_demo(data: Path, work: Path) -> None:
 
 
 def start_service(data: Path, port: int) -> subprocess.Popen:
-    from vifusion._running import running_url
+    from vifusion.cluster.running import running_url
 
     proc = subprocess.Popen(
         cli("serve", "--data-dir", str(data), "--port", str(port)),

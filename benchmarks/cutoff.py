@@ -2,7 +2,7 @@
 whether it ever drops the right moment.
 
 A search keeps the moments scoring at least ``fraction`` x its best moment's score
-(``vifusion.ranking.relative_cut``). The corpus is the multimodal benchmark's
+(``vifusion.query.ranking.relative_cut``). The corpus is the multimodal benchmark's
 (``multimodal._corpus``: generated talks, each saying two phrases and showing two slides,
 plus the demo's videos of photos), indexed by real ingest, and every query has one right
 moment (a phrase, a slide, a scene):
@@ -46,7 +46,7 @@ from multimodal import TALKS, _corpus  # noqa: E402
 
 from vifusion import _talks  # noqa: E402
 from vifusion.config import Config  # noqa: E402
-from vifusion.ranking import relative_cut  # noqa: E402
+from vifusion.query.ranking import relative_cut  # noqa: E402
 
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 TOP_K = 10
@@ -83,7 +83,7 @@ def _spans(paths: list[Path], talks: int) -> list[tuple[Path, float, float, str]
 
 def _ask(rt, ids: dict[str, int], queries, spans, work: Path) -> list[Asked]:
     """Every query of every kind, ranked as a search ranks it before the cut."""
-    from vifusion.demo import distorted_frame
+    from vifusion.cli.demo import distorted_frame
     from vifusion.samples import SampleVideo, write_clip
 
     searcher = rt.searcher

@@ -17,7 +17,7 @@ query finds what is seen, said and written.
    ``r1_all`` (R@1 over all modalities, default fusion), ``r1_visual_only`` (the same
    queries, visual search alone), ``r1_rrf`` / ``mrr_rrf`` and ``r1_calibrated`` /
    ``mrr_calibrated`` (each fusion; MRR over the top 10), and ``r1_<kind>_<fusion>`` per
-   kind of query. ``fusion`` names the default (``vifusion.search.FUSION``).
+   kind of query. ``fusion`` names the default (``vifusion.query.searcher.FUSION``).
 
 4. ``ingest_ratio``: the same corpus indexed again into a fresh data dir with speech and
    screen text off, in the same run: sampled frames per second of wall time with every
@@ -52,7 +52,7 @@ from vifusion.config import Config  # noqa: E402
 from vifusion.extract.audio import read_audio  # noqa: E402
 from vifusion.extract.screentext import ScreenReader  # noqa: E402
 from vifusion.extract.speech import Transcriber  # noqa: E402
-from vifusion.ranking import FUSIONS  # noqa: E402
+from vifusion.query.ranking import FUSIONS  # noqa: E402
 
 SAID = [
     (0.3, "Welcome back. Today we look at how the cache behaves under load."),
@@ -309,8 +309,8 @@ def _rank(found, q: Query, video_id: int) -> int | None:
 
 def retrieval(talks: int) -> dict:
     """Index the corpus by real ingest and rank every query every way (see the docstring)."""
+    from vifusion.query.searcher import FUSION
     from vifusion.runtime import Runtime
-    from vifusion.search import FUSION
 
     with tempfile.TemporaryDirectory(prefix="vifusion-multimodal-") as tmp:
         paths, queries = _corpus(Path(tmp) / "videos", talks)

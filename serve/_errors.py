@@ -46,8 +46,8 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def install(api: FastAPI) -> None:
+    from vifusion.ingest.sources import SourceError
     from vifusion.service import NotFound, StorageError
-    from vifusion.sources import SourceError
 
     @api.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:

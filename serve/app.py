@@ -5,7 +5,7 @@ Handlers parse, authenticate, rate-limit and format; the work is the library's. 
 page (``/``) do not, and ``/media/{id}`` needs a signed URL's signature instead (serve/_signed.py). Errors are ``{"error": {"code", "message"}}``.
 
 Replicas accept videos and answer searches; the jobs run in the data dir's one ingest pool
-(vifusion/ingest.py). On one machine a replica owns the data dir (the writer lock); with
+(vifusion/ingest/pool.py). On one machine a replica owns the data dir (the writer lock); with
 ``shared_actors`` any number of replicas share it, the shard replicas and the pool.
 
 No `from __future__ import annotations` here: FastAPI must see the request models' real
@@ -59,17 +59,17 @@ from serve.schema import (
     VideoList,
     VideoOut,
 )
-from vifusion import _running
-from vifusion._actors import HEAD_RESOURCE
 from vifusion._files import fd_path, storage_writes
-from vifusion._webvtt import webvtt
+from vifusion.cluster import running as _running
+from vifusion.cluster.actors import HEAD_RESOURCE
+from vifusion.cluster.placement import API_ONGOING, applied_plan, planned_api_replicas
 from vifusion.config import Config
-from vifusion.media import PastEnd
-from vifusion.placement import API_ONGOING, applied_plan, planned_api_replicas
-from vifusion.ranking import snippet_fields
+from vifusion.ingest.sources import MAX_TITLE_CHARS
+from vifusion.query.ranking import snippet_fields
+from vifusion.query.searcher import ClipRefused
+from vifusion.query.thumbnails import PastEnd
+from vifusion.query.webvtt import webvtt
 from vifusion.runtime import tune_ray
-from vifusion.search import ClipRefused
-from vifusion.sources import MAX_TITLE_CHARS
 
 STATIC = Path(__file__).parent / "static"
 # Ray Serve's throughput settings (Config.serve_tuned), measured by benchmarks/serve_load.py on

@@ -7,11 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vifusion.ranking import ALIASES, MODALITIES
-from vifusion.sources import MAX_TITLE_CHARS
+from vifusion.ingest.sources import MAX_TITLE_CHARS
+from vifusion.query.ranking import ALIASES, MODALITIES
 
 MAX_VIDEO_ID = (1 << 39) - 1  # video_id << 24 must fit an int64 vector id
-Modality = Literal["visual", "speech", "screen"]  # vifusion.ranking.MODALITIES
+Modality = Literal["visual", "speech", "screen"]  # vifusion.query.ranking.MODALITIES
 
 
 class ErrorBody(BaseModel):

@@ -75,7 +75,7 @@ def catalog(request, tmp_path):
 def indexed(ray_session, tmp_path_factory):
     """The demo videos plus bad inputs, indexed in one `vifusion index` run:
     (data_dir, {name: SampleVideo}, (exit code, stdout, stderr))."""
-    from vifusion import cli
+    from vifusion.cli import parser as cli
     from vifusion.samples import write_demo_set
 
     root = tmp_path_factory.mktemp("indexed")

@@ -51,7 +51,7 @@ def tiny_frames(path: Path, n: int, fps: int, container: str | None = None) -> N
 
 def audio_only(path: Path, duration_s: float) -> None:
     """An AAC file (``.m4a``, say) of chords and no video stream."""
-    from vifusion._talks import AUDIO_RATE, music
+    from vifusion.samples.talks import AUDIO_RATE, music
 
     pcm = music(duration_s)
     with av.open(str(path), "w") as out:

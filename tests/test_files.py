@@ -16,7 +16,7 @@ import pytest
 
 from vifusion._files import TEMP_PREFIX, StorageError, storage_reason, storage_writes, whole_file
 from vifusion.config import Config
-from vifusion.sources import SourceError, new_media_path, save_capped
+from vifusion.ingest.sources import SourceError, new_media_path, save_capped
 
 
 def test_storage_errors_survive_pickling_as_ray_sends_them_between_actors():
@@ -92,7 +92,7 @@ _KILLED_MID_WRITE = r"""
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from vifusion.sources import save_capped
+from vifusion.ingest.sources import save_capped
 
 def chunks():
     yield b"x" * 4096

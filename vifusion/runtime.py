@@ -124,7 +124,7 @@ class Runtime:
 
     @cached_property
     def indexer(self):
-        from vifusion.indexer import Indexer
+        from vifusion.ingest.indexer import Indexer
 
         return Indexer(self.cfg, self.catalog, self.shards)
 
@@ -145,7 +145,7 @@ class Runtime:
         import torch
 
         from vifusion.extract.model import Embedder
-        from vifusion.search import Searcher
+        from vifusion.query.searcher import Searcher
 
         torch.set_num_threads(self.cfg.query_threads)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints

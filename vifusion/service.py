@@ -4,7 +4,7 @@ The HTTP layer (``serve/app.py``) only parses, authenticates and formats; what i
 comes from here, so the same calls can be made (and measured) without HTTP.
 Holds the data dir's writer lock (``Runtime``): alone on one machine; with
 ``cfg.shared_actors``, shared with the other API replicas on the same Ray, which use the same
-shard replicas and the same ingest pool (``vifusion/ingest.py``): any number of them accept
+shard replicas and the same ingest pool (``vifusion/ingest/pool.py``): any number of them accept
 videos, and the pool runs every job once.
 """
 
@@ -21,17 +21,13 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from vifusion._admin import remove_stored_media
 from vifusion._files import StorageError, fd_path, spool_dir, storage_writes
-from vifusion._ingest_checks import check_metadata, check_text, shape, title_for
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
+from vifusion.cli.admin import remove_stored_media
 from vifusion.config import Config
-from vifusion.ingest import Pool
-from vifusion.media import PastEnd, ThumbnailCache
-from vifusion.ranking import Moment, relative_cut
-from vifusion.runtime import Runtime
-from vifusion.search import GROUP_BY, MODALITIES, check_modalities
-from vifusion.sources import (
+from vifusion.ingest._checks import check_metadata, check_text, shape, title_for
+from vifusion.ingest.pool import Pool
+from vifusion.ingest.sources import (
     SNIFF_BYTES,
     SourceError,
     check_url,
@@ -43,6 +39,10 @@ from vifusion.sources import (
     sniff,
     url_filename,
 )
+from vifusion.query.ranking import Moment, relative_cut
+from vifusion.query.searcher import GROUP_BY, MODALITIES, check_modalities
+from vifusion.query.thumbnails import PastEnd, ThumbnailCache
+from vifusion.runtime import Runtime
 
 MAX_OFFSET = 1000  # deepest result a cursor can reach
 
@@ -95,7 +95,7 @@ class Service:
         try:
             with storage_writes(cfg.data_dir, "the service did not start"):
                 self.spool = spool_dir(cfg.data_dir)  # where the API spools what it is sent
-            self.jobs = Pool(cfg)  # the data dir's ingest pool (vifusion/ingest.py)
+            self.jobs = Pool(cfg)  # the data dir's ingest pool (vifusion/ingest/pool.py)
         except BaseException:
             self.rt.close()
             raise

@@ -141,7 +141,9 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, certs, addre
     listing = tmp_path / "batch.txt"
     listing.write_text("videos/kitchen.mp4\n")
     ray_cli = str(Path(sys.executable).with_name("ray"))
-    entry = f"{sys.executable} -m vifusion.cli index --address auto --data-dir {data} {listing}"
+    entry = (
+        f"{sys.executable} -m vifusion.cli index --address auto --data-dir {data} {listing}"
+    )
     job = bed.exec(
         0,
         [

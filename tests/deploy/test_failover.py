@@ -109,7 +109,7 @@ searcher.join()
 
 # The index, as the service's own shard replicas hold it (attached by name, left running).
 from vifusion.catalog import Catalog
-from vifusion.check import find_drift
+from vifusion.cli.check import find_drift
 from vifusion.config import Config
 from vifusion.index import ShardSet
 

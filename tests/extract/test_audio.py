@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vifusion import _talks
 from vifusion.extract.audio import SAMPLE_RATE, AudioReader, read_audio
+from vifusion.samples import talks as _talks
 
 needs_espeak = pytest.mark.skipif(
     not _talks.have_espeak(),

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vifusion.extract.decode import DecodeError, decode, probe
-from vifusion.sources import SNIFF_BYTES, sniff
+from vifusion.ingest.sources import SNIFF_BYTES, sniff
 
 RED, BLUE = (255, 0, 0), (0, 0, 255)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vifusion import _talks
 from vifusion.config import Config
 from vifusion.extract._ocr import Line, _join_rows, _Piece, respace, word_gaps
 from vifusion.extract.decode import decode
 from vifusion.extract.screentext import ScreenReader, TextSpan, line_key, readable
+from vifusion.samples import talks as _talks
 
 REVENUE = "Quarterly revenue grew 42 percent"
 HARBOUR = "Meet me at the old harbour"

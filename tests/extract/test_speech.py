@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vifusion import _talks
 from vifusion.config import Config
 from vifusion.extract.audio import SAMPLE_RATE, read_audio
 from vifusion.extract.speech import Segment, Transcriber
+from vifusion.samples import talks as _talks
 
 needs_espeak = pytest.mark.skipif(
     not _talks.have_espeak(),

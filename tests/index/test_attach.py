@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vifusion._actors import actor_name, find_actor
+from vifusion.cluster.actors import actor_name, find_actor
 from vifusion.config import Config
 from vifusion.index.router import ShardSet
 

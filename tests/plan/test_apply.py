@@ -14,8 +14,8 @@ import pytest
 
 from deploy.netbed import NetBed, available
 from vifusion._cores import usable_cores
+from vifusion.cluster.placement import planned_extractors, planned_shard_strategies
 from vifusion.config import Config
-from vifusion.placement import planned_extractors, planned_shard_strategies
 from vifusion.runtime import RAY_TUNED
 
 pytestmark = pytest.mark.netbed

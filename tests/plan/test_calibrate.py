@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from vifusion._talks import have_espeak
 from vifusion.config import Config
 from vifusion.plan.calibrate import _Decoding, _key, decode_cs_at, speech_cs
+from vifusion.samples.talks import have_espeak
 
 
 @pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian package) not installed")

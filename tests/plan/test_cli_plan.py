@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from vifusion.cli import main
+from vifusion.cli.parser import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

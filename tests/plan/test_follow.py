@@ -12,9 +12,9 @@ from dataclasses import asdict
 
 import pytest
 
+from vifusion.cluster.placement import load_plan
 from vifusion.comm.link import LinkMonitor
 from vifusion.config import Config
-from vifusion.placement import load_plan
 from vifusion.plan import follow
 from vifusion.plan.follow import PlanFollower
 from vifusion.plan.model import Cluster, NodeType

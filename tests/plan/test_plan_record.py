@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from vifusion.cluster.placement import load_plan
 from vifusion.config import Config
-from vifusion.placement import load_plan
 from vifusion.plan.model import Cluster, NodeType, from_yaml, path
 from vifusion.plan.planner import VERSION, apply, made_for, make_plan
 from vifusion.plan.simulate import StageCosts

@@ -37,7 +37,7 @@ with Service(cfg) as svc:  # starts the ingest queue: acknowledged jobs left ove
     for v in videos:
         svc.ingest_uri(Path(v).as_uri())
     print("UP", ray.get_runtime_context().get_job_id(), flush=True)
-    from vifusion.check import find_drift
+    from vifusion.cli.check import find_drift
     while True:
         jobs = [svc.catalog.get_job(j.id) for j in svc.catalog.jobs_in(("queued", "decoding", "indexing"))]
         if not jobs and not videos:

@@ -10,7 +10,7 @@ import ray
 
 from vifusion.config import Config
 from vifusion.index import shard_for
-from vifusion.indexer import Progress
+from vifusion.ingest.indexer import Progress
 from vifusion.runtime import Runtime
 from vifusion.samples import write_video
 

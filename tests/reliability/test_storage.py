@@ -68,7 +68,7 @@ def files_under(folder: Path) -> set[Path]:
 def test_a_full_data_dir_refuses_writes_clearly_loses_nothing_and_resumes_when_freed(
     ray_session, small_disk, videos
 ):
-    from vifusion.check import find_drift
+    from vifusion.cli.check import find_drift
     from vifusion.service import Service, StorageError
 
     cfg = Config(
@@ -139,7 +139,7 @@ def remount(disk: Path, mode: str) -> None:
 def test_a_read_only_data_dir_is_searched_and_refuses_writes_with_a_clear_error_left_untouched(
     ray_session, small_disk, videos, capsys
 ):
-    from vifusion import cli
+    from vifusion.cli import parser as cli
 
     data = small_disk / "data"
     assert (
@@ -168,7 +168,7 @@ def test_a_read_only_data_dir_is_searched_and_refuses_writes_with_a_clear_error_
 
 @pytest.mark.slow
 def test_the_cli_on_a_full_data_dir_says_so_and_exits_2(ray_session, small_disk, videos, capsys):
-    from vifusion import cli
+    from vifusion.cli import parser as cli
 
     data = small_disk / "data"
     assert (

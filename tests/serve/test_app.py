@@ -561,7 +561,7 @@ def test_the_ingest_pool_reads_each_link_it_follows_for_re_planning(live):
     aggregator's links with their measured capacity, and each shard primary's node."""
     import ray
 
-    from vifusion._actors import actor_name, find_actor
+    from vifusion.cluster.actors import actor_name, find_actor
 
     pool = find_actor(actor_name(live.cfg, "ingest"))
     fusion, primaries = ray.get(pool.link_readings.remote())

@@ -19,7 +19,7 @@ from starlette.routing import Mount
 from serve import _auth
 from serve._auth import api_key
 from serve.app import _Front
-from vifusion import cli
+from vifusion.cli import parser as cli
 from vifusion.config import Config
 
 from .conftest import KEY, free_port

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from vifusion import cli
-from vifusion._running import announce, withdraw
+from vifusion.cli import parser as cli
+from vifusion.cluster.running import announce, withdraw
 
 from .conftest import KEY
 

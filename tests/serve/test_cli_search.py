@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vifusion import cli
-from vifusion._running import announce, withdraw
+from vifusion.cli import parser as cli
+from vifusion.cluster.running import announce, withdraw
 
 from .conftest import KEY
 

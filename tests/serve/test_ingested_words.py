@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.serve.test_words import parse_webvtt, search
-from vifusion.ranking import bracketed
+from vifusion.query.ranking import bracketed
 
 TALK_SAID = [
     (0.5, "Our new mascot is called Zorblax, and everyone loves it."),
@@ -23,7 +23,7 @@ TALK_SHOWN = [
 def talk(live, tmp_path_factory):
     """A talk (espeak-ng speech, slides) uploaded and indexed by the live service: its id and
     what was said and shown when."""
-    from vifusion import _talks
+    from vifusion.samples import talks as _talks
 
     if not _talks.have_espeak():
         pytest.skip(

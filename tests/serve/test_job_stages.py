@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.media import audio_only
 from tests.serve.conftest import Live
-from vifusion import _talks
+from vifusion.samples import talks as _talks
 
 
 def _upload(live: Live, path) -> dict:

@@ -11,7 +11,7 @@ import time
 
 import ray
 
-from vifusion._actors import actor_name
+from vifusion.cluster.actors import actor_name
 
 
 def shard_pids(cfg) -> list[int]:

@@ -6,7 +6,7 @@ fix decord read it as a playlist, and the other file's on-screen text was search
 from __future__ import annotations
 
 from tests.extract.test_references import hls_in_front, mpegts
-from vifusion._talks import slide
+from vifusion.samples.talks import slide
 
 SECRET = "Payroll ledger Lisbon"
 OWN = "Harbour cranes at dawn"

@@ -49,7 +49,7 @@ def test_a_title_taken_from_the_file_name_drops_only_the_folder_and_the_extensio
 
 
 def test_a_title_over_the_cap_is_a_422(live):
-    from vifusion.sources import MAX_TITLE_CHARS
+    from vifusion.ingest.sources import MAX_TITLE_CHARS
 
     long = "t" * (MAX_TITLE_CHARS + 1)
     r = live.client.post("/v1/videos", files={"file": ("x.mkv", NOISE)}, data={"title": long})

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from serve._tls import ingress_pair
-from vifusion import _running
+from vifusion.cluster import running as _running
 from vifusion.config import Config
 
 

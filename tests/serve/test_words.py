@@ -10,7 +10,7 @@ import pytest
 
 from tests.serve.test_app import error
 from vifusion.catalog import Catalog
-from vifusion.ranking import bracketed
+from vifusion.query.ranking import bracketed
 
 SAID = [
     (1.0, 3.5, "Welcome to the Lisbon office & <b>its</b> kitchen tour."),

@@ -26,14 +26,14 @@ import ray
 from ray.actor import ActorHandle
 
 from vifusion._files import storage_reason
-from vifusion.config import Config
-from vifusion.fusion import AggregatorLost, Handoff
-from vifusion.placement import (
+from vifusion.cluster.placement import (
     applied_plan,
     extractor_options,
     extractors_a_node,
     planned_extractors,
 )
+from vifusion.config import Config
+from vifusion.fusion import AggregatorLost, Handoff
 from vifusion.types import FusedBatch
 
 EMBED_SIDE = 224  # short side of the frames the embedder takes (it crops 224 x 224)

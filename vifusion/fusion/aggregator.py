@@ -31,6 +31,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from vifusion.cluster.placement import applied_plan, planned_codec_floors
 from vifusion.comm.codec import Ladder, SharedTables
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
@@ -41,7 +42,6 @@ from vifusion.fusion.buffer import FRAME_BYTES, FusionBuffer, Taken
 from vifusion.fusion.dedup import TemporalDedup
 from vifusion.fusion.handoff import open_server
 from vifusion.fusion.policy import FlushPlan, FlushPolicy
-from vifusion.placement import applied_plan, planned_codec_floors
 from vifusion.types import FusedBatch, video_of
 
 _IDLE_WAIT_S = 0.05

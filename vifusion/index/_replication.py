@@ -20,7 +20,7 @@ from collections.abc import Callable
 import ray
 from ray.actor import ActorHandle
 
-from vifusion._actors import find_actor
+from vifusion.cluster.actors import find_actor
 from vifusion.index._loading import Changes
 from vifusion.index._seal import Seal
 from vifusion.index.wal import Op, encode

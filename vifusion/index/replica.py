@@ -33,12 +33,12 @@ import numpy as np
 import ray
 from ray.actor import ActorHandle
 
-from vifusion._actors import NAMESPACE
-from vifusion._corewait import CoreWait
+from vifusion.cluster.actors import NAMESPACE
 from vifusion.comm.codec import Ladder
 from vifusion.comm.message import WireBatch
 from vifusion.comm.stream import Ack, StreamServer, TablesUnknown
 from vifusion.config import Config
+from vifusion.index._corewait import CoreWait
 from vifusion.index._loading import Changes
 from vifusion.index._replication import Followers
 from vifusion.index._seal import Seal

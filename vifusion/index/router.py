@@ -19,7 +19,13 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import ray
 
-from vifusion._actors import NAMESPACE, actor_name, find_actor, kill_named
+from vifusion.cluster.actors import NAMESPACE, actor_name, find_actor, kill_named
+from vifusion.cluster.placement import (
+    applied_plan,
+    planned_shard_strategies,
+    shard_resources,
+    shard_strategies,
+)
 from vifusion.config import Config
 from vifusion.index._seal import data_dir_key
 from vifusion.index.batching import QueryBatcher, ShardResult
@@ -32,12 +38,6 @@ from vifusion.index.layout import (  # noqa: F401 (imported from here too)
 from vifusion.index.merge import merge_topk
 from vifusion.index.replica import CatchingUp, ShardReplica
 from vifusion.index.shard import check_queries
-from vifusion.placement import (
-    applied_plan,
-    planned_shard_strategies,
-    shard_resources,
-    shard_strategies,
-)
 from vifusion.types import SPACES, Found
 
 _INLINE_BYTES = 64 << 10  # past this, one put for every shard beats a copy in each call

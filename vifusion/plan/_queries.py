@@ -17,7 +17,7 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING
 
-from vifusion.placement import API_ONGOING
+from vifusion.cluster.placement import API_ONGOING
 from vifusion.plan.model import Cluster, path
 
 if TYPE_CHECKING:

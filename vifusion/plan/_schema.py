@@ -1,6 +1,6 @@
 """What a plan.json must hold to be placed by: every field the runtime reads, typed and
 bounded, and the names it cross-refers resolving. ``check_plan`` says what is wrong in one
-line; ``vifusion.placement.applied_plan`` then logs it and runs unplanned, so a file cut
+line; ``vifusion.cluster.placement.applied_plan`` then logs it and runs unplanned, so a file cut
 short, written by hand or by another version never stops the service or fails its jobs."""
 
 from __future__ import annotations

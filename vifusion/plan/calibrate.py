@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from vifusion._talks import have_espeak
 from vifusion.config import Config
 from vifusion.plan.model import Cluster, Node
 from vifusion.plan.simulate import StageCosts
+from vifusion.samples.talks import have_espeak
 
 log = logging.getLogger(__name__)
 _PHOTOS = ("coffee", "rocket", "motion", "astronaut")
@@ -192,7 +192,7 @@ def query_cs(cfg: Config, embedder: Any, rows: Any, folder: Path) -> float:
     from vifusion.index.layout import check_layout, shard_dir
     from vifusion.index.local import LocalShards
     from vifusion.index.shard import Shard
-    from vifusion.search import Searcher
+    from vifusion.query.searcher import Searcher
 
     one = cfg.updated({"data_dir": folder, "num_shards": 1})
     check_layout(folder, 1)
@@ -326,8 +326,8 @@ _SAID = (
 def speech_cs(cfg: Config, tmp: Path, device: str = "cpu") -> float:
     """Core-seconds the speech model spends on a second of speech (0 where espeak-ng, which
     says the test talk, is missing: logged). The model is loaded and run once before timing."""
-    from vifusion._talks import write_talk
     from vifusion.extract.speech import Transcriber
+    from vifusion.samples.talks import write_talk
 
     if not have_espeak():
         log.warning(

@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vifusion.cluster.placement import PLAN_FILE, applied_plan, plan_nodes
 from vifusion.config import Config
-from vifusion.placement import PLAN_FILE, applied_plan, plan_nodes
 from vifusion.plan.model import Cluster, Node, NodeType, path
 from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan, videos_of
 from vifusion.plan.replan import LinkWatch

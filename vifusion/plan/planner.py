@@ -1,5 +1,5 @@
 """`vifusion plan`: describe, calibrate, search, print; with ``--apply``, write the plan where
-the runtime reads it (``DATA_DIR/plan.json``, ``vifusion.placement``)."""
+the runtime reads it (``DATA_DIR/plan.json``, ``vifusion.cluster.placement``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from vifusion.cluster.placement import PLAN_FILE, signature
 from vifusion.config import Config
-from vifusion.placement import PLAN_FILE, signature
 from vifusion.plan._paths import RUNGS
 from vifusion.plan._schema import API_FACTORS, VERSION
 from vifusion.plan.calibrate import costs_from_dict

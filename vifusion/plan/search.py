@@ -52,8 +52,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from vifusion.cluster.placement import spread
 from vifusion.comm.codec import Ladder
-from vifusion.placement import spread
 from vifusion.plan import _queries
 from vifusion.plan._extractor import embed_threads
 from vifusion.plan.model import Cluster, NodeType, path

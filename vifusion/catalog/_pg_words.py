@@ -1,0 +1,158 @@
+"""Keyword search's PostgreSQL side: English Snowball stems of FTS5-cut tokens, stored as a
+``tsvector`` of stems at their positions; tsqueries of phrases; BM25, near spellings and
+matched spans computed from those positions as FTS5 computes them (``_catalog_pg.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from vifusion.catalog._words import (
+    MAX_FUZZY_WORDS,
+    bm25,
+    fuzzy_key,
+    letter_pairs,
+    nearest,
+    phrase_starts,
+    tokens,
+)
+
+MAX_LEXEME_BYTES = (
+    2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
+)
+Phrase = tuple[str, ...]  # a query word as stems in order; () where it can match nothing
+
+
+def stems_of(c: Any, toks: Iterable[str]) -> dict[str, str]:
+    """Each token's stem: English Snowball's, or the token itself where the stemmer drops it
+    (a stop word: FTS5 keeps those, and so does this index)."""
+    toks = [t for t in toks if len(t.encode()) <= MAX_LEXEME_BYTES]
+    if not toks:
+        return {}
+    rows = c.execute(
+        "SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(%s::text[]) AS t",
+        (toks,),
+    ).fetchall()
+    return {r["t"]: r["stem"] for r in rows}
+
+
+def quote(stem: str) -> str:
+    """A stem as a tsvector / tsquery literal word: quoted, never syntax."""
+    return "'" + stem.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tsvector(toks: list[str], stems: dict[str, str]) -> str:
+    """A row's index entry: each token's stem at its position (1-based), as a tsvector literal.
+    A token too long to index is left out; the positions after it stay where they are."""
+    at: dict[str, list[str]] = {}
+    for i, tok in enumerate(toks, start=1):
+        if tok in stems:
+            at.setdefault(stems[tok], []).append(str(i))
+    return " ".join(f"{quote(stem)}:{','.join(pos)}" for stem, pos in at.items())
+
+
+def phrases(c: Any, words: list[str]) -> dict[str, Phrase]:
+    """Each query word as the stems of its tokens, in order (FTS5 reads a word with
+    punctuation inside, ``AC/DC``, as the phrase "ac dc"); () for a word that can match nothing."""
+    cut = {w: [tok for _, _, tok in tokens(w)] for w in words}
+    stems = stems_of(c, {tok for toks in cut.values() for tok in toks})
+    return {
+        w: tuple(stems[t] for t in toks) if toks and all(t in stems for t in toks) else ()
+        for w, toks in cut.items()
+    }
+
+
+def tsquery(phrases: Sequence[Phrase]) -> str | None:
+    """A tsquery finding rows holding any of ``phrases`` (None: none can match)."""
+    parts = ["(" + " <-> ".join(map(quote, p)) + ")" for p in phrases if p]
+    return " | ".join(parts) or None
+
+
+def near_spellings(c: Any, words: list[str], phrases: dict[str, Phrase]) -> dict[str, list[str]]:
+    """SQLite's ``SqliteTexts._near_spellings``: the index's stems nearest to each unknown word, from the
+    index's vocabulary (``ts_stat``: each stem and the rows holding it), with the same
+    letter-pair filter in SQL before the edit distance is measured here."""
+    out: dict[str, list[str]] = {}
+    tried = 0
+    for w in words:
+        if (fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS:
+            continue
+        if (q := tsquery([phrases[w]])) and c.execute(
+            "SELECT 1 FROM texts WHERE tsv @@ %s::tsquery LIMIT 1", (q,)
+        ).fetchone():
+            continue
+        key, d = fuzzy
+        tried += 1
+        pairs = letter_pairs(key)
+        sql = "SELECT word, ndoc FROM ts_stat('SELECT tsv FROM texts') WHERE length(word) BETWEEN %s AND %s"
+        args: list[Any] = [len(key) - d, len(key) + d]
+        if len(pairs) > 2 * d:
+            sql += " AND (" + " + ".join(["(strpos(word, %s) > 0)::int"] * len(pairs)) + ") >= %s"
+            args += [*pairs, len(pairs) - 2 * d]
+        if found := nearest(
+            key, d, [(r["word"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]
+        ):
+            out[w] = found
+    return out
+
+
+def bm25_scores(
+    c: Any, phrases: list[Phrase], where: str, args: list[Any], limit: int, total: int, mean: float
+) -> dict[int, float]:
+    """Text row id -> BM25 score of the ``limit`` best rows (by score, then video, time, n)
+    among those ``where`` admits holding any of ``phrases``; each phrase's row count is over
+    the whole index, as FTS5 counts it."""
+    if (q := tsquery(phrases)) is None:
+        return {}
+    counts = c.execute(
+        "SELECT "
+        + ", ".join(
+            f"count(*) FILTER (WHERE tsv @@ %s::tsquery) AS c{i}" for i in range(len(phrases))
+        )
+        + " FROM texts WHERE tsv @@ %s::tsquery",
+        [tsquery([p]) or "''" for p in phrases] + [q],
+    ).fetchone()
+    df = [counts[f"c{i}"] for i in range(len(phrases))]
+    ids = [
+        r["id"]
+        for r in c.execute(
+            f"SELECT t.id FROM texts t WHERE t.tsv @@ %s::tsquery AND {where}", [q, *args]
+        ).fetchall()
+    ]
+    scored = []
+    for i, (r, seq) in with_stems(c, ids).items():
+        tf = [len(phrase_starts(seq, p)) for p in phrases]
+        scored.append(
+            (-bm25(tf, df, total, r["n_tokens"], mean), r["video_id"], r["start_s"], r["n"], i)
+        )
+    return {i: -s for s, _, _, _, i in sorted(scored)[:limit]}
+
+
+def with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[frozenset[str]]]]:
+    """Text rows by id, each with its tokens' stems in order (from its index entry)."""
+    if not ids:
+        return {}
+    rows = {
+        r["id"]: r
+        for r in c.execute(
+            "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(%s)",
+            (ids,),
+        )
+    }
+    seqs: dict[int, list[set[str]]] = {
+        i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()
+    }
+    for r in c.execute(
+        "SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u WHERE t.id = ANY(%s)",
+        (ids,),
+    ):
+        seq = seqs[r["id"]]
+        for p in r["positions"]:
+            if p <= len(seq):
+                seq[p - 1].add(r["lexeme"])
+    return {i: (rows[i], [frozenset(s) for s in seqs[i]]) for i in rows}
+
+
+def spans(seq: list[frozenset[str]], phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:
+    """The token spans (first, past last, which phrase) where any of ``phrases`` occurs."""
+    return [(i, i + len(p), k) for k, p in enumerate(phrases) if p for i in phrase_starts(seq, p)]

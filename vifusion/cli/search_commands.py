@@ -1,0 +1,263 @@
+"""The CLI's commands that read the library: ``search`` (through the running service, or the
+data dir read in this process) and ``transcript``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from vifusion._files import StorageError
+from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _clock
+from vifusion.config import Config
+from vifusion.query.ranking import MODALITIES, Moment, bracketed, snippet_fields
+
+
+def _load_image(path: Path):
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"{path}: not an image ({e})") from None
+
+
+def cmd_search(
+    cfg: Config,
+    text: str | None,
+    image: Path | None,
+    clip: Path | None,
+    top_k: int,
+    as_json: bool,
+    modalities: list[str] | None = None,
+    group_by: str = "segment",
+) -> int:
+    """Ask the service that serves the data dir, if one runs; else search the data dir in this
+    process, reading it (no Ray; a text query loads only the text model, without torch where
+    its ONNX export is there). With ``cfg.ray_address`` (``--address``): through Ray, whose
+    cluster may hold data this machine does not."""
+    modalities = modalities or list(MODALITIES)
+    query = dict(
+        text=text, image=image, clip=clip, top_k=top_k, modalities=modalities, group_by=group_by
+    )
+    try:
+        rows = _ask_service(cfg, **query) if cfg.ray_address is None else None
+        if rows is None:
+            rows = _search_here(cfg, **query)
+    except _Refused as e:  # by the service: its reason
+        print(f"vifusion search: {e}", file=sys.stderr)
+        return EXIT_USAGE if e.status < 500 else EXIT_FAILED
+    except (ValueError, StorageError) as e:
+        print(f"vifusion search: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+    elif not rows:
+        print("no results (is anything indexed in this data dir?)")
+    else:
+        print(f"{'score':>6}  {'time':>15}  {'matched':<20}  video")
+        for r in rows:
+            span = f"{_clock(r['start_s'])}-{_clock(r['end_s'])}"
+            print(
+                f"{r['score']:6.3f}  {span:>15}  {','.join(r['matched']):<20}  {r['title']}  ({r['source']})"
+            )
+            if r["snippet"]:
+                print(f"{'':>25}{' '.join(bracketed(r['snippet'], r['highlights']).split())}")
+    return EXIT_OK
+
+
+_API_TOP_K = 100  # the most results the API gives in one page
+
+
+class _Refused(Exception):
+    """The service refused the query (``ApiError``, kept apart so that a search without a
+    service does not import the HTTP client): its message, and its HTTP ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _ask_service(
+    cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str
+) -> list[dict] | None:
+    """The rows from the live service announced in the data dir (``_running``); None where
+    none runs, no key is known, or it cannot be reached (then the data dir is read here).
+    _Refused where it refuses the query."""
+    from vifusion.cluster.running import api_key, running_url, verify
+
+    if any(p is not None and not Path(p).is_file() for p in (image, clip)):
+        return None  # said here, as without a service
+    url = running_url(cfg.data_dir)
+    key = api_key(cfg) if url is not None else None
+    if key is None:
+        return None
+    import httpx
+
+    from vifusion.client import ApiError, Client
+
+    options: dict = {"modalities": modalities, "group_by": group_by}
+    found: list[dict] = []
+    try:
+        with Client(url, key, verify=verify(cfg.data_dir)) as vf:
+            while len(found) < top_k:  # past one page: follow the cursor
+                page = vf.search_page(
+                    text,
+                    image=image,
+                    clip=clip,
+                    top_k=min(top_k - len(found), _API_TOP_K),
+                    **options,
+                )
+                found += page["results"]
+                if page["next_cursor"] is None:
+                    break
+                options["cursor"] = page["next_cursor"]
+    except httpx.TransportError:  # it stopped meanwhile
+        return None
+    except ApiError as e:
+        raise _Refused(e.status, e.message) from None
+    sources = _sources(cfg, [m["video_id"] for m in found])
+    keys = ("video_id", "title", "start_s", "end_s", "score", "matched", "snippet", "highlights")
+    return [{**{k: m.get(k) for k in keys}, "source": sources.get(m["video_id"])} for m in found]
+
+
+def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
+    """Each video's source, from the catalog (the API gives titles, not where a video came from)."""
+    import sqlite3
+
+    from vifusion.catalog import Catalog
+
+    try:
+        catalog = Catalog.open(cfg, read_only=True)
+    except sqlite3.Error:
+        return {}
+    try:
+        return {i: v.source for i, v in catalog.get_videos(video_ids).items()}
+    finally:
+        catalog.close()
+
+
+def _search_here(
+    cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str
+) -> list[dict]:
+    """The rows from this process: the data dir read here (``index/local.py``), or through Ray
+    where ``cfg.ray_address`` is set. Only ready videos' moments, ``min_relative_score`` applied,
+    as the service does."""
+    if cfg.ray_address is not None:
+        from vifusion.runtime import Runtime
+
+        with Runtime(cfg) as rt:
+            return _rows(
+                cfg, rt.catalog, _find(rt.searcher, text, image, clip, top_k, modalities, group_by)
+            )
+    import sqlite3
+
+    from vifusion.catalog import Catalog
+    from vifusion.index.local import LocalShards
+    from vifusion.query.searcher import Searcher
+
+    try:
+        catalog = Catalog.open(cfg, read_only=True)
+    except sqlite3.OperationalError:  # nothing was ever indexed here
+        return []
+    try:
+        embedder = _text_embedder(cfg) if text is not None else _embedder(cfg)
+        searcher = Searcher(cfg, LocalShards(cfg), embedder, catalog)
+        return _rows(cfg, catalog, _find(searcher, text, image, clip, top_k, modalities, group_by))
+    finally:
+        catalog.close()
+
+
+def _find(
+    searcher, text, image, clip, top_k: int, modalities: list[str], group_by: str
+) -> list[Moment]:
+    if text is not None:
+        return searcher.text(text, top_k, group_by, modalities=modalities)
+    if image is not None:
+        return searcher.image(_load_image(image), top_k, group_by)
+    from vifusion.extract.decode import DecodeError
+
+    try:
+        return searcher.clip(clip, top_k, group_by)
+    except DecodeError as e:  # a bad clip: a usage error, as any other bad query
+        raise ValueError(str(e)) from None
+
+
+def _rows(cfg: Config, catalog, moments: list[Moment]) -> list[dict]:
+    from vifusion.query.ranking import relative_cut
+
+    ready = catalog.ready_ids(sorted({m.video_id for m in moments}))
+    moments = relative_cut([m for m in moments if m.video_id in ready], cfg.min_relative_score)
+    videos = catalog.get_videos([m.video_id for m in moments])
+    return [_result(m, videos.get(m.video_id)) for m in moments]
+
+
+def _text_embedder(cfg: Config):
+    """The query text model without torch (``extract/_text_onnx.py``), from the ONNX export
+    that indexing leaves in the data dir; where there is none (a data dir indexed before it
+    existed, or not writable), the torch model, which leaves the export for the next search."""
+    from vifusion.extract._text_onnx import TextEmbedder, onnx_path
+
+    path = onnx_path(cfg.data_dir / "models")
+    if path.is_file():
+        return TextEmbedder(path, cfg.query_threads)
+    return _embedder(cfg)
+
+
+def _embedder(cfg: Config):
+    """Both models, with torch (an image or a clip is embedded by the vision model)."""
+    import contextlib
+    import io
+
+    import torch
+
+    from vifusion.extract.model import Embedder
+
+    torch.set_num_threads(cfg.query_threads)
+    with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
+        return Embedder(cfg.conse_top_k, cache_dir=cfg.data_dir / "models")
+
+
+def _result(m: Moment, video) -> dict:
+    return {
+        "video_id": m.video_id,
+        "title": video.title if video else None,
+        "source": video.source if video else None,
+        "start_s": round(m.start_s, 3),
+        "end_s": round(m.end_s, 3),
+        "score": round(m.score, 4),
+        "matched": m.matched,
+        **snippet_fields(m.snippet),
+    }
+
+
+def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
+    """Print what a video says (or shows written): from the catalog alone, no Ray."""
+    from vifusion.catalog import Catalog
+    from vifusion.query.webvtt import webvtt
+
+    if cfg.catalog_url is None and not (cfg.data_dir / "catalog.db").is_file():
+        print(
+            f"vifusion transcript: no catalog in {cfg.data_dir} (is this the data dir?)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    catalog = Catalog.open(cfg)
+    try:
+        if catalog.get_video(video_id) is None:
+            print(f"vifusion transcript: no video {video_id} in {cfg.data_dir}", file=sys.stderr)
+            return EXIT_FAILED
+        rows = catalog.texts(video_id, None if kind == "all" else kind)
+    finally:
+        catalog.close()
+    if vtt:
+        print(webvtt(rows), end="")
+    else:
+        for r in rows:
+            print(f"{_clock(r.start_s):>7}-{_clock(r.end_s):<7}  {r.kind:<6}  {r.text}")
+    return EXIT_OK

@@ -1,0 +1,1 @@
+"""Queries: the searcher, one ranking from several lists, thumbnails and WebVTT transcripts."""
