@@ -1,0 +1,159 @@
+"""The REST contract as the app declares it, read in-process (no Ray, no HTTP): every route,
+its success status, response model, documented errors, parameters and request bodies. A
+client depends on each of these; a change here is a change of the API, never of a refactor.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+APP_ERRORS = {"401", "422", "429"}  # documented on every route (the key, the body, the rate)
+
+# (method, path): (success statuses, response model or None, error statuses, parameters)
+CONTRACT = {
+    ("GET", "/healthz"): ({"200"}, "Health", set(), []),
+    ("GET", "/metrics"): ({"200"}, None, set(), []),
+    ("POST", "/v1/videos"): ({"202"}, "Accepted", {"400", "403", "404", "413", "415", "507"}, []),
+    ("GET", "/v1/videos"): ({"200"}, "VideoList", {"400"}, ["limit", "cursor"]),
+    ("GET", "/v1/jobs/{job_id}"): ({"200"}, "JobOut", {"404"}, ["job_id"]),
+    ("GET", "/v1/videos/{video_id}"): ({"200"}, "VideoOut", {"404"}, ["video_id"]),
+    ("DELETE", "/v1/videos/{video_id}"): ({"204"}, None, {"404", "507"}, ["video_id"]),
+    ("POST", "/v1/videos/{video_id}/retry"): (
+        {"202"},
+        "Accepted",
+        {"404", "409", "410", "507"},
+        ["video_id"],
+    ),
+    ("GET", "/v1/videos/{video_id}/thumbnail"): ({"200"}, None, {"404"}, ["video_id", "t"]),
+    ("GET", "/v1/videos/{video_id}/media"): ({"200", "206"}, None, {"404", "409"}, ["video_id"]),
+    ("POST", "/v1/videos/{video_id}/media-url"): (
+        {"200"},
+        "MediaUrl",
+        {"404", "409"},
+        ["video_id"],
+    ),
+    ("GET", "/v1/videos/{video_id}/transcript"): (
+        {"200"},
+        "Transcript",
+        {"404"},
+        ["video_id", "kind", "format"],
+    ),
+    ("POST", "/v1/search"): ({"200"}, "SearchResults", {"400", "404", "413", "415"}, []),
+}
+# Served but left out of the schema: the web page, its files, the docs, signed media.
+UNDOCUMENTED = {
+    ("GET", "/"),
+    ("GET", "/static/{name}"),
+    ("GET", "/docs"),
+    ("GET", "/redoc"),
+    ("GET", "/docs/{name}"),
+    ("GET", "/media/{video_id}"),
+}
+SCHEMAS = {
+    "Accepted",
+    "Error",
+    "ErrorBody",
+    "Health",
+    "JobOut",
+    "MediaUrl",
+    "Moment",
+    "SearchResults",
+    "Transcript",
+    "TranscriptSegment",
+    "VideoList",
+    "VideoOut",
+}
+SEARCH_FIELDS = [
+    "cursor",
+    "end_s",
+    "filter",
+    "group_by",
+    "min_relative_score",
+    "min_score",
+    "modalities",
+    "start_s",
+    "text",
+    "top_k",
+    "video_id",
+]
+
+
+@pytest.fixture(scope="module")
+def api():
+    from serve.app import api
+
+    return api
+
+
+@pytest.fixture(scope="module")
+def spec(api) -> dict:
+    return api.openapi()
+
+
+def _operations(spec: dict) -> dict[tuple[str, str], dict]:
+    return {
+        (method.upper(), path): op
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    }
+
+
+def _json_model(response: dict) -> str | None:
+    ref = response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref")
+    return ref.rsplit("/", 1)[-1] if ref else None
+
+
+def test_every_route_is_served_as_documented(api, spec):
+    from ray.serve._private.http_util import _walk_fastapi_routes
+
+    served = {
+        (method, prefix + route.path)
+        for route, _, prefix in _walk_fastapi_routes(api)
+        for method in getattr(route, "methods", ()) or ()
+        if method != "HEAD"
+    }
+    served -= {("GET", "/openapi.json")}
+    assert served == set(CONTRACT) | UNDOCUMENTED
+
+
+@pytest.mark.parametrize("route", sorted(CONTRACT), ids=" ".join)
+def test_route_contract(spec, route):
+    ok, model, errors, params = CONTRACT[route]
+    op = _operations(spec)[route]
+    codes = set(op["responses"])
+    assert {c for c in codes if c.startswith("2")} == ok
+    assert codes - ok == errors | APP_ERRORS
+    assert _json_model(op["responses"][min(ok)]) == model
+    for code in errors | APP_ERRORS:
+        assert _json_model(op["responses"][code]) == "Error", code
+    assert [p["name"] for p in op.get("parameters", [])] == params  # no `self`, no extras
+
+
+def test_schema_names_and_info(spec):
+    assert set(spec["components"]["schemas"]) == SCHEMAS
+    assert spec["info"]["title"] == "ViFusion" and spec["info"]["version"] == "1"
+
+
+def test_request_bodies(spec):
+    ops = _operations(spec)
+    upload = ops[("POST", "/v1/videos")]["requestBody"]
+    assert upload["required"] is True
+    form = upload["content"]["multipart/form-data"]["schema"]
+    assert form["required"] == ["file"] and sorted(form["properties"]) == [
+        "file",
+        "metadata",
+        "title",
+    ]
+    by_uri = upload["content"]["application/json"]["schema"]
+    assert by_uri["title"] == "VideoByUri" and sorted(by_uri["properties"]) == [
+        "metadata",
+        "title",
+        "uri",
+    ]
+    search = ops[("POST", "/v1/search")]["requestBody"]
+    assert search["required"] is True
+    as_json = search["content"]["application/json"]["schema"]
+    assert as_json["title"] == "SearchRequest"
+    assert sorted(as_json["properties"]) == sorted([*SEARCH_FIELDS, "image_b64"])
+    as_form = search["content"]["multipart/form-data"]["schema"]
+    assert sorted(as_form["properties"]) == sorted([*SEARCH_FIELDS, "clip", "image"])
