@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from tests.media import audio_only
-from tests.test_jobs import wait
+from tests.ingest.test_jobs import wait
 from vifusion.config import Config
 from vifusion.samples import talks as _talks
 from vifusion.types import FusedBatch

@@ -240,7 +240,7 @@ class _GzipBomb(http.server.BaseHTTPRequestHandler):
 
 def test_a_url_that_sends_a_gzip_bomb_fails_its_job_saying_why(runner):
     """The fetch refuses the encoded body before decoding a byte of it (its memory:
-    tests/test_fetch.py); the job fails with the reason and its folder is removed."""
+    tests/ingest/test_fetch.py); the job fails with the reason and its folder is removed."""
     _GzipBomb.body = zlib.compress(zlib.compress(bytes(4 << 20), 9, wbits=31), 9, wbits=31)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GzipBomb)
     threading.Thread(target=server.serve_forever, daemon=True).start()
