@@ -367,7 +367,7 @@ def http_phase(
 
 def open_service(cfg: Config, timeout_s: float = 60):
     """``Service(cfg)`` once the old replica has let go of the writer lock."""
-    from vifusion.runtime import DataDirBusy
+    from vifusion.datadir import DataDirBusy
     from vifusion.service import Service
 
     deadline = time.monotonic() + timeout_s

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from vifusion.datadir import TMP
+
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 _NEARLY_FULL = 1 << 20  # bytes free under which a vague I/O error is taken for a full disk
@@ -82,7 +84,7 @@ def spool_dir(data_dir: Path) -> Path:
     so that a full disk there is the data dir full (a 507), never a 500 from the system temp
     dir, which an upload would also take twice its size of. Files spooled there have no name
     (``tempfile.TemporaryFile``), so emptying it never takes one another replica is writing."""
-    folder = data_dir / "tmp"
+    folder = data_dir / TMP
     make_dirs(folder)
     for leftover in folder.iterdir():
         with contextlib.suppress(OSError):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # Files and folders directly under the data dir.
 CATALOG_DB = "catalog.db"  # the SQLite catalog (where no catalog_url is set)
-INDEX = "index"  # the shards: index/shard-<n>[-replica-<r>]/ and index/layout.json
+INDEX = "index"  # the shards and their count (``index/layout.py``)
 MEDIA = "media"  # media the data dir stored (uploads, downloads): media/<32 hex>/<name>
 THUMBS = "thumbs"  # the thumbnail cache: thumbs/<video id>/
 MODELS = "models"  # model weights and exports, downloaded or made once
@@ -40,22 +40,6 @@ API_KEY = "api_key"  # the REST API key, made on a service's first start
 REPLICATION_KEY = "replication_key"  # seals records between a shard's replicas
 TLS = "tls"  # the self-signed certificate made for this host
 SAMPLES = "samples"  # `vifusion demo`'s downloaded sample videos
-
-LAYOUT = Path(INDEX) / "layout.json"  # the shard count the data dir was built with
-
-
-def shard_dir(data_dir: Path, shard_no: int) -> Path:
-    """Where shard ``shard_no`` keeps its snapshot and log."""
-    return Path(data_dir) / INDEX / f"shard-{shard_no}"
-
-
-def replica_dir(data_dir: Path, shard_no: int, replica: int) -> Path:
-    """Where replica ``replica`` of a shard keeps its own snapshot and log: the primary
-    (0) in ``shard_dir``, as before replicas had their own, so older data dirs open as they
-    are; the others beside it, so replicas on one machine never share a directory (on a
-    cluster each node has its own data dir at the same path)."""
-    base = shard_dir(data_dir, shard_no)
-    return base if replica == 0 else base.with_name(f"{base.name}-replica-{replica}")
 
 
 def has_catalog(cfg: Config) -> bool:

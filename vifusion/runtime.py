@@ -4,17 +4,14 @@ demand the indexer (extractor actors) and the searcher (a query embedder)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import logging
 import os
-import time
 from functools import cached_property
-from pathlib import Path
-from typing import IO
 
 import ray
 
+from vifusion import datadir
 from vifusion._files import storage_writes
 from vifusion.catalog import Catalog
 from vifusion.config import Config
@@ -38,34 +35,14 @@ def tune_ray() -> None:
         os.environ.setdefault(name, value)
 
 
-class DataDirBusy(RuntimeError):
-    """Another process is writing to the same data dir."""
-
-
-class DataDirUnwritable(ValueError):
-    """The data dir cannot be written (read-only mount, permissions): nothing is touched."""
-
-
-def open_writer_lock(data_dir: Path) -> IO[str]:
-    """The data dir's lock file, opened (not yet locked); DataDirUnwritable where the data
-    dir cannot be written, before anything in it is touched."""
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        return open(data_dir / "writer.lock", "w")
-    except OSError as e:
-        raise DataDirUnwritable(
-            f"the data dir {data_dir} cannot be written: {e.strerror}"
-        ) from None
-
-
 class Runtime:
     """Use as a context manager; ``writer=True`` takes the data dir's writer lock.
 
-    The lock (an flock on DATA_DIR/writer.lock) keeps apart the processes that would write the
+    The lock (``datadir.writer_lock``) keeps apart the processes that would write the
     data dir's files each through actors of its own: `vifusion index`, `vifusion check
     --repair`, a service that starts its own Ray or whose actors are its own (not
     ``cfg.shared_actors``). Those hold it alone: a second such process, or one beside a
-    service, is refused (DataDirBusy). API replicas whose shard replicas and ingest pool are
+    service, is refused (``datadir.DataDirBusy``). API replicas whose shard replicas and ingest pool are
     shared (``shared=True`` with ``cfg.shared_actors``, on a Ray they join) write only through
     those actors: they hold it together, any number of them, and still keep the others out.
     """
@@ -85,21 +62,7 @@ class Runtime:
                 and cfg.shared_actors
                 and (ray.is_initialized() or cfg.ray_address is not None)
             )
-            self._lock = open_writer_lock(cfg.data_dir)
-            deadline = time.monotonic() + wait_s
-            while True:
-                try:
-                    fcntl.flock(
-                        self._lock, (fcntl.LOCK_SH if together else fcntl.LOCK_EX) | fcntl.LOCK_NB
-                    )
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        self._lock.close()
-                        raise DataDirBusy(
-                            f"another vifusion process is writing to {cfg.data_dir}"
-                        ) from None
-                    time.sleep(0.2)
+            self._lock = datadir.writer_lock(cfg.data_dir, shared=together, wait_s=wait_s)
         else:
             with contextlib.suppress(OSError):  # a reader of a data dir it may not write to
                 cfg.data_dir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +112,7 @@ class Runtime:
 
         torch.set_num_threads(self.cfg.query_threads)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
-            embedder = Embedder(self.cfg.conse_top_k, cache_dir=self.cfg.data_dir / "models")
+            embedder = Embedder(self.cfg.conse_top_k, cache_dir=self.cfg.data_dir / datadir.MODELS)
         return Searcher(self.cfg, self.shards, embedder, self.catalog)
 
     def close(self) -> None:

@@ -23,8 +23,8 @@ import numpy as np
 
 from vifusion._files import StorageError, fd_path, spool_dir, storage_writes
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
-from vifusion.cli.admin import remove_stored_media
 from vifusion.config import Config
+from vifusion.datadir import THUMBS, remove_stored_media
 from vifusion.ingest._checks import check_metadata, check_text, shape, title_for
 from vifusion.ingest.pool import Pool
 from vifusion.ingest.sources import (
@@ -99,7 +99,7 @@ class Service:
         except BaseException:
             self.rt.close()
             raise
-        self.thumbnails = ThumbnailCache(cfg.data_dir / "thumbs", cfg.thumbnail_cache_bytes)
+        self.thumbnails = ThumbnailCache(cfg.data_dir / THUMBS, cfg.thumbnail_cache_bytes)
 
     @property
     def searcher(self):

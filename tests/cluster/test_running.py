@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from vifusion.cluster.running import FILE, announce, running_url, withdraw
+from vifusion.cluster.running import announce, running_url, withdraw
+from vifusion.datadir import SERVICE
 
 
 class _Health(BaseHTTPRequestHandler):
@@ -37,7 +38,7 @@ def test_a_live_service_is_found_until_it_withdraws(tmp_path, server):
     announce(tmp_path, "0.0.0.0", server.server_port)
     assert running_url(tmp_path) == f"http://127.0.0.1:{server.server_port}"
     withdraw(tmp_path)
-    assert not (tmp_path / FILE).exists()
+    assert not (tmp_path / SERVICE).exists()
     assert running_url(tmp_path) is None
 
 
@@ -45,7 +46,7 @@ def test_a_dead_process_announcement_is_ignored(tmp_path, server):
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    (tmp_path / FILE).write_text(
+    (tmp_path / SERVICE).write_text(
         json.dumps({"url": f"http://127.0.0.1:{server.server_port}", "pid": int(dead.stdout)})
     )
     assert running_url(tmp_path) is None
@@ -58,12 +59,12 @@ def test_a_service_that_does_not_answer_healthz_is_ignored(tmp_path, server):
 
 
 def test_another_process_announcement_is_not_withdrawn(tmp_path):
-    (tmp_path / FILE).write_text(json.dumps({"url": "http://127.0.0.1:1", "pid": 1}))
+    (tmp_path / SERVICE).write_text(json.dumps({"url": "http://127.0.0.1:1", "pid": 1}))
     withdraw(tmp_path)
-    assert (tmp_path / FILE).exists()
+    assert (tmp_path / SERVICE).exists()
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"url": "x"}'])
 def test_a_damaged_announcement_is_ignored(tmp_path, text):
-    (tmp_path / FILE).write_text(text)
+    (tmp_path / SERVICE).write_text(text)
     assert running_url(tmp_path) is None

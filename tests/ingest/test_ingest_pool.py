@@ -15,7 +15,8 @@ import ray
 from vifusion.cli.check import find_drift
 from vifusion.cluster.actors import actor_name
 from vifusion.config import Config
-from vifusion.runtime import DataDirBusy, Runtime
+from vifusion.datadir import DataDirBusy
+from vifusion.runtime import Runtime
 from vifusion.samples import write_demo_set, write_video
 from vifusion.service import Ingested, Service
 

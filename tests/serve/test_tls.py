@@ -107,4 +107,4 @@ def test_the_pin_refuses_another_certificate_at_that_address(tmp_path, https_ser
 def test_a_plain_http_service_is_announced_as_before(tmp_path):
     _running.announce(tmp_path, "0.0.0.0", 8000)
     assert _running.verify(tmp_path) is True
-    assert '"url": "http://127.0.0.1:8000"' in (tmp_path / _running.FILE).read_text()
+    assert '"url": "http://127.0.0.1:8000"' in (tmp_path / _running.SERVICE).read_text()

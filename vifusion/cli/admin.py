@@ -9,14 +9,12 @@ that holds the video, as its writer: the same logged, synced delete that shard's
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from vifusion import datadir
 from vifusion.catalog import Catalog, Job, Video
 from vifusion.config import Config
 from vifusion.index.layout import built_shards, refuse_other_count, shard_dir, shard_for
@@ -29,13 +27,9 @@ class NoCatalog(ValueError):
     """The data dir holds no catalog (not a data dir, or nothing was ever added)."""
 
 
-class Busy(RuntimeError):
-    """Another process holds the data dir's writer lock."""
-
-
 def open_catalog(cfg: Config) -> Catalog:
     """The catalog, read-only; NoCatalog where there is none."""
-    if cfg.catalog_url is None and not (cfg.data_dir / "catalog.db").is_file():
+    if not datadir.has_catalog(cfg):
         raise NoCatalog(f"no catalog in {cfg.data_dir} (is this the data dir?)")
     return Catalog.open(cfg, read_only=True)
 
@@ -71,31 +65,11 @@ def _when(t: float | None) -> str | None:
 # -- delete ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def writer_lock(cfg: Config) -> Iterator[IO[str]]:
-    """Hold the data dir's writer lock (as ``Runtime(writer=True)`` does), or raise Busy at
-    once: a service or an indexing run writes there. DataDirUnwritable where it cannot be written."""
-    from vifusion.runtime import open_writer_lock
-
-    lock = open_writer_lock(cfg.data_dir)
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Busy(
-                f"another vifusion process is writing to {cfg.data_dir} (an index run, or a service "
-                "that did not announce itself); delete when it has finished"
-            ) from None
-        yield lock
-    finally:
-        lock.close()
-
-
 class Deleter:
-    """Deletes videos from a data dir whose writer lock the caller holds: catalog first (a
-    search stops finding the video at once), then its rows in its shard (logged and synced),
-    then the media the data dir stored for it and its thumbnails. Shards are opened as they
-    are needed, each once."""
+    """Deletes videos from a data dir whose writer lock (``datadir.writer_lock``) the caller
+    holds: catalog first (a search stops finding the video at once), then its rows in its
+    shard (logged and synced), then the media the data dir stored for it and its thumbnails.
+    Shards are opened as they are needed, each once."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -118,8 +92,8 @@ class Deleter:
         self.catalog.delete_video(video_id)
         if shard is not None:
             shard.delete_video(video_id)
-        remove_stored_media(self.cfg.data_dir, video)
-        shutil.rmtree(self.cfg.data_dir / "thumbs" / str(video_id), ignore_errors=True)
+        datadir.remove_stored_media(self.cfg.data_dir, video)
+        shutil.rmtree(self.cfg.data_dir / datadir.THUMBS / str(video_id), ignore_errors=True)
         return True
 
     def _shard(self, n: int):
@@ -135,14 +109,6 @@ class Deleter:
     def close(self) -> None:
         self.catalog.close()
         self._shards.clear()
-
-
-def remove_stored_media(data_dir: Path, video: Video) -> None:
-    """Remove a deleted video's media where the data dir stored it (an upload, a download):
-    a file indexed in place is the user's, and stays."""
-    media = data_dir / "media"
-    if video.media and Path(video.media).parent.parent == media:
-        shutil.rmtree(Path(video.media).parent, ignore_errors=True)
 
 
 # -- status ---------------------------------------------------------------------------

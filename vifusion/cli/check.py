@@ -37,6 +37,7 @@ import ray
 
 from vifusion._files import TEMP_PREFIX
 from vifusion.catalog import Catalog, Video
+from vifusion.datadir import MEDIA
 from vifusion.index import ShardSet, shard_for
 
 _STORED = re.compile(r"[0-9a-f]{32}")  # a media folder's name: the uuid new_media_path gave it
@@ -98,10 +99,10 @@ def find_leftovers(data_dir: Path, catalog: Catalog) -> list[Leftover]:
     """Every file under the data dir that nothing will use again (see the module's docstring)."""
     owner: dict[str, Video] = {}  # media folder name -> the video whose file it holds
     for v in _all_videos(catalog):
-        if v.media and Path(v.media).parent.parent.name == "media":
+        if v.media and Path(v.media).parent.parent.name == MEDIA:
             owner[Path(v.media).parent.name] = v
     out = []
-    media = data_dir / "media"
+    media = data_dir / MEDIA
     for folder in sorted(media.iterdir()) if media.is_dir() else []:
         if not (folder.is_dir() and _STORED.fullmatch(folder.name)):
             continue  # not a folder the service made: not for check to judge

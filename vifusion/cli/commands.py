@@ -19,8 +19,9 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
     from tqdm import tqdm
 
     from vifusion._files import storage_writes
+    from vifusion.datadir import DataDirBusy
     from vifusion.ingest.indexer import IndexResult, Progress, expand_paths
-    from vifusion.runtime import DataDirBusy, Runtime
+    from vifusion.runtime import Runtime
 
     files, failed = expand_paths(paths)
     results: list[IndexResult] = list(failed)
@@ -80,10 +81,10 @@ def _clock(t: float) -> str:
 def cmd_serve(cfg: Config, host: str, port: int) -> int:
     from serve._auth import WeakKey, api_key
     from serve.app import run
-    from vifusion.runtime import DataDirUnwritable, open_writer_lock
+    from vifusion.datadir import DataDirUnwritable, check_writable
 
     try:  # say so here, not as a failed deployment of the app
-        open_writer_lock(cfg.data_dir).close()
+        check_writable(cfg.data_dir)
         api_key(cfg)
     except (DataDirUnwritable, WeakKey) as e:
         print(f"vifusion serve: {e}", file=sys.stderr)
@@ -95,7 +96,8 @@ def cmd_check(cfg: Config, fix: bool) -> int:
     from ray.exceptions import RayActorError
 
     from vifusion.cli.check import find_drift, find_leftovers, remove_leftovers, repair
-    from vifusion.runtime import DataDirBusy, Runtime
+    from vifusion.datadir import DataDirBusy
+    from vifusion.runtime import Runtime
 
     try:
         rt = Runtime(
@@ -181,17 +183,17 @@ def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:
 
 def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
     """Delete videos: through the service that serves the data dir if one runs, else here,
-    under the data dir's writer lock, without Ray (``_admin.Deleter``). Exit 1 if any is unknown."""
-    from vifusion.cli.admin import Busy, Deleter, NoCatalog, open_catalog, writer_lock
+    under the data dir's writer lock, without Ray (``admin.Deleter``). Exit 1 if any is unknown."""
+    from vifusion.cli.admin import Deleter, NoCatalog, open_catalog
     from vifusion.cluster.running import api_key, running_url, verify
-    from vifusion.runtime import DataDirUnwritable
+    from vifusion.datadir import API_KEY, DataDirBusy, DataDirUnwritable, writer_lock
 
     url = running_url(cfg.data_dir)
     key = api_key(cfg) if url is not None else None
     if url is not None and key is None:
         print(
             f"vifusion delete: the service at {url} serves {cfg.data_dir}, and no API key is known "
-            f"(set VIFUSION_API_KEY or put it in {cfg.data_dir / 'api_key'})",
+            f"(set VIFUSION_API_KEY or put it in {cfg.data_dir / API_KEY})",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -214,7 +216,7 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
     else:
         try:
             open_catalog(cfg).close()
-            with writer_lock(cfg):
+            with writer_lock(cfg.data_dir):
                 deleter = Deleter(cfg)
                 try:
                     deleted, missing = [], []
@@ -222,7 +224,7 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
                         (deleted if deleter.delete(video_id) else missing).append(video_id)
                 finally:
                     deleter.close()
-        except (NoCatalog, Busy, DataDirUnwritable, ValueError, StorageError) as e:
+        except (NoCatalog, DataDirBusy, DataDirUnwritable, ValueError, StorageError) as e:
             print(f"vifusion delete: {e}", file=sys.stderr)
             return EXIT_USAGE
     for video_id in deleted:

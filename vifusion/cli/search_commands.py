@@ -239,9 +239,10 @@ def _result(m: Moment, video) -> dict:
 def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
     """Print what a video says (or shows written): from the catalog alone, no Ray."""
     from vifusion.catalog import Catalog
+    from vifusion.datadir import has_catalog
     from vifusion.query.webvtt import webvtt
 
-    if cfg.catalog_url is None and not (cfg.data_dir / "catalog.db").is_file():
+    if not has_catalog(cfg):
         print(
             f"vifusion transcript: no catalog in {cfg.data_dir} (is this the data dir?)",
             file=sys.stderr,

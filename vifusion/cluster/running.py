@@ -15,8 +15,8 @@ from pathlib import Path
 
 from vifusion._files import whole_file
 from vifusion.config import Config
+from vifusion.datadir import API_KEY, SERVICE
 
-FILE = "service.json"
 _HEALTH_TIMEOUT_S = 0.5  # a live service on this machine answers /healthz in milliseconds
 
 
@@ -30,7 +30,7 @@ def announce(data_dir: Path, host: str, port: int, certfile: Path | None = None)
     info: dict = {"url": f"{scheme}://{shown}:{port}", "pid": os.getpid()}
     if certfile is not None:
         info["certfile"] = str(Path(certfile).resolve())
-    with whole_file(data_dir / FILE) as f:
+    with whole_file(data_dir / SERVICE) as f:
         f.write(json.dumps(info).encode())
 
 
@@ -39,7 +39,7 @@ def verify(data_dir: Path) -> ssl.SSLContext | bool:
     a context that trusts exactly the certificate it serves. Host names are not checked: a
     user's certificate names the public host, and the CLI dials loopback."""
     try:
-        return _pinned(json.loads((data_dir / FILE).read_text()).get("certfile"))
+        return _pinned(json.loads((data_dir / SERVICE).read_text()).get("certfile"))
     except (OSError, ValueError, AttributeError):
         return True
 
@@ -55,7 +55,7 @@ def _pinned(certfile: str | None) -> ssl.SSLContext | bool:
 
 def withdraw(data_dir: Path) -> None:
     """Remove this process's announcement (another process's is left alone)."""
-    path = data_dir / FILE
+    path = data_dir / SERVICE
     try:
         if json.loads(path.read_text()).get("pid") == os.getpid():
             path.unlink()
@@ -66,7 +66,7 @@ def withdraw(data_dir: Path) -> None:
 def running_url(data_dir: Path) -> str | None:
     """The URL of the live service announced for ``data_dir``, or None."""
     try:
-        info = json.loads((data_dir / FILE).read_text())
+        info = json.loads((data_dir / SERVICE).read_text())
         url, pid = str(info["url"]), int(info["pid"])
         os.kill(pid, 0)  # ProcessLookupError: it died without withdrawing
     except PermissionError:  # alive, another user's process: ask it all the same
@@ -88,6 +88,6 @@ def api_key(cfg: Config) -> str | None:
     if cfg.api_key is not None:
         return cfg.api_key.strip()
     try:
-        return (cfg.data_dir / "api_key").read_text().strip() or None
+        return (cfg.data_dir / API_KEY).read_text().strip() or None
     except OSError:
         return None

@@ -35,6 +35,7 @@ from vifusion.cluster.placement import applied_plan, planned_codec_floors
 from vifusion.comm.codec import Ladder, SharedTables
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
+from vifusion.datadir import CODEC
 from vifusion.fusion._codec_tables import newest_tables, train_tables
 from vifusion.fusion._deliveries import link_view, send_failed, video_counts
 from vifusion.fusion._ring import Ring
@@ -87,7 +88,7 @@ class Aggregator:
         self._latencies = Ring(100_000)
         adaptive = cfg.compression == "adaptive"
         if tables is None and adaptive:
-            tables, quality = newest_tables(cfg.data_dir / "codec")
+            tables, quality = newest_tables(cfg.data_dir / CODEC)
         self._tables = tables
         self._quality = quality or {}
         self._train_rows: list[np.ndarray] | None = [] if adaptive and tables is None else None
@@ -267,9 +268,7 @@ class Aggregator:
             ).start()
 
     def _train(self, rows: np.ndarray) -> None:
-        tables, quality = train_tables(
-            rows, self.cfg.codec_sparse_keep, self.cfg.data_dir / "codec"
-        )
+        tables, quality = train_tables(rows, self.cfg.codec_sparse_keep, self.cfg.data_dir / CODEC)
         with self._lock:
             self._new_tables, self._quality = tables, quality
 

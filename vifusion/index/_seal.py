@@ -23,9 +23,8 @@ import secrets
 import struct
 from pathlib import Path
 
+from vifusion.datadir import REPLICATION_KEY
 from vifusion.index._loading import Changes
-
-KEY_FILE = "replication_key"
 
 
 class Tampered(ValueError):
@@ -36,10 +35,10 @@ class Tampered(ValueError):
 def data_dir_key(data_dir: Path) -> bytes:
     """The data dir's replication key, made on first use. Two starts at once both read the
     first one written: the key file appears whole (a hard link of a finished temp file)."""
-    path = Path(data_dir) / KEY_FILE
+    path = Path(data_dir) / REPLICATION_KEY
     with contextlib.suppress(FileNotFoundError):
         return bytes.fromhex(path.read_text().strip())
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{REPLICATION_KEY}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))

@@ -7,7 +7,9 @@ import json
 import os
 from pathlib import Path
 
-LAYOUT = Path("index") / "layout.json"
+from vifusion.datadir import INDEX
+
+LAYOUT = Path(INDEX) / "layout.json"
 
 
 def shard_for(video_id: int, num_shards: int) -> int:
@@ -19,7 +21,7 @@ def shard_for(video_id: int, num_shards: int) -> int:
 
 def shard_dir(data_dir: Path, shard_no: int) -> Path:
     """Where shard ``shard_no`` keeps its snapshot and log."""
-    return Path(data_dir) / "index" / f"shard-{shard_no}"
+    return Path(data_dir) / INDEX / f"shard-{shard_no}"
 
 
 def replica_dir(data_dir: Path, shard_no: int, replica: int) -> Path:

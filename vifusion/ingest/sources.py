@@ -28,6 +28,7 @@ from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 from vifusion._files import NotRegularFile, make_dirs, open_regular, whole_file
 from vifusion.config import Config
+from vifusion.datadir import MEDIA
 
 if TYPE_CHECKING:
     from vifusion.catalog import Video
@@ -128,7 +129,7 @@ def new_media_path(cfg: Config, filename: str | None) -> Path:
     name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
     if not Path(name).suffix or not Path(name).stem:
         name = (name or "video") + ".bin"
-    folder = cfg.data_dir / "media" / uuid.uuid4().hex
+    folder = cfg.data_dir / MEDIA / uuid.uuid4().hex
     make_dirs(folder)
     return folder / _fit(name, _NAME_BYTES)
 
