@@ -215,7 +215,7 @@ def _cpu_used(before: list[dict], after: list[dict]) -> list[dict]:
 
 
 def sixteen_nodes():
-    from vifusion.plan.model import Cluster, NodeType
+    from vifusion.plan.hardware import Cluster, NodeType
 
     return Cluster(
         (
@@ -260,10 +260,11 @@ def main() -> int:
     from deploy.netbed import NetBed, available
     from vifusion.config import Config
     from vifusion.plan.calibrate import _here
-    from vifusion.plan.model import Cluster, Node, NodeType
+    from vifusion.plan.hardware import Cluster, Node, NodeType
+    from vifusion.plan.placement_search import Evaluated, even_spread, search_placements
     from vifusion.plan.planner import plan_document, workload
-    from vifusion.plan.search import Evaluated, even_spread, search
-    from vifusion.plan.simulate import Workload, simulate
+    from vifusion.plan.simulate import simulate
+    from vifusion.plan.terms import Workload
     from vifusion.runtime import RAY_TUNED
     from vifusion.samples import write_video
 
@@ -312,7 +313,7 @@ def main() -> int:
         # whole cores, so their extractors take torch's default (a thread a core).
         big = sixteen_nodes()
         big_costs = {t.name: replace(costs_here, embed_threads=0) for t in big.types}
-        big_report = search(
+        big_report = search_placements(
             big,
             big_costs,
             Workload(0, round(600 * fps), steady=True),
@@ -320,7 +321,7 @@ def main() -> int:
             parallel=False,
         )
         # The same with the files `vifusion plan` counts by default (4 Mbit/s videos).
-        big_files = search(
+        big_files = search_placements(
             big,
             big_costs,
             workload(cfg.updated({"plan_video_mbps": 4.0})),
@@ -385,7 +386,7 @@ def main() -> int:
                 )
             )
             t0 = time.perf_counter()
-            report = search(cluster, costs, finite, num_shards=2, parallel=False)
+            report = search_placements(cluster, costs, finite, num_shards=2, parallel=False)
             bed_search_s = time.perf_counter() - t0
             modes = {"plan": report.best.candidate, "even": even_spread(cluster, 2, 1)}
             res = {}
@@ -526,7 +527,7 @@ def _as_measured(here, embed_cs: float):
 
 
 def _bps(rate: str) -> float:
-    from vifusion.plan.model import rate_bps
+    from vifusion.plan.hardware import rate_bps
 
     return rate_bps(rate)
 

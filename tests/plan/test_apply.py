@@ -28,7 +28,7 @@ from pathlib import Path
 import ray
 from ray.util.state import list_actors
 from vifusion.config import Config
-from vifusion.plan.model import from_ray
+from vifusion.plan.hardware import from_ray
 from vifusion.plan.planner import apply
 from vifusion.runtime import Runtime
 

@@ -17,9 +17,9 @@ from vifusion.comm.link import LinkMonitor
 from vifusion.config import Config
 from vifusion.plan import follow
 from vifusion.plan.follow import PlanFollower
-from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.hardware import Cluster, NodeType
 from vifusion.plan.planner import apply, made_for, make_plan
-from vifusion.plan.simulate import StageCosts
+from vifusion.plan.terms import StageCosts
 
 MESSAGE = 256 << 10
 RTT_S = 0.02

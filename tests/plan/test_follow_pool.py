@@ -13,9 +13,9 @@ import ray
 
 from serve._metrics import Metrics
 from vifusion.config import Config
-from vifusion.plan.model import from_ray
+from vifusion.plan.hardware import from_ray
 from vifusion.plan.planner import apply, make_plan
-from vifusion.plan.simulate import StageCosts
+from vifusion.plan.terms import StageCosts
 from vifusion.samples import write_demo_set
 from vifusion.service import Service
 

@@ -8,9 +8,9 @@ import pytest
 
 from vifusion.cluster.placement import load_plan
 from vifusion.config import Config
-from vifusion.plan.model import Cluster, NodeType, from_yaml, path
+from vifusion.plan.hardware import Cluster, NodeType, from_yaml, path
 from vifusion.plan.planner import VERSION, apply, made_for, make_plan
-from vifusion.plan.simulate import StageCosts
+from vifusion.plan.terms import StageCosts
 
 ROOT = Path(__file__).resolve().parents[2]
 MBIT = 1e6 / 8  # bytes/s

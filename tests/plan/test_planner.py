@@ -1,9 +1,9 @@
 """What a plan is ranked on: a steady stream of videos, or a batch whose last video counts."""
 
 from vifusion.config import Config
-from vifusion.plan.model import Cluster, NodeType
+from vifusion.plan.hardware import Cluster, NodeType
 from vifusion.plan.planner import make_plan, report_lines, videos_of, workload
-from vifusion.plan.simulate import StageCosts
+from vifusion.plan.terms import StageCosts
 
 # A node with a tenth of the others' cores: an extractor there takes ten times as long over
 # a video, and in a batch the video it holds can end the batch long after the rest.

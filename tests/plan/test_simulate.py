@@ -3,8 +3,9 @@
 import pytest
 
 from vifusion.comm.codec import Ladder
-from vifusion.plan.model import RAY_CORES, Cluster, NodeType
-from vifusion.plan.simulate import Candidate, Simulation, StageCosts, Workload, simulate
+from vifusion.plan.hardware import RAY_CORES, Cluster, NodeType
+from vifusion.plan.simulate import Simulation, simulate
+from vifusion.plan.terms import Candidate, StageCosts, Workload
 
 ROW_WIRE = 6656 + 16  # an fp32 row and its id and times
 WIRE_BYTES = {c.name: c.bytes_per_row for c in Ladder().codecs}

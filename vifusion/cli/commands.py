@@ -323,7 +323,7 @@ def cmd_plan(
     recalibrate: bool = False,
 ) -> int:
     """``vifusion plan``: see ``vifusion.plan``."""
-    from vifusion.plan import calibrate, model, planner
+    from vifusion.plan import calibrate, hardware, planner
 
     if (cluster_yaml is None) == (cfg.ray_address is None):
         print(
@@ -334,12 +334,12 @@ def cmd_plan(
     live = None
     try:
         if cluster_yaml is not None:
-            cluster = model.from_yaml(cluster_yaml)
+            cluster = hardware.from_yaml(cluster_yaml)
         else:
             import ray
 
             ray.init(address=cfg.ray_address, log_to_driver=False)
-            cluster, live = model.from_ray()
+            cluster, live = hardware.from_ray()
         for link in links:
             name, _, spec = link.partition("=")
             rate, _, rtt = spec.partition("/")

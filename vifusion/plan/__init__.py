@@ -1,13 +1,16 @@
-"""Placement by simulation (``vifusion plan``): ``model`` describes the cluster, ``calibrate``
-measures the stages, ``simulate`` and ``search`` pick a placement, ``planner`` writes it;
+"""Placement by simulation (``vifusion plan``): ``hardware`` describes the cluster, ``calibrate``
+measures the stages, ``simulate`` predicts a placement's rate and ``placement_search`` picks
+one (pruned by ``bounds``; ``terms`` holds what they share), ``planner`` writes it;
 ``replan`` and ``follow`` make it again, in the ingest pool, when a link changes for good."""
 
 __all__ = [
+    "bounds",
     "calibrate",
     "follow",
-    "model",
+    "hardware",
+    "placement_search",
     "planner",
     "replan",
-    "search",
     "simulate",
+    "terms",
 ]

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from vifusion.cluster.placement import API_ONGOING
-from vifusion.plan.model import Cluster, path
-
-if TYPE_CHECKING:
-    from vifusion.plan.simulate import Candidate, Simulation, StageCosts, Workload
+from vifusion.plan._events import Cpu, Sim
+from vifusion.plan.hardware import Cluster, Node, path
+from vifusion.plan.terms import Candidate, StageCosts, Workload
 
 _LOCAL_RTT = 50e-6  # a search to a shard on the head's own node: loopback
 
@@ -49,10 +48,25 @@ def load(
     return busy
 
 
+class _Run(Protocol):
+    """What the search stream uses of the run it is part of (``simulate.Simulation``), so
+    that this module needs no import of it."""
+
+    sim: Sim
+    nodes: list[Node]
+    costs: list[StageCosts]  # by node
+    cpu: list[Cpu]
+    cand: Candidate
+    work: Workload
+
+    def ingest_over(self) -> bool: ...
+    def measuring(self) -> bool: ...
+
+
 class Queries:
     """The search stream of one simulated run: ``start`` it, and read ``p50_s`` at the end."""
 
-    def __init__(self, s: Simulation) -> None:
+    def __init__(self, s: _Run) -> None:
         self.s = s
         self.rng = random.Random(0)
         self.turn = [0] * len(s.cand.shards)

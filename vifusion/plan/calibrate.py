@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from vifusion.config import Config
-from vifusion.plan.model import Cluster, Node
-from vifusion.plan.simulate import StageCosts
+from vifusion.plan.hardware import Cluster, Node
+from vifusion.plan.terms import StageCosts
 from vifusion.samples.talks import have_espeak
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from typing import Any
 
 from vifusion.cluster.placement import PLAN_FILE, applied_plan, plan_nodes
 from vifusion.config import Config
-from vifusion.plan.model import Cluster, Node, NodeType, path
+from vifusion.plan.hardware import Cluster, Node, NodeType, path
 from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan, videos_of
 from vifusion.plan.replan import LinkWatch
-from vifusion.plan.simulate import StageCosts
+from vifusion.plan.terms import StageCosts
 
 log = logging.getLogger(__name__)
 EVERY_S = 5.0  # seconds between two rounds of readings (less where replan_after_s is short)

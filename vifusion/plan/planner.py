@@ -15,9 +15,9 @@ from vifusion.config import Config
 from vifusion.plan._paths import RUNGS
 from vifusion.plan._schema import API_FACTORS, VERSION
 from vifusion.plan.calibrate import costs_from_dict
-from vifusion.plan.model import Cluster, Node
-from vifusion.plan.search import Evaluated, SearchReport, search
-from vifusion.plan.simulate import StageCosts, Workload
+from vifusion.plan.hardware import Cluster, Node
+from vifusion.plan.placement_search import Evaluated, PlacementReport, search_placements
+from vifusion.plan.terms import StageCosts, Workload
 
 _SHIPPED_BATCHES = 4
 # What a plan records of the videos it was made for, so that a re-plan plans for them too.
@@ -68,9 +68,9 @@ def make_plan(
     costs: dict[str, StageCosts],
     live: list[Node] | None = None,
     parallel: bool | None = None,
-) -> tuple[SearchReport, dict[str, Any]]:
+) -> tuple[PlacementReport, dict[str, Any]]:
     """Search the cluster's placements; the report and the plan as ``plan.json`` holds it."""
-    report = search(
+    report = search_placements(
         cluster,
         costs,
         workload(cfg),
@@ -197,7 +197,7 @@ def describe(cluster: Cluster, e: Evaluated) -> str:
     )
 
 
-def videos_line(cfg: Config, report: SearchReport) -> str:
+def videos_line(cfg: Config, report: PlacementReport) -> str:
     """What the plan was ranked on, in words; for a batch, how long the chosen plan takes."""
     videos = f"videos of {cfg.plan_video_s:g} s at {cfg.plan_video_mbps:g} Mbit/s"
     searches = ""
@@ -215,7 +215,7 @@ def videos_line(cfg: Config, report: SearchReport) -> str:
     )
 
 
-def report_lines(cluster: Cluster, report: SearchReport) -> list[str]:
+def report_lines(cluster: Cluster, report: PlacementReport) -> list[str]:
     lines = [f"chosen:    {describe(cluster, report.best)}"]
     if report.runner_up is not None:
         lines.append(f"runner-up: {describe(cluster, report.runner_up)}")
@@ -232,7 +232,7 @@ def report_lines(cluster: Cluster, report: SearchReport) -> list[str]:
     return lines
 
 
-def report_json(cluster: Cluster, report: SearchReport, plan: dict[str, Any]) -> dict[str, Any]:
+def report_json(cluster: Cluster, report: PlacementReport, plan: dict[str, Any]) -> dict[str, Any]:
     def one(e: Evaluated | None) -> dict[str, Any] | None:
         return None if e is None else {**plan_document(cluster, e), "made": None}
 

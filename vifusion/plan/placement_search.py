@@ -1,28 +1,18 @@
-"""The search: candidate placements, pruned, the rest simulated; the fastest wins.
+"""The placement search (``vifusion plan``): candidate placements, pruned, the rest simulated;
+the fastest wins. (Not a search of the index: that is ``query/searcher.py``.)
 
 Candidates: how many extractors on each node type (every node of a type alike, from none
 to one per core: an extractor asks Ray for one CPU), which node type holds the shards
 (primaries and replicas spread over its nodes as ``placement.spread`` does, or over every
 node: the even spread), and the fusion size limits. Three prunings come before any
-simulation:
+simulation (``bounds.py``):
 
 - **infeasible**: no extractor at all, or a node's memory short of its extractors' models
   and its shard replicas' vectors;
 - **dominated**: an upper bound on the candidate's frames/s below the best simulated so
-  far. The bound holds for every run the simulator can make: each node makes at most what
-  its decode thread, its cores (or GPUs; with several extractors, at the crowded cost or
-  on one extractor's share of the threads) and its aggregator's thread allow, a node that
-  holds no shard sends all it makes over its uplink (at the smallest bytes a row the codec
-  ladder has), a node other than the head receives its videos' files through the narrower
-  of the head's uplink and its downlink (and all of them through the head's uplink), each
-  shard applies on one thread, and the frames bound for a node arrive through its downlink
-  or are made there; a batch lasts at least as long as its slowest first video (the first
-  videos go one to each extractor at once), and as long as its extractors take to finish
-  its videos whole, each at its own rate (``_whole_videos_s``); searches served meanwhile
-  take their average CPU off the nodes that embed them and the shard replicas that serve
-  them (``_queries.load``). Candidates are simulated in order of their
-  bound, so most of them never need a simulation, and one whose bound at best ties the best
-  found is not simulated either;
+  far. The bound holds for every run the simulator can make. Candidates are simulated in
+  order of their bound, so most of them never need a simulation, and one whose bound at
+  best ties the best found is not simulated either;
 - **alike**: in a batch of fewer videos than extractors, a candidate that differs from one
   already taken only on nodes whose extractors never get a video (``busy``).
 
@@ -39,13 +29,14 @@ times, and trying each with every placement tripled the search). A codec floor
 adaptive policy learns a narrow link from congestion, and loses rows/s while it does. The
 bounds hold with floors too (they count a row at the ladder's smallest). A floor is kept only
 where it adds over ``_FLOOR_GAIN`` of frames/s: its rows are lossy for good. More API
-replicas (``search``'s ``api_replicas``, where searches are planned) let more searches be in
-flight at once where each waits on far shards; each holds a model in the head's memory, so
-more are kept only where they cut the searches' p50 by over ``_API_GAIN``.
+replicas (``search_placements``' ``api_replicas``, where searches are planned) let more
+searches be in flight at once where each waits on far shards; each holds a model in the
+head's memory, so more are kept only where they cut the searches' p50 by over ``_API_GAIN``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -53,18 +44,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from vifusion.cluster.placement import spread
-from vifusion.comm.codec import Ladder
-from vifusion.plan import _queries
-from vifusion.plan._extractor import embed_threads
-from vifusion.plan.model import Cluster, NodeType, path
-from vifusion.plan.simulate import Candidate, Result, StageCosts, Workload, simulate
+from vifusion.plan.bounds import busy, feasible, upper_bound
+from vifusion.plan.hardware import Cluster, NodeType
+from vifusion.plan.simulate import simulate
+from vifusion.plan.terms import Candidate, Result, StageCosts, Workload
 
 FUSION_LIMITS = ((64 << 10, 8 << 20), (256 << 10, 8 << 20), (64 << 10, 1 << 20))
-_SMALLEST_ROW = min(c.bytes_per_row for c in Ladder().codecs) + 16
-_AGGREGATOR_BYTES = 512 << 20
-_SHARD_ROW_BYTES = 2 * (
-    6656 + 64
-)  # a row in the index (two spaces, fp32) and its ids, times, slack
 _TIE = 1e-6
 _FLOOR_LEVELS = (1, 2)  # codec floors tried: fp16 and int8 (the lossy codecs needing no tables)
 _FLOOR_GAIN = 0.02
@@ -78,7 +63,7 @@ class Evaluated:
 
 
 @dataclass
-class SearchReport:
+class PlacementReport:
     best: Evaluated
     runner_up: Evaluated | None
     even: Evaluated
@@ -140,148 +125,6 @@ def even_spread(
         tuple(tuple(g) for g in spread(num_shards, replicas, list(range(len(nodes))))),
         api_replicas=api_replicas,
     )
-
-
-def feasible(
-    cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload
-) -> bool:
-    nodes = cluster.nodes()
-    if not sum(c.extractors):
-        return False
-    rows = workload.videos * workload.frames_per_video / len(c.shards)
-    held = [0] * len(nodes)
-    for group in c.shards:
-        for n in group:
-            held[n] += 1
-    for i, n in enumerate(nodes):
-        api = c.api_replicas if i == 0 else 0  # on the head; each loads the model
-        need = (
-            _AGGREGATOR_BYTES
-            + (c.extractors[i] + api) * costs[n.type.name].extractor_bytes
-            + held[i] * rows * costs[n.type.name].dedup_ratio * _SHARD_ROW_BYTES
-        )
-        if c.extractors[i] > n.type.cpus or need > n.type.memory_bytes:
-            return False
-    return True
-
-
-def busy(c: Candidate, workload: Workload) -> Candidate:
-    """``c`` without the nodes whose extractors never get a video: in a batch of fewer
-    videos than extractors, the first videos go one to each extractor in node order
-    (``Simulation.run``) and the rest wait for one of those, so every node past them stays
-    idle. A node with some extractors idle keeps them all (they split its torch threads).
-    Candidates alike once so trimmed run alike."""
-    if workload.steady or sum(c.extractors) <= workload.videos:
-        return c
-    left, kept = workload.videos, []
-    for k in c.extractors:
-        kept.append(k if left > 0 else 0)
-        left -= k
-    return replace(c, extractors=tuple(kept))
-
-
-def upper_bound(
-    cluster: Cluster, costs: dict[str, StageCosts], c: Candidate, workload: Workload
-) -> float:
-    """Frames/s no simulated run of ``c`` can exceed (see the module doc)."""
-    nodes = cluster.nodes()
-    primaries = {g[0] for g in c.shards}
-    file_per_frame = workload.video_bytes / workload.frames_per_video  # bytes
-    searching = _queries.load(cluster, costs, c, workload)  # cores the searches take
-    make: list[float] = []
-    ones = []  # (node, its extractors, one extractor's rate), in node order, where it has any
-    for i, n in enumerate(nodes):
-        k, s, t = c.extractors[i], costs[n.type.name], n.type
-        if not k:
-            make.append(0.0)
-            continue
-        cores = max(t.work_cores - searching[i], 1e-6)
-        cpu = s.decode_cs + s.text_cs + s.aggregate_cs * s.dedup_ratio
-        one = _one_extractor(t, s, k, cores)
-        rates = []
-        if i and file_per_frame:  # its files come from the head, whole, each before its frames
-            arrive = path(nodes[0].type, t)[0] / file_per_frame  # frames/s
-            one = 1 / (1 / arrive + 1 / one)
-            rates.append(arrive)
-        ones.append((i, k, one))
-        rates += [k * one, 1 / (s.aggregate_cs or 1e-12)]
-        if s.embed_gpu_s and t.gpus:
-            rates.append(t.gpus / s.embed_gpu_s)
-        else:
-            if k > 1 and s.embed_cs_crowded > s.embed_cs:
-                # A frame costs embed_cs only while its extractor embeds alone, on its share
-                # of the threads (at most ``alone`` frames/s); the rest pay the crowded cost.
-                # The node's CPU then holds f (crowded + cpu) - alone (crowded - embed_cs).
-                alone = min(embed_threads(t, s, k), cores) / (s.embed_cs or 1e-12)
-                saved = alone * (s.embed_cs_crowded - s.embed_cs)
-                rates.append((cores + saved) / (s.embed_cs_crowded + cpu))
-            cpu += s.embed_cs_least
-        rates.append(cores / cpu)
-        if i not in primaries:
-            rates.append(t.uplink / (s.dedup_ratio * _SMALLEST_ROW))
-        make.append(min(rates))
-    ratio = max(costs[n.type.name].dedup_ratio for n in nodes)
-    primary_nodes = sorted({g[0] for g in c.shards})
-    # Every frame is made on its shard's node or comes in through that node's downlink.
-    rate = min(
-        sum(make),
-        sum(make[p] + nodes[p].type.downlink / (ratio * _SMALLEST_ROW) for p in primary_nodes),
-    )
-    if file_per_frame:  # every file made elsewhere left the head through its uplink
-        rate = min(rate, make[0] + nodes[0].type.uplink / file_per_frame)
-    apply_s = [costs[nodes[g[0]].type.name].apply_cs * ratio for g in c.shards]
-    if workload.steady:  # each frame is applied by one shard, on one thread
-        return min(rate, sum(1 / (a or 1e-12) for a in apply_s))
-    total = workload.videos * workload.frames_per_video
-    seconds = total / rate if rate else math.inf
-    # The first videos go one to each extractor, in node order, at once (``Simulation.run``):
-    # the batch lasts at least as long as the slowest of those takes over its video.
-    first = [one for _, k, one in ones for _ in range(k)]
-    seconds = max(seconds, workload.frames_per_video / min(first[: workload.videos]))
-    seconds = _whole_videos_s(ones, make, workload, seconds)
-    per_shard = [0] * len(c.shards)
-    for v in range(1, workload.videos + 1):
-        per_shard[v % len(c.shards)] += workload.frames_per_video
-    seconds = max([seconds, *(f * a for f, a in zip(per_shard, apply_s, strict=True))])
-    return total / seconds if seconds else math.inf
-
-
-def _whole_videos_s(
-    ones: list[tuple[int, int, float]], make: list[float], workload: Workload, least: float
-) -> float:
-    """The least time, no less than ``least``, in which the batch's videos can all be done,
-    counted in whole videos: by time T, node i with ``k`` extractors, each at most ``one``
-    frames/s, making at most ``make[i]`` frames/s in all, has finished at most
-    min(k floor(T one / F), floor(T make[i] / F)) videos of F frames (an extractor indexes
-    one video after another). Found by bisection, from below."""
-    frames, videos = workload.frames_per_video, workload.videos
-
-    def finished(t: float) -> int:
-        return sum(
-            min(k * math.floor(t * one / frames + 1e-9), math.floor(t * make[i] / frames + 1e-9))
-            for i, k, one in ones
-        )
-
-    lo, hi = least, videos * frames / (max(min(one, make[i]) for i, _, one in ones) or 1e-12)
-    if finished(lo) >= videos:
-        return lo
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if finished(mid) >= videos else (mid, hi)
-    return lo
-
-
-def _one_extractor(t: NodeType, s: StageCosts, sharing: int, cores: float) -> float:
-    """Frames/s of one of ``sharing`` extractors on a node of type ``t`` with ``cores`` left
-    to the ingest, as if alone: no more than its decode thread, its embedding (torch on its
-    share of the node's cores, or one GPU) and those cores allow."""
-    embed = (
-        1 / s.embed_gpu_s
-        if s.embed_gpu_s and t.gpus
-        else min(embed_threads(t, s, sharing), cores) / (s.embed_cs_least or 1e-12)
-    )
-    cpu = s.decode_cs + s.text_cs + (0 if s.embed_gpu_s and t.gpus else s.embed_cs_least)
-    return min(1 / (s.decode_cs or 1e-12), embed, cores / (cpu or 1e-12))
 
 
 def _meets(r: Result, workload: Workload) -> bool:
@@ -370,7 +213,7 @@ def _evaluate_chunk(
     return [simulate(cluster, costs, c, workload) for c in chunk]
 
 
-def search(
+def search_placements(
     cluster: Cluster,
     costs: dict[str, StageCosts],
     workload: Workload,
@@ -382,27 +225,26 @@ def search(
     prune: bool = True,
     parallel: bool | None = None,
     batch: int = 16,
-) -> SearchReport:
+) -> PlacementReport:
     """The best candidate of ``space`` (default: ``candidates``) for ``workload``, with the
     runner-up and the even spread beside it. ``api_replicas``: the API replica counts to try,
     the first (the configured count) for every placement, the others for the best few where
     searches are planned. ``parallel``: simulate on Ray (None: when Ray is up)."""
     t0 = time.perf_counter()
     if space is None:  # placements first, then the fusion limits and codec floors of the best few
-        first = search(
+        among = functools.partial(  # the same search, over a space of its own
+            search_placements,
             cluster,
             costs,
             workload,
             num_shards=num_shards,
             replicas=replicas,
             api_replicas=api_replicas,
-            prune=prune,
             parallel=parallel,
             batch=batch,
-            space=list(
-                candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1], api_replicas[0])
-            ),
         )
+        placements = candidates(cluster, num_shards, replicas, FUSION_LIMITS[:1], api_replicas[0])
+        first = among(space=list(placements), prune=prune)
         top = [e.candidate for e in first.ranked[:3]]
         more_api = api_replicas[1:] if workload.queries_per_s else ()
         variants = (
@@ -414,20 +256,9 @@ def search(
             + [f for c in top for f in floor_variants(cluster, c)]
             + [replace(c, api_replicas=k) for c in top for k in more_api]
         )
-        second = search(
-            cluster,
-            costs,
-            workload,
-            num_shards=num_shards,
-            replicas=replicas,
-            api_replicas=api_replicas,
-            prune=False,
-            parallel=parallel,
-            batch=batch,
-            space=top + variants,
-        )
+        second = among(space=top + variants, prune=False)
         ranked = _replicas_that_pay(_floors_that_pay(second.ranked), workload)
-        return SearchReport(
+        return PlacementReport(
             ranked[0],
             ranked[1] if len(ranked) > 1 else None,
             first.even,
@@ -502,7 +333,7 @@ def search(
         raise ValueError(
             "no feasible placement: every candidate lacks memory or CPUs for what it places"
         )
-    return SearchReport(
+    return PlacementReport(
         best=ranked[0],
         runner_up=ranked[1] if len(ranked) > 1 else None,
         even=Evaluated(even, done[even]),

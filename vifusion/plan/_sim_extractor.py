@@ -1,14 +1,44 @@
 """The simulated extractor actor (``simulate.py`` runs one per extractor): videos one at a
-time, decode ahead, embed in batches, one hand-over in flight."""
+time, decode ahead, embed in batches, one hand-over in flight. It drives the run it is part of
+through ``_Run``, what it uses of ``simulate.Simulation``, so that this module needs no import
+of it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from vifusion.plan.model import NodeType
+from vifusion.plan._events import Cpu, Sim
+from vifusion.plan.hardware import Node, NodeType
+from vifusion.plan.terms import Candidate, StageCosts, Workload
 
-if TYPE_CHECKING:
-    from vifusion.plan.simulate import Simulation, StageCosts
+
+class _Run(Protocol):
+    """What an extractor uses of the run: its clock, the nodes' CPUs and GPUs, the placement,
+    the workload, and the steps before and after its own."""
+
+    sim: Sim
+    nodes: list[Node]
+    costs: list[StageCosts]  # by node
+    cpu: list[Cpu]
+    gpu: list[Cpu | None]
+    embedding: list[int]  # extractors embedding on each node's CPU now
+    cand: Candidate
+    work: Workload
+
+    def take_video(self) -> int | None: ...
+    def ship(self, node: int, then: Callable[[], None]) -> None: ...
+    def submit(
+        self,
+        node: int,
+        shard: int,
+        video: int,
+        frames: int,
+        extracted: float,
+        handed: Callable[[], None],
+    ) -> None: ...
+    def handed_over(self, frames: int) -> None: ...
+    def finish(self, node: int, shard: int, video: int, done: Callable[[], None]) -> None: ...
 
 
 def embed_threads(t: NodeType, costs: StageCosts, sharing: int = 1) -> int:
@@ -19,12 +49,12 @@ def embed_threads(t: NodeType, costs: StageCosts, sharing: int = 1) -> int:
     return min(costs.embed_threads or own, int(t.cpus) or 1)
 
 
-class Extractor:
+class SimulatedExtractor:
     """One extractor actor: videos one at a time, decode ahead, one hand-over in flight."""
 
     _DEPTH = 2  # prefetch depth
 
-    def __init__(self, s: Simulation, node: int) -> None:
+    def __init__(self, s: _Run, node: int) -> None:
         self.s, self.node = s, node
         self.costs = s.costs[node]
         n = s.nodes[node]
@@ -92,11 +122,7 @@ class Extractor:
     def _handed(self) -> None:
         self.handing = False
         self.handed_n += 1
-        self.s.frames_done += self.batches[self.handed_n - 1]
-        if self.s.work.steady:
-            self.s.handed.append((self.s.sim.now, self.s.frames_done))
-            if len(self.s.handed) > self.s.marks[1]:
-                self.s.sim.stop()
+        self.s.handed_over(self.batches[self.handed_n - 1])
         if self.handed_n == len(self.batches):
             self.s.finish(self.node, self.shard, self.video, self.next_video)
         else:

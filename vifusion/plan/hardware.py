@@ -186,7 +186,7 @@ def _node_type(name: str, spec: dict[str, Any], count: int) -> NodeType:
         raise ValueError(
             f"node type {name}: how many CPUs? give resources: {{CPU: n}} or the label "
             f"{LABEL}cpus (instance type {(spec.get('node_config') or {}).get('InstanceType')} is "
-            "not in vifusion.plan.model.INSTANCE_TYPES)"
+            "not in vifusion.plan.hardware.INSTANCE_TYPES)"
         )
     gpus = labels.get("gpus", res.pop("GPU", known[1]))
     memory = res.pop("memory", None) or float(labels.get("memory-gb", known[2])) * (1 << 30)

@@ -1,12 +1,14 @@
-"""The search: pruning never drops the best candidate, infeasible ones are never simulated."""
+"""The placement search: pruning never drops the best candidate, infeasible ones are never simulated."""
 
 from dataclasses import replace
 
 import pytest
 
-from vifusion.plan.model import Cluster, NodeType
-from vifusion.plan.search import busy, candidates, even_spread, search, upper_bound
-from vifusion.plan.simulate import Candidate, StageCosts, Workload, simulate
+from vifusion.plan.bounds import busy, upper_bound
+from vifusion.plan.hardware import Cluster, NodeType
+from vifusion.plan.placement_search import candidates, even_spread, search_placements
+from vifusion.plan.simulate import simulate
+from vifusion.plan.terms import Candidate, StageCosts, Workload
 
 SLOW = NodeType("slow", 1, 2, uplink=20e6 / 8, downlink=20e6 / 8, rtt_s=0.01)
 WEAK = NodeType("weak", 1, 2, cpu_share=0.5)
@@ -33,8 +35,8 @@ WITH_FILES = Workload(videos=0, frames_per_video=64, steady=True, video_bytes=64
 def test_pruning_keeps_the_best_of_a_small_space_searched_exhaustively(workload):
     cluster = three_hosts()
     space = list(candidates(cluster, num_shards=2, replicas=1))
-    full = search(cluster, COSTS, workload, space=space, prune=False, parallel=False)
-    pruned = search(cluster, COSTS, workload, space=space, prune=True, parallel=False)
+    full = search_placements(cluster, COSTS, workload, space=space, prune=False, parallel=False)
+    pruned = search_placements(cluster, COSTS, workload, space=space, prune=True, parallel=False)
     assert pruned.pruned_dominated > 0 and pruned.evaluated < full.evaluated
     assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
 
@@ -54,7 +56,7 @@ def test_no_steady_rate_the_search_ranks_passes_its_bound():
     # 12% here: files received in the warm-up drain in the window); no long run can.
     cluster = three_hosts()
     space = list(candidates(cluster, num_shards=2, replicas=1))
-    report = search(cluster, COSTS, WITH_FILES, space=space, prune=False, parallel=False)
+    report = search_placements(cluster, COSTS, WITH_FILES, space=space, prune=False, parallel=False)
     assert len(report.ranked) == len(space) - report.pruned_infeasible
     for e in report.ranked:
         assert e.result.fps <= upper_bound(cluster, COSTS, e.candidate, WITH_FILES) * (1 + 1e-9)
@@ -75,15 +77,15 @@ def test_the_bound_holds_where_extractors_crowd_a_node():
     costs = {"head": CROWDED["head"], "w": CROWDED["head"]}
     assert_bound_holds(WIDE, Workload(videos=8, frames_per_video=32), costs)
     space = list(candidates(WIDE, num_shards=2, replicas=1))
-    full = search(WIDE, costs, WITH_FILES, space=space, prune=False, parallel=False)
-    pruned = search(WIDE, costs, WITH_FILES, space=space, prune=True, parallel=False)
+    full = search_placements(WIDE, costs, WITH_FILES, space=space, prune=False, parallel=False)
+    pruned = search_placements(WIDE, costs, WITH_FILES, space=space, prune=True, parallel=False)
     assert pruned.pruned_dominated > 0
     assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
 
 
 def test_a_plan_beats_the_even_spread_where_one_host_is_weak_and_one_link_slow():
     cluster = three_hosts()
-    report = search(
+    report = search_placements(
         cluster, COSTS, Workload(videos=0, frames_per_video=48, steady=True), parallel=False
     )
     assert report.best.result.fps >= report.even.result.fps
@@ -94,7 +96,7 @@ def test_a_plan_beats_the_even_spread_where_one_host_is_weak_and_one_link_slow()
 def test_a_node_without_memory_for_an_extractor_gets_none():
     tiny = NodeType("tiny", 1, 4, memory_bytes=1 << 30)  # an extractor's models need 2 GiB
     cluster = Cluster((HEAD, tiny), "head")
-    report = search(
+    report = search_placements(
         cluster,
         {"head": COSTS["head"], "tiny": COSTS["head"]},
         Workload(videos=4, frames_per_video=32),
@@ -113,7 +115,7 @@ def test_with_videos_to_ship_the_plan_keeps_extractors_off_the_slow_link():
     # videos up); the bound still holds with files to ship.
     cluster = three_hosts()
     workload = Workload(videos=8, frames_per_video=48, video_bytes=16e6)
-    report = search(cluster, COSTS, workload, parallel=False)
+    report = search_placements(cluster, COSTS, workload, parallel=False)
     slow = [n.type.name for n in cluster.nodes()].index("slow")
     assert report.best.candidate.extractors[slow] == 0
     assert report.even.candidate.extractors[slow] == 2
@@ -137,7 +139,7 @@ def test_the_planned_workload_ships_files_at_the_configured_bitrate():
         simulate(three_hosts(), COSTS, even, w).fps
         < simulate(three_hosts(), COSTS, even, plain).fps
     )
-    report = search(three_hosts(), COSTS, w, parallel=False)
+    report = search_placements(three_hosts(), COSTS, w, parallel=False)
     assert report.best.result.fps >= report.even.result.fps
 
 
@@ -150,7 +152,7 @@ def test_the_bound_holds_for_a_batch_whose_first_videos_wait_on_a_weak_node():
     batch = Workload(videos=12, frames_per_video=48)
     for workload in (Workload(videos=4, frames_per_video=48), batch):
         assert_bound_holds(cluster, workload, costs)
-    report = search(cluster, costs, batch, parallel=False)
+    report = search_placements(cluster, costs, batch, parallel=False)
     assert report.best.result.fps > 1.3 * report.even.result.fps  # the even spread waits
     assert report.pruned_dominated > 3 * report.evaluated
 
@@ -167,8 +169,8 @@ def test_a_batch_of_few_videos_simulates_placements_alike_once():
         if sum(c.extractors):
             trimmed = busy(c, batch)
             assert simulate(cluster, costs, trimmed, batch) == simulate(cluster, costs, c, batch)
-    full = search(cluster, costs, batch, space=space, prune=False, parallel=False)
-    pruned = search(cluster, costs, batch, space=space, prune=True, parallel=False)
+    full = search_placements(cluster, costs, batch, space=space, prune=False, parallel=False)
+    pruned = search_placements(cluster, costs, batch, space=space, prune=True, parallel=False)
     assert pruned.pruned_equivalent > 0
     assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
     simulated = [
@@ -210,8 +212,8 @@ SEARCHED = {
 def test_pruning_keeps_the_best_where_searches_are_served(workload):
     cluster = three_hosts()
     space = list(candidates(cluster, num_shards=2, replicas=1))
-    full = search(cluster, SEARCHED, workload, space=space, prune=False, parallel=False)
-    pruned = search(cluster, SEARCHED, workload, space=space, prune=True, parallel=False)
+    full = search_placements(cluster, SEARCHED, workload, space=space, prune=False, parallel=False)
+    pruned = search_placements(cluster, SEARCHED, workload, space=space, prune=True, parallel=False)
     assert pruned.pruned_dominated > 0
     assert pruned.best.result.fps == pytest.approx(full.best.result.fps, rel=1e-6)
     if workload.query_target_s:
@@ -220,9 +222,9 @@ def test_pruning_keeps_the_best_where_searches_are_served(workload):
 
 def test_searches_take_extractors_off_the_node_that_serves_them():
     cluster = three_hosts()
-    quiet = search(cluster, SEARCHED, Workload(0, 48, steady=True), parallel=False)
+    quiet = search_placements(cluster, SEARCHED, Workload(0, 48, steady=True), parallel=False)
     busy_ = Workload(0, 48, steady=True, queries_per_s=8, index_rows=1_000_000)
-    served = search(cluster, SEARCHED, busy_, parallel=False)
+    served = search_placements(cluster, SEARCHED, busy_, parallel=False)
     # Without searches every core embeds; with them the head (which embeds every query)
     # keeps fewer extractors, and the predicted rate falls by about the CPU they take.
     assert served.best.candidate.extractors[0] < quiet.best.candidate.extractors[0]
@@ -236,13 +238,15 @@ def test_a_search_target_ranks_a_slower_placement_that_keeps_it_first():
     calm = Candidate((1, 1, 1), ((0,), (0,)))  # both on the head, one extractor beside them
     untargeted = Workload(0, 48, steady=True, queries_per_s=8, index_rows=1_000_000)
     space = [fast, calm]
-    by_rate = search(cluster, SEARCHED, untargeted, space=space, prune=False, parallel=False)
+    by_rate = search_placements(
+        cluster, SEARCHED, untargeted, space=space, prune=False, parallel=False
+    )
     r = {e.candidate: e.result for e in by_rate.ranked}
     assert r[fast].fps > r[calm].fps and r[fast].query_p50_s > r[calm].query_p50_s
     target = (r[fast].query_p50_s + r[calm].query_p50_s) / 2
     targeted = replace(untargeted, query_target_s=target)
     assert by_rate.best.candidate == fast
-    chosen = search(cluster, SEARCHED, targeted, space=space, prune=True, parallel=False)
+    chosen = search_placements(cluster, SEARCHED, targeted, space=space, prune=True, parallel=False)
     assert chosen.best.candidate == calm
 
 
@@ -258,7 +262,7 @@ def test_nodes_behind_narrow_uplinks_get_a_codec_floor_only_where_it_pays(worklo
     head = NodeType("head", 1, 2, cpu_share=0.3)
     costs = {t: StageCosts(decode_cs=0.005, embed_cs=0.03) for t in ("head", "far")}
     narrow = Cluster((head, FAR), "head")
-    best = search(narrow, costs, workload, parallel=False).best
+    best = search_placements(narrow, costs, workload, parallel=False).best
     floored = [i for i in range(4) if best.candidate.floor(i)]
     primaries = {g[0] for g in best.candidate.shards}
     # on the far nodes that send every row away, and on no other
@@ -268,7 +272,8 @@ def test_nodes_behind_narrow_uplinks_get_a_codec_floor_only_where_it_pays(worklo
 
     wide = Cluster((head, FAR_WIDE), "head")  # exact rows fit: a floor would only cost recall
     assert not any(
-        e.candidate.codec_floor for e in search(wide, costs, workload, parallel=False).ranked
+        e.candidate.codec_floor
+        for e in search_placements(wide, costs, workload, parallel=False).ranked
     )
 
 
@@ -287,12 +292,12 @@ def test_api_replicas_are_added_only_where_searches_wait_on_their_ongoing_limit(
         for t in ("head", "far")
     }
     busy_ = Workload(10, 400, queries_per_s=12, index_rows=4000, query_target_s=6.0)
-    chosen = search(cluster, costs, busy_, api_replicas=(1, 2, 4), parallel=False).best
+    chosen = search_placements(cluster, costs, busy_, api_replicas=(1, 2, 4), parallel=False).best
     assert chosen.candidate.api_replicas == 2
     assert chosen.result.query_p50_s <= busy_.query_target_s
-    alone = search(cluster, costs, busy_, parallel=False).best  # one replica allowed
+    alone = search_placements(cluster, costs, busy_, parallel=False).best  # one replica allowed
     assert alone.result.query_p50_s > busy_.query_target_s
 
     calm = replace(busy_, queries_per_s=2)
-    best = search(cluster, costs, calm, api_replicas=(1, 2, 4), parallel=False).best
+    best = search_placements(cluster, costs, calm, api_replicas=(1, 2, 4), parallel=False).best
     assert best.candidate.api_replicas == 1

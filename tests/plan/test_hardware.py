@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from vifusion.plan.model import from_yaml, path
+from vifusion.plan.hardware import from_yaml, path
 
 ROOT = Path(__file__).resolve().parents[2]
 
