@@ -31,7 +31,6 @@ import os
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,21 +38,34 @@ from pathlib import Path
 import numpy as np
 
 from vifusion._files import fsync_dir
+from vifusion.index._wal_read import (
+    HEAD,
+    MAGIC,
+    LogCorrupt,
+    checksum,
+    read_segment,
+    record_crc,
+    records,
+    segment_files,
+)
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch
 
-_MAGIC = b"VFWAL01\n"
-_HEAD = struct.Struct("<IIQ")  # payload length, crc32(seq + payload), seq
 _ADD, _DELETE = 1, 2
 _DIM = VISUAL_DIM + SEMANTIC_DIM
 _fadvise = getattr(os, "posix_fadvise", None)  # not on macOS: the cache keeps the log there
-# The unit a write reaches the disk in (a disk sector; file system blocks are whole sectors):
-# of a write a crash interrupted, what did not land is whole sectors, read back as zeros.
-_SECTOR = 512
 log = logging.getLogger(__name__)
-
-
-class LogCorrupt(ValueError):
-    """Damage in the log that is not a torn tail: acknowledged records may be unreadable."""
+# what the shard, its loading and its replicas use; the reading end lives in _wal_read.py
+__all__ = [
+    "Delete",
+    "LogCorrupt",
+    "Op",
+    "WriteAheadLog",
+    "decode",
+    "encode",
+    "record_crc",
+    "records",
+    "replay",
+]
 
 
 @dataclass(frozen=True)
@@ -100,134 +112,6 @@ def decode(payload: bytes) -> Op:
     return FusedBatch(ids=ids, times=times, features=features, batch_id=bid)
 
 
-def _crc(seq: int, payload: bytes) -> int:
-    return zlib.crc32(payload, zlib.crc32(struct.pack("<Q", seq)))
-
-
-def _segments(directory: Path) -> list[tuple[int, Path]]:
-    found = []
-    for p in directory.glob("*.log"):
-        try:
-            found.append((int(p.stem), p))
-        except ValueError:
-            continue
-    return sorted(found)
-
-
-def _read_segment(path: Path, last: bool) -> tuple[list[tuple[int, bytes]], int]:
-    """The records of one segment and the byte offset after the last whole one.
-    A bad record ends the segment if it is the last segment, no whole record follows it
-    and it is torn (``_not_torn``): a torn tail."""
-    data = path.read_bytes()
-    if len(data) < len(_MAGIC):
-        if last:
-            return [], 0
-        raise LogCorrupt(f"{path}: truncated segment header")
-    if data[: len(_MAGIC)] != _MAGIC:
-        raise LogCorrupt(f"{path}: not a write-ahead log segment")
-    records, pos = [], len(_MAGIC)
-    while pos < len(data):
-        bad = pos + _HEAD.size > len(data)
-        if not bad:
-            length, crc, seq = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + length
-            bad = end > len(data)
-            if not bad:
-                payload = data[pos + _HEAD.size : end]
-                bad = _crc(seq, payload) != crc
-        if bad:
-            if last:
-                prev = records[-1][0] if records else int(path.stem) - 1
-                later = _next_record(data, pos + 1, prev)
-                if later is not None:
-                    raise LogCorrupt(
-                        f"{path}: damaged record at byte {pos}, and a whole record "
-                        f"(seq {later[1]}) after it at byte {later[0]}: not a torn tail"
-                    )
-                why = _not_torn(data, pos)
-                if why:
-                    raise LogCorrupt(
-                        f"{path}: damaged record at byte {pos}, the last, {why}: not a torn tail"
-                    )
-                break
-            raise LogCorrupt(f"{path}: damaged record at byte {pos}")
-        records.append((seq, payload))
-        pos = end
-    return records, pos
-
-
-def _not_torn(data: bytes, pos: int) -> str:
-    """Why the bad last record at byte ``pos`` is damage and not a write a crash cut short
-    ("": it may be one). A torn write runs past the end of the file, or has a sector of it
-    that never landed (zeros; the sectors of an unsynced write land in any order). Whole,
-    with no such sector, and failing its checksum, it was written and has changed since.
-    So has one whose length field runs past the end where the bytes there are the whole
-    record its checksum covers."""
-    if pos + _HEAD.size > len(data):
-        return ""
-    length, crc, seq = _HEAD.unpack_from(data, pos)
-    body = pos + _HEAD.size
-    end = body + length
-    if end > len(data):
-        if _crc(seq, data[body:]) == crc:
-            return (
-                f"its length says {length} bytes, and the {len(data) - body} there hold a "
-                f"whole record (seq {seq})"
-            )
-        return ""
-    cuts = [pos, *range((pos // _SECTOR + 1) * _SECTOR, end, _SECTOR), end]
-    if any(data.count(0, a, b) == b - a for a, b in zip(cuts, cuts[1:])):
-        return ""
-    return f"whole ({length} bytes, seq {seq}) and failing its checksum"
-
-
-def _next_record(data: bytes, start: int, prev: int) -> tuple[int, int] | None:
-    """The first whole record at or after byte ``start`` as (offset, seq), or None.
-
-    Records carry no sync marker, so every offset is a candidate: its seq must come after
-    ``prev`` (seqs rise by one per record, so by no more than the records that fit), its
-    length must fit, and its CRC must match (a chance match of all three: ~2^-32 per
-    candidate that passes the seq test). The seq test is done for all offsets at once."""
-    top = prev + (len(data) - start) // _HEAD.size + 1
-    seq_at = start + 8  # the seq field of a header at ``start``
-    found = []
-    for k in range(8):  # every offset = 8 interleaved runs of aligned u64
-        count = (len(data) - seq_at - k) // 8
-        if count <= 0:
-            continue
-        seqs = np.frombuffer(data, "<u8", count, seq_at + k)
-        hits = np.flatnonzero((seqs > prev) & (seqs <= top))
-        found.extend((start + k + 8 * hits).tolist())
-    for pos in sorted(found):
-        length, crc, seq = _HEAD.unpack_from(data, pos)
-        end = pos + _HEAD.size + length
-        if end <= len(data) and _crc(seq, data[pos + _HEAD.size : end]) == crc:
-            return pos, seq
-    return None
-
-
-def records(directory: Path, after: int) -> Iterator[tuple[int, bytes]]:
-    """The logged records with seq > ``after``, in order, as (seq, payload). Read-only: safe
-    beside a writer (a record it is still writing reads as a torn tail and ends them)."""
-    segments = _segments(Path(directory))
-    for i, (_, path) in enumerate(segments):
-        nxt = segments[i + 1][0] if i + 1 < len(segments) else None
-        if nxt is not None and nxt <= after + 1:
-            continue  # wholly covered by the snapshot
-        found, _ = _read_segment(path, last=nxt is None)
-        for seq, payload in found:
-            if seq > after:
-                yield seq, payload
-
-
-def record_crc(directory: Path, seq: int) -> int | None:
-    """The checksum of record ``seq`` (over its seq and payload), None where the log does not
-    hold it: two replicas whose records at a seq differ hold different histories."""
-    for found, payload in records(directory, seq - 1):
-        return _crc(seq, payload) if found == seq else None
-    return None
-
-
 def replay(directory: Path, after: int) -> Iterator[tuple[int, Op]]:
     """The logged operations with seq > ``after``, in order (``records``, decoded)."""
     for seq, payload in records(directory, after):
@@ -251,9 +135,9 @@ class WriteAheadLog:
         # Guards the open file against a switch (rotate, cut) during a sync, and orders syncs.
         self._sync_lock = threading.Lock()
         self._failed: OSError | None = None
-        segments = _segments(self.directory)
+        segments = segment_files(self.directory)
         for i, (first, path) in enumerate(segments):
-            records, good = _read_segment(path, last=i == len(segments) - 1)
+            records, good = read_segment(path, last=i == len(segments) - 1)
             if records:
                 self.last_seq = records[-1][0]
             elif i == len(segments) - 1:
@@ -264,7 +148,7 @@ class WriteAheadLog:
         if segments:
             path = segments[-1][1]
             size = path.stat().st_size
-            if good < len(_MAGIC):
+            if good < len(MAGIC):
                 log.warning(
                     "%s: cut off a torn segment after seq %d: %d bytes, no whole header",
                     path,
@@ -287,7 +171,7 @@ class WriteAheadLog:
                         os.fsync(f.fileno())
                 self._file = open(path, "ab")
                 self._end = good
-                self.bytes_since_rotate = good - len(_MAGIC)
+                self.bytes_since_rotate = good - len(MAGIC)
 
     def append(self, op: Op) -> int:
         """Write one operation durably; return its seq. Only then may it be acknowledged."""
@@ -308,15 +192,15 @@ class WriteAheadLog:
         seq = self.last_seq + 1
         start = self._file.tell()
         try:
-            self._file.write(_HEAD.pack(len(payload), _crc(seq, payload), seq))
+            self._file.write(HEAD.pack(len(payload), checksum(seq, payload), seq))
             self._file.write(payload)
             self._file.flush()
         except OSError:
             self._cut(start)
             raise
-        self._end = start + _HEAD.size + len(payload)
+        self._end = start + HEAD.size + len(payload)
         self.last_seq = seq  # after the flush: a sync that reads it covers the record
-        self.bytes_since_rotate += _HEAD.size + len(payload)
+        self.bytes_since_rotate += HEAD.size + len(payload)
         return seq
 
     def sync(self, through: int) -> float:
@@ -351,7 +235,7 @@ class WriteAheadLog:
 
     def drop_through(self, seq: int) -> None:
         """Delete the segments whose records all have seq <= ``seq`` (a durable snapshot holds them)."""
-        segments = _segments(self.directory)
+        segments = segment_files(self.directory)
         dropped = False
         for i, (_, path) in enumerate(segments):
             nxt = segments[i + 1][0] if i + 1 < len(segments) else self.last_seq + 1
@@ -370,7 +254,7 @@ class WriteAheadLog:
             if self._file is not None:
                 self._file.close()
                 self._file = None
-            for _, path in _segments(self.directory):
+            for _, path in segment_files(self.directory):
                 path.unlink()
             fsync_dir(self.directory)
             self.last_seq = self.durable_seq = seq
@@ -419,11 +303,11 @@ class WriteAheadLog:
     def _open_segment(self, first_seq: int) -> None:
         path = self.directory / f"{first_seq:020d}.log"
         f = open(path, "wb")
-        f.write(_MAGIC)
+        f.write(MAGIC)
         f.flush()
         os.fsync(f.fileno())
         fsync_dir(self.directory)
         with self._sync_lock:
             self._file = open(path, "ab")
-            self._end = len(_MAGIC)
+            self._end = len(MAGIC)
         f.close()
