@@ -3,7 +3,7 @@
 read from the service when scraped.
 
 Use ``METRICS`` through this module (``_metrics.METRICS``): Serve pickles the deployment
-class by value, and a name imported into app.py would be copied, not shared.
+class by value, and a name imported into a route module could be copied with it, not shared.
 """
 
 from typing import Any
@@ -100,7 +100,9 @@ class Metrics:
         # One series per link: a node's aggregator and the shard it sends to (vifusion.comm.link).
         self.links = {
             key: Gauge(f"vifusion_link_{name}", doc, ["node", "shard"], registry=r)
-            for key, name, doc in _LINK_GAUGES
+            for key, name, doc in (
+                row.split(maxsplit=2) for row in _LINK_GAUGES.strip().splitlines()
+            )
         }
         self.link_codec = Gauge(
             "vifusion_link_codec",
@@ -162,49 +164,21 @@ class Metrics:
                 self.link_codec.labels(*labels, link["codec"]).set(1)
 
 
-# (key in Aggregator.stats()["links"][shard], metric name, help)
-_LINK_GAUGES = (
-    (
-        "delivery_rate",
-        "delivery_rate_bytes_per_second",
-        "bytes/s acknowledged, windowed max over a second",
-    ),
-    ("capacity", "capacity_bytes_per_second", "bytes/s the link carried when clear (windowed max)"),
-    ("min_rtt_s", "min_rtt_seconds", "network round trip without queues"),
-    (
-        "queueing_delay_s",
-        "queueing_delay_seconds",
-        "round trip beyond min RTT and the bytes' own time on the link",
-    ),
-    (
-        "backlog_age_s",
-        "backlog_age_seconds",
-        "how long the oldest frame waiting to be sent has waited",
-    ),
-    ("in_flight", "in_flight_messages", "messages sent and not yet acknowledged"),
-    (
-        "receiver_share",
-        "receiver_share",
-        "share of recent round trips the shard spent busy (near 1: the shard, "
-        "not the link, holds data back)",
-    ),
-    (
-        "per_message_s",
-        "per_message_seconds",
-        "fixed cost of one message, which the batch size amortises",
-    ),
-    (
-        "level",
-        "codec_level",
-        "codec ladder level now: 0 fp32 (exact), 1 fp16, 2 int8, 3 sparse, 4 pq",
-    ),
-    ("batch_bytes", "batch_bytes", "fusion batch size B the link's statistics call for"),
-    ("window", "window_messages", "messages allowed in flight (from the bandwidth-delay product)"),
-    (
-        "by_stream",
-        "by_stream",
-        "1 while the link's batches go on the shard stream (TCP to the shard), 0 by actor call",
-    ),
-)
+# One gauge per line: its key in Aggregator.stats()["links"][shard], its name after
+# vifusion_link_, its help.
+_LINK_GAUGES = """
+delivery_rate     delivery_rate_bytes_per_second  bytes/s acknowledged, windowed max over a second
+capacity          capacity_bytes_per_second       bytes/s the link carried when clear (windowed max)
+min_rtt_s         min_rtt_seconds                 network round trip without queues
+queueing_delay_s  queueing_delay_seconds          round trip beyond min RTT and the bytes' own time on the link
+backlog_age_s     backlog_age_seconds             how long the oldest frame waiting to be sent has waited
+in_flight         in_flight_messages              messages sent and not yet acknowledged
+receiver_share    receiver_share                  share of recent round trips the shard spent busy (near 1: the shard, not the link, holds data back)
+per_message_s     per_message_seconds             fixed cost of one message, which the batch size amortises
+level             codec_level                     codec ladder level now: 0 fp32 (exact), 1 fp16, 2 int8, 3 sparse, 4 pq
+batch_bytes       batch_bytes                     fusion batch size B the link's statistics call for
+window            window_messages                 messages allowed in flight (from the bandwidth-delay product)
+by_stream         by_stream                       1 while the link's batches go on the shard stream (TCP to the shard), 0 by actor call
+"""
 
 METRICS = Metrics()  # one per replica process

@@ -18,7 +18,7 @@ from starlette.routing import Mount
 
 from serve import _auth
 from serve._auth import api_key
-from serve.app import _Front
+from serve._front import Front
 from vifusion.cli import parser as cli
 from vifusion.config import Config
 
@@ -129,7 +129,7 @@ def probe() -> FastAPI:
     app = FastAPI()
     app.get("/v1/echo")(lambda: {"ok": True})
     app.get("/open")(lambda: {"ok": True})
-    app.add_middleware(_Front)
+    app.add_middleware(Front)
     return app
 
 
