@@ -28,13 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    arguments,
-    cpu_seconds,
-    emit_result,
-    report_head,
-    run_benchmark,
-)
+from _common import cpu_seconds  # noqa: E402
 
 SIZES = (16, 64, 256)
 
@@ -128,13 +122,16 @@ def _raylet_cpu() -> float:
 
 
 def main() -> int:
-    ap = arguments(__doc__, quick="fewer hand-overs (under a minute)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer hand-overs (under a minute)")
     ap.add_argument("--measure", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--socket", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        emit_result(measure(args.measure, args.socket))
+        print("RESULT " + json.dumps(measure(args.measure, args.socket)), flush=True)
         return 0
+
+    from _common import machine
 
     from vifusion.runtime import RAY_TUNED
 
@@ -152,7 +149,13 @@ def main() -> int:
         "inline (RAY_TUNED)": (tuned, []),
         "local socket": (tuned, ["--socket"]),
     }
-    report = report_head("handoff", args.quick) | {"variants": {}}
+    report: dict = {
+        "benchmark": "handoff",
+        "quick": args.quick,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "variants": {},
+    }
     for name, (env, flags) in variants.items():
         proc = subprocess.run(
             [sys.executable, __file__, "--measure", str(calls), *flags],
@@ -205,4 +208,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    run_benchmark(main, "handoff benchmark")
+    raise SystemExit(main())

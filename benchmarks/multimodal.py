@@ -14,10 +14,10 @@ query finds what is seen, said and written.
    asked twice, in some of its words and in other words (``_meaning``), and the demo's
    visual queries ("a cat"...). A result is right when its video is the query's and its time overlaps the phrase's (or
    the slide's, or the scene's). Reported for the same index and queries:
-   ``r1_all`` (R@1 over all modalities, default fusion), ``r1_visual_only`` (the same
+   ``r1_all`` (R@1 over all modalities, default blend), ``r1_visual_only`` (the same
    queries, visual search alone), ``r1_rrf`` / ``mrr_rrf`` and ``r1_calibrated`` /
-   ``mrr_calibrated`` (each fusion; MRR over the top 10), and ``r1_<kind>_<fusion>`` per
-   kind of query. ``fusion`` names the default (``vifusion.query.searcher.FUSION``).
+   ``mrr_calibrated`` (each blend; MRR over the top 10), and ``r1_<kind>_<blend>`` per
+   kind of query. ``fusion`` names the default blend (``vifusion.query.searcher.BLEND``).
 
 4. ``ingest_ratio``: the same corpus indexed again into a fresh data dir with speech and
    screen text off, in the same run: sampled frames per second of wall time with every
@@ -52,7 +52,7 @@ from vifusion.config import Config  # noqa: E402
 from vifusion.extract.audio import read_audio  # noqa: E402
 from vifusion.extract.screentext import ScreenReader  # noqa: E402
 from vifusion.extract.speech import Transcriber  # noqa: E402
-from vifusion.query.ranking import FUSIONS  # noqa: E402
+from vifusion.query.ranking import BLENDS  # noqa: E402
 
 SAID = [
     (0.3, "Welcome back. Today we look at how the cache behaves under load."),
@@ -309,7 +309,7 @@ def _rank(found, q: Query, video_id: int) -> int | None:
 
 def retrieval(talks: int) -> dict:
     """Index the corpus by real ingest and rank every query every way (see the docstring)."""
-    from vifusion.query.searcher import FUSION
+    from vifusion.query.searcher import BLEND
     from vifusion.runtime import Runtime
 
     with tempfile.TemporaryDirectory(prefix="vifusion-multimodal-") as tmp:
@@ -324,11 +324,11 @@ def retrieval(talks: int) -> dict:
             ids = {Path(r.path).name: r.video_id for r in results}
             searcher = rt.searcher
             searcher.text("warm-up")
-            ranks: dict[str, list[int | None]] = {way: [] for way in (*FUSIONS, "visual_only")}
+            ranks: dict[str, list[int | None]] = {way: [] for way in (*BLENDS, "visual_only")}
             for q in queries:
-                for fusion in FUSIONS:
-                    ranks[fusion].append(
-                        _rank(searcher.text(q.text, TOP_K, fusion=fusion), q, ids[q.video])
+                for way in BLENDS:
+                    ranks[way].append(
+                        _rank(searcher.text(q.text, TOP_K, blend=way), q, ids[q.video])
                     )
                 ranks["visual_only"].append(
                     _rank(searcher.text(q.text, TOP_K, modalities=["visual"]), q, ids[q.video])
@@ -361,11 +361,11 @@ def retrieval(talks: int) -> dict:
     def mrr(way: str) -> float:
         return round(sum(1 / r for r in ranks[way] if r) / len(queries), 3)
 
-    report = {"r1_all": r1(FUSION), "r1_visual_only": r1("visual_only"), "fusion": FUSION}
-    for fusion in FUSIONS:
-        report |= {f"r1_{fusion}": r1(fusion), f"mrr_{fusion}": mrr(fusion)}
+    report = {"r1_all": r1(BLEND), "r1_visual_only": r1("visual_only"), "fusion": BLEND}
+    for way in BLENDS:
+        report |= {f"r1_{way}": r1(way), f"mrr_{way}": mrr(way)}
     for kind in KINDS:
-        report |= {f"r1_{kind}_{way}": r1(way, kind) for way in (*FUSIONS, "visual_only")}
+        report |= {f"r1_{kind}_{way}": r1(way, kind) for way in (*BLENDS, "visual_only")}
     return report | {
         "queries": len(queries),
         "talks": talks,

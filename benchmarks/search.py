@@ -314,10 +314,10 @@ def main() -> None:
         truth = ground_truth(queries, n_chunks, base)
         report["recall_at_10"] = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
 
-        shards.query_fusion = False
+        shards.query_batching = False
         report["one_call_per_query"] = load(shards, text_q, args.clients, seconds)
         print(f"  (a) one call per query: {report['one_call_per_query']}", flush=True)
-        shards.query_fusion = True
+        shards.query_batching = True
         report["fused"] = load(shards, text_q, args.clients, seconds)
         print(f"  (b) query fusion:       {report['fused']}", flush=True)
         shards.close()

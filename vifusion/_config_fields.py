@@ -365,10 +365,10 @@ class IndexFields(BaseModel):
         description="a shard that has not answered a search by then "
         "(restarting, say) is left out: the answer is partial, naming it",
     )
-    query_fusion: bool = Field(
-        True, description="merge concurrent searches into one batched call per shard"
+    query_fusion: bool = Field(  # query batching; the key keeps its first name
+        True, description="query batching: concurrent searches merged into one call per shard"
     )
-    query_batch_max: int = Field(256, gt=0, description="most queries fused into one call")
+    query_batch_max: int = Field(256, gt=0, description="most queries batched into one call")
     query_window: int = Field(
         2,
         gt=0,

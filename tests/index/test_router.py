@@ -114,7 +114,7 @@ def test_snapshot_selected_shards_only(ray_session, cfg: Config) -> None:
         reopened.close()
 
 
-def test_concurrent_searches_are_fused_and_split_back_exactly(ray_session, cfg: Config) -> None:
+def test_concurrent_searches_are_batched_and_split_back_exactly(ray_session, cfg: Config) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     plain = Config(data_dir=cfg.data_dir, num_shards=2, faiss_threads=1, query_fusion=False)
@@ -133,7 +133,7 @@ def test_concurrent_searches_are_fused_and_split_back_exactly(ray_session, cfg: 
                 pool.map(lambda i: shards.search("semantic", queries[[i]], ks[i])[0], range(64))
             )
         assert got == expected
-        assert shards.fused_calls["semantic"] < 64  # queries shared calls
+        assert shards.batched_calls["semantic"] < 64  # queries shared calls
     finally:
         shards.close()
 
@@ -172,7 +172,7 @@ def test_a_data_dir_refuses_another_shard_count(ray_session, tmp_path):
     ShardSet(Config(data_dir=tmp_path, num_shards=2)).close()  # the same count still opens
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "one-call-each"])
+@pytest.mark.parametrize("fused", [True, False], ids=["batched", "one-call-each"])
 def test_speech_and_screen_rows_are_searched_across_shards(
     ray_session, cfg: Config, fused: bool
 ) -> None:
@@ -208,7 +208,7 @@ def test_speech_and_screen_rows_are_searched_across_shards(
         assert [s["vectors"] for s in shards.stats()] == [held] * 2
         for kind in ("speech", "screen"):
             q = np.stack([rows[11, kind].space("semantic")[2], rows[12, kind].space("semantic")[4]])
-            # concurrent: fused into shared calls where fusion is on
+            # concurrent: batched into shared calls where query batching is on
             with ThreadPoolExecutor(4) as pool:
                 found = list(
                     pool.map(lambda _, kind=kind, q=q: shards.search(kind, q, 30), range(4))
@@ -224,7 +224,7 @@ def test_speech_and_screen_rows_are_searched_across_shards(
                 ] and not hits.missing  # all of the space's rows, only those
             mine = shards.search(kind, q, 30, videos=[12, 13])
             assert [{h.video_id for h in hits} for hits in mine] == [{12, 13}] * 2
-        assert (shards.fused_calls["speech"] > 0) == fused
+        assert (shards.batched_calls["speech"] > 0) == fused
         assert shards.delete_video(11) == 8 + 5 + 5
         for kind in ("speech", "screen"):
             assert all(h.video_id != 11 for hits in shards.search(kind, q, 30) for h in hits)

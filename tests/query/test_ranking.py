@@ -2,7 +2,7 @@
 
 import pytest
 
-from vifusion.query.ranking import MARKS, Candidate, bracketed, fuse, snippet_fields
+from vifusion.query.ranking import MARKS, Candidate, blend_lists, bracketed, snippet_fields
 
 
 def c(video, start, end, modality, score=1.0, snippet=None):
@@ -15,7 +15,7 @@ def test_a_moment_two_modalities_agree_on_beats_the_top_of_one_list():
         c(3, 0, 2, "speech", snippet="hello"),
         c(2, 11, 13, "speech", snippet="the <b>rocket</b>"),
     ]
-    top = fuse([visual, speech], top_k=3)
+    top = blend_lists([visual, speech], top_k=3)
     # the moment spans the spoken words, which place it more exactly than the frames
     assert (top[0].video_id, top[0].start_s, top[0].end_s) == (2, 11, 13)
     assert top[0].matched == ["visual", "speech"]
@@ -31,7 +31,7 @@ def test_overlapping_candidates_of_one_video_merge_and_others_stay_apart():
         c(2, 5, 8, "speech"),
         c(2, 8, 10, "speech"),
     ]
-    top = fuse([speech], top_k=10)
+    top = blend_lists([speech], top_k=10)
     # a moment spans its strongest candidate; spans that only touch stay apart
     spans = sorted((m.video_id, m.start_s, m.end_s, m.snippet) for m in top)
     assert spans == [(1, 5, 8, "a"), (1, 20, 22, None), (2, 5, 8, None), (2, 8, 10, None)]
@@ -41,7 +41,7 @@ def test_a_moment_of_frames_takes_the_span_of_the_words_that_join_it():
     visual = [c(1, 0, 30, "visual")]
     speech = [c(1, 14, 16, "speech", snippet="the [budget] is up")]
     screen = [c(1, 20, 28, "screen", snippet="Q3 [budget]")]
-    top, other = fuse([visual, speech, screen], top_k=5)
+    top, other = blend_lists([visual, speech, screen], top_k=5)
     assert (top.start_s, top.end_s, top.snippet, top.matched) == (
         14,
         16,
@@ -52,34 +52,37 @@ def test_a_moment_of_frames_takes_the_span_of_the_words_that_join_it():
     assert (other.start_s, other.end_s, other.matched) == (20, 28, ["screen"])
 
 
-def test_calibrated_fusion_weighs_how_good_each_match_is():
+def test_the_calibrated_blend_weighs_how_good_each_match_is():
     # one strong spoken match against two weak ones that agree on another moment
     speech = [c(1, 0, 2, "speech", 0.9, "x")]
     visual = [c(2, 0, 4, "visual", 0.3)]
     screen = [c(2, 1, 3, "screen", 0.2, "y")]
-    rrf = fuse([speech, visual, screen], top_k=2)
+    rrf = blend_lists([speech, visual, screen], top_k=2)
     assert [m.video_id for m in rrf] == [2, 1]  # ranks only: two lists beat one
-    calibrated = fuse([speech, visual, screen], top_k=2, method="calibrated")
+    calibrated = blend_lists([speech, visual, screen], top_k=2, method="calibrated")
     assert [m.video_id for m in calibrated] == [1, 2]
     assert [m.score for m in calibrated] == pytest.approx([0.9, 0.5])
-    with pytest.raises(ValueError, match="fusion"):
-        fuse([speech], top_k=1, method="max")
+    with pytest.raises(ValueError, match="blend"):
+        blend_lists([speech], top_k=1, method="max")
 
 
 def test_a_list_counts_once_per_moment():
     # Two candidates of the same moment in one list add one term, not two.
-    one = fuse([[c(1, 0, 2, "visual"), c(1, 1, 3, "visual"), c(2, 0, 2, "visual")]], top_k=2)
+    one = blend_lists([[c(1, 0, 2, "visual"), c(1, 1, 3, "visual"), c(2, 0, 2, "visual")]], top_k=2)
     assert one[0].score == pytest.approx(1 / 61)
 
 
 def test_join_gap_joins_near_spans_and_top_k_cuts():
-    top = fuse([[c(1, 0, 2, "screen"), c(1, 2.5, 4, "screen")]], top_k=5, join_gap_s=1.0)
+    top = blend_lists([[c(1, 0, 2, "screen"), c(1, 2.5, 4, "screen")]], top_k=5, join_gap_s=1.0)
     assert [(m.start_s, m.end_s) for m in top] == [(0, 2)]
-    assert len(fuse([[c(1, 0, 2, "screen"), c(1, 2.5, 4, "screen")]], top_k=5)) == 2
+    assert len(blend_lists([[c(1, 0, 2, "screen"), c(1, 2.5, 4, "screen")]], top_k=5)) == 2
     # an instant (a zero-length span) joins the moment it falls in
-    assert len(fuse([[c(1, 0, 2, "visual")], [c(1, 2, 2, "speech", snippet="x")]], top_k=5)) == 1
+    assert (
+        len(blend_lists([[c(1, 0, 2, "visual")], [c(1, 2, 2, "speech", snippet="x")]], top_k=5))
+        == 1
+    )
     with pytest.raises(ValueError):
-        fuse([], top_k=0)
+        blend_lists([], top_k=0)
 
 
 def test_a_snippet_keeps_literal_brackets_as_text_and_gives_the_marked_words_as_spans():

@@ -97,17 +97,17 @@ def show(marked: str) -> str:
     return bracketed(fields["snippet"], fields["highlights"])
 
 
-@pytest.mark.parametrize("fusion", ["rrf", "calibrated"])
-def test_a_spoken_phrase_finds_where_it_was_said(world, fusion):
-    top = world.rt.searcher.text("the migration of the billing service", top_k=3, fusion=fusion)[0]
+@pytest.mark.parametrize("blend", ["rrf", "calibrated"])
+def test_a_spoken_phrase_finds_where_it_was_said(world, blend):
+    top = world.rt.searcher.text("the migration of the billing service", top_k=3, blend=blend)[0]
     assert (top.video_id, top.start_s, top.end_s) == (world.talk, 9.0, 14.0)
     assert top.matched[0] == "speech"
     assert show(top.snippet) == "Next we discuss the [migration] of the [billing] [service]."
 
 
-@pytest.mark.parametrize("fusion", ["rrf", "calibrated"])
-def test_a_written_phrase_finds_where_it_was_shown(world, fusion):
-    top = world.rt.searcher.text("hiring plan for engineers in Porto", top_k=3, fusion=fusion)[0]
+@pytest.mark.parametrize("blend", ["rrf", "calibrated"])
+def test_a_written_phrase_finds_where_it_was_shown(world, blend):
+    top = world.rt.searcher.text("hiring plan for engineers in Porto", top_k=3, blend=blend)[0]
     assert (top.video_id, top.start_s, top.end_s) == (world.talk, 14.0, 20.0)
     assert top.matched[0] == "screen"
     assert show(top.snippet) == "[Hiring] [plan]: three [engineers] in [Porto]"

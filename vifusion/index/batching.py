@@ -1,6 +1,6 @@
-"""Query fusion: concurrent searches of one space merged into one call per shard.
+"""Query batching: concurrent searches of one space merged into one call per shard.
 
-A query goes out at once while fewer than ``window`` fused calls are in flight; otherwise
+A query goes out at once while fewer than ``window`` batched calls are in flight; otherwise
 it waits, with the queries arriving meanwhile, until a call returns, ``max_batch`` queries
 are waiting, or the oldest has waited ``max_wait_s``. So a lone query pays nothing, and
 under load one FAISS call (and one actor call per shard) serves many queries.
@@ -18,12 +18,12 @@ import numpy as np
 from vifusion._limits import within
 
 ShardResult = tuple[np.ndarray, np.ndarray, np.ndarray]  # scores (nq,k), ids (nq,k), times (nq,k,2)
-# start(queries, k) sends a fused call to every shard and returns how to wait for the results.
+# start(queries, k) sends a batched call to every shard and returns how to wait for the results.
 Start = Callable[[np.ndarray, int], Callable[[], list[ShardResult]]]
 
 
 class _Call:
-    """One fused call in flight; the first of its queries to ask collects the results."""
+    """One batched call in flight; the first of its queries to ask collects the results."""
 
     def __init__(self, wait: Callable[[], list[ShardResult]], done: Callable[[], None]) -> None:
         self._wait, self._done = wait, done
@@ -60,7 +60,7 @@ class QueryBatcher:
     """Thread-safe; one dispatcher thread per batcher (a daemon, stopped by ``close``)."""
 
     def __init__(self, start: Start, max_batch: int, window: int, max_wait_s: float) -> None:
-        """``max_batch``: most queries in one fused call; ``window``: fused calls in flight
+        """``max_batch``: most queries in one batched call; ``window``: batched calls in flight
         before queries wait; ``max_wait_s``: longest a query waits to join one."""
         within("max_batch", max_batch, 1)
         within("window", window, 1)
@@ -73,8 +73,8 @@ class QueryBatcher:
         self._queue: list[_Request] = []
         self._in_flight = 0
         self._closed = False
-        self.calls = 0  # fused calls sent, for stats and tests
-        self._thread = threading.Thread(target=self._dispatch, name="query-fusion", daemon=True)
+        self.calls = 0  # batched calls sent, for stats and tests
+        self._thread = threading.Thread(target=self._dispatch, name="query-batching", daemon=True)
         self._thread.start()
 
     def search(self, queries: np.ndarray, k: int) -> list[ShardResult]:

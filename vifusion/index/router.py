@@ -2,7 +2,7 @@
 
 Each shard runs as ``cfg.shard_replicas`` actors (``replica.py``), spread over nodes. Writes
 go to the primary; searches go round-robin, one that meets a dead replica is re-sent to
-another, and concurrent searches of one space are fused into one call per shard
+another, and concurrent searches of one space are batched into one call per shard
 (``batching.py``). Replicas are named actors (``_actors.py``): a second ShardSet on the
 same data dir (another API replica, the ingest pool) attaches to the running ones. Each
 replica keeps its own directory (``layout.replica_dir``) and copies from the others over
@@ -21,6 +21,7 @@ import ray
 
 from vifusion.cluster.actors import NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.cluster.placement import (
+    applied_plan,
     planned_shard_strategies,
     shard_resources,
     shard_strategies,
@@ -42,7 +43,7 @@ from vifusion.types import SPACES, Found
 _INLINE_BYTES = 64 << 10  # past this, one put for every shard beats a copy in each call
 _DOWN_S = 2.0  # how long a replica that failed a search is passed over
 _PLACE_TRIES = 5  # starts of a replica that Ray keeps placing off its node
-_MISSING = -2  # the ids of a shard that did not answer (-1: no hit), through fusion and merge
+_MISSING = -2  # the ids of a shard that did not answer (-1: no hit), through batching and merge
 
 
 def _missing(nq: int, k: int) -> ShardResult:
@@ -84,7 +85,7 @@ class ShardSet:
             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
         where = planned_shard_strategies(
-            cfg.plan, cfg.num_shards, cfg.shard_replicas
+            applied_plan(cfg), cfg.num_shards, cfg.shard_replicas
         ) or shard_strategies(cfg.num_shards, cfg.shard_replicas)
         self._replicas: list[list[ray.actor.ActorHandle]] = []
         self._owned: list[tuple[ray.actor.ActorHandle, str]] = []  # started here, not found
@@ -144,15 +145,15 @@ class ShardSet:
             self.close()
             raise
         self._cfg = cfg
-        self.query_fusion = cfg.query_fusion
+        self.query_batching = cfg.query_fusion  # the key's historical name
 
     @property
-    def query_fusion(self) -> bool:
-        """Whether concurrent searches are fused (settable, e.g. to compare both ways)."""
+    def query_batching(self) -> bool:
+        """Whether concurrent searches are batched (settable, e.g. to compare both ways)."""
         return bool(self._batchers)
 
-    @query_fusion.setter
-    def query_fusion(self, on: bool) -> None:
+    @query_batching.setter
+    def query_batching(self, on: bool) -> None:
         if on and not self._batchers:
             cfg = self._cfg
             self._batchers = {
@@ -184,8 +185,8 @@ class ShardSet:
         return len(self._replicas)
 
     @property
-    def fused_calls(self) -> dict[str, int]:
-        """Fused search calls sent so far, per space (0 where query fusion is off)."""
+    def batched_calls(self) -> dict[str, int]:
+        """Batched search calls sent so far, per space (0 where query batching is off)."""
         return {space: self._batchers[space].calls if self._batchers else 0 for space in SPACES}
 
     def handle_for(self, video_id: int) -> ray.actor.ActorHandle:
@@ -251,7 +252,7 @@ class ShardSet:
         """Stop the query batchers and let go of the replicas. Those this ShardSet started are
         killed (everything acknowledged is on disk), unless they are shared
         (``cfg.shared_actors``): then they outlive it, for the other API replicas."""
-        self.query_fusion = False
+        self.query_batching = False
         if not self._shared:
             for handle, name in self._owned:
                 kill_named(handle, name)
@@ -261,7 +262,7 @@ class ShardSet:
     def shutdown(self) -> None:
         """Kill every replica of every shard, shared or not, found or started here (the end
         of a cluster's service, or of a test)."""
-        self.query_fusion = False
+        self.query_batching = False
         for n, group in enumerate(self._replicas):
             for r, handle in enumerate(group):
                 kill_named(handle, actor_name(self._cfg, "shard", n, r))

@@ -1,5 +1,5 @@
-"""One ranking of moments from several ranked lists (visual concepts, speech, screen text,
-dense and keyword), whose scores are not comparable (a cosine, a BM25). ``FUSIONS``:
+"""One ranking of moments blended from several ranked lists (visual concepts, speech, screen
+text, dense and keyword), whose scores are not comparable (a cosine, a BM25). ``BLENDS``:
 ``rrf`` scores a moment the sum of ``1 / (k + rank)`` over its lists (ranks only);
 ``calibrated`` the sum of each candidate's score mapped to [0, 1] by the caller.
 
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 RRF_K = 60  # the constant of Cormack et al. (2009): damps the weight of the very top ranks
-FUSIONS = ("rrf", "calibrated")
+BLENDS = ("rrf", "calibrated")  # rrf: reciprocal rank fusion, its usual name
 MODALITIES = ("visual", "speech", "screen")  # what a moment is found by: seen, said, written
 ALIASES = {"text": "screen"}  # other names users give a modality
 
@@ -92,7 +92,7 @@ class Moment:
     frames: int = 1
 
 
-def fuse(
+def blend_lists(
     lists: list[list[Candidate]],
     top_k: int,
     join_gap_s: float = 0.0,
@@ -108,8 +108,8 @@ def fuse(
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if method not in FUSIONS:
-        raise ValueError(f"fusion must be one of {FUSIONS}, got {method!r}")
+    if method not in BLENDS:
+        raise ValueError(f"blend must be one of {BLENDS}, got {method!r}")
     entries = [
         (1.0 / (k + rank) if method == "rrf" else float(c.score), li, rank, c)
         for li, ranked in enumerate(lists)

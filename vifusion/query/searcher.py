@@ -2,8 +2,8 @@
 (speech segments) and written (on-screen text spans); an image or a clip the visual space.
 
 A text query builds up to five ranked lists of moments (frames by concept, ConSE; speech
-and screen text by meaning, dense, and by words, keyword) and fuses them into one ranking
-(``vifusion.query.ranking``), by calibrated scores (``FUSION``) by default. A dense text hit
+and screen text by meaning, dense, and by words, keyword) and blends them into one ranking
+(``vifusion.query.ranking``), by calibrated scores (``BLEND``) by default. A dense text hit
 counts only above ``TEXT_MIN_COSINE``. A clip is aligned in time: each sampled frame votes
 for (video, offset) pairs, and the offset most of the clip agrees on wins. Results come as
 ``Found``, whose ``missing`` names shards that did not answer (a partial answer). Why:
@@ -22,7 +22,15 @@ import numpy as np
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.index.segments import group_segments, group_videos
-from vifusion.query.ranking import ALIASES, FUSIONS, MARKS, MODALITIES, Candidate, Moment, fuse
+from vifusion.query.ranking import (
+    ALIASES,
+    BLENDS,
+    MARKS,
+    MODALITIES,
+    Candidate,
+    Moment,
+    blend_lists,
+)
 from vifusion.types import Found, SearchHit, Segment
 
 if (
@@ -39,11 +47,11 @@ _CLIP_BATCH = 8  # sampled frames of a query clip decoded between two looks at t
 
 
 GROUP_BY = ("segment", "video", "frame")
-FUSION = "calibrated"  # measured better than "rrf": see the module's docstring
+BLEND = "calibrated"  # measured better than "rrf": see the module's docstring
 # A dense speech or screen hit under this cosine (all-MiniLM-L6-v2) is not about the query:
 # unrelated sentences sit at -0.1..0.2, a phrase and the sentence it was said in at 0.5..0.9.
 TEXT_MIN_COSINE = 0.25
-# Calibrated fusion: a cosine of each space mapped linearly to [0, 1] between "unrelated" and
+# The calibrated blend: a cosine of each space mapped linearly to [0, 1] between "unrelated" and
 # "as close as a query gets" (ConSE frames: 0.25 unrelated, 0.55 the named object in view).
 COSINE_RANGE = {
     "semantic": (0.25, 0.55),
@@ -166,10 +174,10 @@ class Searcher:
         group_by: str = "segment",
         videos=None,
         modalities=MODALITIES,
-        fusion: str = FUSION,
+        blend: str = BLEND,
     ) -> Found:
-        """Moments for a text query in ``modalities`` (any of ``MODALITIES``), fused by
-        ``fusion`` (one of ``FUSIONS``). Each moment says which modalities ``matched`` and,
+        """Moments for a text query in ``modalities`` (any of ``MODALITIES``), blended by
+        ``blend`` (one of ``BLENDS``). Each moment says which modalities ``matched`` and,
         where words matched, carries them as its ``snippet`` (the query's words between ``MARKS``).
         Visual alone is one list: its moments keep their cosine scores."""
         if not query.strip():
@@ -179,13 +187,13 @@ class Searcher:
         modalities = check_modalities(modalities)
         if group_by not in GROUP_BY:
             raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
-        if fusion not in FUSIONS:
-            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        if blend not in BLENDS:
+            raise ValueError(f"blend must be one of {BLENDS}, got {blend!r}")
         vec = self.embedder.embed_text([query])
         if modalities == ("visual",):
             return self._search("semantic", vec, top_k, group_by, videos)
         depth = min(max(2 * top_k, 50), 1000)  # candidates per list
-        calibrated = fusion == "calibrated"
+        calibrated = blend == "calibrated"
         lists: list[list[Candidate]] = []
         missing: set[int] = set()
         if "visual" in modalities:
@@ -242,7 +250,7 @@ class Searcher:
                     for r in found
                 ]
             )
-        moments = fuse(lists, max(1, sum(map(len, lists))), method=fusion)
+        moments = blend_lists(lists, max(1, sum(map(len, lists))), method=blend)
         if group_by == "video":  # the best moment of each video
             seen: set[int] = set()
             moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
