@@ -123,7 +123,7 @@ def test_only_small_messages_time_the_fixed_cost_and_the_path():
     measure a larger cost and size a larger batch again. Only small messages count (sent
     alone, for the path)."""
     clock = Clock()
-    mon = LinkMonitor(small_bytes=64_000, drain_every_s=4.0, clock=clock)
+    mon = LinkMonitor(min_bytes=64_000, drain_every_s=4.0, clock=clock)
     for submit_s in (0.001, 0.0002):  # the first call to an actor costs more, and does not count
         token = mon.on_send(60_000, backlog=False, submit_s=submit_s)
         clock.t += 0.010 + 60_000 / 125e6  # 10 ms + its bytes at 1 Gbit
@@ -260,7 +260,7 @@ def test_bunched_acknowledgements_do_not_read_faster_than_the_pipe_carries():
         (dict(rtt_window_s=-1.0), ("rtt_window_s=-1.0",)),
         (dict(drain_every_s=0.0), ("drain_every_s=0.0",)),
         (dict(probe_idle_s=-0.5), ("probe_idle_s=-0.5",)),
-        (dict(small_bytes=0), ("small_bytes=0",)),
+        (dict(min_bytes=0), ("min_bytes=0",)),
     ],
 )
 def test_refuses_windows_out_of_order_or_range(args: dict, named: tuple[str, ...]) -> None:

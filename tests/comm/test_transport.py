@@ -81,7 +81,7 @@ def test_every_codec_arrives_and_the_shard_stores_what_it_decodes(
 
 def test_link_statistics_come_from_acknowledgements(ray_session, tmp_path):
     replica = shard(tmp_path)
-    t = Transport(small_bytes=64 << 10)
+    t = Transport(min_bytes=64 << 10)
     for seed in (8, 9):  # 26 kB alone: the path and (after the first call) the fixed cost
         t.send(0, replica, make_batch(3, 4, seed=seed), backlog=False)
         drain(t)

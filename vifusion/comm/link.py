@@ -10,7 +10,7 @@ From those stamps (rates in bytes/s, times in seconds):
   samples only ever raise it;
 - **min RTT**: the least network round trip over a window, from *quiet* messages (small,
   nothing ahead of them); ``rtt_stale`` once the last is older than ``drain_every_s``, so
-  the sender drains to one ``small_bytes`` message (BBR's PROBE_RTT);
+  the sender drains to one ``min_bytes`` message (BBR's PROBE_RTT);
 - **queueing delay**: a round trip minus min RTT and the time its bytes and those ahead of
   it need at the recent capacity;
 - **path rate**: bytes / (RTT - min RTT) of messages sent alone, valid while app-limited;
@@ -149,22 +149,22 @@ class LinkMonitor:
         rtt_window_s: float = 30.0,  # seconds min RTT and the per-message cost are the least over
         probe_idle_s: float = 1.0,  # seconds idle before a probe is due
         drain_every_s: float = 4.0,  # seconds without a quiet sample before a drain
-        small_bytes: int = 64 << 10,
+        min_bytes: int = 64 << 10,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``small_bytes``: the size of the sender's smallest batch, which it drains with."""
+        """``min_bytes``: the size of the sender's smallest batch, which it drains with."""
         within("rate_window_s", rate_window_s, 0.0, above_low=True)
         ordered("rate_window_s", rate_window_s, "capacity_window_s", capacity_window_s)
         within("rtt_window_s", rtt_window_s, 0.0, above_low=True)
         within("probe_idle_s", probe_idle_s, 0.0)
         within("drain_every_s", drain_every_s, 0.0, above_low=True)
-        within("small_bytes", small_bytes, 1)
+        within("min_bytes", min_bytes, 1)
         self.rate_window_s = rate_window_s
         self.capacity_window_s = capacity_window_s
         self.rtt_window_s = rtt_window_s
         self.probe_idle_s = probe_idle_s
         self.drain_every_s = drain_every_s
-        self.small_bytes = small_bytes
+        self.min_bytes = min_bytes
         self._clock = clock
         self._sent: dict[int, _Sent] = {}
         self._next = 0
@@ -256,7 +256,7 @@ class LinkMonitor:
             self._logical_rates.append(now, logical)
             self._recent_logical.append(now, logical)
         rtt = max(elapsed - receiver_s, 1e-6)
-        small = s.nbytes <= 2 * self.small_bytes
+        small = s.nbytes <= 2 * self.min_bytes
         if small and not s.ahead:  # quiet: the path's own round trip
             self._rtts.append(now, rtt)
             self._quiet_t = now

@@ -101,18 +101,18 @@ class Transport:
         fixed: str | None = None,
         allowed: Collection[str] | None = None,
         policy: dict[str, float] | None = None,
-        small_bytes: int = 64 << 10,
+        min_bytes: int = 64 << 10,
         stream: bool = True,
     ) -> None:
         """``adaptive``: each link's codec follows its congestion; otherwise exact fp32, or
         the ``fixed`` codec on every link (for comparisons). ``allowed``: the codecs the
         adaptive policy may pick (None: the whole ladder), e.g. those that keep recall.
-        ``small_bytes``: the sender's smallest batch (``LinkMonitor``). ``stream``: send
+        ``min_bytes``: the sender's smallest batch (``LinkMonitor``). ``stream``: send
         over the shard stream where the replica has one (False: actor calls only)."""
         self.adaptive = adaptive and fixed is None
         self.fixed = fixed
         self._policy_args = dict(policy or {})
-        self._small_bytes = small_bytes
+        self._min_bytes = min_bytes
         self._use_streams = stream
         self._links: dict[Hashable, _Link] = {}
         self._futures: dict[Future, Hashable] = {}
@@ -370,7 +370,7 @@ class Transport:
         if link is None:
             rungs = [Rung(c.name, c.bytes_per_row) for c in self._codecs]
             link = _Link(
-                LinkMonitor(small_bytes=self._small_bytes),
+                LinkMonitor(min_bytes=self._min_bytes),
                 CodecPolicy(rungs, enabled=self.adaptive, **self._policy_args),
             )
             if self.fixed is not None:

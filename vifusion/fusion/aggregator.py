@@ -31,7 +31,7 @@ import ray
 from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from vifusion.cluster.placement import applied_plan, planned_codec_floors
+from vifusion.cluster.placement import planned_codec_floors
 from vifusion.comm.codec import Ladder, SharedTables
 from vifusion.comm.transport import Delivery, Transport
 from vifusion.config import Config
@@ -98,7 +98,7 @@ class Aggregator:
             adaptive=adaptive,
             allowed=self._allowed(),
             policy={"floor": Ladder().get(codec_floor).level} if adaptive else None,
-            small_bytes=cfg.fusion_min_bytes,
+            min_bytes=cfg.fusion_min_bytes,
             stream=cfg.fusion_stream,
         )
         self._flush = FlushPolicy(
@@ -378,7 +378,7 @@ def start_aggregators(cfg: Config, shards: list[ActorHandle]) -> dict[str, Actor
     """One aggregator on every alive node, pinned there, with the codec floor the applied
     plan sets for its node; by node id."""
     cls = ray.remote(Aggregator)
-    floors = planned_codec_floors(applied_plan(cfg))
+    floors = planned_codec_floors(cfg.plan)
     out = {}
     for node in ray.nodes():
         if not node["Alive"]:
