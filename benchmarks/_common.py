@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import platform
 import signal
@@ -12,6 +14,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # The photos (vifusion.samples.PHOTOS) the bed benchmarks' videos are made of, in the order
 # that pairs them (video i shows photo i and photo i + 3): their workloads stay as measured.
@@ -211,6 +215,83 @@ def ns_pids(ns: str) -> set[int]:
     """The pids of every process in network namespace ``ns``."""
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
+
+
+def arguments(
+    doc: str, quick: str | None = None, *, drive: bool = False
+) -> argparse.ArgumentParser:
+    """A benchmark's parser: the first line of its docstring (``doc``) as the description;
+    ``--quick`` where ``quick`` says what it cuts; with ``drive``, the hidden ``--drive SPEC``
+    by which the benchmark runs itself inside the test bed (``drive_in_bed``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    if quick is not None:
+        ap.add_argument("--quick", action="store_true", help=quick)
+    if drive:
+        ap.add_argument("--drive", help=argparse.SUPPRESS)
+    return ap
+
+
+def report_head(name: str, quick: bool) -> dict:
+    """The keys a report's JSON line starts with: which benchmark, quick or not, on what
+    machine, when."""
+    return {
+        "benchmark": name,
+        "quick": quick,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def index_figures(results: list, wall: float) -> dict:
+    """What a driver that indexed videos reports first: the videos ready, their frames, the
+    wall seconds it took, frames per second."""
+    frames = sum(r.frames for r in results if r.status == "ready")
+    return {
+        "videos_ready": sum(r.status == "ready" for r in results),
+        "frames": frames,
+        "seconds": wall,
+        "frames_per_s": frames / wall,
+    }
+
+
+def emit_result(figures: dict) -> None:
+    """A driver's figures, as the one ``RESULT <json>`` line of its stdout that the caller
+    outside the bed reads (``drive_in_bed``)."""
+    print("RESULT " + json.dumps(figures), flush=True)
+
+
+def drive_in_bed(
+    bed, script: str, args: list[str], *, timeout: float, failed: str
+) -> tuple[dict, list[str]]:
+    """Run ``script`` (a benchmark's driver) with ``args`` in test-bed host 0 and wait for it:
+    the figures of its RESULT line, and its other lines of stdout. No RESULT line: a
+    RuntimeError, ``failed`` and the tail of the driver's stderr."""
+    proc = bed.exec(
+        0,
+        [sys.executable, script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    stdout, stderr = proc.communicate(timeout=timeout)
+    lines = stdout.splitlines()
+    result = next((line[7:] for line in lines if line.startswith("RESULT ")), None)
+    if result is None:
+        raise RuntimeError(f"{failed}:\n{stderr[-3000:]}")
+    return json.loads(result), [line for line in lines if not line.startswith("RESULT ")]
+
+
+def talks_missing(talks: int, available: int) -> str | None:
+    """Why a corpus of ``talks`` spoken talks (of the ``available`` ones) cannot be made, or
+    None: the count out of range, or no espeak-ng to speak them."""
+    from vifusion.samples import talks as _talks
+
+    if not 1 <= talks <= available:
+        return f"--talks must be between 1 and {available}"
+    if not _talks.have_espeak():
+        return "espeak-ng is not installed (Debian: apt-get install espeak-ng)"
+    return None
 
 
 def run_benchmark(main: Callable[[], int], name: str) -> None:

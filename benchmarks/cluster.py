@@ -47,7 +47,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
-from _common import limit, run_benchmark  # noqa: E402
+from _common import (  # noqa: E402
+    arguments,
+    drive_in_bed,
+    emit_result,
+    index_figures,
+    limit,
+    report_head,
+    run_benchmark,
+)
 
 MODES = {"off": {"fusion": False, "compression": "off"}, "on": {}}
 # Scaling: frames are the work (no speech, no OCR); one torch thread, as a host of under a
@@ -85,28 +93,19 @@ def drive(spec: dict) -> None:
         if handshake:
             print("INDEXED", flush=True)
         stats = ray.get([a.stats.remote() for a in rt.indexer.aggregators.values()])
-    frames = sum(r.frames for r in results if r.status == "ready")
-    print(
-        "RESULT "
-        + json.dumps(
-            {
-                "videos_ready": sum(r.status == "ready" for r in results),
-                "frames": frames,
-                "seconds": wall,
-                "frames_per_s": frames / wall,
-                "vectors_sent": sum(s.get("rows_out", 0) for s in stats),
-                "messages": sum(s.get("batches", 0) for s in stats),
-                "feature_bytes": sum(s.get("wire_bytes", 0) for s in stats),
-                "codec_rows": {k: v for s in stats for k, v in s.get("codec_rows", {}).items()},
-            }
-        ),
-        flush=True,
+    emit_result(
+        index_figures(results, wall)
+        | {
+            "vectors_sent": sum(s.get("rows_out", 0) for s in stats),
+            "messages": sum(s.get("batches", 0) for s in stats),
+            "feature_bytes": sum(s.get("wire_bytes", 0) for s in stats),
+            "codec_rows": {k: v for s in stats for k, v in s.get("codec_rows", {}).items()},
+        }
     )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer, shorter videos (about a minute)")
+    ap = arguments(__doc__, quick="fewer, shorter videos (about a minute)", drive=True)
     ap.add_argument(
         "--extract-nodes",
         type=lambda text: sorted({int(n) for n in text.split(",")}),
@@ -116,15 +115,12 @@ def main() -> int:
         "--cores-per-host", type=float, default=0.4, help="each extract host's CPU share (cores)"
     )
     ap.add_argument("--videos-per-node", type=int, help="videos per extract host (default 2)")
-    ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
         drive(json.loads(args.drive))
         return 0
     if args.extract_nodes:
         return scaling(args)
-
-    from _common import machine
 
     from deploy.netbed import NetBed, available
     from vifusion.runtime import RAY_TUNED
@@ -158,21 +154,14 @@ def main() -> int:
                     "sample_fps": fps,
                 }
                 tx0 = bed.tx_bytes(2)
-                proc = bed.exec(
-                    0,
-                    [sys.executable, __file__, "--drive", json.dumps(spec)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    cwd=str(ROOT),
+                result, _ = drive_in_bed(
+                    bed,
+                    __file__,
+                    ["--drive", json.dumps(spec)],
+                    timeout=1200,
+                    failed=f"the driver failed ({mode})",
                 )
-                stdout, stderr = proc.communicate(timeout=1200)
-                result = next(
-                    (line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None
-                )
-                if result is None:
-                    raise RuntimeError(f"the driver failed ({mode}):\n{stderr[-3000:]}")
-                res[mode] = json.loads(result) | {"extract_node_tx_bytes": bed.tx_bytes(2) - tx0}
+                res[mode] = result | {"extract_node_tx_bytes": bed.tx_bytes(2) - tx0}
         for mode, r in res.items():
             print(
                 f"  fusion {mode:>3}: {r['frames']} frames of {r['videos_ready']} videos in {r['seconds']:.1f} s = "
@@ -194,11 +183,8 @@ def main() -> int:
         print("ratios:", ratios)
         print(
             json.dumps(
-                {
-                    "benchmark": "cluster",
-                    "quick": args.quick,
-                    "machine": machine(),
-                    "date": time.strftime("%Y-%m-%d"),
+                report_head("cluster", args.quick)
+                | {
                     "link": "100mbit/5ms",
                     "nodes": 3,
                     "videos": count,
@@ -269,7 +255,7 @@ def _throttled_s(groups: list[Path]) -> list[float]:
 
 def scaling(args: argparse.Namespace) -> int:
     """``--extract-nodes``: end-to-end frames/s per count of extract hosts, fusion off and on."""
-    from _common import Cgroups, machine, ns_pids
+    from _common import Cgroups, ns_pids
 
     from deploy.netbed import NetBed, available
     from vifusion.runtime import RAY_TUNED
@@ -326,11 +312,7 @@ def scaling(args: argparse.Namespace) -> int:
             n: {m: statistics.median(x["frames_per_s"] for x in rs) for m, rs in modes.items()}
             for n, modes in runs.items()
         }
-        out = {
-            "benchmark": "cluster-scaling",
-            "quick": args.quick,
-            "machine": machine(),
-            "date": time.strftime("%Y-%m-%d"),
+        out = report_head("cluster-scaling", args.quick) | {
             "link": "100mbit/5ms",
             "cores_per_extract_host": args.cores_per_host,
             "videos_per_node": per_node,

@@ -33,7 +33,6 @@ The last line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -41,10 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, run_benchmark  # noqa: E402
+from _common import arguments, machine, run_benchmark, talks_missing  # noqa: E402
 from multimodal import TALKS, _corpus  # noqa: E402
 
-from vifusion import _talks  # noqa: E402
 from vifusion.config import Config  # noqa: E402
 from vifusion.query.ranking import relative_cut  # noqa: E402
 
@@ -163,17 +161,11 @@ class _Scored:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = arguments(__doc__)
     ap.add_argument("--talks", type=int, default=2, help=f"talks in the corpus (1-{len(TALKS)})")
     args = ap.parse_args()
-    if not 1 <= args.talks <= len(TALKS):
-        print(f"cutoff: --talks must be between 1 and {len(TALKS)}", file=sys.stderr)
-        return 2
-    if not _talks.have_espeak():
-        print(
-            "cutoff: espeak-ng is not installed (Debian: apt-get install espeak-ng)",
-            file=sys.stderr,
-        )
+    if (why := talks_missing(args.talks, len(TALKS))) is not None:
+        print(f"cutoff: {why}", file=sys.stderr)
         return 2
     from vifusion.runtime import Runtime
 

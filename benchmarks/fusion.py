@@ -84,7 +84,6 @@ It ends with one line of JSON holding every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -103,7 +102,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_seconds, run_benchmark
+from _common import arguments, cpu_seconds, drive_in_bed, emit_result, run_benchmark
 
 from deploy.netbed import DELAY_LINE
 from vifusion.comm import Ladder, SharedTables, WireBatch
@@ -447,7 +446,7 @@ def drive(spec: dict) -> None:
         if agg:
             ray.kill(agg)
         shutil.rmtree(work, ignore_errors=True)
-    print("RESULT " + json.dumps(results), flush=True)
+    emit_result(results)
 
 
 def _counter(dev: str, name: str) -> int:
@@ -710,26 +709,18 @@ def run_link(name: str, link: dict, policies: list[str], duration: float, files:
                 bed.rate_argv(0, link["squeeze"]["rate"]),
                 bed.rate_argv(0, link["rate"]),
             ]
-        proc = bed.exec(
-            0,
-            [sys.executable, __file__, "--drive", json.dumps(spec)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=str(ROOT),
+        result, _ = drive_in_bed(
+            bed,
+            __file__,
+            ["--drive", json.dumps(spec)],
+            timeout=600,
+            failed=f"{name}: the driver failed",
         )
-        stdout, stderr = proc.communicate(timeout=600)
-    result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
-    if result is None:
-        raise RuntimeError(f"{name}: the driver failed:\n{stderr[-3000:]}")
-    return json.loads(result)
+    return result
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="one link and a short squeeze (about two minutes)"
-    )
+    ap = arguments(__doc__, quick="one link and a short squeeze (about two minutes)", drive=True)
     ap.add_argument(
         "--link",
         action="append",
@@ -759,7 +750,6 @@ def main() -> int:
         help="(7)'s keep ratio: the share of the visual (and semantic) dims it sends "
         "(default Config.codec_sparse_keep: %(default)s)",
     )
-    ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
         drive(json.loads(args.drive))

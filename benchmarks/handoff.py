@@ -28,7 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_seconds  # noqa: E402
+from _common import (  # noqa: E402
+    arguments,
+    cpu_seconds,
+    emit_result,
+    report_head,
+    run_benchmark,
+)
 
 SIZES = (16, 64, 256)
 
@@ -122,16 +128,13 @@ def _raylet_cpu() -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer hand-overs (under a minute)")
+    ap = arguments(__doc__, quick="fewer hand-overs (under a minute)")
     ap.add_argument("--measure", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--socket", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        print("RESULT " + json.dumps(measure(args.measure, args.socket)), flush=True)
+        emit_result(measure(args.measure, args.socket))
         return 0
-
-    from _common import machine
 
     from vifusion.runtime import RAY_TUNED
 
@@ -149,13 +152,7 @@ def main() -> int:
         "inline (RAY_TUNED)": (tuned, []),
         "local socket": (tuned, ["--socket"]),
     }
-    report: dict = {
-        "benchmark": "handoff",
-        "quick": args.quick,
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d"),
-        "variants": {},
-    }
+    report = report_head("handoff", args.quick) | {"variants": {}}
     for name, (env, flags) in variants.items():
         proc = subprocess.run(
             [sys.executable, __file__, "--measure", str(calls), *flags],
@@ -208,4 +205,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_benchmark(main, "handoff benchmark")

@@ -37,7 +37,6 @@ It ends with one line of JSON holding every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -53,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import run_benchmark
+from _common import arguments, drive_in_bed, emit_result, report_head, run_benchmark
 from fusion import POLICIES, Replayer, real_rows
 
 from vifusion.comm import Ladder, SharedTables
@@ -172,7 +171,7 @@ def drive(spec: dict) -> None:
         for actor in (shard, *replayers, *aggs):
             ray.kill(actor)
         shutil.rmtree(work, ignore_errors=True)
-    print("RESULT " + json.dumps(results), flush=True)
+    emit_result(results)
 
 
 def _at(samples: list[tuple[float, int, int]], t: float, i: int) -> int:
@@ -182,8 +181,7 @@ def _at(samples: list[tuple[float, int, int]], t: float, i: int) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one round of 5 s per mode")
+    ap = arguments(__doc__, quick="one round of 5 s per mode", drive=True)
     ap.add_argument(
         "--rounds", type=int, help="rounds of both modes, alternating (default 2; --quick 1)"
     )
@@ -196,13 +194,10 @@ def main() -> int:
         default=2,
         help="extractors per extract host (default %(default)s)",
     )
-    ap.add_argument("--drive", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
         drive(json.loads(args.drive))
         return 0
-
-    from _common import machine
 
     from deploy.netbed import NetBed, available
 
@@ -235,21 +230,13 @@ def main() -> int:
                 f"{args.rate}: {', '.join(runs)}, {duration:.0f} s each",
                 flush=True,
             )
-            proc = bed.exec(
-                0,
-                [sys.executable, __file__, "--drive", json.dumps(spec)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=str(ROOT),
+            modes, _ = drive_in_bed(
+                bed,
+                __file__,
+                ["--drive", json.dumps(spec)],
+                timeout=900,
+                failed="the driver failed",
             )
-            stdout, stderr = proc.communicate(timeout=900)
-        result = next(
-            (line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None
-        )
-        if result is None:
-            raise RuntimeError(f"the driver failed:\n{stderr[-3000:]}")
-        modes = json.loads(result)
         for run, m in modes.items():
             print(
                 f"  {run:14s} {m['frames_per_s']:8.0f} frames/s  p50 {m['latency_p50_ms']:8.1f} ms  "
@@ -269,11 +256,7 @@ def main() -> int:
             ]
             ratios[key] = round(float(np.median(per_round)), 3) if per_round else None
             ratios[f"{key}_rounds"] = [round(x, 3) for x in per_round]
-        report = {
-            "benchmark": "incast",
-            "quick": args.quick,
-            "machine": machine(),
-            "date": time.strftime("%Y-%m-%d"),
+        report = report_head("incast", args.quick) | {
             "rate": args.rate,
             "extract_hosts": EXTRACT_HOSTS,
             "extractors_per_host": args.extractors,

@@ -33,7 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_seconds, run_benchmark  # noqa: E402
+from _common import (  # noqa: E402
+    arguments,
+    cpu_seconds,
+    drive_in_bed,
+    emit_result,
+    report_head,
+    run_benchmark,
+)
 
 from vifusion.runtime import tune_ray  # noqa: E402
 
@@ -151,35 +158,24 @@ def _cpu_ms(r: dict) -> float:
 
 def across(calls: int) -> dict:
     """``run`` from host 0 of a two-host bed to host 1, 1 Gbit between them."""
-    import subprocess
-
     from deploy.netbed import NetBed
     from vifusion.runtime import RAY_TUNED
 
     with NetBed(hosts=2, rate="1gbit", delay_ms=0) as bed:
         address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
-        proc = bed.exec(
-            0,
-            [sys.executable, __file__, "--drive", address, "--calls", str(calls)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=str(ROOT),
+        result, printed = drive_in_bed(
+            bed,
+            __file__,
+            ["--drive", address, "--calls", str(calls)],
+            timeout=600,
+            failed="the driver on host 0 failed",
         )
-        stdout, stderr = proc.communicate(timeout=600)
-    result = next((line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")), None)
-    if result is None:
-        raise RuntimeError(f"the driver on host 0 failed:\n{stderr[-3000:]}")
-    print(
-        "\n".join(line for line in stdout.splitlines() if not line.startswith("RESULT ")),
-        flush=True,
-    )
-    return json.loads(result)
+    print("\n".join(printed), flush=True)
+    return result
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer calls (under a minute)")
+    ap = arguments(__doc__, quick="fewer calls (under a minute)", drive=True)
     ap.add_argument(
         "--nodes",
         type=int,
@@ -187,23 +183,15 @@ def main() -> int:
         default=2,
         help="2 (default): also across two test-bed nodes (needs root)",
     )
-    ap.add_argument("--drive", help=argparse.SUPPRESS)
     ap.add_argument("--calls", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
-        print("RESULT " + json.dumps(run(args.calls, args.drive)), flush=True)
+        emit_result(run(args.calls, args.drive))
         return 0
-    from _common import machine
-
     from deploy.netbed import available
 
     calls = 200 if args.quick else 1000
-    report = {
-        "benchmark": "ray_calls",
-        "quick": args.quick,
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d"),
-    }
+    report = report_head("ray_calls", args.quick)
     print("== one node", flush=True)
     report["one_node"] = run(calls, None)
     if args.nodes == 2:

@@ -17,7 +17,6 @@ It ends with one line of JSON holding every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cpu_seconds, machine  # noqa: E402
+from _common import arguments, cpu_seconds, report_head, run_benchmark  # noqa: E402
 
 from vifusion.comm.codec import Ladder  # noqa: E402
 from vifusion.comm.message import WireBatch  # noqa: E402
@@ -118,8 +117,7 @@ def run(directory: Path, variant: str, kib: int, seconds: float) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two sizes, one round (under a minute)")
+    ap = arguments(__doc__, quick="two sizes, one round (under a minute)")
     ap.add_argument(
         "--dir",
         type=Path,
@@ -163,11 +161,8 @@ def main() -> int:
     print("ratios:", ratios)
     print(
         json.dumps(
-            {
-                "benchmark": "shard_stream",
-                "quick": args.quick,
-                "machine": machine(),
-                "date": time.strftime("%Y-%m-%d"),
+            report_head("shard_stream", args.quick)
+            | {
                 "window": WINDOW,
                 "seconds": seconds,
                 "rounds": rounds,
@@ -180,4 +175,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main, "shard_stream benchmark")

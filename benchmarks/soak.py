@@ -13,7 +13,6 @@ It ends with one line of JSON holding every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import secrets
@@ -30,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import descendants, machine
+from _common import arguments, descendants, report_head, run_benchmark
 
 from vifusion.config import Config
 from vifusion.samples import PHOTOS, write_video
@@ -65,10 +64,7 @@ def actor_rss_mb() -> dict[str, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="8 videos, 30 s of load (about a minute and a half)"
-    )
+    ap = arguments(__doc__, quick="8 videos, 30 s of load (about a minute and a half)")
     ap.add_argument("--clients", type=int, default=4)
     args = ap.parse_args()
     count, load_s = (8, 30.0) if args.quick else (40, 180.0)
@@ -179,11 +175,7 @@ def main() -> int:
         }
         for k in sorted(set(rss_start) | set(rss_end))
     }  # actors started on the first job: no start figure
-    report = {
-        "benchmark": "soak",
-        "quick": args.quick,
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d"),
+    report = report_head("soak", args.quick) | {
         "videos": count,
         "clients": args.clients,
         "seconds": round(elapsed, 1),
@@ -209,4 +201,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main, "soak benchmark")

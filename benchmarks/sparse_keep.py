@@ -26,7 +26,6 @@ It ends with one line of JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -36,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine, run_benchmark
+from _common import arguments, report_head, run_benchmark
 from fusion import FRAMES_PER_SOURCE, K, _source, make_rows, real_rows
 
 from vifusion.comm import Ladder, SharedTables
@@ -80,8 +79,7 @@ def recall(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer replayed rows (5,000)")
+    ap = arguments(__doc__, quick="fewer replayed rows (5,000)")
     ap.add_argument(
         "--rows", type=int, default=20_000, help="replayed rows stored (default %(default)s)"
     )
@@ -128,11 +126,7 @@ def main() -> int:
         s: {m: next((p["keep"] for p in c if p[m] >= GATE), None) for m in ("frame", "video")}
         for s, c in curves.items()
     }
-    report = {
-        "benchmark": "sparse_keep",
-        "quick": args.quick,
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d"),
+    report = report_head("sparse_keep", args.quick) | {
         "rows": rows,
         "tables_train_s": round(train_s, 1),
         "gate": GATE,

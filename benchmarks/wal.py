@@ -17,7 +17,6 @@ It ends with one line of JSON holding every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine  # noqa: E402
+from _common import arguments, report_head, run_benchmark  # noqa: E402
 
 from vifusion.index import wal as wal_module  # noqa: E402
 from vifusion.index.wal import WriteAheadLog  # noqa: E402
@@ -85,8 +84,7 @@ def run(directory: Path, batches: list[FusedBatch], uncache: bool) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer appends (under a minute)")
+    ap = arguments(__doc__, quick="fewer appends (under a minute)")
     ap.add_argument(
         "--dir", type=Path, default=None, help="where the logs go (default: a temporary directory)"
     )
@@ -141,11 +139,8 @@ def main() -> int:
     print("ratios:", ratios)
     print(
         json.dumps(
-            {
-                "benchmark": "wal",
-                "quick": args.quick,
-                "machine": machine(),
-                "date": time.strftime("%Y-%m-%d"),
+            report_head("wal", args.quick)
+            | {
                 "rows_per_append": ROWS,
                 "appends": n,
                 "rounds": rounds,
@@ -158,4 +153,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main, "wal benchmark")

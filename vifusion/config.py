@@ -184,6 +184,14 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
     )
     tls_keyfile: Path | None = Field(None, description="the key of tls_certfile (PEM)")
 
+    # Not a setting (never read from the environment): the placement plan in force, resolved
+    # once where the runtime starts (``runtime.with_applied_plan``) and handed down with the
+    # config, so that no stage reads DATA_DIR/plan.json itself; a plan applied while the
+    # service runs is handed down the same way (``Runtime.use_plan``).
+    plan: dict[str, Any] | None = Field(
+        None, description="the applied plan, as checked (placement.applied_plan); None: unplanned"
+    )
+
     @field_validator("data_dir", "tls_certfile", "tls_keyfile")
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
@@ -279,6 +287,8 @@ class Config(IndexFields, FusionFields, ExtractFields, _Where):
             values.update(json.loads(Path(file).read_text()))
         env = os.environ if env is None else env
         for name in cls.model_fields:
+            if name == "plan":  # resolved from plan.json where the runtime starts, not set
+                continue
             key = ENV_PREFIX + name.upper()
             if key in env:
                 values[name] = env[key]

@@ -8,12 +8,14 @@ import io
 import logging
 import os
 from functools import cached_property
+from typing import Any
 
 import ray
 
 from vifusion import datadir
 from vifusion._files import storage_writes
 from vifusion.catalog import Catalog
+from vifusion.cluster.placement import applied_plan
 from vifusion.config import Config
 from vifusion.index import ShardSet
 
@@ -35,6 +37,13 @@ def tune_ray() -> None:
         os.environ.setdefault(name, value)
 
 
+def with_applied_plan(cfg: Config) -> Config:
+    """``cfg`` with the plan in force resolved (``placement.applied_plan``: DATA_DIR/plan.json
+    as checked, or None): read once here, where a runtime starts, then handed down as
+    ``cfg.plan``; the stages place by it and never read plan.json themselves."""
+    return cfg.updated({"plan": applied_plan(cfg)})
+
+
 class Runtime:
     """Use as a context manager; ``writer=True`` takes the data dir's writer lock.
 
@@ -53,8 +62,9 @@ class Runtime:
         """``wait_s``: how long to wait for another writer to let go of the data dir (a
         service replica being replaced hands over to its successor this way). ``shared``: a
         process that writes only through the shared actors (an API replica): the lock is
-        held shared where ``cfg.shared_actors`` and Ray runs already or is joined."""
-        self.cfg = cfg
+        held shared where ``cfg.shared_actors`` and Ray runs already or is joined. The
+        applied plan is resolved here (``with_applied_plan``): ``self.cfg`` carries it."""
+        cfg = self.cfg = with_applied_plan(cfg)
         self._lock = None
         if writer:
             together = (
@@ -98,10 +108,17 @@ class Runtime:
 
     def stop_indexer(self) -> None:
         """Stop the extractors and node aggregators; the next use of ``indexer`` starts them
-        again, placed by the plan applied then."""
+        again, placed by ``cfg.plan``."""
         indexer = self.__dict__.pop("indexer", None)
         if indexer is not None:
             indexer.close()
+
+    def use_plan(self, plan: dict[str, Any] | None) -> None:
+        """Place by ``plan`` from now on (one applied while running: ``plan/follow.py``): the
+        extractors and node aggregators stop, and the next use of ``indexer`` starts them by
+        it. The shards stay where they are: they hold the index."""
+        self.stop_indexer()
+        self.cfg = self.cfg.updated({"plan": plan})
 
     @cached_property
     def searcher(self):

@@ -15,6 +15,7 @@ from vifusion.config import Config
 from vifusion.fusion import Aggregator
 from vifusion.fusion.aggregator import start_aggregators
 from vifusion.index.replica import ShardReplica
+from vifusion.runtime import with_applied_plan
 from vifusion.types import FusedBatch, video_of
 
 
@@ -66,7 +67,8 @@ def test_a_planned_codec_floor_compresses_its_nodes_rows_from_the_first(tmp_path
     plan = {"nodes": [head], "shards": [["head-0"], ["head-0"]]}
     plan |= {"fusion_min_bytes": 64 << 10, "fusion_max_bytes": 1 << 20}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    cfg = Config(data_dir=tmp_path, dedup_cosine=1.01)
+    cfg = with_applied_plan(Config(data_dir=tmp_path, dedup_cosine=1.01))  # as a runtime starts
+    (tmp_path / "plan.json").unlink()  # the stage places by the plan handed down, not the file
     (agg,) = start_aggregators(cfg, shards).values()
     try:
         src = frames(7, 40)

@@ -20,6 +20,7 @@ from vifusion.plan.follow import PlanFollower
 from vifusion.plan.hardware import Cluster, NodeType
 from vifusion.plan.planner import apply, made_for, make_plan
 from vifusion.plan.terms import StageCosts
+from vifusion.runtime import with_applied_plan
 
 MESSAGE = 256 << 10
 RTT_S = 0.02
@@ -47,8 +48,9 @@ class Bed:
         self.cfg = Config(data_dir=tmp_path, replan_after_s=replan_after_s, plan_video_mbps=0)
         apply(self.cfg, make_plan(self.cfg, CLUSTER, COSTS, parallel=False)[1])
         self.plan = load_plan(tmp_path)  # as JSON holds it
+        self.cfg = with_applied_plan(self.cfg)  # as the pool's runtime hands it to the follower
         self.monitor = LinkMonitor(clock=lambda: self.t)
-        self.applied = 0  # new plans the follower said it wrote (the pool then moves actors)
+        self.applied: list = []  # new plans the follower handed on (the pool moves actors to them)
         self.follower = PlanFollower(
             self.cfg,
             resolve=lambda plan: dict(NODES),
@@ -58,8 +60,8 @@ class Bed:
         self._read_at = 0.0
         self.lowest = float("inf")  # the least capacity the follower read
 
-    def _applied(self) -> None:
-        self.applied += 1
+    def _applied(self, plan) -> None:
+        self.applied.append(plan)
 
     def run(self, seconds: float, mbit: float, waiting_s: float = 2.0, floor: int = 0) -> None:
         """``waiting_s``: how long the oldest row waits at the sender (the link holds rows
@@ -107,7 +109,19 @@ def test_a_link_slower_for_good_makes_and_applies_a_new_plan_once(tmp_path, capl
     assert "link far-0 -> shard 0 on head-0 carries" in caplog.text
     assert f"{new['predicted_fps']:.1f} frames/s" in caplog.text
     assert "move to it between jobs" in caplog.text
-    assert bed.applied == 1
+    assert bed.applied == [new]  # handed on to the pool, which hands it to its runtime
+
+
+def test_the_plan_in_force_is_the_runtimes_and_one_applied_by_hand_is_handed_on(tmp_path):
+    bed = Bed(tmp_path, replan_after_s=60)
+    bed.follower.observe([], [])  # plan.json is the plan the runtime resolved: nothing new
+    assert bed.applied == []
+    by_hand = dict(bed.plan, predicted_fps=bed.plan["predicted_fps"] / 2)
+    apply(bed.cfg, by_hand)
+    bed.follower.observe([], [])
+    bed.follower.observe([], [])  # handed on once
+    assert bed.applied == [by_hand]
+    assert bed.follower.predicted_fps == by_hand["predicted_fps"]
 
 
 def test_a_search_that_fails_is_tried_again_after_replan_after_s(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from vifusion.datadir import PLAN as PLAN_FILE
 from vifusion.plan._schema import MAX_PLAN_BYTES, check_plan
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ SHARD_RESOURCE = "shard"  # deploy/cluster.yaml: 1 per memory-heavy worker
 _SHARD_SLIVER = 0.001  # of SHARD_RESOURCE per replica: only where it may run, not how many
 EXTRACT_RESOURCE = "extract"  # deploy/cluster.yaml: 1 per extractor worker
 API_ONGOING = 32  # requests an API replica serves at once; more wait in Serve's queue
-PLAN_FILE = "plan.json"
 _REFUSED: set[tuple[str, int, int, str]] = set()  # plan.json versions logged as not used
 log = logging.getLogger(__name__)
 

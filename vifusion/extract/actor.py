@@ -26,12 +26,7 @@ import ray
 from ray.actor import ActorHandle
 
 from vifusion._files import storage_reason
-from vifusion.cluster.placement import (
-    applied_plan,
-    extractor_options,
-    extractors_a_node,
-    planned_extractors,
-)
+from vifusion.cluster.placement import extractor_options, extractors_a_node, planned_extractors
 from vifusion.config import Config
 from vifusion.fusion import AggregatorLost, Handoff
 from vifusion.types import FusedBatch
@@ -276,7 +271,7 @@ def start_extractors(cfg: Config, aggregators: dict[str, ActorHandle]) -> list[A
     plan places, each on its node (``placement.py``)."""
     # max_restarts: a dead extractor comes back (models reloaded); the indexer retries its video.
     cls = ray.remote(Extractor)
-    planned = planned_extractors(applied_plan(cfg))
+    planned = planned_extractors(cfg.plan)
     if planned:
         return [
             cls.options(**options, max_restarts=-1).remote(cfg, aggregators, sharing)

@@ -21,7 +21,6 @@ import ray
 
 from vifusion.cluster.actors import NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.cluster.placement import (
-    applied_plan,
     planned_shard_strategies,
     shard_resources,
     shard_strategies,
@@ -85,7 +84,7 @@ class ShardSet:
             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}},
         )
         where = planned_shard_strategies(
-            applied_plan(cfg), cfg.num_shards, cfg.shard_replicas
+            cfg.plan, cfg.num_shards, cfg.shard_replicas
         ) or shard_strategies(cfg.num_shards, cfg.shard_replicas)
         self._replicas: list[list[ray.actor.ActorHandle]] = []
         self._owned: list[tuple[ray.actor.ActorHandle, str]] = []  # started here, not found

@@ -23,7 +23,6 @@ import ray
 
 from vifusion._files import StorageError, storage_reason
 from vifusion.catalog import TEXT_KINDS, Catalog
-from vifusion.cluster.placement import applied_plan
 from vifusion.config import Config
 from vifusion.extract._spool import ship
 from vifusion.extract.actor import start_extractors
@@ -124,9 +123,8 @@ class Indexer:
     """Runs indexing jobs on a pool of extractor actors."""
 
     def __init__(self, cfg: Config, catalog: Catalog, shards: ShardSet) -> None:
-        plan = applied_plan(cfg)
-        if plan is not None:  # the plan's fusion size limits (``vifusion plan --apply``)
-            cfg = cfg.updated({k: plan[k] for k in ("fusion_min_bytes", "fusion_max_bytes")})
+        if cfg.plan is not None:  # the applied plan's fusion size limits
+            cfg = cfg.updated({k: cfg.plan[k] for k in ("fusion_min_bytes", "fusion_max_bytes")})
         self.cfg = cfg
         self.catalog = catalog
         self.shards = shards

@@ -26,12 +26,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 
 from vifusion._files import storage_reason
 from vifusion.catalog import TEXT_KINDS, Job, LeaseLost
-from vifusion.cluster.placement import applied_plan, planned_extractors
+from vifusion.cluster.placement import planned_extractors
 from vifusion.config import Config
 from vifusion.ingest.sources import (
     SourceError,
@@ -95,6 +96,7 @@ class JobRunner:
         self._retaken = False
         self._stalled: list[tuple[str, str]] = []
         self._replan = False
+        self._plan = cfg.plan  # the plan in force, or (after ``replan``) the one to move to
         self._count = self._planned_count()
         self._serving: set[int] = set()  # the extractors that have a worker thread
         self._threads = [threading.Thread(target=self._renew, name="leases", daemon=True)]
@@ -107,10 +109,11 @@ class JobRunner:
         with self._wake:
             self._wake.notify_all()
 
-    def replan(self) -> None:
-        """A new plan was applied: move the extractors and aggregators to it between jobs."""
+    def replan(self, plan: dict[str, Any] | None) -> None:
+        """``plan`` was applied (``PlanFollower``): move the extractors and aggregators to it
+        between jobs."""
         with self._wake:
-            self._replan = True
+            self._replan, self._plan = True, plan
             self._wake.notify_all()
 
     @property
@@ -139,10 +142,9 @@ class JobRunner:
     # -- internals ---------------------------------------------------------------------
 
     def _planned_count(self) -> int:
-        """The extractors the indexer will start (``start_extractors``): the applied plan's,
+        """The extractors the indexer will start (``start_extractors``): the plan's,
         else ``num_extractors``."""
-        plan = applied_plan(self.cfg)
-        return len(planned_extractors(plan) or ()) or self.cfg.num_extractors
+        return len(planned_extractors(self._plan) or ()) or self.cfg.num_extractors
 
     def _add_workers(self) -> None:
         """A worker thread for each extractor that has none (lock held); a worker past the
@@ -154,9 +156,10 @@ class JobRunner:
             t.start()
 
     def _restart_indexer(self) -> None:
-        """Between jobs (lock held): stop the extractors and aggregators; the next job starts
-        them by the plan in force, with a worker for each."""
-        self.rt.stop_indexer()
+        """Between jobs (lock held): stop the extractors and aggregators and hand the runtime
+        the new plan (``Runtime.use_plan``); the next job starts them by it, with a worker
+        for each."""
+        self.rt.use_plan(self._plan)
         self._replan = False
         self._count = self._planned_count()
         self._add_workers()

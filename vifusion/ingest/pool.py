@@ -37,13 +37,13 @@ class IngestPool:
     the job runner, leasing jobs as ``name/<incarnation>``, and the plan follower."""
 
     def __init__(self, cfg: Config, name: str) -> None:
-        self.rt = Runtime(cfg)
+        self.rt = Runtime(cfg)  # resolves the applied plan: ``rt.cfg.plan``
         try:
-            self.jobs = JobRunner(cfg, self.rt, name)
+            self.jobs = JobRunner(self.rt.cfg, self.rt, name)
         except BaseException:
             self.rt.close()
             raise
-        self.follower = PlanFollower(cfg, on_applied=self.jobs.replan)
+        self.follower = PlanFollower(self.rt.cfg, on_applied=self.jobs.replan)
         self.follower.start(self.link_readings)
 
     def wake(self) -> None:

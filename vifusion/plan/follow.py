@@ -16,8 +16,11 @@ A re-plan runs the search (``planner.make_plan``) on the plan's cluster with tha
 path at its measured rate (``Cluster.with_path_rate``), with the plan's stage costs, and
 writes plan.json (``planner.apply``), which records the new rate: a later change fires only
 against it. A plan.json seen to change, so written, or applied by hand while the service
-runs, is said (``on_applied``): the ingest pool then moves its extractors and node
-aggregators to it between jobs. Shard replicas stay where they are: they hold the index.
+runs, is handed to ``on_applied``: the ingest pool then moves its extractors and node
+aggregators to it between jobs (``Runtime.use_plan``). Shard replicas stay where they are:
+they hold the index. plan.json is read here, each round, only to see it change: the plan in
+force at start is the runtime's (``cfg.plan``, resolved where it started), and the stages
+place by the plan handed to them, never by the file.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vifusion.cluster.placement import PLAN_FILE, applied_plan, plan_nodes
+from vifusion.cluster.placement import applied_plan, plan_nodes
 from vifusion.config import Config
+from vifusion.datadir import PLAN
 from vifusion.plan.hardware import Cluster, Node, NodeType, path
 from vifusion.plan.planner import VERSION, apply, describe, made_for, make_plan, videos_of
 from vifusion.plan.replan import LinkWatch
@@ -69,17 +73,18 @@ class PlanFollower:
         cfg: Config,
         resolve: Callable[[dict[str, Any]], dict[str, str] | None] = plan_nodes,
         clock: Callable[[], float] = time.monotonic,
-        on_applied: Callable[[], None] = lambda: None,
+        on_applied: Callable[[dict[str, Any] | None], None] = lambda plan: None,
     ) -> None:
-        """``resolve``: plan node name -> live node id, None where the plan's nodes are not
-        all there (``placement.plan_nodes``). ``on_applied()`` is called once plan.json is
-        seen to change (a re-plan's, or one applied by hand; not the one found at start)."""
+        """``cfg.plan``: the plan in force (the runtime's). ``resolve``: plan node name ->
+        live node id, None where the plan's nodes are not all there
+        (``placement.plan_nodes``). ``on_applied(plan)`` is called with the plan now in force
+        once plan.json is seen to differ from it (a re-plan's, or one applied by hand)."""
         self.cfg = cfg
         self._resolve, self._clock, self._on_applied = resolve, clock, on_applied
         self._lock = threading.Lock()  # the figures, read by the pool's stats calls
         self._replans = 0
         self._predicted_fps = 0.0
-        self._plan: dict[str, Any] | None = None  # plan.json as last read
+        self._plan: dict[str, Any] | None = cfg.plan  # the plan in force
         self._loaded = False  # whether plan.json has been read once
         self._made_for: tuple[Cluster, dict[str, StageCosts]] | None = None
         self._resolved_for: tuple[dict[str, Any] | None, frozenset[str]] | None = None
@@ -147,7 +152,7 @@ class PlanFollower:
         failing = False
         while not self._stop.wait(every):
             try:
-                if not (self.cfg.use_plan and (self.cfg.data_dir / PLAN_FILE).exists()):
+                if not (self.cfg.use_plan and (self.cfg.data_dir / PLAN).exists()):
                     self._load(frozenset())  # no plan in force: nothing of the links to read
                     continue
                 self.observe(*read())
@@ -158,12 +163,13 @@ class PlanFollower:
                 failing = True
 
     def _load(self, aggregators: frozenset[str]) -> None:
-        """Read plan.json; on a new plan, or new aggregators (nodes that joined since), match
-        the plan's nodes again and start a fresh watch."""
+        """Read plan.json; on a plan other than the one in force (handed to ``on_applied``),
+        or new aggregators (nodes that joined since), match the plan's nodes again and start
+        a fresh watch."""
         plan = applied_plan(self.cfg)
         if plan != self._plan or not self._loaded:
-            if self._loaded:
-                self._on_applied()
+            if plan != self._plan:
+                self._on_applied(plan)
             self._loaded = True
             self._plan, self._made_for, why = plan, None, f"plan.json before version {VERSION}"
             try:
