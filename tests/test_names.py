@@ -8,7 +8,8 @@ import os
 import pytest
 
 from vifusion.config import Config
-from vifusion.ingest.sources import MAX_TITLE_CHARS, new_media_path, title_from_name
+from vifusion.ingest._checks import title_from_name
+from vifusion.ingest.sources import MAX_TITLE_CHARS, new_media_path
 
 
 @pytest.mark.parametrize(

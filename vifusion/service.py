@@ -10,7 +10,6 @@ videos, and the pool runs every job once.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import shutil
@@ -25,7 +24,7 @@ from vifusion._files import StorageError, fd_path, spool_dir, storage_writes
 from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.datadir import THUMBS, remove_stored_media
-from vifusion.ingest._checks import check_metadata, check_text, shape, title_for
+from vifusion.ingest._checks import check_metadata, check_text, shown, title_for
 from vifusion.ingest.pool import Pool
 from vifusion.ingest.sources import (
     SNIFF_BYTES,
@@ -39,13 +38,11 @@ from vifusion.ingest.sources import (
     sniff,
     url_filename,
 )
+from vifusion.query.options import MAX_OFFSET, check_search
 from vifusion.query.ranking import Moment, relative_cut
-from vifusion.query.searcher import GROUP_BY, MODALITIES, check_modalities
-from vifusion.query.thumbnails import PastEnd, ThumbnailCache
+from vifusion.query.searcher import MODALITIES
+from vifusion.query.thumbnails import ThumbnailCache, frame_time
 from vifusion.runtime import Runtime
-
-MAX_OFFSET = 1000  # deepest result a cursor can reach
-
 
 __all__ = ["Ingested", "NotFound", "SearchPage", "Service", "StorageError"]
 
@@ -167,29 +164,14 @@ class Service:
         video = self.catalog.get_video(video_id)
         if video is None:
             raise NotFound(f"no video {video_id}")
-        return self._shown(video)
+        return shown(video, self.cfg)
 
     def videos(self, limit: int, after_id: int = 0) -> tuple[list[Video], int | None]:
         """A page of videos in id order, and the id to continue after (None: last page)."""
         page = self.catalog.list_videos(limit + 1, after_id)
         more = len(page) > limit
-        page = [self._shown(v) for v in page[:limit]]
+        page = [shown(v, self.cfg) for v in page[:limit]]
         return page, (page[-1].id if more else None)
-
-    def _shown(self, video: Video) -> Video:
-        """``video`` with the metadata a client can be given: keys stored before ingest
-        checked metadata (``check_metadata``) whose values nest too deep or hold a lone
-        surrogate are left out (the answer's JSON could not hold them), the rest are kept."""
-        shown = {
-            k: v
-            for k, v in video.metadata.items()
-            if (s := shape({k: v})).depth <= self.cfg.max_metadata_depth and s.text_ok
-        }
-        return (
-            video
-            if len(shown) == len(video.metadata)
-            else dataclasses.replace(video, metadata=shown)
-        )
 
     def playable(self, video_id: int) -> Video:
         """The video, if its file may be served: the decoder has probed it as a video (it is
@@ -241,14 +223,7 @@ class Service:
         """A JPEG of video ``video_id`` at ``t`` seconds; PastEnd past the video's end, so
         that no time a client makes up costs a decode and a cache entry."""
         video = self.video(video_id)
-        if video.duration_s:
-            if t > video.duration_s:
-                raise PastEnd(
-                    f"t={t:g} s is past the end of video {video_id} ({video.duration_s:g} s)"
-                )
-            t = min(
-                t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0))
-            )  # the last frame shows until the end
+        t = frame_time(video, t)
         fd = self._open(video)  # the checked file, as /media serves it: never a FIFO swapped in
         try:
             return self.thumbnails.get(video_id, Path(fd_path(fd)), t)
@@ -336,26 +311,12 @@ class Service:
         off) those under that fraction of the whole ranking's best, so every page agrees on
         the cut. A text query searches ``modalities``; an image or a clip what is seen (so
         its ``modalities`` must include visual)."""
-        given = [q for q in (text, image, clip, stored_clip) if q is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of text, image, clip, or video_id + start_s + end_s")
-        if not 1 <= top_k <= 100:
-            raise ValueError(f"top_k must be between 1 and 100, got {top_k}")
-        if group_by not in GROUP_BY:
-            raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
-        if not 0 <= offset <= MAX_OFFSET:
-            raise ValueError(f"cursor goes past result {MAX_OFFSET}")
         if min_relative_score is None:
             min_relative_score = self.cfg.min_relative_score
-        if not 0 <= min_relative_score <= 1:
-            raise ValueError(
-                f"min_relative_score must be between 0 and 1, got {min_relative_score}"
-            )
-        modalities = check_modalities(modalities)
-        if text is None and "visual" not in modalities:
-            raise ValueError(
-                "an image or clip query searches what is seen: its modalities must include visual"
-            )
+        queries = sum(q is not None for q in (text, image, clip, stored_clip))
+        modalities = check_search(
+            queries, text is not None, top_k, group_by, offset, min_relative_score, modalities
+        )
         videos = None if not filter else sorted(self.catalog.ready_ids(metadata=filter))
         want = offset + top_k + 1
         s = self.searcher

@@ -1,16 +1,22 @@
 """What ingest refuses before anything is stored: a title too long, text with a NUL,
 metadata the catalog could store but not give back or filter on. Each refusal is a
-``SourceError`` (a 4xx)."""
+``SourceError`` (a 4xx). Also the title a video is given without one, and the metadata a
+client is shown of what an earlier release stored unchecked."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vifusion.config import Config
-from vifusion.ingest.sources import MAX_TITLE_CHARS, SourceError, title_from_name
+from vifusion.ingest.sources import MAX_TITLE_CHARS, SourceError
 
+if TYPE_CHECKING:
+    from vifusion.catalog import Video
+
+_PLAIN_EXTENSION = re.compile(r"(?<=.)\.[A-Za-z0-9]{1,8}$")  # ".mp4", not ". Who" in "Dr. Who"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
@@ -67,6 +73,14 @@ def shape(value: Any) -> Shape:
             else:
                 stack.extend((x, d + 1, f"{at}[{i}]") for i, x in enumerate(v))
     return Shape(depth, keys, text_ok, nul_at)
+
+
+def title_from_name(name: str | None, fallback: str) -> str:
+    """A title for a video the client gave no title: its file name (an upload's, a path's,
+    a URL's last segment) without folders and without a plain extension, cut to
+    ``MAX_TITLE_CHARS``. A title the client gives is kept as given, never passed here."""
+    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return (_PLAIN_EXTENSION.sub("", base) or fallback)[:MAX_TITLE_CHARS]
 
 
 def title_for(given: str | None, name: str | None) -> str:
@@ -128,3 +142,15 @@ def check_metadata(metadata: dict[str, Any] | None, cfg: Config) -> None:
             f"metadata is {size} bytes as JSON; the limit is {cfg.max_metadata_bytes}",
             413,
         )
+
+
+def shown(video: Video, cfg: Config) -> Video:
+    """``video`` with the metadata a client can be given: keys stored before ingest checked
+    metadata (``check_metadata``) whose values nest too deep or hold a lone surrogate are
+    left out (the answer's JSON could not hold them), the rest are kept."""
+    kept = {
+        k: v
+        for k, v in video.metadata.items()
+        if (s := shape({k: v})).depth <= cfg.max_metadata_depth and s.text_ok
+    }
+    return video if len(kept) == len(video.metadata) else dataclasses.replace(video, metadata=kept)

@@ -17,7 +17,6 @@ import errno
 import hashlib
 import ipaddress
 import os
-import re
 import socket
 import time
 import uuid
@@ -118,7 +117,6 @@ def refuse_non_video(head: bytes, name: str) -> None:
 MAX_TITLE_CHARS = 200  # a longer title given by a client is refused (422)
 _NAME_BYTES = 200  # a stored file's name in UTF-8: file systems allow 255 bytes, not characters
 _EXTENSION_BYTES = 16
-_PLAIN_EXTENSION = re.compile(r"(?<=.)\.[A-Za-z0-9]{1,8}$")  # ".mp4", not ". Who" in "Dr. Who"
 
 
 def new_media_path(cfg: Config, filename: str | None) -> Path:
@@ -141,14 +139,6 @@ def _fit(name: str, limit: int) -> str:
         suffix = ""
     stem = name[: len(name) - len(suffix)]
     return stem.encode()[: limit - len(suffix.encode())].decode(errors="ignore") + suffix
-
-
-def title_from_name(name: str | None, fallback: str) -> str:
-    """A title for a video the client gave no title: its file name (an upload's, a path's,
-    a URL's last segment) without folders and without a plain extension, cut to
-    ``MAX_TITLE_CHARS``. A title the client gives is kept as given, never passed here."""
-    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
-    return (_PLAIN_EXTENSION.sub("", base) or fallback)[:MAX_TITLE_CHARS]
 
 
 def url_filename(url: str) -> str:

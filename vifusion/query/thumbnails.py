@@ -10,16 +10,31 @@ import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PIL import Image
 
 from vifusion.extract.decode import DecodeError, open_container
+
+if TYPE_CHECKING:
+    from vifusion.catalog import Video
 
 THUMB_WIDTH = 320
 
 
 class PastEnd(ValueError):
     """A time past the end of the video: no frame shows then."""
+
+
+def frame_time(video: Video, t: float) -> float:
+    """The time of the frame that shows ``t`` seconds into ``video``: the last frame shows
+    until the end. PastEnd past the end, so that no time a client makes up costs a decode
+    and a cache entry."""
+    if not video.duration_s:  # not probed: the decoder says whether there is a frame then
+        return t
+    if t > video.duration_s:
+        raise PastEnd(f"t={t:g} s is past the end of video {video.id} ({video.duration_s:g} s)")
+    return min(t, max(0.0, video.duration_s - 1.0 / (video.fps or 25.0)))
 
 
 class ThumbnailCache:
