@@ -211,11 +211,11 @@ class CatalogPlace:
             self.url = server_url.rsplit("/", 1)[0] + "/" + self._db
 
     def open(self, read_only: bool = False):
-        from vifusion.catalog import Catalog
+        from vifusion.catalog import open_catalog
         from vifusion.config import Config
 
         cfg = Config(data_dir=self.path.parent, catalog_url=self.url)
-        cat = Catalog.open(cfg, read_only=read_only)
+        cat = open_catalog(cfg, read_only=read_only)
         self._opened.append(cat)
         return cat
 

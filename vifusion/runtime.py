@@ -14,7 +14,7 @@ import ray
 
 from vifusion import datadir
 from vifusion._files import storage_writes
-from vifusion.catalog import Catalog
+from vifusion.catalog import Catalog, open_catalog
 from vifusion.cluster.placement import applied_plan
 from vifusion.config import Config
 from vifusion.index import ShardSet
@@ -89,7 +89,7 @@ class Runtime:
         self.catalog: Catalog | None = None
         try:
             with storage_writes(cfg.data_dir, "it cannot be opened"):
-                self.catalog = Catalog.open(cfg)
+                self.catalog = open_catalog(cfg)
                 self.shards = ShardSet(cfg)
         except BaseException:
             self._release()

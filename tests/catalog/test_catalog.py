@@ -1,6 +1,7 @@
 import pytest
 
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
+from vifusion.config import Config
 
 
 def test_job_lifecycle_is_recorded_and_survives_reopen(catalog):
@@ -89,15 +90,15 @@ def test_job_queue_order_and_a_deleted_videos_job_is_gone(catalog):
 def test_catalog_written_before_media_column_is_upgraded(tmp_path):
     import sqlite3
 
-    path = tmp_path / "old.db"
-    Catalog(path).close()
+    path = tmp_path / "catalog.db"
+    open_catalog(Config(data_dir=tmp_path)).close()
     with sqlite3.connect(path) as c:  # an old catalog: no media column, no versions
         c.execute("ALTER TABLE videos DROP COLUMN media")
         c.execute("ALTER TABLE jobs DROP COLUMN lease_owner")  # nor leases
         c.execute("ALTER TABLE jobs DROP COLUMN lease_until")
         c.execute("ALTER TABLE jobs DROP COLUMN attempts")
         c.execute("DROP TABLE schema_version")
-    cat = Catalog(path)
+    cat = open_catalog(Config(data_dir=tmp_path))
     vid, _ = cat.add_video("/v/a.mp4", "a", media=tmp_path / "a.mp4")
     assert cat.get_video(vid).media_path == tmp_path / "a.mp4"
 
@@ -123,8 +124,8 @@ def test_a_job_names_its_stage_and_keeps_its_warnings(catalog):
 def test_catalog_written_before_job_stages_is_upgraded(tmp_path):
     import sqlite3
 
-    path = tmp_path / "old.db"
-    Catalog(path).close()
+    path = tmp_path / "catalog.db"
+    open_catalog(Config(data_dir=tmp_path)).close()
     with sqlite3.connect(
         path
     ) as c:  # a data dir of an earlier release: jobs without stage or warnings
@@ -141,7 +142,7 @@ def test_catalog_written_before_job_stages_is_upgraded(tmp_path):
             "INSERT INTO jobs (id, video_id, status, progress, created_at, updated_at)"
             " VALUES ('old', 1, 'ready', 1.0, 0, 0)"
         )
-    cat = Catalog(path)
+    cat = open_catalog(Config(data_dir=tmp_path))
     assert (cat.get_job("old").stage, cat.get_job("old").warnings) == (None, ())
     _, job = cat.add_video("/v/b.mp4", "b")
     cat.update_job(job, "failed", error="b.mp4: truncated", stage="frames", warnings=["w"])

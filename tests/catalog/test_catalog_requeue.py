@@ -1,11 +1,12 @@
 """Requeueing a video only in a given status (a retry of a failed one), and each video's
 latest job (what the library shows)."""
 
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
+from vifusion.config import Config
 
 
 def test_requeue_if_failed_makes_one_job_and_leaves_others_alone(tmp_path):
-    cat = Catalog(tmp_path / "c.db")
+    cat = open_catalog(Config(data_dir=tmp_path))
     failed, job = cat.add_video("/v/a.mp4", "a")
     cat.update_job(job, "failed", error="a.mp4: truncated")
     ready, done = cat.add_video("/v/b.mp4", "b")

@@ -5,7 +5,8 @@ import sqlite3
 import psycopg
 import pytest
 
-from vifusion.catalog import Catalog
+from vifusion.catalog import Catalog, open_catalog
+from vifusion.config import Config
 
 TALK = [
     (0.0, 2.5, "Welcome to the quarterly budget review."),
@@ -186,8 +187,8 @@ def test_text_survives_reopen(catalog, cat):
 
 
 def test_an_old_sqlite_catalog_gains_the_text_tables(tmp_path):
-    old = tmp_path / "old.db"
-    Catalog(old).close()
+    old = tmp_path / "catalog.db"
+    open_catalog(Config(data_dir=tmp_path)).close()
     with sqlite3.connect(old) as c:  # as today's code left it: no text tables
         c.executescript(
             "DROP TABLE texts_fts; DROP TABLE texts; DROP TABLE schema_version;"
@@ -197,7 +198,7 @@ def test_an_old_sqlite_catalog_gains_the_text_tables(tmp_path):
         c.execute(
             "INSERT INTO videos (source, title, status, created_at) VALUES ('/v/a.mp4', 'a', 'ready', 0)"
         )
-    upgraded = Catalog(old)
+    upgraded = open_catalog(Config(data_dir=tmp_path))
     assert upgraded.get_video(1).status == "ready" and upgraded.texts(1) == []
     upgraded.put_texts(1, "screen", [(0.0, 1.0, "Zorblax")])
     assert [h.video_id for h in upgraded.keyword_search("zorblax")] == [1]

@@ -11,7 +11,7 @@ import ray
 
 from tests.fusion._frames import frames
 from vifusion._files import TEMP_PREFIX
-from vifusion.catalog import Catalog
+from vifusion.catalog import Catalog, open_catalog
 from vifusion.cli import parser as cli
 from vifusion.cli.check import find_leftovers, remove_leftovers
 from vifusion.config import Config
@@ -91,7 +91,7 @@ def _upload(
 
 def test_leftover_media_and_temp_files_are_found_and_only_they_removed(tmp_path):
     cfg = Config(data_dir=tmp_path / "data")
-    catalog = Catalog(cfg.data_dir / "catalog.db")
+    catalog = open_catalog(cfg)
     ready, ready_path = _upload(cfg, catalog, "ready.mp4", "ready")
     queued, queued_path = _upload(cfg, catalog, "queued.mp4")  # its job runs at the next start
     failed, failed_path = _upload(cfg, catalog, "failed.mp4", "failed")

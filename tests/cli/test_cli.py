@@ -148,7 +148,7 @@ def test_a_data_dir_built_with_other_settings_is_refused_clearly(indexed, capsys
 
 
 def test_a_list_file_names_videos_relative_to_itself(tmp_path):
-    from vifusion.ingest.indexer import expand_paths
+    from vifusion.ingest.inputs import expand_paths
 
     (tmp_path / "clips").mkdir()
     for name in ("a.mp4", "b.mp4"):
@@ -178,11 +178,12 @@ def test_a_data_dir_that_cannot_be_written_is_a_clear_error_and_stays_as_it_was(
     import shutil
     import stat
 
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
+    from vifusion.config import Config
 
     data = tmp_path / "data"
     data.mkdir()
-    catalog = Catalog(data / "catalog.db")
+    catalog = open_catalog(Config(data_dir=data))
     catalog.add_video("/videos/a.mp4", "a")
     catalog.close()
     before = {p.name: p.read_bytes() for p in data.iterdir()}

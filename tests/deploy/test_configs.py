@@ -374,7 +374,7 @@ def test_head_setup_makes_the_catalog_database_and_exports_its_url(postgres_url,
     from urllib.parse import urlparse
 
     from tests._postgres import binaries
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
     from vifusion.config import Config
 
     server = urlparse(postgres_url)
@@ -397,7 +397,7 @@ def test_head_setup_makes_the_catalog_database_and_exports_its_url(postgres_url,
     password = (tmp_path / ".vifusion-pg").read_text()
     assert len(password) >= 24 and stat.S_IMODE((tmp_path / ".vifusion-pg").stat().st_mode) == 0o600
     assert url == f"postgresql://vifusion:{password}@{server.hostname}:{server.port}/vifusion"
-    catalog = Catalog.open(Config(data_dir=tmp_path / "data", catalog_url=url))
+    catalog = open_catalog(Config(data_dir=tmp_path / "data", catalog_url=url))
     try:
         assert catalog.list_videos() == []
     finally:

@@ -108,13 +108,13 @@ stop.set()
 searcher.join()
 
 # The index, as the service's own shard replicas hold it (attached by name, left running).
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
 from vifusion.cli.check import find_drift
 from vifusion.config import Config
 from vifusion.index import ShardSet
 
 cfg = Config(**spec["cfg"])
-catalog = Catalog.open(cfg)
+catalog = open_catalog(cfg)
 shards = ShardSet(cfg)
 out["drift"] = [str(d) for d in find_drift(catalog, shards)]
 out["frames"] = {

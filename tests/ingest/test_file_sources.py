@@ -13,7 +13,7 @@ import pytest
 
 from tests.media import tiny_frames
 from vifusion._files import NotRegularFile, open_regular
-from vifusion.catalog import Catalog
+from vifusion.catalog import Catalog, open_catalog
 from vifusion.config import Config
 from vifusion.extract.decode import DecodeError, open_sampled
 from vifusion.ingest.sources import SourceError, resolve_file_uri
@@ -125,7 +125,7 @@ def test_a_queued_file_swapped_before_its_job_runs_fails_the_job_with_the_reason
 
     queued = {}
     cfg = Config(data_dir=tmp_path / "data")
-    catalog = Catalog(cfg.data_dir / "catalog.db")
+    catalog = open_catalog(cfg)
     for swap in SWAPS:
         root = tmp_path / swap / "videos"
         (root / "sub").mkdir(parents=True)

@@ -119,12 +119,12 @@ def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session
     """The pool stalls past its lease (forced here: its lease ended) and another worker takes
     the job over: the pool's next write is refused, so it neither overwrites the new holder's
     state nor ends the job; handed back, the job runs from the start, each frame once."""
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
 
     cfg = Config(data_dir=tmp_path / "data", sample_fps=4.0, dedup_cosine=1.01, embed_batch=8)
     with Service(cfg) as svc:
         queued = upload_and_wait_mid_job(svc, tmp_path)
-        other = Catalog(cfg.data_dir / "catalog.db")
+        other = open_catalog(cfg)
         other.holder = "other/1"
         other.expire_leases(svc.jobs.name)
         assert other.lease_job("other/1", 300.0).id == queued.job_id

@@ -13,7 +13,8 @@ import zlib
 
 import pytest
 
-from vifusion.catalog import Catalog
+from vifusion.catalog import Catalog, open_catalog
+from vifusion.catalog._sqlite import SqliteCatalog
 from vifusion.config import Config
 from vifusion.samples import write_demo_set
 
@@ -54,7 +55,7 @@ def test_interrupted_and_queued_jobs_run_after_a_restart_and_urls_are_fetched(
     # dedup off: every sampled frame is one vector, so counts below are frames
     cfg = Config(data_dir=tmp_path / "data", allow_private_urls=True, dedup_cosine=1.01)
     # What a crash leaves: one job caught mid-indexing, one still queued (both acknowledged).
-    catalog = Catalog(cfg.data_dir / "catalog.db")
+    catalog = open_catalog(cfg)
     cut, cut_job = catalog.add_video(str(videos["kitchen.mp4"].path), "kitchen")
     catalog.update_job(cut_job, "indexing", progress=0.5, frames_indexed=6)
     queued, queued_job = catalog.add_video(str(videos["launch.mp4"].path), "launch")
@@ -122,7 +123,7 @@ class _Runtime:
         pass
 
 
-class _Outage(Catalog):
+class _Outage(SqliteCatalog):
     """The real catalog, whose heartbeat (lease renewal) fails while ``down``: an outage as
     the renewal sees it, which takes and job writes outlive."""
 
@@ -198,7 +199,7 @@ def test_a_job_whose_workers_died_three_times_is_failed_not_run(runner, tmp_path
     """What a video that kills the ingest pool each time leaves: a job taken three times by
     workers that died (their leases ran out). The next take fails it, saying so, without
     running it, and clears what its runs left in the shards; the queue goes on."""
-    cat = Catalog(tmp_path / "data" / "catalog.db")
+    cat = open_catalog(Config(data_dir=tmp_path / "data"))
     vid, doomed = cat.add_video(_video_file(tmp_path, "a.mp4"), "a")
     for n in (1, 2, 3):
         assert cat.lease_job(f"dead/{n}", 0.0).id == doomed

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
+from vifusion.config import Config
 from vifusion.samples import write_video
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,7 @@ def test_a_service_killed_mid_ingest_finishes_its_jobs_when_started_again(ray_se
     data = tmp_path / "data"
     address = ray.get_runtime_context().gcs_address
     first, job = start(address, data, videos)
-    catalog = Catalog(data / "catalog.db")
+    catalog = open_catalog(Config(data_dir=data))
     deadline = time.monotonic() + 300
     while not any(
         j.status == "indexing" and j.frames_indexed > 0 for j in catalog.jobs_in(("indexing",))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from serve._signed import MediaSigner
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
 from vifusion.samples import write_video
 
 from .conftest import KEY
@@ -403,7 +403,7 @@ def record_job_status(page):
 def words(live):
     """The launch video says SAID and shows SHOWN, stored in the live service's catalog as
     ingest stores them (keyword search finds them there); taken out again after the test."""
-    cat = Catalog(live.cfg.data_dir / "catalog.db")
+    cat = open_catalog(live.cfg)
     launch = live.ids["launch.mp4"]
     cat.put_texts(launch, "speech", SAID)
     cat.put_texts(launch, "screen", SHOWN)

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from tests.serve.test_app import error
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
 from vifusion.client import ApiError, Client
 
 
@@ -60,7 +60,7 @@ def test_a_failed_video_is_indexed_again_once_its_file_is_fixed(live, vf, broken
     video = vf.video(video_id)
     assert video["status"] == "ready" and video["error"] is None and video["frames_indexed"] > 0
     # the fixed file's content hash, not the cut one's: what is indexed is what a duplicate is checked against
-    catalog = Catalog(live.cfg.data_dir / "catalog.db", read_only=True)
+    catalog = open_catalog(live.cfg, read_only=True)
     try:
         assert catalog.get_video(video_id).sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     finally:

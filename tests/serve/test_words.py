@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.serve.test_app import error
-from vifusion.catalog import Catalog
+from vifusion.catalog import open_catalog
 from vifusion.query.ranking import bracketed
 
 SAID = [
@@ -22,7 +22,7 @@ SHOWN = [(2.0, 6.0, "Hiring plan: three engineers in Porto")]
 @pytest.fixture(scope="module")
 def words(live):
     """The kitchen video says SAID; the street video shows SHOWN."""
-    cat = Catalog(live.cfg.data_dir / "catalog.db")
+    cat = open_catalog(live.cfg)
     kitchen, street = live.ids["kitchen.mp4"], live.ids["street.mp4"]
     cat.put_texts(kitchen, "speech", SAID)
     cat.put_texts(street, "screen", SHOWN)

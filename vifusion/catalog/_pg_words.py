@@ -1,21 +1,14 @@
 """Keyword search's PostgreSQL side: English Snowball stems of FTS5-cut tokens, stored as a
-``tsvector`` of stems at their positions; tsqueries of phrases; BM25, near spellings and
-matched spans computed from those positions as FTS5 computes them (``_catalog_pg.py``)."""
+``tsvector`` of stems at their positions; tsqueries of phrases; BM25 and matched spans
+computed from those positions as FTS5 computes them (``_postgres.py``). Statements are
+written with ``?`` for each parameter, as all the catalog's are (``_postgres._Connection``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from vifusion.catalog._words import (
-    MAX_FUZZY_WORDS,
-    bm25,
-    fuzzy_key,
-    letter_pairs,
-    nearest,
-    phrase_starts,
-    tokens,
-)
+from vifusion.catalog._words import bm25, phrase_starts, tokens
 
 MAX_LEXEME_BYTES = (
     2046  # PostgreSQL's limit on a tsvector word: a longer token is stored unsearchable
@@ -30,7 +23,7 @@ def stems_of(c: Any, toks: Iterable[str]) -> dict[str, str]:
     if not toks:
         return {}
     rows = c.execute(
-        "SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(%s::text[]) AS t",
+        "SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) AS stem FROM unnest(?::text[]) AS t",
         (toks,),
     ).fetchall()
     return {r["t"]: r["stem"] for r in rows}
@@ -68,34 +61,6 @@ def tsquery(phrases: Sequence[Phrase]) -> str | None:
     return " | ".join(parts) or None
 
 
-def near_spellings(c: Any, words: list[str], phrases: dict[str, Phrase]) -> dict[str, list[str]]:
-    """SQLite's ``SqliteTexts._near_spellings``: the index's stems nearest to each unknown word, from the
-    index's vocabulary (``ts_stat``: each stem and the rows holding it), with the same
-    letter-pair filter in SQL before the edit distance is measured here."""
-    out: dict[str, list[str]] = {}
-    tried = 0
-    for w in words:
-        if (fuzzy := fuzzy_key(w)) is None or tried == MAX_FUZZY_WORDS:
-            continue
-        if (q := tsquery([phrases[w]])) and c.execute(
-            "SELECT 1 FROM texts WHERE tsv @@ %s::tsquery LIMIT 1", (q,)
-        ).fetchone():
-            continue
-        key, d = fuzzy
-        tried += 1
-        pairs = letter_pairs(key)
-        sql = "SELECT word, ndoc FROM ts_stat('SELECT tsv FROM texts') WHERE length(word) BETWEEN %s AND %s"
-        args: list[Any] = [len(key) - d, len(key) + d]
-        if len(pairs) > 2 * d:
-            sql += " AND (" + " + ".join(["(strpos(word, %s) > 0)::int"] * len(pairs)) + ") >= %s"
-            args += [*pairs, len(pairs) - 2 * d]
-        if found := nearest(
-            key, d, [(r["word"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]
-        ):
-            out[w] = found
-    return out
-
-
 def bm25_scores(
     c: Any, phrases: list[Phrase], where: str, args: list[Any], limit: int, total: int, mean: float
 ) -> dict[int, float]:
@@ -107,16 +72,16 @@ def bm25_scores(
     counts = c.execute(
         "SELECT "
         + ", ".join(
-            f"count(*) FILTER (WHERE tsv @@ %s::tsquery) AS c{i}" for i in range(len(phrases))
+            f"count(*) FILTER (WHERE tsv @@ ?::tsquery) AS c{i}" for i in range(len(phrases))
         )
-        + " FROM texts WHERE tsv @@ %s::tsquery",
+        + " FROM texts WHERE tsv @@ ?::tsquery",
         [tsquery([p]) or "''" for p in phrases] + [q],
     ).fetchone()
     df = [counts[f"c{i}"] for i in range(len(phrases))]
     ids = [
         r["id"]
         for r in c.execute(
-            f"SELECT t.id FROM texts t WHERE t.tsv @@ %s::tsquery AND {where}", [q, *args]
+            f"SELECT t.id FROM texts t WHERE t.tsv @@ ?::tsquery AND {where}", [q, *args]
         ).fetchall()
     ]
     scored = []
@@ -135,7 +100,7 @@ def with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[f
     rows = {
         r["id"]: r
         for r in c.execute(
-            "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(%s)",
+            "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(?)",
             (ids,),
         )
     }
@@ -143,7 +108,7 @@ def with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[f
         i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()
     }
     for r in c.execute(
-        "SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u WHERE t.id = ANY(%s)",
+        "SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u WHERE t.id = ANY(?)",
         (ids,),
     ):
         seq = seqs[r["id"]]

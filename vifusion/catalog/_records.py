@@ -4,6 +4,7 @@ and its states, a speech or screen text row."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,12 @@ JOB_STAGES = ("fetching", "probing", "frames", "speech", "saving")
 
 class CatalogUnreachable(ValueError):
     """The catalog's database server cannot be reached."""
+
+
+class NoCatalog(sqlite3.OperationalError):
+    """There is no catalog to read: not a data dir, or nothing was ever added (or, on a
+    server, no catalog was ever made there). An OperationalError, as sqlite3 raises for a
+    missing file, whichever database: a reader catching that catches this."""
 
 
 class LeaseLost(RuntimeError):
@@ -92,6 +99,21 @@ class Job:
     # Times ingest workers took it since it was queued (``Catalog.lease_job``); 0 again when
     # it goes back in the queue.
     attempts: int = 0
+
+
+# A job's columns, in Job's order (PostgreSQL's jobs has ``seq`` besides).
+JOB_COLUMNS = (
+    "id, video_id, status, progress, frames_indexed, error, created_at, updated_at, stage,"
+    " warnings, lease_owner, lease_until, attempts"
+)
+
+
+def job_from_row(row: dict[str, Any]) -> Job:
+    return Job(**{**row, "warnings": tuple(json.loads(row["warnings"]))})
+
+
+def video_from_row(row: dict[str, Any]) -> Video:
+    return Video(**{**row, "metadata": json.loads(row["metadata"])})
 
 
 def job_update(

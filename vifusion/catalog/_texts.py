@@ -1,19 +1,23 @@
-"""The catalog's speech and screen text on SQLite: storing a video's rows, reading them back,
-and keyword search over them (FTS5, BM25, near spellings of words no row holds)."""
+"""The catalog's speech and screen text, whichever database holds it: storing a video's rows,
+reading them back, and keyword search over them (BM25, near spellings of words no row holds).
+
+What is written once is here; what a database does its own way (FTS5 on SQLite, a tsvector
+of stems on PostgreSQL) are the hooks at the end, in ``_sqlite.py`` and ``_postgres.py``. A
+``Phrase`` is a query word as a database matches it: the word itself for FTS5, which cuts
+and stems it; the stems of its tokens, in order, for PostgreSQL.
+"""
 
 from __future__ import annotations
 
-import json
-import sqlite3
+from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from vifusion.catalog._database import Database, Row
 from vifusion.catalog._records import TextRow
 from vifusion.catalog._words import (
-    FUZZY_WEIGHT,
     MAX_FUZZY_WORDS,
-    SNIPPET_TOKENS,
     TEXT_KINDS,
     check_kind,
     checked_rows,
@@ -23,12 +27,11 @@ from vifusion.catalog._words import (
     query_words,
 )
 
+Phrase = Any  # str on SQLite, tuple[str, ...] on PostgreSQL
 
-class SqliteTexts:
-    """The text methods of ``Catalog`` (which provides ``_conn``, this thread's connection)."""
 
-    def _conn(self) -> sqlite3.Connection:
-        raise NotImplementedError
+class Texts(Database):
+    """The text methods of ``Catalog``."""
 
     def put_texts(self, video_id: int, kind: str, rows: Sequence[tuple[float, float, str]]) -> int:
         """Replace all of a video's ``kind`` rows ("speech" or "screen") with ``rows``, each
@@ -37,26 +40,20 @@ class SqliteTexts:
         (``FusedBatch.of_texts(video_id, kind, 0, ...)`` over the same rows, in order).
         Returns the rows stored."""
         checked = checked_rows(video_id, kind, rows)
-        with self._conn() as c:
+        with self._transaction() as c:
             c.execute("DELETE FROM texts WHERE video_id=? AND kind=?", (video_id, kind))
-            c.executemany(
-                "INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",
-                checked,
-            )
+            self._insert_texts(c, checked)
         return len(checked)
 
     def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
         """A video's text rows (one kind, or both), in time order: a transcript."""
-        sql, args = (
-            "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?",
-            [video_id],
-        )
+        sql = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?"
+        args: list[Any] = [video_id]
         if kind is not None:
             check_kind(kind)
             sql += " AND kind=?"
             args.append(kind)
-        rows = self._conn().execute(sql + " ORDER BY start_s, end_s, kind, n", args).fetchall()
-        return [TextRow(**dict(r)) for r in rows]
+        return [TextRow(**r) for r in self._rows(sql + " ORDER BY start_s, end_s, kind, n", args)]
 
     def keyword_search(
         self,
@@ -73,7 +70,7 @@ class SqliteTexts:
         With ``fuzzy``, a word no row holds is looked for by its near spellings
         (``max_edits``: a speech model spells an unknown name as it hears it), a near match
         counting ``FUZZY_WEIGHT`` of an exact one. Any string is a safe query: each
-        whitespace-separated part is one quoted FTS5 phrase, never syntax."""
+        whitespace-separated part is one phrase, never syntax."""
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         kinds = list(kinds)
@@ -82,119 +79,30 @@ class SqliteTexts:
         words = query_words(query)
         if not words or not kinds:
             return []
-        where, args = f"t.kind IN ({','.join('?' * len(kinds))})", list(kinds)
+        where, args = self.dialect.any_of("t.kind", kinds)
         if video_ids is not None:
-            where += " AND t.video_id IN (SELECT value FROM json_each(?))"
-            args.append(json.dumps([int(v) for v in video_ids]))
-        near = self._near_spellings(words) if fuzzy else {}
-        exact = [_phrase(w) for w in words]
-        spelt = [_phrase(t) for terms in near.values() for t in terms]
-        scores = self._bm25(" OR ".join(exact), where, args, limit)
-        if spelt:
-            for i, score in self._bm25(" OR ".join(spelt), where, args, limit).items():
-                scores[i] = scores.get(i, 0.0) + FUZZY_WEIGHT * score
-        if not scores:
-            return []
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
-                f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet"
-                " FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
-                " WHERE texts_fts MATCH ? AND t.id IN (SELECT value FROM json_each(?))",
-                (marks[0], marks[1], " OR ".join(exact + spelt), json.dumps(list(scores))),
-            )
-            .fetchall()
-        )
-        coverage = self._coverage(words, near, [r["id"] for r in rows])
+            clause, more = self.dialect.any_of("t.video_id", [int(v) for v in video_ids])
+            where, args = f"{where} AND {clause}", args + more
+        with self._connection() as c:
+            phrases = self._phrases(c, words)
+            near = self._near_spellings(c, words, phrases) if fuzzy else {}
+            exact = [phrases[w] for w in words]
+            spelt = [self._term(t) for terms in near.values() for t in terms]
+            scores = self._rank(c, exact, spelt, where, args, limit)
+            if not scores:
+                return []
+            hits = self._hits(c, list(scores), words, phrases, near, marks)
         out = [
             TextRow(
-                r["video_id"],
-                r["kind"],
-                r["n"],
-                r["start_s"],
-                r["end_s"],
-                r["text"],
-                scores[r["id"]],
-                r["snippet"],
-                coverage[r["id"]],
+                *(r[k] for k in ("video_id", "kind", "n", "start_s", "end_s", "text")),
+                score=scores[i],
+                snippet=snippet,
+                coverage=coverage,
             )
-            for r in rows
+            for i, (r, snippet, coverage) in hits.items()
         ]
         out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
         return out[:limit]
-
-    def _bm25(self, match: str, where: str, args: list[Any], limit: int) -> dict[int, float]:
-        """Text row id -> BM25 score (higher = better) of the ``limit`` best rows for ``match``."""
-        sql = (
-            "SELECT t.id, -bm25(texts_fts) FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid"
-            f" WHERE texts_fts MATCH ? AND {where} ORDER BY bm25(texts_fts), t.video_id, t.start_s, t.n LIMIT ?"
-        )
-        return dict(self._conn().execute(sql, [match, *args, int(limit)]).fetchall())
-
-    def _holding(self, match: str, ids: list[int]) -> set[int]:
-        """The text rows among ``ids`` that ``match`` finds."""
-        return {
-            r[0]
-            for r in self._conn().execute(
-                "SELECT rowid FROM texts_fts WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-                (match, json.dumps(ids)),
-            )
-        }
-
-    def _coverage(
-        self, words: list[str], near: dict[str, list[str]], ids: list[int]
-    ) -> dict[int, float]:
-        """Per text row: the share of ``words`` it holds, a near spelling counting FUZZY_WEIGHT."""
-        held = dict.fromkeys(ids, 0.0)
-        for w in words:
-            exact = self._holding(_phrase(w), ids)
-            spelt = (
-                self._holding(" OR ".join(map(_phrase, near[w])), ids) - exact
-                if near.get(w)
-                else set()
-            )
-            for i in exact:
-                held[i] += 1.0
-            for i in spelt:
-                held[i] += FUZZY_WEIGHT
-        return {i: h / len(words) for i, h in held.items()}
-
-    def _near_spellings(self, words: list[str]) -> dict[str, list[str]]:
-        """For each of ``words`` that no row holds and that is letters only (at most
-        ``MAX_FUZZY_WORDS`` such words): the index's words (as stemmed there) nearest to it,
-        within ``max_edits``, the most common first. Only the nearest: a word one edit away
-        is the likelier reading, and the farther ones would mostly be other words.
-
-        A cheap filter runs in SQL first: a word within d edits keeps at least all but 2d of
-        the other's distinct letter pairs (an edit breaks at most two), so only index words
-        holding that many are measured."""
-        c = self._conn()
-        c.execute(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.texts_vocab USING fts5vocab(main, texts_fts, row)"
-        )
-        out: dict[str, list[str]] = {}
-        tried = 0
-        for w in words:
-            if (
-                (fuzzy := fuzzy_key(w)) is None
-                or tried == MAX_FUZZY_WORDS
-                or c.execute(
-                    "SELECT 1 FROM texts_fts WHERE texts_fts MATCH ? LIMIT 1", (_phrase(w),)
-                ).fetchone()
-            ):
-                continue
-            key, d = fuzzy
-            tried += 1
-            pairs = letter_pairs(key)
-            sql = "SELECT term, doc FROM temp.texts_vocab WHERE length(term) BETWEEN ? AND ?"
-            args: list[Any] = [len(key) - d, len(key) + d]
-            if len(pairs) > 2 * d:
-                sql += " AND (" + " + ".join(["(instr(term, ?) > 0)"] * len(pairs)) + ") >= ?"
-                args += [*pairs, len(pairs) - 2 * d]
-            if found := nearest(key, d, c.execute(sql, args).fetchall()):
-                out[w] = found
-        return out
 
     def texts_at(
         self,
@@ -209,27 +117,17 @@ class SqliteTexts:
         keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
         if not keys:
             return {}
-        sql = (
-            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text FROM texts t"
-            " JOIN json_each(?) j ON t.video_id = json_extract(j.value, '$[0]')"
-            " AND t.kind = json_extract(j.value, '$[1]') AND t.n = json_extract(j.value, '$[2]')"
-        )
-        c = self._conn()
-        found = {r["id"]: r for r in c.execute(sql, (json.dumps(keys),))}
         marked: dict[int, str] = {}
-        words = query_words(query) if query is not None else []
-        if words and found:
-            near = self._near_spellings(words)
-            match = " OR ".join(
-                [_phrase(w) for w in words] + [_phrase(t) for ts in near.values() for t in ts]
-            )
-            marked = dict(
-                c.execute(
-                    "SELECT rowid, highlight(texts_fts, 0, ?, ?) FROM texts_fts"
-                    " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-                    (marks[0], marks[1], match, json.dumps(list(found))),
-                ).fetchall()
-            )
+        with self._connection() as c:
+            found = self._rows_at(c, keys)
+            words = query_words(query) if query is not None else []
+            if words and found:
+                phrases = self._phrases(c, words)
+                near = self._near_spellings(c, words, phrases)
+                wanted = [phrases[w] for w in words] + [
+                    self._term(t) for ts in near.values() for t in ts
+                ]
+                marked = self._highlights(c, found, wanted, marks)
         out = {}
         for i, r in found.items():
             row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])
@@ -238,7 +136,94 @@ class SqliteTexts:
             out[(row.video_id, row.kind, row.n)] = row
         return out
 
+    def _near_spellings(
+        self, c: Any, words: list[str], phrases: dict[str, Phrase]
+    ) -> dict[str, list[str]]:
+        """For each of ``words`` that no row holds and that is letters only (at most
+        ``MAX_FUZZY_WORDS`` such words): the index's words (as stemmed there) nearest to it,
+        within ``max_edits``, the most common first (``nearest``).
 
-def _phrase(word: str) -> str:
-    """``word`` as one quoted FTS5 phrase (a '"' doubled): never syntax."""
-    return '"' + word.replace('"', '""') + '"'
+        A cheap filter runs in SQL first: a word within d edits keeps at least all but 2d of
+        the other's distinct letter pairs (an edit breaks at most two), so only index words
+        holding that many are measured."""
+        out: dict[str, list[str]] = {}
+        tried = 0
+        for w in words:
+            if (
+                (fuzzy := fuzzy_key(w)) is None
+                or tried == MAX_FUZZY_WORDS
+                or self._holds(c, w, phrases)
+            ):
+                continue
+            key, d = fuzzy
+            tried += 1
+            pairs = letter_pairs(key)
+            sql = f"SELECT term, ndoc FROM ({self._vocabulary(c)}) v WHERE length(term) BETWEEN ? AND ?"
+            args: list[Any] = [len(key) - d, len(key) + d]
+            if len(pairs) > 2 * d:
+                holds = f"(CASE WHEN {self.dialect.position}(term, ?) > 0 THEN 1 ELSE 0 END)"
+                sql += f" AND ({' + '.join([holds] * len(pairs))}) >= ?"
+                args += [*pairs, len(pairs) - 2 * d]
+            vocabulary = [(r["term"], r["ndoc"]) for r in c.execute(sql, args).fetchall()]
+            if found := nearest(key, d, vocabulary):
+                out[w] = found
+        return out
+
+    def _holds(self, c: Any, word: str, phrases: dict[str, Phrase]) -> bool:
+        """Whether any text row holds ``word``."""
+        match = self._match([phrases[word]])
+        return match is not None and bool(
+            c.execute(f"{self.dialect.matching} LIMIT 1", (match,)).fetchall()
+        )
+
+    # -- what each database provides ------------------------------------------------
+
+    @abstractmethod
+    def _insert_texts(self, c: Any, rows: list[tuple]) -> None:
+        """Store ``put_texts``'s checked rows (video_id, kind, n, start_s, end_s, text)."""
+
+    @abstractmethod
+    def _phrases(self, c: Any, words: list[str]) -> dict[str, Phrase]:
+        """Each query word as a phrase."""
+
+    @abstractmethod
+    def _term(self, term: str) -> Phrase:
+        """An index word (a near spelling) as a phrase."""
+
+    @abstractmethod
+    def _match(self, phrases: Sequence[Phrase]) -> str | None:
+        """The argument of ``dialect.matching`` finding rows holding any of ``phrases``
+        (None: none can match)."""
+
+    @abstractmethod
+    def _vocabulary(self, c: Any) -> str:
+        """A SELECT of the index's words (``term``) and the rows holding each (``ndoc``)."""
+
+    @abstractmethod
+    def _rank(
+        self, c: Any, exact: list[Phrase], spelt: list[Phrase], where: str, args: list, limit: int
+    ) -> dict[int, float]:
+        """Text row id -> score of the ``limit`` best rows ``where`` admits: BM25 of the
+        ``exact`` phrases plus ``FUZZY_WEIGHT`` of that of the ``spelt`` ones (``with_near``)."""
+
+    @abstractmethod
+    def _hits(
+        self,
+        c: Any,
+        ids: list[int],
+        words: list[str],
+        phrases: dict[str, Phrase],
+        near: dict[str, list[str]],
+        marks: tuple[str, str],
+    ) -> dict[int, tuple[Row, str, float]]:
+        """The text rows ``ids``, each with its snippet and its coverage of ``words``."""
+
+    @abstractmethod
+    def _rows_at(self, c: Any, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
+        """The text rows named by (video_id, kind, n) keys, by id."""
+
+    @abstractmethod
+    def _highlights(
+        self, c: Any, found: dict[int, Row], phrases: list[Phrase], marks: tuple[str, str]
+    ) -> dict[int, str]:
+        """The texts of ``found`` with ``phrases`` between ``marks``, by id (those holding any)."""

@@ -117,6 +117,15 @@ def nearest(key: str, d: int, vocabulary: Sequence[tuple[str, int]]) -> list[str
     return [term for dist, _, term in sorted(found)[:MAX_EXPANSIONS] if dist == closest]
 
 
+def with_near(exact: dict[int, float], spelt: dict[int, float]) -> dict[int, float]:
+    """Text row id -> score: its BM25 for the query's words plus ``FUZZY_WEIGHT`` of its BM25
+    for their near spellings."""
+    scores = dict(exact)
+    for i, score in spelt.items():
+        scores[i] = scores.get(i, 0.0) + FUZZY_WEIGHT * score
+    return scores
+
+
 def max_edits(word: str) -> int:
     """Edits allowed between an unknown query word and an index word: none under 4 letters
     (short words are all near each other), 1 up to 5, 2 at 6, 3 from 7 on. Generous for long

@@ -15,23 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from vifusion import datadir
-from vifusion.catalog import Catalog, Job, Video
+from vifusion.catalog import Catalog, Job, Video, open_catalog
 from vifusion.config import Config
 from vifusion.index.layout import built_shards, refuse_other_count, shard_dir, shard_for
 
 RUNNING = ("decoding", "indexing")  # job states of a job being worked on
 RECENT_FAILURES = 5  # failed jobs `vifusion status` names, the latest first
-
-
-class NoCatalog(ValueError):
-    """The data dir holds no catalog (not a data dir, or nothing was ever added)."""
-
-
-def open_catalog(cfg: Config) -> Catalog:
-    """The catalog, read-only; NoCatalog where there is none."""
-    if not datadir.has_catalog(cfg):
-        raise NoCatalog(f"no catalog in {cfg.data_dir} (is this the data dir?)")
-    return Catalog.open(cfg, read_only=True)
 
 
 def all_videos(catalog: Catalog, status: str | None = None) -> list[Video]:
@@ -73,7 +62,7 @@ class Deleter:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.catalog = Catalog.open(cfg)
+        self.catalog = open_catalog(cfg)
         self._built = built_shards(cfg.data_dir)
         if self._built is not None:
             refuse_other_count(cfg.data_dir, self._built, cfg.num_shards)

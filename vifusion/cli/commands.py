@@ -20,7 +20,7 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
 
     from vifusion._files import storage_writes
     from vifusion.datadir import DataDirBusy
-    from vifusion.ingest.indexer import IndexResult, Progress, expand_paths
+    from vifusion.ingest.inputs import IndexResult, Progress, expand_paths
     from vifusion.runtime import Runtime
 
     files, failed = expand_paths(paths)
@@ -149,10 +149,11 @@ def cmd_check(cfg: Config, fix: bool) -> int:
 
 def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:
     """Print the videos of the data dir, from its catalog (read-only: no Ray, a service may run)."""
-    from vifusion.cli.admin import NoCatalog, all_videos, open_catalog, video_row
+    from vifusion.catalog import NoCatalog, open_catalog
+    from vifusion.cli.admin import all_videos, video_row
 
     try:
-        catalog = open_catalog(cfg)
+        catalog = open_catalog(cfg, read_only=True)
     except NoCatalog as e:
         print(f"vifusion list: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -184,7 +185,8 @@ def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:
 def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
     """Delete videos: through the service that serves the data dir if one runs, else here,
     under the data dir's writer lock, without Ray (``admin.Deleter``). Exit 1 if any is unknown."""
-    from vifusion.cli.admin import Deleter, NoCatalog, open_catalog
+    from vifusion.catalog import NoCatalog, open_catalog
+    from vifusion.cli.admin import Deleter
     from vifusion.cluster.running import api_key, running_url, verify
     from vifusion.datadir import API_KEY, DataDirBusy, DataDirUnwritable, writer_lock
 
@@ -215,7 +217,7 @@ def cmd_delete(cfg: Config, video_ids: list[int]) -> int:
             return EXIT_FAILED
     else:
         try:
-            open_catalog(cfg).close()
+            open_catalog(cfg, read_only=True).close()
             with writer_lock(cfg.data_dir):
                 deleter = Deleter(cfg)
                 try:
@@ -256,11 +258,12 @@ def _delete_through(
 def cmd_status(cfg: Config, as_json: bool) -> int:
     """Print what the data dir holds and does: the service serving it, videos by status,
     jobs (running, failed of late), each shard's rows, log and last snapshot. Reads only, no Ray."""
-    from vifusion.cli.admin import NoCatalog, job_summary, open_catalog, shard_states
+    from vifusion.catalog import NoCatalog, open_catalog
+    from vifusion.cli.admin import job_summary, shard_states
     from vifusion.cluster.running import running_url
 
     try:
-        catalog = open_catalog(cfg)
+        catalog = open_catalog(cfg, read_only=True)
     except NoCatalog as e:
         print(f"vifusion status: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -130,10 +130,10 @@ def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
     """Each video's source, from the catalog (the API gives titles, not where a video came from)."""
     import sqlite3
 
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
 
     try:
-        catalog = Catalog.open(cfg, read_only=True)
+        catalog = open_catalog(cfg, read_only=True)
     except sqlite3.Error:
         return {}
     try:
@@ -157,12 +157,12 @@ def _search_here(
             )
     import sqlite3
 
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
     from vifusion.index.local import LocalShards
     from vifusion.query.searcher import Searcher
 
     try:
-        catalog = Catalog.open(cfg, read_only=True)
+        catalog = open_catalog(cfg, read_only=True)
     except sqlite3.OperationalError:  # nothing was ever indexed here
         return []
     try:
@@ -238,7 +238,7 @@ def _result(m: Moment, video) -> dict:
 
 def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
     """Print what a video says (or shows written): from the catalog alone, no Ray."""
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
     from vifusion.datadir import has_catalog
     from vifusion.query.webvtt import webvtt
 
@@ -248,7 +248,7 @@ def cmd_transcript(cfg: Config, video_id: int, kind: str, vtt: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    catalog = Catalog.open(cfg)
+    catalog = open_catalog(cfg)
     try:
         if catalog.get_video(video_id) is None:
             print(f"vifusion transcript: no video {video_id} in {cfg.data_dir}", file=sys.stderr)

@@ -28,17 +28,17 @@ def query_cs(cfg: Config, embedder: Any, rows: Any, folder: Path) -> float:
     less the same searches of the shard alone. Not counted: Ray's calls to the shards."""
     import torch
 
-    from vifusion.catalog import Catalog
+    from vifusion.catalog import open_catalog
     from vifusion.index.layout import check_layout, shard_dir
     from vifusion.index.local import LocalShards
     from vifusion.index.shard import Shard
     from vifusion.query.searcher import Searcher
 
-    one = cfg.updated({"data_dir": folder, "num_shards": 1})
+    one = cfg.updated({"data_dir": folder, "num_shards": 1, "catalog_url": None})  # scratch
     check_layout(folder, 1)
     shard = Shard(0, shard_dir(folder, 0), one)
     shard.commit(shard.stage(rows)[1])
-    shards, catalog = LocalShards(one), Catalog(folder / "catalog.db")
+    shards, catalog = LocalShards(one), open_catalog(one)
     searcher = Searcher(one, shards, embedder, catalog)
     before = torch.get_num_threads()
     torch.set_num_threads(cfg.query_threads)
