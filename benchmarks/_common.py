@@ -260,15 +260,14 @@ def emit_result(figures: dict) -> None:
     print("RESULT " + json.dumps(figures), flush=True)
 
 
-def drive_in_bed(
-    bed, script: str, args: list[str], *, timeout: float, failed: str
-) -> tuple[dict, list[str]]:
-    """Run ``script`` (a benchmark's driver) with ``args`` in test-bed host 0 and wait for it:
-    the figures of its RESULT line, and its other lines of stdout. No RESULT line: a
-    RuntimeError, ``failed`` and the tail of the driver's stderr."""
+def drive_in_bed(bed, spec: dict, *, timeout: float, failed: str, echo: bool = False) -> dict:
+    """Run the benchmark being run again, in test-bed host 0, as its driver (``--drive`` and
+    ``spec`` as JSON) and wait for it: the figures of its RESULT line (``emit_result``);
+    ``echo``: its other lines of stdout printed here. No RESULT line: a RuntimeError,
+    ``failed`` and the tail of the driver's stderr."""
     proc = bed.exec(
         0,
-        [sys.executable, script, *args],
+        [sys.executable, sys.modules["__main__"].__file__, "--drive", json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -279,7 +278,9 @@ def drive_in_bed(
     result = next((line[7:] for line in lines if line.startswith("RESULT ")), None)
     if result is None:
         raise RuntimeError(f"{failed}:\n{stderr[-3000:]}")
-    return json.loads(result), [line for line in lines if not line.startswith("RESULT ")]
+    if echo:
+        print("\n".join(line for line in lines if not line.startswith("RESULT ")), flush=True)
+    return json.loads(result)
 
 
 def talks_missing(talks: int, available: int) -> str | None:

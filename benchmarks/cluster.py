@@ -47,15 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import BED_PHOTOS as PHOTOS  # noqa: E402
-from _common import (  # noqa: E402
-    arguments,
-    drive_in_bed,
-    emit_result,
-    index_figures,
-    limit,
-    report_head,
-    run_benchmark,
-)
+from _common import arguments, drive_in_bed, emit_result, index_figures, report_head, run_benchmark
 
 MODES = {"off": {"fusion": False, "compression": "off"}, "on": {}}
 # Scaling: frames are the work (no speech, no OCR); one torch thread, as a host of under a
@@ -124,7 +116,6 @@ def main() -> int:
 
     from deploy.netbed import NetBed, available
     from vifusion.runtime import RAY_TUNED
-    from vifusion.samples import write_video
 
     if (reason := available()) is not None:
         print(f"cluster benchmark needs the network test bed: {reason}", file=sys.stderr)
@@ -132,14 +123,7 @@ def main() -> int:
     count, scene_s, fps = (3, 2.0, 4.0) if args.quick else (10, 4.0, 4.0)
     work = Path(tempfile.mkdtemp(prefix="vf-cluster-bench-"))
     try:
-        videos = [
-            write_video(
-                work / f"v{i}.mp4",
-                (PHOTOS[i % len(PHOTOS)], PHOTOS[(i + 3) % len(PHOTOS)], "motion"),
-                scene_s=scene_s,
-            ).path
-            for i in range(count)
-        ]
+        videos = [_video(work, i, scene_s) for i in range(count)]
         res = {}
         with NetBed(hosts=3, rate="100mbit", delay_ms=5) as bed:
             address = bed.start_ray(
@@ -154,13 +138,7 @@ def main() -> int:
                     "sample_fps": fps,
                 }
                 tx0 = bed.tx_bytes(2)
-                result, _ = drive_in_bed(
-                    bed,
-                    __file__,
-                    ["--drive", json.dumps(spec)],
-                    timeout=1200,
-                    failed=f"the driver failed ({mode})",
-                )
+                result = drive_in_bed(bed, spec, timeout=1200, failed=f"the driver failed ({mode})")
                 res[mode] = result | {"extract_node_tx_bytes": bed.tx_bytes(2) - tx0}
         for mode, r in res.items():
             print(
@@ -213,6 +191,8 @@ def _index(bed, spec: dict, groups: list[Path], cores: float) -> dict:
     """Run the driver in host 0 for one mode, the cgroups ``groups`` limited to ``cores``
     while it indexes (unlimited while models load); its RESULT line, with the seconds each
     group was throttled meanwhile."""
+    from _common import limit
+
     with tempfile.TemporaryFile("w+") as err:
         proc = bed.exec(
             0,
@@ -255,7 +235,7 @@ def _throttled_s(groups: list[Path]) -> list[float]:
 
 def scaling(args: argparse.Namespace) -> int:
     """``--extract-nodes``: end-to-end frames/s per count of extract hosts, fusion off and on."""
-    from _common import Cgroups, ns_pids
+    from _common import Cgroups, limit, ns_pids
 
     from deploy.netbed import NetBed, available
     from vifusion.runtime import RAY_TUNED

@@ -151,6 +151,14 @@ VARIANTS = {  # (4) with one of its paths by actor call
     "4ray": {"fusion_stream": False},  # aggregator -> shard, not the shard stream
 }
 FLOORS = {"4floor": "int8"}  # (4) with its links' codec floor (a plan's, for a narrow uplink)
+# The shard the replays write into: what reaches it is measured, not how it indexes (exact
+# search whatever the rows), snapshots (none during a run) or drops near-duplicates (none).
+SHARD_CFG = {
+    "faiss_threads": 1,
+    "index_exact_max": 10**9,
+    "snapshot_log_bytes": 1 << 40,
+    "dedup_cosine": 1.01,
+}
 OFFERED = {"2@6k": 6000.0, "4@6k": 6000.0}  # open loop: rows replayed at this rate (features/s)
 
 
@@ -370,15 +378,7 @@ def drive(spec: dict) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"vf-fusion-{policy}-"))
         pinned = _pinned(policy)
         pin = {"fusion_min_bytes": pinned, "fusion_max_bytes": pinned} if pinned else {}
-        cfg = Config(
-            data_dir=work,
-            faiss_threads=1,
-            index_exact_max=10**9,
-            snapshot_log_bytes=1 << 40,
-            dedup_cosine=1.01,
-            **VARIANTS.get(policy, {}),
-            **pin,
-        )
+        cfg = Config(data_dir=work, **SHARD_CFG, **VARIANTS.get(policy, {}), **pin)
         shard = (
             ray.remote(ShardReplica)
             .options(resources={"host1": 1})
@@ -709,14 +709,7 @@ def run_link(name: str, link: dict, policies: list[str], duration: float, files:
                 bed.rate_argv(0, link["squeeze"]["rate"]),
                 bed.rate_argv(0, link["rate"]),
             ]
-        result, _ = drive_in_bed(
-            bed,
-            __file__,
-            ["--drive", json.dumps(spec)],
-            timeout=600,
-            failed=f"{name}: the driver failed",
-        )
-    return result
+        return drive_in_bed(bed, spec, timeout=600, failed=f"{name}: the driver failed")
 
 
 def main() -> int:

@@ -28,13 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    arguments,
-    cpu_seconds,
-    emit_result,
-    report_head,
-    run_benchmark,
-)
+from _common import arguments, cpu_seconds, emit_result, report_head, run_benchmark
 
 SIZES = (16, 64, 256)
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import arguments, drive_in_bed, emit_result, report_head, run_benchmark
-from fusion import POLICIES, Replayer, real_rows
+from fusion import POLICIES, SHARD_CFG, Replayer, real_rows
 
 from vifusion.comm import Ladder, SharedTables
 from vifusion.comm.codec import recall_at_k
@@ -84,14 +84,8 @@ def drive(spec: dict) -> None:
     for run in spec["runs"]:
         mode = run.split("#")[0]
         work = Path(tempfile.mkdtemp(prefix=f"vf-incast-{mode}-"))
-        cfg = Config(
-            data_dir=work,
-            faiss_threads=1,
-            index_exact_max=10**9,
-            snapshot_log_bytes=1 << 40,
-            dedup_cosine=1.01,
-            compression="adaptive" if mode == "adaptive" else "off",
-        )
+        compression = "adaptive" if mode == "adaptive" else "off"
+        cfg = Config(data_dir=work, **SHARD_CFG, compression=compression)
         shard = (
             ray.remote(ShardReplica)
             .options(resources={f"host{SHARD_HOST}": 1})
@@ -230,13 +224,7 @@ def main() -> int:
                 f"{args.rate}: {', '.join(runs)}, {duration:.0f} s each",
                 flush=True,
             )
-            modes, _ = drive_in_bed(
-                bed,
-                __file__,
-                ["--drive", json.dumps(spec)],
-                timeout=900,
-                failed="the driver failed",
-            )
+            modes = drive_in_bed(bed, spec, timeout=900, failed="the driver failed")
         for run, m in modes.items():
             print(
                 f"  {run:14s} {m['frames_per_s']:8.0f} frames/s  p50 {m['latency_p50_ms']:8.1f} ms  "

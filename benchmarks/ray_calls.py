@@ -20,7 +20,6 @@ It ends with one line of JSON holding every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import sys
@@ -33,14 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    arguments,
-    cpu_seconds,
-    drive_in_bed,
-    emit_result,
-    report_head,
-    run_benchmark,
-)
+from _common import arguments, cpu_seconds, drive_in_bed, emit_result, report_head, run_benchmark
 
 from vifusion.runtime import tune_ray  # noqa: E402
 
@@ -163,15 +155,8 @@ def across(calls: int) -> dict:
 
     with NetBed(hosts=2, rate="1gbit", delay_ms=0) as bed:
         address = bed.start_ray(num_cpus=2, env=RAY_TUNED)
-        result, printed = drive_in_bed(
-            bed,
-            __file__,
-            ["--drive", address, "--calls", str(calls)],
-            timeout=600,
-            failed="the driver on host 0 failed",
-        )
-    print("\n".join(printed), flush=True)
-    return result
+        spec = {"address": address, "calls": calls}
+        return drive_in_bed(bed, spec, timeout=600, failed="the driver on host 0 failed", echo=True)
 
 
 def main() -> int:
@@ -183,10 +168,10 @@ def main() -> int:
         default=2,
         help="2 (default): also across two test-bed nodes (needs root)",
     )
-    ap.add_argument("--calls", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drive:
-        emit_result(run(args.calls, args.drive))
+        spec = json.loads(args.drive)
+        emit_result(run(spec["calls"], spec["address"]))
         return 0
     from deploy.netbed import available
 
