@@ -12,6 +12,16 @@ from vifusion._limits import within
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
 
 
+def _threads(what: str) -> Any:
+    """A thread count whose 0 means what it means for every pool here: one thread per core
+    this process may use (``_cores.usable_cores``: its CPU affinity and cgroup quota)."""
+    return Field(
+        0,
+        ge=0,
+        description=f"{what}; 0: one per core this process may use (its CPU affinity and cgroup quota)",
+    )
+
+
 class ExtractFields(BaseModel):
     """extract/: frames, the models, speech and on-screen text."""
 
@@ -99,12 +109,7 @@ class ExtractFields(BaseModel):
         description="how long (seconds) a link's capacity must stay off its planned rate "
         "before the ingest pool plans again: a shorter dip or burst is not planned for",
     )
-    torch_threads: int = Field(
-        0,
-        ge=0,
-        description="extractor threads; 0: one per core this process may use "
-        "(its CPU affinity and cgroup quota)",
-    )
+    torch_threads: int = _threads("extractor threads")
     query_threads: int = Field(
         1,
         gt=0,
@@ -136,12 +141,7 @@ class ExtractFields(BaseModel):
         "auto",
         description="CTranslate2 weights and arithmetic; auto: int8 on CPU, int8_float16 on CUDA",
     )
-    speech_threads: int = Field(
-        0,
-        ge=0,
-        description="CPU threads transcribing; 0: one per core this process may use "
-        "(its CPU affinity and cgroup quota)",
-    )
+    speech_threads: int = _threads("CPU threads transcribing")
     speech_language: str | None = Field(
         "en",
         description="spoken language (ISO 639-1 code); None: detected "
@@ -163,12 +163,7 @@ class ExtractFields(BaseModel):
     screen_text: bool = Field(
         True, description="read the text shown on screen (OCR) in the sampled frames"
     )
-    ocr_threads: int = Field(
-        0,
-        ge=0,
-        description="CPU threads reading text; 0: one per core this process may use "
-        "(its CPU affinity and cgroup quota)",
-    )
+    ocr_threads: int = _threads("CPU threads reading text")
     ocr_min_confidence: float = Field(
         0.85,
         ge=0,
@@ -287,13 +282,10 @@ class FusionFields(BaseModel):
     @classmethod
     def _keep_pair(cls, v: Any) -> Any:
         # From the environment: VIFUSION_CODEC_SPARSE_KEEP=0.4,0.8; one number keeps that share of both.
-        if isinstance(v, str):
-            v = [float(p) for p in v.split(",")]
-        if isinstance(v, int | float):
-            v = (v, v)
-        if isinstance(v, list | tuple) and len(v) == 1:
-            v = (v[0], v[0])
-        return v
+        parts = v.split(",") if isinstance(v, str) else v
+        if isinstance(parts, int | float):
+            parts = [parts]
+        return parts * 2 if isinstance(parts, list | tuple) and len(parts) == 1 else parts
 
     @field_validator("codec_sparse_keep")
     @classmethod
@@ -323,12 +315,7 @@ class IndexFields(BaseModel):
     num_shards: int = Field(
         2, gt=0, description="index shards; a video's rows all go to shard video_id mod this"
     )
-    faiss_threads: int = Field(
-        0,
-        ge=0,
-        description="FAISS threads; 0: one per core this process may use "
-        "(its CPU affinity and cgroup quota)",
-    )
+    faiss_threads: int = _threads("FAISS threads")
     index_exact_max: int = Field(
         50_000,
         gt=0,
@@ -372,10 +359,10 @@ class IndexFields(BaseModel):
     query_window: int = Field(
         2,
         gt=0,
-        description="fused calls in flight per space before new queries wait to join the next",
+        description="batched calls in flight per space before new queries wait to join the next",
     )
     query_wait_ms: float = Field(
-        5.0, ge=0, description="longest a query waits for a fused call to join"
+        5.0, ge=0, description="longest a query waits for a batched call to join"
     )
     segment_gap_s: float = Field(
         0.0, ge=0, description="max gap joining frames into a segment; 0: 1.5 / sample_fps"
