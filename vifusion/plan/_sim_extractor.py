@@ -25,18 +25,11 @@ class _Run(Protocol):
     embedding: list[int]  # extractors embedding on each node's CPU now
     cand: Candidate
     work: Workload
+    # (node, shard, video, frames, when embedded, called once handed over)
+    submit: Callable[[int, int, int, int, float, Callable[[], None]], None]
 
     def take_video(self) -> int | None: ...
     def ship(self, node: int, then: Callable[[], None]) -> None: ...
-    def submit(
-        self,
-        node: int,
-        shard: int,
-        video: int,
-        frames: int,
-        extracted: float,
-        handed: Callable[[], None],
-    ) -> None: ...
     def handed_over(self, frames: int) -> None: ...
     def finish(self, node: int, shard: int, video: int, done: Callable[[], None]) -> None: ...
 
