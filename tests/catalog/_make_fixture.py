@@ -27,6 +27,17 @@ QUERIES = ["budget", "finance team", "4200", "zorblax", "blorblax", "knife sharp
 # Metadata filters, each a ready_ids call (1 is not true, nor "1").
 FILTERS: list[dict[str, Any]] = [{}, {"team": "red"}, {"year": 2024}, {"public": True}, {"n": 1}]
 
+KITCHEN_SAID = [
+    (0.0, 3.0, "Welcome to the kitchen; today: knife sharpening."),
+    (3.0, 6.5, "Hold the knife at fifteen degrees."),
+    (6.5, 9.0, "Our mascot Zorblax approves."),
+]
+BUDGET_SAID = [
+    (0.0, 5.0, "The quarterly budget review, budgets and more budgets."),
+    (5.0, 9.0, "Lorblax, as the captions spelt him, met the finance team."),
+    (9.0, 14.0, "The finance team meets on Tuesday in room 4200."),
+]
+
 
 def fill(cat: Any) -> None:
     """Videos in every job state, one run twice, with speech and screen text."""
@@ -38,15 +49,7 @@ def fill(cat: Any) -> None:
         size_bytes=98765,
     )
     cat.set_video_info(kitchen, 12.5, 25.0, 640, 360)
-    cat.put_texts(
-        kitchen,
-        "speech",
-        [
-            (0.0, 3.0, "Welcome to the kitchen; today: knife sharpening."),
-            (3.0, 6.5, "Hold the knife at fifteen degrees."),
-            (6.5, 9.0, "Our mascot Zorblax approves."),
-        ],
-    )
+    cat.put_texts(kitchen, "speech", KITCHEN_SAID)
     cat.put_texts(kitchen, "screen", [(0.0, 4.0, "KNIFE SKILLS 101"), (8.0, 12.0, "room 4200")])
     cat.update_job(k_job, "ready", frames_indexed=40, warnings=["audio: 2 s of silence skipped"])
 
@@ -55,15 +58,7 @@ def fill(cat: Any) -> None:
     )
     cat.set_media(budget, Path("/data/media/" + "b" * 32 + "/budget.mp4"), "c" * 64, 123456)
     cat.set_video_info(budget, 30.0, 30.0, 1280, 720)
-    cat.put_texts(
-        budget,
-        "speech",
-        [
-            (0.0, 5.0, "The quarterly budget review, budgets and more budgets."),
-            (5.0, 9.0, "Lorblax, as the captions spelt him, met the finance team."),
-            (9.0, 14.0, "The finance team meets on Tuesday in room 4200."),
-        ],
-    )
+    cat.put_texts(budget, "speech", BUDGET_SAID)
     cat.put_texts(budget, "screen", [(1.0, 6.0, "Budget 2024: finance")])
     cat.update_job(b_job, "ready", frames_indexed=90)
 

@@ -99,7 +99,7 @@ class Catalog(Leases, Texts):
     def get_videos(self, video_ids: list[int]) -> dict[int, Video]:
         if not video_ids:
             return {}
-        where, args = self.dialect.any_of("id", video_ids)
+        where, args = self._any_of("id", video_ids)
         return {
             r["id"]: video_from_row(r)
             for r in self._rows(f"SELECT * FROM videos WHERE {where}", args)
@@ -127,12 +127,12 @@ class Catalog(Leases, Texts):
         sql, args = "SELECT id FROM videos WHERE status='ready'", []
         for key, value in (metadata or {}).items():
             check_metadata_filter(key, value)
-            clause, more = self.dialect.metadata_is(key, value)
+            clause, more = self._metadata_is(key, value)
             sql, args = f"{sql} AND {clause}", args + more
         if video_ids is not None:
             if not video_ids:
                 return set()
-            clause, more = self.dialect.any_of("id", video_ids)
+            clause, more = self._any_of("id", video_ids)
             sql, args = f"{sql} AND {clause}", args + more
         return {r["id"] for r in self._rows(sql, args)}
 
@@ -173,7 +173,7 @@ class Catalog(Leases, Texts):
 
     def jobs_in(self, states: tuple[str, ...]) -> list[Job]:
         """Jobs in any of ``states``, oldest first (the ingest queue)."""
-        where, args = self.dialect.any_of("status", states)
+        where, args = self._any_of("status", states)
         order = f"created_at, {self.dialect.seq}"
         return [
             job_from_row(r)
@@ -186,7 +186,7 @@ class Catalog(Leases, Texts):
         """Each video's newest job (a retry's, say), by video id; videos without one are left out."""
         if not video_ids:
             return {}
-        where, args = self.dialect.any_of("video_id", video_ids)
+        where, args = self._any_of("video_id", video_ids)
         order = f"created_at, {self.dialect.seq}"
         rows = self._rows(f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY {order}", args)
         return {r["video_id"]: job_from_row(r) for r in rows}  # the newest last, so it wins

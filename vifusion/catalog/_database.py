@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 Row = dict[str, Any]
-# A condition a database writes its own way, with its arguments: (SQL, args).
-Clause = Callable[..., tuple[str, list[Any]]]
 
 
 @dataclass(frozen=True)
@@ -23,14 +21,13 @@ class Dialect:
     seq: str  # the column that orders jobs added in one instant as they were added
     lock: str  # ends a SELECT of rows its transaction then writes: no other writer between
     take: str  # ends lease_job's SELECT: a second taker passes over the row the first takes
-    any_of: Clause  # (column, values): the column is one of the values
-    metadata_is: Clause  # (key, value): a video's metadata holds key -> value
     position: str  # the function giving where a string holds another (0: nowhere)
     matching: str  # a SELECT of the ids of the text rows a keyword match (``_match``) finds
 
 
 class Database(ABC):
-    """Connections to the catalog's database; each database's catalog provides them."""
+    """Connections to the catalog's database, and the conditions it writes its own way;
+    each database's catalog provides them."""
 
     dialect: Dialect
 
@@ -46,6 +43,15 @@ class Database(ABC):
     @abstractmethod
     def close(self) -> None:
         """Let go of every connection (a thread that uses the catalog later reopens)."""
+
+    @abstractmethod
+    def _any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """A condition that ``column`` is one of ``values``, and its arguments."""
+
+    @abstractmethod
+    def _metadata_is(self, key: str, value: Any) -> tuple[str, list[Any]]:
+        """A condition that a video's metadata holds ``key`` -> ``value`` (JSON equality,
+        telling 1 from "1" and from true), and its arguments."""
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         with self._connection() as c:

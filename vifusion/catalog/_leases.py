@@ -103,7 +103,7 @@ class Leases(Database):
         A job taken ``max_attempts`` times already is not run again: it is returned failed
         (``given_up``; the caller clears what its runs left in the shards)."""
         now = time.time()
-        skip, skip_args = self.dialect.any_of("id", list(exclude))
+        skip, skip_args = self._any_of("id", list(exclude))
         with self._transaction() as c:
             row = c.execute(
                 f"SELECT id, video_id, attempts, stage, lease_owner FROM jobs WHERE {_TAKEABLE}"

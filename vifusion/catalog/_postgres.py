@@ -28,6 +28,7 @@ from vifusion.catalog._database import Dialect, Row
 from vifusion.catalog._pg_words import Phrase
 from vifusion.catalog._records import CatalogUnreachable, NoCatalog
 from vifusion.catalog._schema import migrate_postgres
+from vifusion.catalog._texts import Query
 from vifusion.catalog._words import (
     FUZZY_WEIGHT,
     SNIPPET_TOKENS,
@@ -36,15 +37,6 @@ from vifusion.catalog._words import (
     tokens,
     with_near,
 )
-
-
-def _any_of(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-    return f"{column} = ANY(?)", [list(values)]
-
-
-def _metadata_is(key: str, value: Any) -> tuple[str, list[Any]]:
-    # jsonb equality tells 1 from "1" and from true, and a missing key from a null.
-    return "(metadata::jsonb -> ?) = ?::jsonb", [key, json.dumps(value)]
 
 
 class _Connection:
@@ -69,8 +61,6 @@ class PostgresCatalog(Catalog):
         seq="seq",
         lock=" FOR UPDATE",
         take=" FOR UPDATE SKIP LOCKED",
-        any_of=_any_of,
-        metadata_is=_metadata_is,
         position="strpos",
         matching="SELECT id FROM texts WHERE tsv @@ ?::tsquery",
     )
@@ -130,6 +120,13 @@ class PostgresCatalog(Catalog):
     def close(self) -> None:
         self._pool.close()
 
+    def _any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} = ANY(?)", [list(values)]
+
+    def _metadata_is(self, key: str, value: Any) -> tuple[str, list[Any]]:
+        # jsonb equality tells 1 from "1" and from true, and a missing key from a null.
+        return "(metadata::jsonb -> ?) = ?::jsonb", [key, json.dumps(value)]
+
     # -- keyword search over stems -----------------------------------------------------
 
     def _insert_texts(self, c: _Connection, rows: list[tuple]) -> None:
@@ -157,43 +154,30 @@ class PostgresCatalog(Catalog):
         return "SELECT word AS term, ndoc FROM ts_stat('SELECT tsv FROM texts')"
 
     def _rank(
-        self,
-        c: _Connection,
-        exact: list[Phrase],
-        spelt: list[Phrase],
-        where: str,
-        args: list,
-        limit: int,
+        self, c: _Connection, q: Query, where: str, args: list, limit: int
     ) -> dict[int, float]:
         stats = c.execute(
             "SELECT count(*) AS n, coalesce(sum(n_tokens), 0) AS length FROM texts"
         ).fetchone()
         total, mean = stats["n"], (stats["length"] / stats["n"] if stats["n"] else 0.0)
         return with_near(
-            pg_words.bm25_scores(c, exact, where, args, limit, total, mean),
-            pg_words.bm25_scores(c, spelt, where, args, limit, total, mean),
+            pg_words.bm25_scores(c, q.exact, where, args, limit, total, mean),
+            pg_words.bm25_scores(c, q.spelt, where, args, limit, total, mean),
         )
 
     def _hits(
-        self,
-        c: _Connection,
-        ids: list[int],
-        words: list[str],
-        phrases: dict[str, Phrase],
-        near: dict[str, list[str]],
-        marks: tuple[str, str],
+        self, c: _Connection, ids: list[int], q: Query, marks: tuple[str, str]
     ) -> dict[int, tuple[Row, str, float]]:
-        matched = [phrases[w] for w in words] + [(t,) for ts in near.values() for t in ts]
         out = {}
         for i, (r, seq) in pg_words.with_stems(c, ids).items():
-            held = 0.0  # the share of ``words`` it holds
-            for w in words:
-                if phrase_starts(seq, phrases[w]):
+            held = 0.0  # the share of the words it holds
+            for w in q.words:
+                if phrase_starts(seq, q.phrases[w]):
                     held += 1.0
-                elif any(phrase_starts(seq, (t,)) for t in near.get(w, ())):
+                elif any(phrase_starts(seq, p) for p in q.near.get(w, ())):
                     held += FUZZY_WEIGHT
-            snippet = marked(r["text"], pg_words.spans(seq, matched), marks, SNIPPET_TOKENS)
-            out[i] = (r, snippet, held / len(words))
+            spans = pg_words.spans(seq, q.exact + q.spelt)
+            out[i] = (r, marked(r["text"], spans, marks, SNIPPET_TOKENS), held / len(q.words))
         return out
 
     def _rows_at(self, c: _Connection, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
@@ -206,9 +190,9 @@ class PostgresCatalog(Catalog):
         return {r["id"]: r for r in rows}
 
     def _highlights(
-        self, c: _Connection, found: dict[int, Row], phrases: list[Phrase], marks: tuple[str, str]
+        self, c: _Connection, found: dict[int, Row], q: Query, marks: tuple[str, str]
     ) -> dict[int, str]:
         return {
-            i: marked(r["text"], pg_words.spans(seq, phrases), marks)
+            i: marked(r["text"], pg_words.spans(seq, q.exact + q.spelt), marks)
             for i, (r, seq) in pg_words.with_stems(c, list(found)).items()
         }

@@ -21,41 +21,20 @@ from vifusion.catalog._catalog import Catalog
 from vifusion.catalog._database import Dialect, Row
 from vifusion.catalog._records import NoCatalog
 from vifusion.catalog._schema import migrate_sqlite
+from vifusion.catalog._texts import Query
 from vifusion.catalog._words import FUZZY_WEIGHT, SNIPPET_TOKENS, with_near
 
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
 # (NaN, stored before ingest refused it), since one such row would fail every filtered query.
 _FILTERABLE = "(CASE WHEN json_valid(metadata) THEN metadata END)"
 _FTS = "FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid WHERE texts_fts MATCH ?"
-
-
-def _any_of(column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-    return f"{column} IN (SELECT value FROM json_each(?))", [json.dumps(list(values))]
-
-
-def _metadata_is(key: str, value: Any) -> tuple[str, list[Any]]:
-    # json_type tells 1 from true; json_extract alone would not.
-    path = f'$."{key}"'
-    if isinstance(value, bool):
-        return f"json_type({_FILTERABLE}, ?) = ?", [path, "true" if value else "false"]
-    return (
-        f"json_extract({_FILTERABLE}, ?) IS ? AND json_type({_FILTERABLE}, ?) NOT IN ('true', 'false')",
-        [path, value, path],
-    )
+_MATCHING = "SELECT rowid AS id FROM texts_fts WHERE texts_fts MATCH ?"
 
 
 class SqliteCatalog(Catalog):
     """The catalog in one SQLite file."""
 
-    dialect = Dialect(
-        seq="rowid",
-        lock="",
-        take="",
-        any_of=_any_of,
-        metadata_is=_metadata_is,
-        position="instr",
-        matching="SELECT rowid AS id FROM texts_fts WHERE texts_fts MATCH ?",
-    )
+    dialect = Dialect(seq="rowid", lock="", take="", position="instr", matching=_MATCHING)
 
     def __init__(self, path: Path, read_only: bool = False) -> None:
         """Opened for writing, the file is created where missing and migrated to this
@@ -105,6 +84,20 @@ class SqliteCatalog(Catalog):
             conn.close()
         self._local = threading.local()
 
+    def _any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} IN (SELECT value FROM json_each(?))", [json.dumps(list(values))]
+
+    def _metadata_is(self, key: str, value: Any) -> tuple[str, list[Any]]:
+        # json_type tells 1 from true; json_extract alone would not.
+        path = f'$."{key}"'
+        if isinstance(value, bool):
+            return f"json_type({_FILTERABLE}, ?) = ?", [path, "true" if value else "false"]
+        return (
+            f"json_extract({_FILTERABLE}, ?) IS ?"
+            f" AND json_type({_FILTERABLE}, ?) NOT IN ('true', 'false')",
+            [path, value, path],
+        )
+
     # -- keyword search with FTS5 -----------------------------------------------------
 
     def _insert_texts(self, c: sqlite3.Connection, rows: list[tuple]) -> None:
@@ -131,13 +124,7 @@ class SqliteCatalog(Catalog):
         return "SELECT term, doc AS ndoc FROM temp.texts_vocab"
 
     def _rank(
-        self,
-        c: sqlite3.Connection,
-        exact: list[str],
-        spelt: list[str],
-        where: str,
-        args: list,
-        limit: int,
+        self, c: sqlite3.Connection, q: Query, where: str, args: list, limit: int
     ) -> dict[int, float]:
         def bm25(phrases: list[str]) -> dict[int, float]:
             if not phrases:
@@ -149,37 +136,26 @@ class SqliteCatalog(Catalog):
             )
             return {r["id"]: r["score"] for r in rows}
 
-        return with_near(bm25(exact), bm25(spelt))
+        return with_near(bm25(q.exact), bm25(q.spelt))
 
     def _hits(
-        self,
-        c: sqlite3.Connection,
-        ids: list[int],
-        words: list[str],
-        phrases: dict[str, str],
-        near: dict[str, list[str]],
-        marks: tuple[str, str],
+        self, c: sqlite3.Connection, ids: list[int], q: Query, marks: tuple[str, str]
     ) -> dict[int, tuple[Row, str, float]]:
         rows = c.execute(
             "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
             f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet {_FTS}"
             " AND t.id IN (SELECT value FROM json_each(?))",
-            (
-                marks[0],
-                marks[1],
-                self._match(words + [t for ts in near.values() for t in ts]),
-                json.dumps(ids),
-            ),
+            (*marks, self._match(q.exact + q.spelt), json.dumps(ids)),
         ).fetchall()
         found = [r["id"] for r in rows]
-        held = dict.fromkeys(found, 0.0)  # the share of ``words`` each holds
-        for w in words:
-            exact = self._holding(c, [w], found)
+        held = dict.fromkeys(found, 0.0)  # the share of the words each holds
+        for w in q.words:
+            exact = self._holding(c, [q.phrases[w]], found)
             for i in exact:
                 held[i] += 1.0
-            for i in self._holding(c, near.get(w, []), found) - exact:
+            for i in self._holding(c, q.near.get(w, []), found) - exact:
                 held[i] += FUZZY_WEIGHT
-        return {r["id"]: (r, r["snippet"], held[r["id"]] / len(words)) for r in rows}
+        return {r["id"]: (r, r["snippet"], held[r["id"]] / len(q.words)) for r in rows}
 
     def _holding(self, c: sqlite3.Connection, phrases: list[str], ids: list[int]) -> set[int]:
         """The text rows among ``ids`` holding any of ``phrases``."""
@@ -201,16 +177,12 @@ class SqliteCatalog(Catalog):
         return {r["id"]: r for r in rows}
 
     def _highlights(
-        self,
-        c: sqlite3.Connection,
-        found: dict[int, Row],
-        phrases: list[str],
-        marks: tuple[str, str],
+        self, c: sqlite3.Connection, found: dict[int, Row], q: Query, marks: tuple[str, str]
     ) -> dict[int, str]:
         rows = c.execute(
             "SELECT rowid AS id, highlight(texts_fts, 0, ?, ?) AS marked FROM texts_fts"
             " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-            (marks[0], marks[1], self._match(phrases), json.dumps(list(found))),
+            (*marks, self._match(q.exact + q.spelt), json.dumps(list(found))),
         )
         return {r["id"]: r["marked"] for r in rows}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vifusion.catalog._database import Database, Row
@@ -28,6 +28,24 @@ from vifusion.catalog._words import (
 )
 
 Phrase = Any  # str on SQLite, tuple[str, ...] on PostgreSQL
+
+
+@dataclass(frozen=True)
+class Query:
+    """A keyword query as a database matches it: its words, each word's phrase, and the
+    near spellings (as phrases) of the words no row holds."""
+
+    words: list[str]
+    phrases: dict[str, Phrase]
+    near: dict[str, list[Phrase]]
+
+    @property
+    def exact(self) -> list[Phrase]:
+        return [self.phrases[w] for w in self.words]
+
+    @property
+    def spelt(self) -> list[Phrase]:
+        return [p for ps in self.near.values() for p in ps]
 
 
 class Texts(Database):
@@ -79,19 +97,16 @@ class Texts(Database):
         words = query_words(query)
         if not words or not kinds:
             return []
-        where, args = self.dialect.any_of("t.kind", kinds)
+        where, args = self._any_of("t.kind", kinds)
         if video_ids is not None:
-            clause, more = self.dialect.any_of("t.video_id", [int(v) for v in video_ids])
+            clause, more = self._any_of("t.video_id", [int(v) for v in video_ids])
             where, args = f"{where} AND {clause}", args + more
         with self._connection() as c:
-            phrases = self._phrases(c, words)
-            near = self._near_spellings(c, words, phrases) if fuzzy else {}
-            exact = [phrases[w] for w in words]
-            spelt = [self._term(t) for terms in near.values() for t in terms]
-            scores = self._rank(c, exact, spelt, where, args, limit)
+            q = self._query(c, words, fuzzy)
+            scores = self._rank(c, q, where, args, limit)
             if not scores:
                 return []
-            hits = self._hits(c, list(scores), words, phrases, near, marks)
+            hits = self._hits(c, list(scores), q, marks)
         out = [
             TextRow(
                 *(r[k] for k in ("video_id", "kind", "n", "start_s", "end_s", "text")),
@@ -122,12 +137,7 @@ class Texts(Database):
             found = self._rows_at(c, keys)
             words = query_words(query) if query is not None else []
             if words and found:
-                phrases = self._phrases(c, words)
-                near = self._near_spellings(c, words, phrases)
-                wanted = [phrases[w] for w in words] + [
-                    self._term(t) for ts in near.values() for t in ts
-                ]
-                marked = self._highlights(c, found, wanted, marks)
+                marked = self._highlights(c, found, self._query(c, words), marks)
         out = {}
         for i, r in found.items():
             row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])
@@ -135,6 +145,12 @@ class Texts(Database):
                 row = replace(row, snippet=marked.get(i, row.text))
             out[(row.video_id, row.kind, row.n)] = row
         return out
+
+    def _query(self, c: Any, words: list[str], fuzzy: bool = True) -> Query:
+        """``words`` as this database matches them, with near spellings where ``fuzzy``."""
+        phrases = self._phrases(c, words)
+        near = self._near_spellings(c, words, phrases) if fuzzy else {}
+        return Query(words, phrases, {w: list(map(self._term, ts)) for w, ts in near.items()})
 
     def _near_spellings(
         self, c: Any, words: list[str], phrases: dict[str, Phrase]
@@ -200,23 +216,15 @@ class Texts(Database):
         """A SELECT of the index's words (``term``) and the rows holding each (``ndoc``)."""
 
     @abstractmethod
-    def _rank(
-        self, c: Any, exact: list[Phrase], spelt: list[Phrase], where: str, args: list, limit: int
-    ) -> dict[int, float]:
+    def _rank(self, c: Any, q: Query, where: str, args: list, limit: int) -> dict[int, float]:
         """Text row id -> score of the ``limit`` best rows ``where`` admits: BM25 of the
-        ``exact`` phrases plus ``FUZZY_WEIGHT`` of that of the ``spelt`` ones (``with_near``)."""
+        exact phrases plus ``FUZZY_WEIGHT`` of that of the near spellings (``with_near``)."""
 
     @abstractmethod
     def _hits(
-        self,
-        c: Any,
-        ids: list[int],
-        words: list[str],
-        phrases: dict[str, Phrase],
-        near: dict[str, list[str]],
-        marks: tuple[str, str],
+        self, c: Any, ids: list[int], q: Query, marks: tuple[str, str]
     ) -> dict[int, tuple[Row, str, float]]:
-        """The text rows ``ids``, each with its snippet and its coverage of ``words``."""
+        """The text rows ``ids``, each with its snippet and its coverage of the words."""
 
     @abstractmethod
     def _rows_at(self, c: Any, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
@@ -224,6 +232,7 @@ class Texts(Database):
 
     @abstractmethod
     def _highlights(
-        self, c: Any, found: dict[int, Row], phrases: list[Phrase], marks: tuple[str, str]
+        self, c: Any, found: dict[int, Row], q: Query, marks: tuple[str, str]
     ) -> dict[int, str]:
-        """The texts of ``found`` with ``phrases`` between ``marks``, by id (those holding any)."""
+        """The texts of ``found`` with the query's phrases between ``marks``, by id (those
+        holding any)."""
