@@ -133,7 +133,7 @@ SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sql
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
 # rowid does. ``texts.tsv`` is the keyword index's entry of a row: its tokens' stems at their
-# positions, made by the catalog (``_catalog_pg``), so the words are cut as SQLite's FTS5 cuts
+# positions, made by the catalog (``_postgres.py``), so the words are cut as SQLite's FTS5 cuts
 # them; ``n_tokens`` is the row's length for BM25. Metadata stays text (as the user sent it,
 # keys in order); filters read it as jsonb.
 _POSTGRES_1 = """
