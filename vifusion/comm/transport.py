@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Collection, Hashable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
@@ -327,21 +327,7 @@ class Transport:
             return
         future = self._call(sent.handle, sent.wire)
         token = link.monitor.on_send(sent.wire_bytes, backlog=True)
-        self._track(
-            dest,
-            link,
-            future,
-            _Sent(
-                token,
-                sent.tag,
-                sent.rows,
-                sent.wire_bytes,
-                sent.codec,
-                sent.handle,
-                sent.wire,
-                False,
-            ),
-        )
+        self._track(dest, link, future, replace(sent, token=token, by_stream=False))
 
     def _stream(self, link: _Link, handle: ActorHandle) -> ShardStream | None:
         """The link's stream to ``handle``'s replica, or None: an actor call (``self._lock``

@@ -128,30 +128,22 @@ class TemporalDedup:
                     closed.append(self._runs.pop(video))
                 continue
             b_lo, b_hi = lo - off, hi - off
-            if last:
-                self._runs[video] = _Run(
-                    x[b_lo].copy(),
-                    int(block.ids[b_lo]),
-                    float(block.times[b_lo, 0]),
-                    float(block.times[b_lo:b_hi, 1].max()),
-                    x[b_lo:b_hi].sum(axis=0),
-                    b_hi - b_lo,
-                    now,
-                )
-            elif b_hi - b_lo == 1:
+            if not last and b_hi - b_lo == 1:
                 closed.append(block.rows(slice(b_lo, b_hi)))  # a single frame leaves exact
+                continue
+            run = _Run(
+                x[b_lo].copy() if last else x[b_lo],  # a run held open outlives the block
+                int(block.ids[b_lo]),
+                float(block.times[b_lo, 0]),
+                float(block.times[b_lo:b_hi, 1].max()),
+                x[b_lo:b_hi].sum(axis=0),
+                b_hi - b_lo,
+                now,
+            )
+            if last:
+                self._runs[video] = run
             else:
-                closed.append(
-                    _Run(
-                        x[b_lo],
-                        int(block.ids[b_lo]),
-                        float(block.times[b_lo, 0]),
-                        float(block.times[b_lo:b_hi, 1].max()),
-                        x[b_lo:b_hi].sum(axis=0),
-                        b_hi - b_lo,
-                        now,
-                    )
-                )
+                closed.append(run)
         return [c if isinstance(c, FusedBatch) else _emit([c]) for c in closed]
 
 

@@ -18,7 +18,7 @@ Why each rule: docs/benchmarks.md, "How the fusion policy's rules were found".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from vifusion._limits import ordered, within
 from vifusion.comm.link import LinkStats
@@ -33,36 +33,29 @@ class FlushPlan:
     window: int  # transfers in flight to this destination
 
 
+@dataclass(frozen=True)
 class FlushPolicy:
     """Plans B, T and the window per link (see the module's docstring). Refuses, with a
     ValueError naming the values, limits out of order or out of range."""
 
-    def __init__(
-        self,
-        latency_target_s: float = 0.2,  # extraction -> searchable; T is a quarter of it
-        *,
-        overhead_share: float = 0.1,  # most of a transfer's time its fixed cost may take, in (0, 1]
-        min_bytes: int = 64 << 10,  # smallest B (wire bytes); also the drain and probe message
-        max_bytes: int = 8 << 20,  # largest B (wire bytes)
-        min_window: int = 2,  # fewest transfers in flight per destination
-        max_window: int = 64,  # most transfers in flight per destination
-        inline_bytes: int = 96 << 10,  # Ray's default limit, less what a call adds
-    ) -> None:
-        within("latency_target_s", latency_target_s, 0.0, above_low=True)
-        within("overhead_share", overhead_share, 0.0, 1.0, above_low=True)
-        within("min_bytes", min_bytes, 0)
-        ordered("min_bytes", min_bytes, "max_bytes", max_bytes)
-        within("max_bytes", max_bytes, 1)
-        within("min_window", min_window, 1)
-        ordered("min_window", min_window, "max_window", max_window)
-        within("inline_bytes", inline_bytes, 0)
-        self.latency_target_s = latency_target_s
-        self.overhead_share = overhead_share
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        self.min_window = min_window
-        self.max_window = max_window
-        self.inline_bytes = inline_bytes
+    latency_target_s: float = 0.2  # extraction -> searchable; T is a quarter of it
+    _: KW_ONLY
+    overhead_share: float = 0.1  # most of a transfer's time its fixed cost may take, in (0, 1]
+    min_bytes: int = 64 << 10  # smallest B (wire bytes); also the drain and probe message
+    max_bytes: int = 8 << 20  # largest B (wire bytes)
+    min_window: int = 2  # fewest transfers in flight per destination
+    max_window: int = 64  # most transfers in flight per destination
+    inline_bytes: int = 96 << 10  # Ray's default limit, less what a call adds
+
+    def __post_init__(self) -> None:
+        within("latency_target_s", self.latency_target_s, 0.0, above_low=True)
+        within("overhead_share", self.overhead_share, 0.0, 1.0, above_low=True)
+        within("min_bytes", self.min_bytes, 0)
+        ordered("min_bytes", self.min_bytes, "max_bytes", self.max_bytes)
+        within("max_bytes", self.max_bytes, 1)
+        within("min_window", self.min_window, 1)
+        ordered("min_window", self.min_window, "max_window", self.max_window)
+        within("inline_bytes", self.inline_bytes, 0)
 
     def plan(
         self, link: LinkStats | None, wire_ratio: float = 1.0, by_stream: bool = False
