@@ -110,6 +110,13 @@ class ExtractFields(BaseModel):
         "before the ingest pool plans again: a shorter dip or burst is not planned for",
     )
     torch_threads: int = _threads("extractor threads")
+    decode_threads: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="codec threads decoding an extractor's video; 0: its share of the "
+        "node's cores where its model runs on a GPU, else 1 (torch's threads use its cores)",
+    )
     query_threads: int = Field(
         1,
         gt=0,

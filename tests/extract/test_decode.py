@@ -18,6 +18,7 @@ from vifusion.extract.decode import (
     _probe,
     decode,
     open_sampled,
+    open_sampled_with_text,
     output_size,
     probe,
     sample_frames,
@@ -146,17 +147,20 @@ def test_decode_count_shape_times(kitchen: samples.SampleVideo) -> None:
         assert len(times) == len(frames)
     times = [t for _, ts in batches for t in ts]
     planned = sample_frames(probe(kitchen.path), 1.0, 3600)
-    assert [t[1:] for t in times] == [t[1:] for t in planned]
-    # Each interval is shown by a frame inside it: its middle one, or a keyframe (which
-    # decodes alone) where one falls inside; the scenes' cuts at 0, 4 and 8 s are keyframes.
-    assert all(t0 <= i / 24 < t1 for i, t0, t1 in times)
-    assert [i for i, _, _ in times] == [0, 36, 60, 84, 96, 132, 156, 180, 192, 228, 252, 276]
+    # Each interval is shown by a frame inside it, the one cheapest to decode: a keyframe
+    # (the scenes' cuts at 0, 4 and 8 s) or the first the decoder reaches; its row runs from
+    # its own time to the next sampled frame's.
+    assert all(t0 <= i / 24 < t1 for (i, _, _), (_, t0, t1) in zip(times, planned))
+    assert [i for i, _, _ in times] == [0, 26, 50, 74, 96, 122, 146, 170, 192, 218, 242, 267]
+    assert [t0 for _, t0, _ in times] == [round(i / 24, 6) for i, _, _ in times]
+    assert [t1 for _, _, t1 in times] == [t0 for _, t0, _ in times[1:]] + [12.0]
 
 
 def test_decode_cap(kitchen: samples.SampleVideo) -> None:
     frames, times = _all(kitchen.path, sample_fps=1.0, max_frames=4)
-    assert len(frames) == 4
-    assert [(t0, t1) for _, t0, t1 in times] == [(0, 3), (3, 6), (6, 9), (9, 12)]
+    assert len(frames) == 4  # one in each of [0, 3), [3, 6), [6, 9), [9, 12)
+    assert [k * 3 <= i / 24 < (k + 1) * 3 for k, (i, _, _) in enumerate(times)] == [True] * 4
+    assert times[-1][2] == 12.0
 
 
 def test_decode_portrait_short_side(tmp_path: Path) -> None:
@@ -355,14 +359,15 @@ def test_a_corrupt_packet_under_a_sample_is_shown_by_the_frame_before_it(
 ) -> None:
     """One sampled frame of 12 that cannot be decoded is a glitch, not a failed video (decord
     gave up on it); three are a broken file, refused naming the first."""
-    _wreck(kitchen.path, tmp_path / "glitch.mp4", [60])
+    _wreck(kitchen.path, tmp_path / "glitch.mp4", [50])
     frames, times = _all(tmp_path / "glitch.mp4", sample_fps=1.0, max_frames=3600)
-    assert len(frames) == 12 and [t[1:] for t in times] == [(k, k + 1) for k in range(12)]
-    shown, t0, t1 = times[2]  # 60 is the middle of [2, 3)
-    assert t0 * 24 <= shown < 60  # shown by a frame before it (the last one decoded)
-    assert np.array_equal(frames[2], _every_frame(tmp_path / "glitch.mp4")[shown])
-    _wreck(kitchen.path, tmp_path / "broken.mp4", [60, 156, 252])
-    with pytest.raises(DecodeError, match="broken.mp4: truncated or corrupt: frame 60"):
+    assert len(frames) == 12 and times[3][1] == round(74 / 24, 6)  # the rows as if unharmed
+    shown, t0, _ = times[2]  # 50 stands for [2, 3)
+    assert 48 <= shown < 50 and t0 == round(50 / 24, 6)  # shown by the frame decoded before it
+    # ... a B-frame leaning on the lost one, concealed: still a picture of its scene
+    assert np.minimum(_colours(frames[2]), _colours(samples.photo("coffee"))).sum() > 0.7
+    _wreck(kitchen.path, tmp_path / "broken.mp4", [50, 146, 242])
+    with pytest.raises(DecodeError, match="broken.mp4: truncated or corrupt: frame 50"):
         _all(tmp_path / "broken.mp4", sample_fps=1.0, max_frames=3600)
 
 
@@ -376,7 +381,7 @@ def test_an_extreme_frame_count_is_sampled_within_the_cap(tmp_path: Path) -> Non
     frames, spans = _all(path, sample_fps=1.0, max_frames=3600)
     assert len(frames) == len(spans) == 50 and spans[-1][2] == pytest.approx(50.0)
     frames, spans = _all(path, sample_fps=1.0, max_frames=10)
-    assert len(frames) == 10 and spans[0][1] == 0 and spans[-1][2] == pytest.approx(50.0)
+    assert len(frames) == 10 and spans[0][1] < 5 and spans[-1][2] == pytest.approx(50.0)
 
 
 def test_the_container_is_read_from_the_bytes_not_the_name(tmp_path: Path) -> None:
@@ -402,13 +407,166 @@ def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file
     from vifusion.extract.decode import open_video
 
     with open_video(kitchen.path) as file:
-        _, total, batches = open_sampled(
-            kitchen.path, 1.0, 3600, 720, min_short_side=224, file=file
-        )
-        shapes = {frames.shape[1:] for frames, _ in batches}
-        assert shapes == {(240, 320, 3)} and not file.closed
+        _, total, batches = open_sampled_with_text(kitchen.path, 1.0, 3600, 224, 720, file=file)
+        shapes = {(small.shape[1:], big.shape[1:]) for small, _, big in batches}
+        assert shapes == {((224, 299, 3), (240, 320, 3))} and not file.closed
     _, _, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=480, batch=total)
     assert next(batches)[0].shape == (total, 480, 640, 3)  # upscaled, as the embedder's frames are
     tiny_frames(tmp_path / "tiny.mkv", 30, 10)  # 16x16: upscaled to the embedder's 224
-    _, _, batches = open_sampled(tmp_path / "tiny.mkv", 1.0, 3600, 720, min_short_side=224)
-    assert [frames.shape for frames, _ in batches] == [(3, 224, 224, 3)]
+    _, _, batches = open_sampled_with_text(tmp_path / "tiny.mkv", 1.0, 3600, 224, 720)
+    small, _, big = next(batches)
+    assert small.shape == (3, 224, 224, 3) and big is small  # one size: one array
+
+
+# --- the decode schedule: which frame stands for a sample, and what decoding it costs --------
+
+
+def _encode(path: Path, seconds: float, gop: int, fps: int = 24, container: str = "mp4") -> Path:
+    """H.264 of the moving-shapes scene (every frame differs), 160x120, a keyframe every
+    ``gop`` frames exactly (no scene-cut keyframes), x264's B-frames on."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w", format=container) as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width, s.height, s.pix_fmt = 160, 120, "yuv420p"
+        s.options = {
+            "preset": "veryfast",
+            "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0",
+        }
+        for i, rgb in enumerate(samples.render([samples.MOTION], seconds, fps, (160, 120))):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, fps)
+            c.mux(s.encode(frame))
+        c.mux(s.encode(None))
+    return path
+
+
+def _decode_counted(path: Path, rate: float, cap: int = 3600):
+    from vifusion.extract.decode import DecodeStats
+
+    stats = DecodeStats()
+    _, _, batches = open_sampled(path, rate, cap, short_side=120, stats=stats)
+    frames, spans = [], []
+    for f, s in batches:
+        frames += list(f)
+        spans += s
+    return frames, spans, stats
+
+
+def _full(path: Path) -> list[np.ndarray]:
+    """Every frame a full decode shows, at 160x120."""
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def _keyframes(path: Path) -> set[int]:
+    with av.open(str(path)) as c:
+        shown = sorted((p.pts, p.is_keyframe) for p in c.demux(video=0) if p.size)
+    return {i for i, (_, key) in enumerate(shown) if key}
+
+
+def _within_half_an_interval(path: Path, rate: float, spans: list[tuple[int, float, float]]):
+    """Each sample's frame lies inside its interval, so within half of it of its middle."""
+    planned = sample_frames(probe(path), rate, 3600)
+    assert len(spans) == len(planned)
+    for (i, start, _), (_, t0, t1) in zip(spans, planned):
+        assert abs(start - (t0 + t1) / 2) <= (t1 - t0) / 2 and t0 <= i / 24 < t1, (i, t0, t1)
+
+
+@pytest.fixture(scope="module")
+def gops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("gops")
+    return {
+        "half-second": _encode(folder / "gop12.mp4", 8.0, 12),
+        "two-second": _encode(folder / "gop48.mp4", 12.0, 48),
+    }
+
+
+def test_where_keyframes_come_as_often_as_samples_only_keyframes_are_decoded(gops) -> None:
+    """A keyframe every 0.5 s, a sample a second: each sample is shown by the keyframe
+    nearest its middle, decoded alone (one decoded frame per sampled frame), the very frame a
+    full decode shows, and its row starts at that keyframe's own time."""
+    path = gops["half-second"]
+    frames, spans, stats = _decode_counted(path, 1.0)
+    every, keys = _full(path), _keyframes(path)
+    assert [i for i, _, _ in spans] == [12 + 24 * k for k in range(8)]  # 0.5 s, 1.5 s, ...
+    assert {i for i, _, _ in spans} <= keys and stats.decoded == len(spans) == 8
+    for frame, (i, start, _) in zip(frames, spans):
+        assert np.array_equal(frame, every[i]) and start == pytest.approx(i / 24)
+    _within_half_an_interval(path, 1.0, spans)
+
+
+def test_where_keyframes_are_sparser_than_samples_decoding_seeks_past_the_gaps(gops) -> None:
+    """A keyframe every 2 s, a sample every 5 s: each sample is a keyframe inside its interval
+    (2, 8 s: the nearest the middle), and the packets between them are sought over, not read."""
+    path = gops["two-second"]
+    frames, spans, stats = _decode_counted(path, 0.2)
+    every = _full(path)
+    assert [i for i, _, _ in spans] == [48, 192, 240]  # 2 s, 8 s, 10 s (of [10, 12))
+    assert stats.decoded == 3 and stats.seeks == 3 and stats.packets < len(every) / 10
+    assert all(np.array_equal(f, every[i]) for f, (i, _, _) in zip(frames, spans))
+    _within_half_an_interval(path, 0.2, spans)
+
+
+def test_between_keyframes_a_sample_is_the_frame_decoding_reaches_first(gops) -> None:
+    """A keyframe every 2 s, a sample a second: the odd seconds hold no keyframe, and are
+    shown by their first frame in decode order (decoding goes on from the keyframe before
+    to it, no further), within half a second of the middle; rows start at each frame's own
+    time and tile the video."""
+    path = gops["two-second"]
+    frames, spans, stats = _decode_counted(path, 1.0)
+    every = _full(path)
+    shown = [i for i, _, _ in spans]
+    assert shown[::2] == [48 * k for k in range(6)]  # the keyframes
+    assert all(24 * (2 * k + 1) <= i < 24 * (2 * k + 1) + 4 for k, i in enumerate(shown[1::2]))
+    assert stats.decoded < len(every) / 2  # the second half of each GOP is never decoded
+    assert all(np.array_equal(f, every[i]) for f, (i, _, _) in zip(frames, spans))
+    assert [s for _, s, _ in spans] == [round(i / 24, 6) for i in shown]
+    assert [e for _, _, e in spans] == [s for _, s, _ in spans[1:]] + [12.0]
+    _within_half_an_interval(path, 1.0, spans)
+
+
+def test_true_timestamps_count_from_the_streams_first_frame(gops, tmp_path: Path) -> None:
+    """MPEG-TS starts its clock at 1.4 s: rows still start at the frame's own time in the
+    video (0 at its first frame), as in the mp4 the packets came from."""
+    path = _remux(gops["two-second"], tmp_path / "gop48.ts", "mpegts")
+    _, spans, _ = _decode_counted(path, 1.0)
+    assert spans[0][1] == 0.0
+    assert [s for _, s, _ in spans] == [round(i / 24, 6) for i, _, _ in spans]
+    _within_half_an_interval(path, 1.0, spans)
+
+
+def _cut_box(src: Path, dst: Path, box: bytes) -> Path:
+    """``src`` with its one ``box`` atom renamed ``free`` (an mp4 reader skips it)."""
+    data = src.read_bytes()
+    assert data.count(box) == 1
+    dst.write_bytes(data.replace(box, b"free"))
+    return dst
+
+
+def _cut_cues(src: Path, dst: Path) -> Path:
+    """A Matroska file cut where its Cues element (its keyframe index) starts."""
+    data = src.read_bytes()
+    at = data.rfind(bytes.fromhex("1C53BB6B"))
+    assert at > 0
+    dst.write_bytes(data[:at])
+    return dst
+
+
+@pytest.mark.parametrize("cut", ["mp4 without stss", "mkv without cues"])
+def test_a_file_whose_keyframe_index_is_missing_still_decodes_the_frames_shown(
+    gops, tmp_path: Path, cut: str
+) -> None:
+    """An mp4 without its sync-sample table (FFmpeg's parser finds the keyframes) and a
+    Matroska file cut before its cues (seeking reads on to the time sought): every sampled
+    frame is the frame a full decode shows."""
+    src = gops["two-second"]
+    if cut == "mp4 without stss":
+        path = _cut_box(src, tmp_path / "nostss.mp4", b"stss")
+    else:
+        path = _cut_cues(_remux(src, tmp_path / "cues.mkv", "matroska"), tmp_path / "nocues.mkv")
+    every = _full(src)
+    for rate in (1.0, 0.2):
+        frames, spans, _ = _decode_counted(path, rate)
+        assert len(frames) == len(sample_frames(probe(path), rate, 3600))
+        assert all(np.array_equal(f, every[i]) for f, (i, _, _) in zip(frames, spans)), rate

@@ -21,7 +21,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 from ray.actor import ActorHandle
 
@@ -52,10 +51,14 @@ class Extractor:
         # Set explicitly: Ray sets OMP_NUM_THREADS=1 in its workers.
         torch.set_num_threads(cfg.torch_threads or max(1, cfg.threads // max(sharing, 1)))
         self.cfg = cfg
+        self.sharing = max(sharing, 1)
         self.aggregator = aggregators[ray.get_runtime_context().get_node_id()]
         self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
             self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+        self.decode_threads = decode_threads(
+            cfg, self.sharing, gpu=self.embedder.device.type == "cuda"
+        )
         self._transcriber: Any = None  # speech.Transcriber, loaded by the first video with sound
         self._screen: Any = None  # screentext.ScreenReader, loaded by the first video read
         self._speech_thread = ThreadPoolExecutor(1, thread_name_prefix="speech")
@@ -111,23 +114,41 @@ class Extractor:
                 yield from self.index_video(video_id, str(local), shard_no)
             return
         from vifusion.extract._prefetch import prefetch
-        from vifusion.extract.decode import DecodeError, open_sampled, open_video
+        from vifusion.extract.decode import (
+            DecodeError,
+            open_sampled,
+            open_sampled_with_text,
+            open_video,
+        )
 
         name = Path(path).name
         cfg = self.cfg
         try:
             with open_video(Path(path), follow_symlinks) as file:
-                # Frames big enough to read text on where screen text is read; shrunk to embed.
-                side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
-                info, total, batches = open_sampled(
-                    Path(path),
-                    cfg.sample_fps,
-                    cfg.max_frames,
-                    side,
-                    cfg.embed_batch,
-                    min_short_side=EMBED_SIDE if cfg.screen_text else None,
-                    file=file,
-                )
+                # Each sampled frame decoded once, leaving the decoder at the embedder's size
+                # and, where screen text is read, at a size to read it.
+                if cfg.screen_text:
+                    info, total, batches = open_sampled_with_text(
+                        Path(path),
+                        cfg.sample_fps,
+                        cfg.max_frames,
+                        EMBED_SIDE,
+                        cfg.ocr_frame_side,
+                        cfg.embed_batch,
+                        file=file,
+                        threads=self.decode_threads,
+                    )
+                else:
+                    info, total, plain = open_sampled(
+                        Path(path),
+                        cfg.sample_fps,
+                        cfg.max_frames,
+                        EMBED_SIDE,
+                        cfg.embed_batch,
+                        file=file,
+                        threads=self.decode_threads,
+                    )
+                    batches = ((frames, spans, frames) for frames, spans in plain)
                 yield {
                     "event": "probed",
                     "duration_s": info.duration_s,
@@ -142,8 +163,8 @@ class Extractor:
                     shown = []
                     done, handing, instance = 0, None, None
                     self.handoff.reset()
-                    for frames, spans in prefetch(batches):
-                        visual, semantic = self.embedder.embed_frames(_shrink(frames, EMBED_SIDE))
+                    for frames, spans, text_frames in prefetch(batches):
+                        visual, semantic = self.embedder.embed_frames(frames)
                         batch = FusedBatch.of_video(
                             video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic
                         )
@@ -154,7 +175,7 @@ class Extractor:
                             )  # back-pressure reaches this actor here
                         handing = self.handoff.submit(shard_no, batch, time.time())
                         if tracker is not None:  # read while the frames' hand-over travels
-                            for rgb, (_, t0, t1) in zip(frames, spans):
+                            for rgb, (_, t0, t1) in zip(text_frames, spans):
                                 shown += tracker.add(rgb, t0, t1)
                         yield {"event": "progress", "frames_done": done, "frames_total": total}
                     if tracker is not None:
@@ -239,18 +260,14 @@ class Extractor:
         ray.get(self.aggregator.abandon.remote(video_id))
 
 
-def _shrink(frames: np.ndarray, side: int) -> np.ndarray:
-    """(b, h, w, 3) frames with their short side ``side`` where it is longer (area averaging,
-    as a decoder's scaler would); frames no larger are left as they are."""
-    import cv2
-
-    from vifusion.extract.decode import output_size
-
-    h, w = frames.shape[1:3]
-    if min(h, w) <= side:
-        return frames
-    size = output_size(w, h, side)
-    return np.stack([cv2.resize(f, size, interpolation=cv2.INTER_AREA) for f in frames])
+def decode_threads(cfg: Config, sharing: int, gpu: bool) -> int:
+    """Codec threads per extractor: ``cfg.decode_threads``, or where 0, the extractor's share
+    of the node's cores when the model runs on a GPU (the cores are then the decoder's), and 1
+    on the CPU, where torch's threads take those cores and a second decoding thread only
+    waits for one."""
+    if cfg.decode_threads:
+        return cfg.decode_threads
+    return max(1, cfg.threads // sharing) if gpu else 1
 
 
 def _same(instance: str | None, now: str) -> str:

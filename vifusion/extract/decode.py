@@ -1,13 +1,17 @@
 """Video decoding and the frame-sampling policy.
 
 ``sample_frames``: intervals of ``1 / sample_fps`` seconds (at most ``max_frames`` of them,
-else ``max_frames`` equal ones), each represented by the frame at its middle; frame ``i``
-covers ``[i / fps, (i + 1) / fps)`` (``fps`` averaged for variable-rate video).
+else ``max_frames`` equal ones); frame ``i`` covers ``[i / fps, (i + 1) / fps)`` (``fps``
+averaged for variable-rate video). Each interval is shown by the frame inside it that costs
+least to decode (within half an interval of its middle; ``_schedule.py``), and that frame's
+row spans from its own timestamp to the next sampled frame's.
 
-Decoding: PyAV only, and only what the sampled frames need (``_sparse.py``). A file is
+Decoding: PyAV only, and only what the sampled frames need (``_schedule.py``). A file is
 opened once (``_files.open_regular``) and read through ``fd_path`` of that descriptor, never
 the name again. The probe reads every packet (no decoding): a file holding fewer frames than
 its header promises is rejected, and the packets' keyframes and timestamps plan the decoding.
+Frames leave the decoder at the size asked for, scaled and converted to RGB by libswscale
+(one scaler per size, kept for the video), on ``threads`` codec threads.
 
 Untrusted bytes meet one demuxer, chosen once: the probe accepts only containers that hold
 their own media (``_CONTAINERS``), with FFmpeg reading nothing but files, and decoding opens
@@ -32,7 +36,8 @@ import av
 import numpy as np
 
 from vifusion._files import NotRegularFile, fd_path, open_regular
-from vifusion.extract import _sparse
+from vifusion.extract import _schedule
+from vifusion.extract._schedule import Stats as DecodeStats
 
 MAX_FRAME_PIXELS = 8192 * 8192  # 8K video fits; a header declaring more is refused, not decoded
 # Share of the sampled frames that may be missing (a corrupt packet; one at least), each shown
@@ -95,7 +100,7 @@ class _Probe:
     info: VideoInfo
     container: str  # the demuxer decoding opens: the one the probe found
     stream: int  # the video stream's index
-    index: _sparse.StreamIndex
+    index: _schedule.StreamIndex
 
 
 def _fail(path: Path, why: str) -> DecodeError:
@@ -177,7 +182,7 @@ def _scan(path: Path, src: str) -> _Probe:
             width = max(1, round(width * Fraction(sar)))
         declared, stream_index = stream.frames, stream.index
         demuxer = fmt.split(",")[0]  # "mov,mp4,m4a,3gp,3g2,mj2": FFmpeg finds it as "mov"
-        packets = _sparse.IndexBuilder(demuxer)
+        packets = _schedule.IndexBuilder(demuxer, stream.time_base)
         try:
             # Demux only (no decode): reads the file once, costs little next to decoding it.
             for packet in container.demux(stream):
@@ -255,7 +260,10 @@ def output_size(width: int, height: int, short_side: int) -> tuple[int, int]:
     return max(1, round(width * short_side / height)), short_side
 
 
-Batches = Iterator[tuple[np.ndarray, list[tuple[int, float, float]]]]
+Spans = list[tuple[int, float, float]]  # per frame: (frame index shown, start_s, end_s)
+Batches = Iterator[tuple[np.ndarray, Spans]]
+# (frames at the embedder's size, their spans, the same frames at the text reader's size)
+TextBatches = Iterator[tuple[np.ndarray, Spans, np.ndarray]]
 
 
 def open_video(path: Path, follow_symlinks: bool = True) -> io.FileIO:
@@ -272,19 +280,58 @@ def open_sampled(
     batch: int = 16,
     follow_symlinks: bool = True,
     *,
-    min_short_side: int | None = None,
     file: io.FileIO | None = None,
+    threads: int = 1,
+    stats: DecodeStats | None = None,
 ) -> tuple[VideoInfo, int, Batches]:
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
     ``decode`` yields). DecodeError here for a file that cannot be opened at all.
-    ``follow_symlinks``: False for a path stored resolved (see ``open_regular``).
-    ``min_short_side``: the video's own short side where it lies between this and
-    ``short_side`` (frames for reading text: never upscaled past the video's own size, never
-    below the embedder's). ``file``: the video already opened (``open_video``), left open;
-    None: opened here, closed once read."""
+    ``follow_symlinks``: False for a path stored resolved (see ``open_regular``). ``file``:
+    the video already opened (``open_video``), left open; None: opened here, closed once
+    read. ``threads``: the codec's threads. ``stats``: counts what decoding cost."""
+    info, total, batches = _open_sampled(
+        path, sample_fps, max_frames, short_side, None, batch, follow_symlinks, file, threads, stats
+    )
+    return info, total, ((frames, spans) for frames, spans, _ in batches)
+
+
+def open_sampled_with_text(
+    path: Path,
+    sample_fps: float,
+    max_frames: int,
+    short_side: int,
+    text_side: int,
+    batch: int = 16,
+    *,
+    file: io.FileIO | None = None,
+    threads: int = 1,
+) -> tuple[VideoInfo, int, TextBatches]:
+    """``open_sampled``, each batch also holding its frames for reading text: short side
+    ``text_side``, or the video's own where that lies between ``short_side`` and it (never
+    upscaled past the video's own size, never below the embedder's). Both sizes come from the
+    one decoded frame; where they are equal, both are the one array."""
+    return _open_sampled(
+        path, sample_fps, max_frames, short_side, text_side, batch, True, file, threads, None
+    )
+
+
+def _open_sampled(
+    path: Path,
+    sample_fps: float,
+    max_frames: int,
+    short_side: int,
+    text_side: int | None,
+    batch: int,
+    follow_symlinks: bool,
+    file: io.FileIO | None,
+    threads: int,
+    stats: DecodeStats | None,
+) -> tuple[VideoInfo, int, TextBatches]:
     path = Path(path)
-    if batch < 1 or short_side < 1:
-        raise ValueError(f"batch and short_side must be >= 1, got {batch}, {short_side}")
+    if batch < 1 or short_side < 1 or threads < 1:
+        raise ValueError(
+            f"batch, short_side and threads must be >= 1, got {batch}, {short_side}, {threads}"
+        )
     own = file is None
     if file is None:
         file = _open(path, follow_symlinks)
@@ -294,16 +341,20 @@ def open_sampled(
         if own:
             file.close()
         raise
-    samples = sample_frames(p.info, sample_fps, max_frames)
-    side = short_side
-    if min_short_side is not None:
-        side = max(min_short_side, min(short_side, p.info.width, p.info.height))
-    size = output_size(p.info.width, p.info.height, side)
-    batches = _decode(path, fd_path(file.fileno()), p, samples, size, batch)
-    return p.info, len(samples), _closing(file, batches) if own else batches
+    info = p.info
+    plan = _schedule.schedule(
+        p.index, sample_frames(info, sample_fps, max_frames), info.fps, info.duration_s
+    )
+    sizes = [output_size(info.width, info.height, short_side)]
+    if text_side is not None:
+        side = max(short_side, min(text_side, info.width, info.height))
+        sizes.append(output_size(info.width, info.height, side))
+    out = _Out(path, sizes, batch)
+    batches = _decode(path, fd_path(file.fileno()), p, plan, out, threads, stats or DecodeStats())
+    return info, len(plan.targets), _closing(file, batches) if own else batches
 
 
-def _closing(file: io.FileIO, batches: Batches) -> Batches:
+def _closing(file: io.FileIO, batches: TextBatches) -> TextBatches:
     """``batches``, closing ``file`` once they are read (dropped unread, it closes as garbage)."""
     with file:
         yield from batches
@@ -312,41 +363,76 @@ def _closing(file: io.FileIO, batches: Batches) -> Batches:
 def decode(
     path: Path, sample_fps: float, max_frames: int, short_side: int = 224, batch: int = 16
 ) -> Batches:
-    """Yield the sampled frames (see sample_frames) in batches of up to ``batch``: uint8
-    (b, H, W, 3) RGB resized so the short side is ``short_side``, with their (frame index,
-    t_start, t_end): the interval's, and the index of the frame shown (a keyframe inside the
-    interval may stand for its middle frame, see ``_sparse.py``). DecodeError (naming the
-    file) on bad input, also mid-video."""
+    """Yield the sampled frames in batches of up to ``batch``: uint8 (b, H, W, 3) RGB with the
+    short side ``short_side``, with their (frame index shown, start_s, end_s): the frame that
+    stands for each interval of ``sample_frames`` (see ``_schedule.py``), its row from its
+    own time to the next sampled frame's. DecodeError (naming the file) on bad input, also
+    mid-video."""
     yield from open_sampled(path, sample_fps, max_frames, short_side, batch)[2]
+
+
+class _Out:
+    """Sampled frames converted to RGB at each size (libswscale, one scaler per size kept for
+    the video), collected into batches."""
+
+    def __init__(self, path: Path, sizes: list[tuple[int, int]], batch: int) -> None:
+        from av.video.reformatter import VideoReformatter
+
+        self.path, self.batch = path, batch
+        self.sizes = list(dict.fromkeys(sizes))  # an equal text size is the same array
+        self.scalers = [VideoReformatter() for _ in self.sizes]
+        self.which = [self.sizes.index(size) for size in sizes]
+        self.frames: list[list[np.ndarray]] = [[] for _ in self.sizes]
+        self.spans: Spans = []
+
+    def add(self, frame: av.VideoFrame, span: tuple[int, float, float]) -> None:
+        if frame.width * frame.height > MAX_FRAME_PIXELS:  # grown past the header's
+            raise _fail(self.path, _too_big(frame.width, frame.height))
+        for (width, height), scaler, frames in zip(self.sizes, self.scalers, self.frames):
+            rgb = scaler.reformat(frame, width, height, "rgb24", threads=1)
+            frames.append(rgb.to_ndarray())
+        self.spans.append(span)
+
+    def full(self) -> bool:
+        return len(self.spans) >= self.batch
+
+    def take(self) -> tuple[np.ndarray, Spans, np.ndarray]:
+        """The batch collected (up to ``batch`` frames); the rest stay."""
+        n = min(self.batch, len(self.spans))
+        stacks = [np.stack(frames[:n]) for frames in self.frames]
+        spans = self.spans[:n]
+        for frames in self.frames:
+            del frames[:n]
+        del self.spans[:n]
+        return stacks[self.which[0]], spans, stacks[self.which[-1]]
 
 
 def _decode(
     path: Path,
     src: str,
     p: _Probe,
-    samples: list[tuple[int, float, float]],
-    size: tuple[int, int],
-    batch: int,
-) -> Batches:
+    plan: _schedule.Schedule,
+    out: _Out,
+    threads: int,
+    stats: DecodeStats,
+) -> TextBatches:
     """Decode ``src`` (the file ``path`` names, probed as ``p``) as the container the probe
     found. A sampled frame that never comes out of the decoder (a corrupt packet) is shown by
-    the frame decoded before it, up to ``_FAULT_TOL`` of them."""
-    width, height = size
-    plan = _sparse.plan(p.index, samples, p.info.fps)
-    allowed = max(1, int(_FAULT_TOL * len(samples)))
-    frames: list[np.ndarray] = []
-    spans: list[tuple[int, float, float]] = []
+    the frame decoded before it, up to ``_FAULT_TOL`` of them. Where the keyframe flags or the
+    container's index prove wrong, decoding starts again from the first packet and goes
+    through, the frames already handed out kept (``_schedule.Replan``)."""
+    targets = plan.targets
+    allowed = max(1, int(_FAULT_TOL * len(targets)))
     missed: list[int] = []
     k, before = 0, None
 
     def keep(frame: av.VideoFrame, shown: int) -> None:
         nonlocal k
-        frames.append(frame.to_ndarray(width=width, height=height, format="rgb24"))
-        spans.append((shown, samples[k][1], samples[k][2]))
+        out.add(frame, (shown, targets[k].start_s, targets[k].end_s))
         k += 1
 
     def miss(instead: tuple[int, av.VideoFrame] | None) -> None:
-        missed.append(plan.targets[k][1])
+        missed.append(targets[k].frame)
         if instead is None or len(missed) > allowed:
             raise _fail(
                 path,
@@ -355,26 +441,32 @@ def _decode(
             )
         keep(instead[1], plan.index_of(instead[0]))
 
-    with open_container(path, src, p.container) as container:
-        stream = container.streams[p.stream]
-        stream.thread_count = 1  # extractors run one per core, next to torch's threads
+    while True:
         try:
-            for key, frame in _sparse.decoded(container, stream, plan):
-                if frame.width * frame.height > MAX_FRAME_PIXELS:  # grown past the header's
-                    raise _fail(path, _too_big(frame.width, frame.height))
-                if key is None:
-                    continue
-                while k < len(samples) and key > plan.targets[k][0]:
-                    miss((key, frame) if before is None else before)
-                if k < len(samples) and key == plan.targets[k][0]:
-                    keep(frame, plan.targets[k][1])
-                before = key, frame
-                while len(frames) >= batch:
-                    yield np.stack(frames[:batch]), spans[:batch]
-                    del frames[:batch], spans[:batch]
+            with open_container(path, src, p.container) as container:
+                stream = container.streams[p.stream]
+                if threads > 1:  # frame threads: each a decoded frame in flight
+                    stream.thread_type, stream.thread_count = "FRAME", threads
+                else:
+                    stream.thread_count = 1
+                for key, frame in _schedule.decoded(container, stream, plan, stats):
+                    if key is None:
+                        continue
+                    while k < len(targets) and key > targets[k].key:
+                        miss((key, frame) if before is None else before)
+                    if k < len(targets) and key == targets[k].key:
+                        keep(frame, targets[k].frame)
+                    before = key, frame
+                    while out.full():
+                        yield out.take()
+            break
+        except _schedule.Replan:
+            if not plan.trusted:
+                raise
+            plan = plan.through()
         except av.error.FFmpegError as e:
             raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
-    while k < len(samples):
+    while k < len(targets):
         miss(before)
-    for at in range(0, len(frames), batch):
-        yield np.stack(frames[at : at + batch]), spans[at : at + batch]
+    while out.spans:
+        yield out.take()

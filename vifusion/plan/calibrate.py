@@ -78,8 +78,8 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
     """Run each stage on this machine and return what it cost."""
     import torch
 
-    from vifusion.extract.actor import EMBED_SIDE, _shrink
-    from vifusion.extract.decode import open_sampled
+    from vifusion.extract.actor import EMBED_SIDE
+    from vifusion.extract.decode import open_sampled_with_text
     from vifusion.extract.model import Embedder, pick_device
     from vifusion.fusion.dedup import TemporalDedup
     from vifusion.index.shard import Shard
@@ -89,19 +89,14 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
     torch.set_num_threads(cfg.torch_threads or cfg.threads)
     with tempfile.TemporaryDirectory(prefix="vf-calibrate-") as tmp:
         video = write_video(Path(tmp) / "v.mp4", _PHOTOS, scene_s=scene_s).path
-        side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
         fps = max(cfg.sample_fps, 4.0)  # enough frames to time, whatever the sampling
-        _, total, batches = open_sampled(
-            video,
-            fps,
-            cfg.max_frames,
-            side,
-            cfg.embed_batch,
-            min_short_side=EMBED_SIDE if cfg.screen_text else None,
+        text_side = cfg.ocr_frame_side if cfg.screen_text else EMBED_SIDE
+        _, total, batches = open_sampled_with_text(
+            video, fps, cfg.max_frames, EMBED_SIDE, text_side, cfg.embed_batch
         )
         decoded, t = [], time.process_time()  # all threads: FFmpeg may decode on its own
-        for frames, spans in batches:
-            decoded.append((frames, spans))
+        for frames, spans, texts in batches:
+            decoded.append((frames, spans, texts))
         small = _Decoding.of(video, time.process_time() - t)
         dense = _decoding(cfg, Path(tmp), scene_s) if cfg.plan_video_mbps else None
         decode_cs = decode_cs_at(small, dense, cfg.plan_video_mbps, cfg.sample_fps)
@@ -109,10 +104,10 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         with contextlib.redirect_stdout(io.StringIO()):
             embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
         gpu = embedder.device.type == "cuda"
-        embedder.embed_frames(_shrink(decoded[0][0], EMBED_SIDE))  # warm up
+        embedder.embed_frames(decoded[0][0])  # warm up
         rows, t, w = [], time.process_time(), time.perf_counter()
-        for frames, spans in decoded:
-            visual, semantic = embedder.embed_frames(_shrink(frames, EMBED_SIDE))
+        for frames, spans, _ in decoded:
+            visual, semantic = embedder.embed_frames(frames)
             rows.append(
                 FusedBatch.of_video(
                     1, sum(len(r) for r in rows), [(a, b) for _, a, b in spans], visual, semantic
@@ -126,8 +121,8 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
 
             tracker = ScreenReader(cfg, "cuda" if gpu else "cpu").track()
             t = time.process_time()
-            for frames, spans in decoded:
-                for rgb, (_, a, b) in zip(frames, spans, strict=True):
+            for _, spans, texts in decoded:
+                for rgb, (_, a, b) in zip(texts, spans, strict=True):
                     tracker.add(rgb, a, b)
             tracker.finish()
             text_cs = (time.process_time() - t) / total
