@@ -146,21 +146,20 @@ class ShardReplica:
         return (self._stream.address, self._stream.secret) if self._stream else None
 
     def add(self, batch: FusedBatch) -> int:
-        with self._serving():
-            self._writes_here()
-            before = self.shard.seq
-            n = self.shard.add(batch)
-            seq = self.shard.seq
-            self._replicate(seq, batch if seq != before else None, batch.nbytes)
-            return n
+        return self._write(lambda: self.shard.add(batch), batch, batch.nbytes)
 
     def delete_video(self, video_id: int) -> int:
+        return self._write(lambda: self.shard.delete_video(video_id), Delete(video_id), 0)
+
+    def _write(self, apply: Callable[[], int], op: Op, nbytes: int) -> int:
+        """``apply`` ``op`` here (the primary), then replicate it: sent to the followers only
+        where it took a seq here (an earlier copy of it did not), waited for either way."""
         with self._serving():
             self._writes_here()
             before = self.shard.seq
-            n = self.shard.delete_video(video_id)
+            n = apply()
             seq = self.shard.seq
-            self._replicate(seq, Delete(video_id) if seq != before else None, 0)
+            self._replicate(seq, op if seq != before else None, nbytes)
             return n
 
     def snapshot(self) -> None:
