@@ -3,6 +3,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests._helpers import Clock, link_stats
 from vifusion.comm import CodecPolicy, LinkMonitor, LinkStats, Rung
 
 LADDER = [
@@ -15,14 +16,6 @@ LADDER = [
 MB = 1_000_000
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def link(
     rate: float,
     *,
@@ -31,20 +24,15 @@ def link(
     backlog: float = 0.0,
     in_flight_bytes: int = 0,
 ) -> LinkStats:
-    return LinkStats(
-        delivery_rate=rate,
+    return link_stats(
+        rate,
         capacity=12.5 * MB,
-        path_rate=rate,
         logical_rate=logical,
-        min_rtt=0.01,
         queueing_delay=qdelay,
         backlog_age=backlog,
         in_flight_bytes=in_flight_bytes,
         in_flight=2,
-        acked_bytes=0,
         acked_messages=100,
-        service_s=0.0,
-        per_message_s=0.001,
     )
 
 

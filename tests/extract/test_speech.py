@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._helpers import needs_espeak, words
 from vifusion.config import Config
 from vifusion.extract.audio import SAMPLE_RATE, read_audio
 from vifusion.extract.speech import Segment, Transcriber
 from vifusion.samples import talks as _talks
 
-needs_espeak = pytest.mark.skipif(
-    not _talks.have_espeak(),
-    reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)",
-)
 MEETING = "The quarterly meeting starts at nine."
 HARBOUR = "Please meet me at the old harbour tomorrow morning."
 ZORBLAX = "Our new product is called Zorblax and it ships in March."
@@ -36,12 +32,8 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("speech")
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
 def _content(text: str) -> set[str]:
-    return _words(text) - {"the", "at", "a", "me", "is", "it", "and", "our", "in"}
+    return words(text) - {"the", "at", "a", "me", "is", "it", "and", "our", "in"}
 
 
 def _heard(segments: tuple[Segment, ...] | list[Segment], start_s: float, end_s: float) -> str:
@@ -60,7 +52,7 @@ def test_spoken_phrases_are_transcribed_at_their_times(
         heard = _heard(transcript.segments, said.start_s, said.end_s)
         # tiny.en makes mistakes ("nine" as "9", "time"): most content words must be there.
         want = _content(said.text)
-        assert len(want & _words(heard)) >= 0.6 * len(want), (said.text, heard)
+        assert len(want & words(heard)) >= 0.6 * len(want), (said.text, heard)
     # Each segment lies about where its words were said (Whisper's times are coarse).
     for seg in transcript.segments:
         said = next(
@@ -79,7 +71,7 @@ def test_opus_audio_is_transcribed(transcriber: Transcriber, media: Path, suffix
     talk = _talks.write_talk(media / f"talk{suffix}", 6.0, said=[(1.0, HARBOUR)])
     transcript = transcriber.transcribe_file(talk.path)
     heard = _heard(transcript.segments, 0, 6.0)
-    assert {"old", "tomorrow", "morning"} <= _words(heard), heard
+    assert {"old", "tomorrow", "morning"} <= words(heard), heard
 
 
 @needs_espeak
@@ -91,7 +83,7 @@ def test_a_made_up_word(transcriber: Transcriber, media: Path) -> None:
     talk = _talks.write_talk(media / "zorblax.mp4", 6.0, said=[(1.0, ZORBLAX)], voice="en")
     transcript = transcriber.transcribe_file(talk.path)
     heard = _heard(transcript.segments, talk.said[0].start_s, talk.said[0].end_s)
-    assert {"product", "called", "ships", "march"} <= _words(heard), heard
+    assert {"product", "called", "ships", "march"} <= words(heard), heard
     print(f"tiny.en wrote {heard!r} for {ZORBLAX!r}")
 
 
@@ -132,7 +124,7 @@ def test_audio_max_s_leaves_out_the_rest(media: Path) -> None:
     talk = _talks.write_talk(media / "capped.mp4", 10.0, said=[(0.5, MEETING), (6.0, HARBOUR)])
     transcript = Transcriber(Config(speech_threads=1, audio_max_s=5.0)).transcribe_file(talk.path)
     assert transcript.segments and all(s.end_s <= 5.0 for s in transcript.segments)
-    assert "tomorrow" not in _words(" ".join(s.text for s in transcript.segments))
+    assert "tomorrow" not in words(" ".join(s.text for s in transcript.segments))
     assert transcript.reason == "capped.mp4: audio past 5 s left out (audio_max_s)"
 
 

@@ -28,6 +28,14 @@ def make_batch(
     return FusedBatch(ids=ids, times=times, features=np.ascontiguousarray(features))
 
 
+def assert_same_answers(a, b, queries: dict[str, np.ndarray], k: int = 10) -> None:
+    """Shards ``a`` and ``b`` answer each space's ``queries`` alike: the same scores, ids
+    and times, to the bit."""
+    for space, q in queries.items():
+        for x, y in zip(a.search(space, q, k), b.search(space, q, k), strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
 def record_offsets(segment: Path) -> list[int]:
     """The byte offset of each record in a whole log segment (after its 8-byte header; a
     record is its 16-byte header, whose first 4 bytes are the payload's length, then that)."""

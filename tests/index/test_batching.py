@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
+from tests._helpers import refusal
 from vifusion.index.batching import QueryBatcher
 
 
@@ -35,22 +38,28 @@ class FakeShards:
         return wait
 
 
+@contextmanager
+def batching(start, **limits) -> Iterator[QueryBatcher]:
+    """A QueryBatcher sending its calls to ``start``, closed when the block ends."""
+    b = QueryBatcher(start, **limits)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
 def test_a_lone_query_goes_out_at_once_and_gets_its_own_rows() -> None:
     shards = FakeShards()
-    b = QueryBatcher(shards.start, max_batch=64, window=1, max_wait_s=10.0)
-    try:
+    with batching(shards.start, max_batch=64, window=1, max_wait_s=10.0) as b:
         out = b.search(np.array([[3.0]], np.float32), 2)  # would hang for 10 s if it waited
         assert [r[1].tolist() for r in out] == [[[30, 31]], [[130, 131]]]
         assert shards.calls == [1]
-    finally:
-        b.close()
 
 
 def test_queries_arriving_while_a_call_is_in_flight_share_the_next_call() -> None:
     hold = threading.Event()
     shards = FakeShards(hold)
-    b = QueryBatcher(shards.start, max_batch=64, window=1, max_wait_s=60.0)
-    try:
+    with batching(shards.start, max_batch=64, window=1, max_wait_s=60.0) as b:
         with ThreadPoolExecutor(20) as pool:
             first = pool.submit(b.search, np.array([[0.0]], np.float32), 1)
             while not shards.calls:
@@ -69,15 +78,12 @@ def test_queries_arriving_while_a_call_is_in_flight_share_the_next_call() -> Non
                     assert ids.shape == (1 + i % 3, 1 + i % 4)
                     assert (ids == i * 10 + np.arange(1 + i % 4) + 100 * s).all()
         assert shards.calls == [1, sum(1 + i % 3 for i in range(1, 20))]
-    finally:
-        b.close()
 
 
 def test_max_batch_splits_a_backlog() -> None:
     hold = threading.Event()
     shards = FakeShards(hold)
-    b = QueryBatcher(shards.start, max_batch=4, window=1, max_wait_s=60.0)
-    try:
+    with batching(shards.start, max_batch=4, window=1, max_wait_s=60.0) as b:
         with ThreadPoolExecutor(12) as pool:
             futures = [pool.submit(b.search, np.full((1, 1), i, np.float32), 1) for i in range(12)]
             while len(shards.calls) < 2:  # the backlog reached max_batch: a call went out early
@@ -85,8 +91,6 @@ def test_max_batch_splits_a_backlog() -> None:
             hold.set()
             assert [f.result()[0][1][0, 0] for f in futures] == [10 * i for i in range(12)]
         assert max(shards.calls) <= 4 and sum(shards.calls) == 12
-    finally:
-        b.close()
 
 
 def test_a_failed_call_fails_every_query_in_it_and_the_next_call_works() -> None:
@@ -98,13 +102,10 @@ def test_a_failed_call_fails_every_query_in_it_and_the_next_call_works() -> None
             raise RuntimeError("shard gone")
         return FakeShards().start(queries, k)
 
-    b = QueryBatcher(start, max_batch=8, window=1, max_wait_s=0.01)
-    try:
+    with batching(start, max_batch=8, window=1, max_wait_s=0.01) as b:
         with pytest.raises(RuntimeError, match="shard gone"):
             b.search(np.zeros((1, 1), np.float32), 1)
         assert b.search(np.ones((1, 1), np.float32), 1)[0][1].tolist() == [[10]]
-    finally:
-        b.close()
     with pytest.raises(RuntimeError, match="closed"):
         b.search(np.zeros((1, 1), np.float32), 1)
 
@@ -119,7 +120,6 @@ def test_a_failed_call_fails_every_query_in_it_and_the_next_call_works() -> None
 )
 def test_refuses_limits_out_of_range(args: dict, named: tuple[str, ...]) -> None:
     # A window of 0 would make every query wait max_wait_s, even alone: refused, not obeyed.
-    with pytest.raises(ValueError) as err:
-        QueryBatcher(FakeShards().start, **args)
+    message = refusal(QueryBatcher, start=FakeShards().start, **args)
     for text in named:
-        assert text in str(err.value)
+        assert text in message

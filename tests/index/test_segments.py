@@ -11,35 +11,40 @@ def hits(video: int, scores_by_second: dict[int, float]) -> list[SearchHit]:
     return [SearchHit(video, float(t), float(t + 1), s) for t, s in scores_by_second.items()]
 
 
-def test_consecutive_frames_form_one_segment() -> None:
-    h = hits(1, {12: 0.80, 10: 0.81, 11: 0.83, 13: 0.79})  # order of input does not matter
-    assert group_segments(h, max_gap_s=0.5, drop=0.05, top_k=5) == [Segment(1, 10.0, 14.0, 0.83, 4)]
-
-
-def test_gap_splits_segments() -> None:
-    h = hits(1, {0: 0.7, 1: 0.7, 5: 0.9, 6: 0.88})
-    assert group_segments(h, max_gap_s=1.5, drop=0.1, top_k=5) == [
-        Segment(1, 5.0, 7.0, 0.9, 2),
-        Segment(1, 0.0, 2.0, 0.7, 2),
-    ]
-    # a wider gap allowance (frames 2..4 missing = 3 s) joins them
-    assert group_segments(h, max_gap_s=3.0, drop=0.5, top_k=5) == [Segment(1, 0.0, 7.0, 0.9, 4)]
-
-
-def test_gap_equal_to_max_gap_joins() -> None:
-    h = hits(1, {0: 0.5, 2: 0.5})  # gap between 1.0 and 2.0 is exactly 1.0
-    assert group_segments(h, max_gap_s=1.0, drop=0.1, top_k=5) == [Segment(1, 0.0, 3.0, 0.5, 2)]
-
-
-def test_score_drop_splits_segments() -> None:
-    h = hits(2, {0: 0.90, 1: 0.87, 2: 0.70, 3: 0.71})
-    assert group_segments(h, max_gap_s=0.5, drop=0.05, top_k=5) == [
-        Segment(2, 0.0, 2.0, 0.90, 2),
-        Segment(2, 2.0, 4.0, 0.71, 2),
-    ]
-    # exactly peak * (1 - drop) still joins
-    h = hits(2, {0: 1.0, 1: 0.75})
-    assert group_segments(h, max_gap_s=0.5, drop=0.25, top_k=5) == [Segment(2, 0.0, 2.0, 1.0, 2)]
+@pytest.mark.parametrize(
+    "scores, max_gap_s, drop, spans",
+    [
+        # the order of the input does not matter
+        ({12: 0.80, 10: 0.81, 11: 0.83, 13: 0.79}, 0.5, 0.05, [(10.0, 14.0, 0.83, 4)]),
+        ({0: 0.7, 1: 0.7, 5: 0.9, 6: 0.88}, 1.5, 0.1, [(5.0, 7.0, 0.9, 2), (0.0, 2.0, 0.7, 2)]),
+        # frames 2..4 missing = 3 s
+        ({0: 0.7, 1: 0.7, 5: 0.9, 6: 0.88}, 3.0, 0.5, [(0.0, 7.0, 0.9, 4)]),
+        # the gap between 1.0 and 2.0 is exactly 1.0
+        ({0: 0.5, 2: 0.5}, 1.0, 0.1, [(0.0, 3.0, 0.5, 2)]),
+        (
+            {0: 0.90, 1: 0.87, 2: 0.70, 3: 0.71},
+            0.5,
+            0.05,
+            [(0.0, 2.0, 0.9, 2), (2.0, 4.0, 0.71, 2)],
+        ),
+        # 0.75 is exactly peak * (1 - drop)
+        ({0: 1.0, 1: 0.75}, 0.5, 0.25, [(0.0, 2.0, 1.0, 2)]),
+    ],
+    ids=[
+        "consecutive-frames-form-one",
+        "a-gap-splits",
+        "a-wider-gap-allowance-joins",
+        "a-gap-equal-to-max-gap-joins",
+        "a-score-drop-splits",
+        "exactly-the-drop-joins",
+    ],
+)
+def test_frames_join_into_segments_until_a_gap_or_a_score_drop(
+    scores: dict[int, float], max_gap_s: float, drop: float, spans: list[tuple]
+) -> None:
+    """Each segment: (start_s, end_s, its best score, its frames)."""
+    got = group_segments(hits(1, scores), max_gap_s=max_gap_s, drop=drop, top_k=5)
+    assert got == [Segment(1, *span) for span in spans]
 
 
 def test_a_peak_does_not_swallow_the_weaker_scene_before_it() -> None:

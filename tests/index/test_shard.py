@@ -12,7 +12,7 @@ from vifusion.index.shard import SNAPSHOT, WAL_DIR, Shard
 from vifusion.index.wal import Delete, LogCorrupt
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id, video_of
 
-from ._helpers import make_batch, record_offsets
+from ._helpers import assert_same_answers, make_batch, record_offsets
 
 CFG = Config(faiss_threads=1)
 
@@ -160,13 +160,15 @@ def test_repeated_id_within_a_batch_keeps_last(tmp_path: Path) -> None:
 
 
 def _same_results(a: Shard, b: Shard) -> None:
+    """``a`` and ``b`` answer alike rows of video 4 and random queries, in both spaces."""
     rng = np.random.default_rng(0)
-    for space, d in (("visual", VISUAL_DIM), ("semantic", SEMANTIC_DIM)):
-        q = np.concatenate(
+    queries = {
+        space: np.concatenate(
             [make_batch(4, 15, seed=4).space(space)[:3], rng.standard_normal((4, d))]
         ).astype(np.float32)
-        for x, y in zip(a.search(space, q, 10), b.search(space, q, 10)):
-            np.testing.assert_array_equal(x, y)
+        for space, d in (("visual", VISUAL_DIM), ("semantic", SEMANTIC_DIM))
+    }
+    assert_same_answers(a, b, queries)
 
 
 @pytest.mark.parametrize("snapshot_first", [False, True])

@@ -28,7 +28,7 @@ from vifusion.types import (
     video_of,
 )
 
-from ._helpers import make_batch, unit
+from ._helpers import assert_same_answers, make_batch, unit
 
 CFG = Config(faiss_threads=1)
 SPACES = ("visual", "semantic", "speech", "screen")
@@ -154,12 +154,18 @@ def test_a_video_of_text_rows_only_is_held_and_deleted(tmp_path: Path) -> None:
 
 
 def _same(a: Shard, b: Shard) -> None:
+    """``a`` and ``b`` answer alike video 4's rows and random queries, in every space."""
     rng = np.random.default_rng(0)
-    for space in SPACES:
-        d = VISUAL_DIM if space == "visual" else SEMANTIC_DIM
-        q = np.concatenate([_expect(space, 4).space(_column(space))[:2], unit(rng, 3, d)])
-        for x, y in zip(a.search(space, q, 10), b.search(space, q, 10), strict=True):
-            np.testing.assert_array_equal(x, y)
+    queries = {
+        space: np.concatenate(
+            [
+                _expect(space, 4).space(_column(space))[:2],
+                unit(rng, 3, VISUAL_DIM if space == "visual" else SEMANTIC_DIM),
+            ]
+        )
+        for space in SPACES
+    }
+    assert_same_answers(a, b, queries)
 
 
 @pytest.mark.parametrize("snapshot_first", [False, True])

@@ -9,12 +9,12 @@ import http.server
 import json
 import subprocess
 import sys
-import threading
 import time
 import zlib
 
 import pytest
 
+from tests._helpers import serving
 from vifusion.config import Config
 from vifusion.ingest.sources import SourceError, download, new_media_path
 
@@ -48,10 +48,8 @@ class _Slow(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(_Slow) as url:
+        yield url
 
 
 def _fetch(tmp_path, url: str, **limits) -> SourceError:
@@ -122,10 +120,8 @@ class _Encoded(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def encoding_server():
     _Encoded.bomb = _gzip_bomb()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Encoded)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(_Encoded) as url:
+        yield url
 
 
 _FETCH_AND_MEASURE = """

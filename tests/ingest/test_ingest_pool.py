@@ -6,12 +6,12 @@ failed instead of taken for ever."""
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 
 import pytest
 import ray
 
+from tests._helpers import final_status, serving
 from vifusion.cli.check import find_drift
 from vifusion.cluster.actors import actor_name
 from vifusion.config import Config
@@ -19,16 +19,6 @@ from vifusion.datadir import DataDirBusy
 from vifusion.runtime import Runtime
 from vifusion.samples import write_demo_set, write_video
 from vifusion.service import Ingested, Service
-
-
-def wait(svc: Service, job_id: str, timeout_s: float = 300) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = svc.job(job_id).status
-        if status in ("ready", "failed"):
-            return status
-        time.sleep(0.3)
-    raise TimeoutError(job_id)
 
 
 def pools(cfg: Config) -> list[str]:
@@ -64,7 +54,9 @@ def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_on
             with open(videos[name].path, "rb") as f:
                 jobs[name] = svc.ingest_upload(f, name)
         for queued in jobs.values():
-            assert wait(first, queued.job_id) == "ready", first.job(queued.job_id).error
+            assert final_status(first.catalog, queued.job_id) == "ready", first.job(
+                queued.job_id
+            ).error
         frames = [first.video(q.video_id).frames_indexed for q in jobs.values()]
         assert frames == [12, 12]
         for svc in (first, second):
@@ -76,7 +68,7 @@ def test_two_api_replicas_on_one_data_dir_share_one_pool_and_index_each_frame_on
         second = None
         with open(videos["street.mp4"].path, "rb") as f:
             third = first.ingest_upload(f, "street.mp4")
-        assert wait(first, third.job_id) == "ready"
+        assert final_status(first.catalog, third.job_id) == "ready"
         assert first.health()["vectors"] == sum(frames) + 12
     finally:
         if second is not None:
@@ -106,7 +98,7 @@ def test_a_pool_killed_mid_job_is_restarted_and_the_job_ends_ready_each_frame_on
         queued = upload_and_wait_mid_job(svc, tmp_path)
         ray.kill(svc.jobs.actor, no_restart=False)  # Ray starts it again: same name
 
-        assert wait(svc, queued.job_id) == "ready", svc.job(queued.job_id).error
+        assert final_status(svc.catalog, queued.job_id) == "ready", svc.job(queued.job_id).error
         job = svc.job(queued.job_id)
         assert job.frames_indexed == 48  # 12 s at 4 frames/s
         stats = svc.shards.stats()
@@ -139,7 +131,7 @@ def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session
 
         other.update_job(queued.job_id, "queued")  # handed back: the pool takes it again
         svc.jobs.wake()
-        assert wait(svc, queued.job_id) == "ready", svc.job(queued.job_id).error
+        assert final_status(svc.catalog, queued.job_id) == "ready", svc.job(queued.job_id).error
         assert svc.job(queued.job_id).frames_indexed == 48
         assert sum(s["vectors"]["visual"] for s in svc.shards.stats()) == 48
         assert find_drift(svc.catalog, svc.shards) == []
@@ -172,24 +164,19 @@ def test_a_job_during_which_the_pool_dies_each_time_is_failed_not_taken_for_ever
     """What a URL that kills the pool (by memory, say) did: Ray restarts the pool, which
     takes the job again and dies again, for ever. Here the pool is killed in the job's fetch
     three times; its fourth incarnation fails the job saying so instead of fetching again."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     cfg = Config(data_dir=tmp_path / "data", allow_private_urls=True, fetch_min_rate_bps=0)
-    try:
-        with Service(cfg) as svc:
-            url = f"http://127.0.0.1:{server.server_address[1]}/endless.mp4"
-            queued = svc.ingest_uri(url)
-            for n in (1, 2, 3):
-                deadline = time.monotonic() + 120
-                while (job := svc.job(queued.job_id)).attempts < n or job.stage != "fetching":
-                    assert time.monotonic() < deadline and job.status != "failed", job
-                    time.sleep(0.1)
-                ray.kill(svc.jobs.actor, no_restart=False)  # Ray starts it again: same name
-            assert wait(svc, queued.job_id, timeout_s=120) == "failed"
-            job = svc.job(queued.job_id)
-            assert job.error.startswith(
-                "the ingest worker died 3 times while running this job (last: in stage fetching,"
-            ), job.error
-            assert (job.attempts, svc.video(queued.video_id).status) == (3, "failed")
-    finally:
-        server.shutdown()
+    with serving(_Endless) as base, Service(cfg) as svc:
+        url = f"{base}/endless.mp4"
+        queued = svc.ingest_uri(url)
+        for n in (1, 2, 3):
+            deadline = time.monotonic() + 120
+            while (job := svc.job(queued.job_id)).attempts < n or job.stage != "fetching":
+                assert time.monotonic() < deadline and job.status != "failed", job
+                time.sleep(0.1)
+            ray.kill(svc.jobs.actor, no_restart=False)  # Ray starts it again: same name
+        assert final_status(svc.catalog, queued.job_id, timeout_s=120) == "failed"
+        job = svc.job(queued.job_id)
+        assert job.error.startswith(
+            "the ingest worker died 3 times while running this job (last: in stage fetching,"
+        ), job.error
+        assert (job.attempts, svc.video(queued.video_id).status) == (3, "failed")

@@ -4,7 +4,6 @@ catalog. Talk videos with espeak-ng speech and rendered slides (``vifusion.sampl
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -12,25 +11,17 @@ import numpy as np
 import pytest
 import ray
 
+from tests._helpers import final_status, needs_espeak, words
 from tests.media import audio_only
-from tests.ingest.test_jobs import wait
 from vifusion.config import Config
 from vifusion.samples import talks as _talks
 from vifusion.types import FusedBatch
 
-needs_espeak = pytest.mark.skipif(
-    not _talks.have_espeak(),
-    reason="espeak-ng is not installed (Debian: apt-get install espeak-ng)",
-)
 HARBOUR = "Please meet me at the old harbour tomorrow morning."
 MEETING = "The quarterly meeting starts at nine."
 REVENUE = "Quarterly revenue grew 42 percent"
 ZORBLAX = "Zorblax launch in March"
 ALL_TIME = (0.0, 1e9)
-
-
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +41,7 @@ def videos(service) -> Path:
 
 def _index(service, talk: Path) -> tuple[int, str]:
     done = service.ingest_uri(talk.as_uri())
-    assert wait(service.catalog, done.job_id) == "ready", service.job(done.job_id).error
+    assert final_status(service.catalog, done.job_id) == "ready", service.job(done.job_id).error
     return done.video_id, done.job_id
 
 
@@ -79,7 +70,7 @@ def test_a_talks_speech_and_slides_reach_the_catalog_and_the_shard(
 
     speech, times = _stored(service, video_id, "speech")
     heard = " ".join(text for _, _, text in speech)
-    assert {"old", "tomorrow", "morning"} <= _words(heard), heard
+    assert {"old", "tomorrow", "morning"} <= words(heard), heard
     said = talk.said[0]
     # Whisper's times are coarse: each segment lies within a second of where it was said.
     assert all(said.start_s - 1.0 <= t0 <= t1 <= said.end_s + 1.0 for t0, t1, _ in speech), (
@@ -130,7 +121,7 @@ def test_an_audio_only_file_is_refused_at_probe_with_its_reason(service, videos:
     path.parent.mkdir(parents=True, exist_ok=True)
     audio_only(path, 2.0)
     done = service.ingest_uri(path.as_uri())
-    assert wait(service.catalog, done.job_id) == "failed"
+    assert final_status(service.catalog, done.job_id) == "failed"
     job = service.job(done.job_id)
     assert job.error == "voice.m4a: not a video (no video stream)"
     assert job.stage == "probing"  # where it failed
@@ -162,7 +153,7 @@ def test_indexing_again_writes_the_same_rows_and_nothing_of_the_last_run_stays(
 
     job_id = service.catalog.requeue(video_id, "re-indexing: a test")
     service.jobs.wake()
-    assert wait(service.catalog, job_id) == "ready"
+    assert final_status(service.catalog, job_id) == "ready"
     for kind in ("speech", "screen"):
         rows, times = _stored(service, video_id, kind)
         assert rows == first[kind][0] and times.tolist() == first[kind][1].tolist()

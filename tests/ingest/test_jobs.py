@@ -13,20 +13,11 @@ import zlib
 
 import pytest
 
+from tests._helpers import final_status, serving
 from vifusion.catalog import Catalog, open_catalog
 from vifusion.catalog._sqlite import SqliteCatalog
 from vifusion.config import Config
 from vifusion.samples import write_demo_set
-
-
-def wait(catalog: Catalog, job_id: str, timeout_s: float = 300) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = catalog.get_job(job_id).status
-        if status in ("ready", "failed"):
-            return status
-        time.sleep(0.3)
-    raise TimeoutError(job_id)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +31,8 @@ def http_root(videos):
         http.server.SimpleHTTPRequestHandler, directory=str(videos["street.mp4"].path.parent)
     )
     handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(handler) as url:
+        yield url
 
 
 @pytest.mark.slow
@@ -65,8 +54,8 @@ def test_interrupted_and_queued_jobs_run_after_a_restart_and_urls_are_fetched(
         fetched = service.ingest_uri(f"{http_root}/street.mp4", metadata={"via": "http"})
         missing = service.ingest_uri(f"{http_root}/nope.mp4")
         for job in (cut_job, queued_job, fetched.job_id):
-            assert wait(service.catalog, job) == "ready"
-        assert wait(service.catalog, missing.job_id) == "failed"
+            assert final_status(service.catalog, job) == "ready"
+        assert final_status(service.catalog, missing.job_id) == "failed"
         assert "HTTP 404" in service.job(missing.job_id).error
         street = service.video(fetched.video_id)
         assert street.media_path.read_bytes() == videos["street.mp4"].path.read_bytes()
@@ -243,16 +232,12 @@ def test_a_url_that_sends_a_gzip_bomb_fails_its_job_saying_why(runner):
     """The fetch refuses the encoded body before decoding a byte of it (its memory:
     tests/ingest/test_fetch.py); the job fails with the reason and its folder is removed."""
     _GzipBomb.body = zlib.compress(zlib.compress(bytes(4 << 20), 9, wbits=31), 9, wbits=31)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GzipBomb)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(_GzipBomb) as base:
         r = runner(max_upload_bytes=1 << 20)
-        url = f"http://127.0.0.1:{server.server_address[1]}/bomb.mp4"
+        url = f"{base}/bomb.mp4"
         vid, job = r.catalog.add_video(url, "bomb")
         r.wake()
         until(lambda: r.catalog.get_job(job).status == "failed", "the job fails")
-    finally:
-        server.shutdown()
     error = r.catalog.get_job(job).error
     assert error.startswith(f"fetching {url}: the server sent gzip, gzip-encoded content;"), error
     assert r.rt.indexer.runs == [] and r.catalog.get_video(vid).media is None

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import http.server
-import threading
 from pathlib import Path
 
 import pytest
 
+from tests._helpers import serving
 from vifusion.config import Config
 from vifusion.ingest.sources import (
     SourceError,
@@ -150,10 +150,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(_Handler) as url:
+        yield url
 
 
 def test_download_fetches_and_enforces_limits(tmp_path, http_server):
