@@ -28,9 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--config", type=Path, help="JSON file of config values")
     sub = p.add_subparsers(dest="command", required=True)
 
-    ix = sub.add_parser(
+    def command(name: str, **kw: str) -> argparse.ArgumentParser:
+        """A subcommand (``help``, ``description``), with the options every command takes."""
+        return sub.add_parser(name, parents=[common], **kw)
+
+    ix = command(
         "index",
-        parents=[common],
         help="index video files, folders or list files",
         description="Index videos: files, folders (searched recursively) or list files (.txt / "
         ".list, one path per line). A video whose content is already indexed is skipped, so a "
@@ -42,9 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     ix.add_argument("--max-frames", type=int, help="cap on frames per video")
     ix.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    se = sub.add_parser(
+    se = command(
         "search",
-        parents=[common],
         help="search by text, image or clip",
         description="Find moments. Words search what is seen (visual), said (speech) and written "
         "on screen (screen); each result names what matched and shows the words, the query's "
@@ -71,9 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     se.add_argument("--json", action="store_true", help="print JSON, one object per result")
 
-    tr = sub.add_parser(
-        "transcript", parents=[common], help="what a video says (or shows written on screen)"
-    )
+    tr = command("transcript", help="what a video says (or shows written on screen)")
     tr.add_argument("video_id", type=int, metavar="VIDEO_ID")
     tr.add_argument(
         "--kind",
@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--vtt", action="store_true", help="print WebVTT subtitles")
 
-    sv = sub.add_parser("serve", parents=[common], help="run the HTTP service")
+    sv = command("serve", help="run the HTTP service")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument(
@@ -94,9 +94,8 @@ def _parser() -> argparse.ArgumentParser:
         help="a folder file:// uris may name (repeat for more); default: none",
     )
 
-    ck = sub.add_parser(
+    ck = command(
         "check",
-        parents=[common],
         help="do the catalog and the shards agree? any leftover files? (--repair fixes both)",
     )
     ck.add_argument(
@@ -105,9 +104,8 @@ def _parser() -> argparse.ArgumentParser:
         help="delete stray vectors, queue lost videos again, remove leftover media and temp files",
     )
 
-    ls = sub.add_parser(
+    ls = command(
         "list",
-        parents=[common],
         help="the videos: id, status, duration, frames, title, source",
         description="List the videos of the data dir, read from its catalog (a running service "
         "is not disturbed); a failed one with its reason.",
@@ -115,9 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--status", choices=JOB_STATES, help="only videos in this status")
     ls.add_argument("--json", action="store_true", help="print JSON, one object per video")
 
-    dl = sub.add_parser(
+    dl = command(
         "delete",
-        parents=[common],
         help="delete videos: vectors, catalog entry, stored media",
         description="Delete videos: through the service that serves the data dir if one runs, "
         "else in this process (refused while another process writes to the data dir). A file "
@@ -125,16 +122,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     dl.add_argument("video_ids", nargs="+", type=int, metavar="VIDEO_ID")
 
-    st = sub.add_parser(
+    st = command(
         "status",
-        parents=[common],
         help="jobs, videos by status, each shard's rows, log and last snapshot, the service",
     )
     st.add_argument("--json", action="store_true", help="print one JSON object")
 
-    pl = sub.add_parser(
+    pl = command(
         "plan",
-        parents=[common],
         help="where to run extractors and shards: placement by simulation",
         description="Measure each stage on each node type, simulate ingest for candidate placements "
         "(extractors per node, where the shards go, fusion sizes) and print the fastest, the runner-up "
@@ -154,53 +149,50 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the plan to DATA_DIR/plan.json, where the runtime reads it",
     )
-    pl.add_argument(
-        "--video-mbps",
-        type=float,
-        metavar="MBIT_S",
-        help="your videos' bitrate: an extractor off the head receives each file over its link "
-        "(default 4, config plan_video_mbps; 0 ignores the transfer)",
-    )
-    pl.add_argument(
-        "--batch",
-        type=int,
-        metavar="N",
-        help="plan for a batch of N videos: ranked by the time to index them all, the last "
-        "one included (default: a steady stream without end; config plan_batch_videos)",
-    )
-    pl.add_argument(
-        "--video-s",
-        type=float,
-        metavar="SECONDS",
-        help="your videos' length (default 600, config plan_video_s)",
-    )
-    pl.add_argument(
-        "--queries-per-s",
-        type=float,
-        metavar="Q",
-        help="text searches a second to serve while indexing: the plan leaves them their CPU "
-        "and predicts their p50 (default 0, config plan_queries_per_s)",
-    )
-    pl.add_argument(
-        "--index-rows",
-        type=int,
-        metavar="N",
-        help="rows the index holds when searched (default 1,000,000, config plan_index_rows)",
-    )
-    pl.add_argument(
-        "--query-p50-s",
-        type=float,
-        metavar="SECONDS",
-        help="the searches' p50 a placement must keep to rank first (default 0.5, config "
-        "plan_query_p50_s; 0: frames/s alone)",
-    )
+    # What the plan is for; each overrides its config key (plan_video_mbps, ...).
+    for flag, kind, metavar, help_ in (
+        (
+            "--video-mbps",
+            float,
+            "MBIT_S",
+            "your videos' bitrate: an extractor off the head receives each file over its link "
+            "(default 4, config plan_video_mbps; 0 ignores the transfer)",
+        ),
+        (
+            "--batch",
+            int,
+            "N",
+            "plan for a batch of N videos: ranked by the time to index them all, the last "
+            "one included (default: a steady stream without end; config plan_batch_videos)",
+        ),
+        ("--video-s", float, "SECONDS", "your videos' length (default 600, config plan_video_s)"),
+        (
+            "--queries-per-s",
+            float,
+            "Q",
+            "text searches a second to serve while indexing: the plan leaves them their CPU "
+            "and predicts their p50 (default 0, config plan_queries_per_s)",
+        ),
+        (
+            "--index-rows",
+            int,
+            "N",
+            "rows the index holds when searched (default 1,000,000, config plan_index_rows)",
+        ),
+        (
+            "--query-p50-s",
+            float,
+            "SECONDS",
+            "the searches' p50 a placement must keep to rank first (default 0.5, config "
+            "plan_query_p50_s; 0: frames/s alone)",
+        ),
+    ):
+        pl.add_argument(flag, type=kind, metavar=metavar, help=help_)
     pl.add_argument(
         "--recalibrate", action="store_true", help="measure the stages again (cached per node type)"
     )
     pl.add_argument("--json", action="store_true", help="print one JSON object")
-    sub.add_parser(
-        "demo", parents=[common], help="make sample videos, index them, run example queries"
-    )
+    command("demo", help="make sample videos, index them, run example queries")
     return p
 
 
@@ -307,4 +299,3 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
 
         return run_demo(cfg)
     return EXIT_USAGE
-
