@@ -20,8 +20,10 @@ frame at the middle of each second; ``vifusion.extract.decode.sample_frames``):
    excluded (see ``bench_baseline``).
 3. **Model-only bound**: ``Embedder.embed_frames`` alone on frames already decoded into
    memory (uint8, short side 224), batch 16, same threads.
-4. **Decode only**: ``vifusion.extract.decode.decode`` alone over the workload in this
-   process (probe included), its CPU seconds: what decoding costs ViFusion's extractor.
+4. **Decode only**: ``vifusion.extract.decode.open_sampled`` alone over the workload in this
+   process (probe included), its CPU seconds: what decoding costs ViFusion's extractor; and
+   the same over 1280x720 30 fps videos with a keyframe every 2 s and every 10 s (60 s each).
+   For each, decoded frames per sampled frame (frames out of the decoder).
 
 It prints the workload, a table (method, frames, seconds, frames/s), the ratios
 ViFusion / baseline and ViFusion / model-only, the cost of screen text, and last one line of JSON with every figure.
@@ -56,6 +58,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +66,15 @@ import numpy as np
 from _common import machine  # benchmarks/ is on sys.path when a script here runs
 
 from vifusion.config import Config
-from vifusion.extract.decode import decode, output_size, probe, sample_frames
-from vifusion.samples import MOTION, PHOTOS, write_video
+from vifusion.extract.decode import (
+    DecodeStats,
+    decode,
+    open_sampled,
+    output_size,
+    probe,
+    sample_frames,
+)
+from vifusion.samples import MOTION, PHOTOS, render, write_video
 
 SIZE = (640, 360)  # (width, height) of the workload videos
 FPS = 30
@@ -74,6 +84,8 @@ SHORT_SIDE = 224
 MODEL_ONLY_MIN_FRAMES = 128  # the model-only run embeds this many frames at least (cycled)
 MODEL_ONLY_MAX_FRAMES = 320  # and at most
 SCENES = [*PHOTOS, MOTION]
+HD = (1280, 720)  # the decode-only workloads' size, one 60-s video per keyframe interval
+HD_KEYFRAME_S = (2, 10)
 
 
 @dataclass(frozen=True)
@@ -296,18 +308,65 @@ def bench_model_only(cfg: Config, wl: Workload, threads: int, cache_dir: Path) -
 # --------------------------------------------------------------------------- 4. decode only
 
 
-def bench_decode_only(cfg: Config, wl: Workload) -> tuple[Result, float]:
-    """``decode`` over the workload in this process: (frames per wall second, CPU seconds)."""
+@dataclass(frozen=True)
+class Decoding:
+    workload: str
+    sampled: int
+    decoded: int  # frames out of the decoder
+    cpu_s: float
+    seconds: float
+
+
+def decode_only(name: str, videos: list[Path], cfg: Config) -> Decoding:
+    """``open_sampled`` over ``videos`` in this process, probe included."""
+    stats, sampled = DecodeStats(), 0
     t0, cpu = time.perf_counter(), time.process_time()
-    frames = sum(
-        len(batch)
-        for path in wl.videos
-        for batch, _ in decode(path, cfg.sample_fps, cfg.max_frames, SHORT_SIDE, BATCH)
-    )
+    for path in videos:
+        _, _, batches = open_sampled(
+            path, cfg.sample_fps, cfg.max_frames, SHORT_SIDE, BATCH, stats=stats
+        )
+        sampled += sum(len(frames) for frames, _ in batches)
     cpu_s, seconds = time.process_time() - cpu, time.perf_counter() - t0
-    if frames != wl.frames:
-        raise SystemExit(f"decode gave {frames} frames, the sampling policy {wl.frames}")
-    return Result("decode only", frames, seconds), cpu_s
+    return Decoding(name, sampled, stats.decoded, cpu_s, seconds)
+
+
+def _ensure_hd(cache: Path, keyframe_s: int) -> Path:
+    """A 60-s 1280x720 30 fps H.264 video of the scenes with a keyframe every ``keyframe_s``
+    (exactly: no scene-cut keyframes), written once."""
+    import av
+
+    path = cache / f"{HD[0]}x{HD[1]}-{FPS}fps" / f"keyframes-{keyframe_s}s-60s.mp4"
+    if path.exists():
+        return path
+    print(f"writing {path} (once; reused by later runs)", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part, gop = path.with_name(path.stem + ".part.mp4"), keyframe_s * FPS
+    with av.open(str(part), "w", options={"movflags": "faststart"}) as c:
+        stream = c.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = *HD, "yuv420p"
+        stream.options = {
+            "preset": "veryfast",
+            "crf": "20",
+            "x264-params": f"mbtree=0:keyint={gop}:min-keyint={gop}:scenecut=0",
+        }
+        for i, rgb in enumerate(render(SCENES, 60.0 / len(SCENES), FPS, HD)):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, FPS)
+            c.mux(stream.encode(frame))
+        c.mux(stream.encode(None))
+    part.replace(path)
+    return path
+
+
+def bench_decode_only(cfg: Config, wl: Workload, cache: Path) -> list[Decoding]:
+    """Decoding alone: the workload, then one 720p video per keyframe interval."""
+    main = decode_only(f"{SIZE[0]}x{SIZE[1]}, workload", wl.videos, cfg)
+    if main.sampled != wl.frames:
+        raise SystemExit(f"decode gave {main.sampled} frames, the sampling policy {wl.frames}")
+    return [main] + [
+        decode_only(f"{HD[0]}x{HD[1]}, keyframe {k} s", [_ensure_hd(cache, k)], cfg)
+        for k in HD_KEYFRAME_S
+    ]
 
 
 # --------------------------------------------------------------------------- report
@@ -361,7 +420,10 @@ def main() -> None:
 
     # Model-only first, before Ray starts: the bound is measured with nothing else running.
     model_only = bench_model_only(cfg, wl, threads, models)
-    decode_only, decode_cpu_s = bench_decode_only(cfg, wl)
+    decodings = bench_decode_only(cfg, wl, args.cache)
+    main_decoding = decodings[0]
+    decode_only = Result("decode only", main_decoding.sampled, main_decoding.seconds)
+    decode_cpu_s = main_decoding.cpu_s
     ray.init(
         num_cpus=os.cpu_count(),
         include_dashboard=False,
@@ -380,9 +442,12 @@ def main() -> None:
         ray.shutdown()
 
     print_table([vifusion, no_text, baseline, model_only, decode_only])
-    print(
-        f"decode only: {decode_cpu_s:.2f} CPU s, {decode_cpu_s / wl.frames * 1000:.1f} ms a frame"
-    )
+    for d in decodings:
+        print(
+            f"decode only, {d.workload}: {d.cpu_s:.2f} CPU s, "
+            f"{d.cpu_s / d.sampled * 1000:.1f} ms a sampled frame, "
+            f"{d.decoded / d.sampled:.2f} decoded frames per sampled frame"
+        )
     speedup = vifusion.fps / baseline.fps
     fraction = vifusion.fps / model_only.fps
     print(f"ViFusion / baseline:   {speedup:.2f}x  (aim >= 1.5x)")
@@ -408,6 +473,15 @@ def main() -> None:
                 "model_only_frames": model_only.frames,
                 "decode_only_fps": round(decode_only.fps, 2),
                 "decode_only_cpu_s": round(decode_cpu_s, 3),
+                "decoding": [
+                    {
+                        "workload": d.workload,
+                        "sampled": d.sampled,
+                        "decoded_per_sampled": round(d.decoded / d.sampled, 2),
+                        "cpu_s": round(d.cpu_s, 3),
+                    }
+                    for d in decodings
+                ],
                 "threads": threads,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "machine": machine(),
