@@ -149,14 +149,10 @@ def cmd_check(cfg: Config, fix: bool) -> int:
 
 def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:
     """Print the videos of the data dir, from its catalog (read-only: no Ray, a service may run)."""
-    from vifusion.catalog import NoCatalog, open_catalog
+    from vifusion.catalog import open_catalog
     from vifusion.cli.admin import all_videos, video_row
 
-    try:
-        catalog = open_catalog(cfg, read_only=True)
-    except NoCatalog as e:
-        print(f"vifusion list: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    catalog = open_catalog(cfg, read_only=True)  # NoCatalog: said by main
     try:
         rows = [video_row(v) for v in all_videos(catalog, status)]
     finally:
@@ -258,15 +254,11 @@ def _delete_through(
 def cmd_status(cfg: Config, as_json: bool) -> int:
     """Print what the data dir holds and does: the service serving it, videos by status,
     jobs (running, failed of late), each shard's rows, log and last snapshot. Reads only, no Ray."""
-    from vifusion.catalog import NoCatalog, open_catalog
+    from vifusion.catalog import open_catalog
     from vifusion.cli.admin import job_summary, shard_states
     from vifusion.cluster.running import running_url
 
-    try:
-        catalog = open_catalog(cfg, read_only=True)
-    except NoCatalog as e:
-        print(f"vifusion status: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    catalog = open_catalog(cfg, read_only=True)  # NoCatalog: said by main
     try:
         videos, jobs = catalog.counts(), job_summary(catalog)
         titles = {

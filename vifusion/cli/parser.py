@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vifusion.catalog import JOB_STATES, CatalogUnreachable
+from vifusion.catalog import JOB_STATES, CatalogUnreachable, NoCatalog
 from vifusion.cli.commands import EXIT_USAGE
 from vifusion.config import Config
 from vifusion.query.ranking import ALIASES, MODALITIES
@@ -222,9 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return _dispatch(args, cfg)
-    except (
-        CatalogUnreachable
-    ) as e:  # a cluster's PostgreSQL down or misnamed: one line, no traceback
+    except (CatalogUnreachable, NoCatalog) as e:
+        # a cluster's PostgreSQL down or misnamed, or no catalog where one is read: one line,
+        # no traceback
         print(f"vifusion {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
 
