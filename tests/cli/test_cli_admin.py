@@ -8,24 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vifusion.cli import parser as cli
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests._helpers import run_cli
 
 
 def listed(data: Path, capsys, *args: str) -> list[dict]:
-    code, out, err = run(capsys, "list", "--data-dir", str(data), "--json", *args)
+    code, out, err = run_cli(capsys, "list", "--data-dir", str(data), "--json", *args)
     assert code == 0, err
     return [json.loads(line) for line in out.splitlines()]
 
 
 def status(data: Path, capsys) -> dict:
-    code, out, err = run(capsys, "status", "--data-dir", str(data), "--json")
+    code, out, err = run_cli(capsys, "status", "--data-dir", str(data), "--json")
     assert code == 0, err
     return json.loads(out)
 
@@ -41,7 +34,7 @@ def test_list_shows_each_video_with_its_status_and_a_failed_ones_reason(indexed_
     failed = listed(data, capsys, "--status", "failed")
     assert {Path(r["source"]).name for r in failed} >= {"notes.mp4", "empty.mp4"}
     assert all(r["status"] == "failed" and r["error"] for r in failed)
-    code, out, _ = run(capsys, "list", "--data-dir", str(data))
+    code, out, _ = run_cli(capsys, "list", "--data-dir", str(data))
     assert code == 0 and "kitchen" in out and "ready" in out
     assert any("notes.mp4" in line for line in out.splitlines())
 
@@ -59,7 +52,7 @@ def test_status_counts_videos_and_jobs_and_each_shards_rows(indexed_copy, capsys
     assert sum(sh["rows"]["semantic"] for sh in s["shards"]) == visual
     assert sum(sh["videos"] for sh in s["shards"]) == len(videos)
     assert all(sh["log_bytes"] > 0 or sh["snapshot_at"] for sh in s["shards"] if sh["videos"])
-    code, out, _ = run(capsys, "status", "--data-dir", str(data))
+    code, out, _ = run_cli(capsys, "status", "--data-dir", str(data))
     assert (
         code == 0 and "none running" in out and f"{len(videos)} ready" in out and "shard 0:" in out
     )
@@ -69,7 +62,7 @@ def test_delete_removes_a_video_everywhere_and_names_an_unknown_one(indexed_copy
     data, videos = indexed_copy
     ids = {Path(r["source"]).name: r["video_id"] for r in listed(data, capsys, "--status", "ready")}
     shards_before = status(data, capsys)["shards"]
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys, "delete", "--data-dir", str(data), str(ids["kitchen.mp4"]), "99999"
     )
     assert code == 1
@@ -77,7 +70,7 @@ def test_delete_removes_a_video_everywhere_and_names_an_unknown_one(indexed_copy
     assert ids["kitchen.mp4"] not in {r["video_id"] for r in listed(data, capsys)}
     shards = status(data, capsys)["shards"]
     assert sum(sh["videos"] for sh in shards) == sum(sh["videos"] for sh in shards_before) - 1
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys,
         "search",
         "--data-dir",
@@ -91,7 +84,7 @@ def test_delete_removes_a_video_everywhere_and_names_an_unknown_one(indexed_copy
     )
     assert code == 0, err
     assert ids["kitchen.mp4"] not in {json.loads(line)["video_id"] for line in out.splitlines()}
-    code, out, err = run(capsys, "check", "--data-dir", str(data))
+    code, out, err = run_cli(capsys, "check", "--data-dir", str(data))
     assert code == 0 and out.startswith("consistent"), out + err
     assert videos["kitchen.mp4"].path.is_file()  # indexed in place: the user's file stays
 
@@ -112,7 +105,9 @@ def test_delete_while_another_process_writes_exits_2_and_deletes_nothing(indexed
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = listed(data, capsys)
-        code, out, err = run(capsys, "delete", "--data-dir", str(data), str(before[0]["video_id"]))
+        code, out, err = run_cli(
+            capsys, "delete", "--data-dir", str(data), str(before[0]["video_id"])
+        )
         assert code == 2 and not out
         assert err.startswith("vifusion delete: another vifusion process is writing to"), err
         assert listed(data, capsys) == before
@@ -123,6 +118,6 @@ def test_delete_while_another_process_writes_exits_2_and_deletes_nothing(indexed
 
 def test_list_status_and_delete_of_a_folder_that_is_no_data_dir(tmp_path, capsys):
     for argv in (["list"], ["status"], ["delete", "1"]):
-        code, _, err = run(capsys, *argv, "--data-dir", str(tmp_path))
+        code, _, err = run_cli(capsys, *argv, "--data-dir", str(tmp_path))
         assert code == 2 and "no catalog in" in err, (argv, err)
     assert not (tmp_path / "catalog.db").exists()

@@ -11,7 +11,7 @@ import pytest
 import ray
 import torch
 
-from vifusion.cli import parser as cli
+from tests._helpers import run_cli
 from vifusion.config import Config
 from vifusion.extract.text import TextEncoder
 from vifusion.query.ranking import bracketed
@@ -43,22 +43,15 @@ def data(ray_session, tmp_path_factory):
     return data
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_search_prints_what_matched_and_the_words(data, capsys):
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "search", "--data-dir", str(data), "--in", "speech,screen", "billing migration"
     )
     assert code == 0, out
     head, first, words = out.splitlines()[:3]
     assert "matched" in head and "0:04.0-0:09.0" in first and "speech" in first
     assert words.strip() == "Next we discuss the [migration] of the [billing] service."
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "search", "--data-dir", str(data), "--json", "--in", "screen", "Porto engineers"
     )
     top = json.loads(out.splitlines()[0])
@@ -70,7 +63,7 @@ def test_search_prints_what_matched_and_the_words(data, capsys):
 
 
 def test_search_in_screen_does_not_find_what_was_only_said(data, capsys):
-    code, out, _ = run(
+    code, out, _ = run_cli(
         capsys, "search", "--data-dir", str(data), "--json", "--in", "screen", "billing migration"
     )
     assert code == 0
@@ -79,18 +72,20 @@ def test_search_in_screen_does_not_find_what_was_only_said(data, capsys):
 
 @pytest.mark.parametrize("modalities", ["smell", "", "speech,,smell"])
 def test_unknown_modalities_are_a_usage_error(data, capsys, modalities):
-    code, _, err = run(capsys, "search", "--data-dir", str(data), "--in", modalities, "billing")
+    code, _, err = run_cli(capsys, "search", "--data-dir", str(data), "--in", modalities, "billing")
     assert code == 2 and "--in" in err
 
 
 def test_transcript_as_text_and_as_webvtt(data, capsys):
-    code, out, _ = run(capsys, "transcript", "--data-dir", str(data), "1")
+    code, out, _ = run_cli(capsys, "transcript", "--data-dir", str(data), "1")
     assert code == 0
     assert [line.split(None, 2) for line in out.splitlines()] == [
         ["0:00.0-0:04.0", "speech", SAID[0][2]],
         ["0:04.0-0:09.0", "speech", SAID[1][2]],
     ]
-    code, out, _ = run(capsys, "transcript", "--data-dir", str(data), "1", "--kind", "all", "--vtt")
+    code, out, _ = run_cli(
+        capsys, "transcript", "--data-dir", str(data), "1", "--kind", "all", "--vtt"
+    )
     assert code == 0
     assert out == (
         "WEBVTT\n\nspeech-0\n00:00:00.000 --> 00:00:04.000\n" + SAID[0][2] + "\n\n"
@@ -100,7 +95,7 @@ def test_transcript_as_text_and_as_webvtt(data, capsys):
 
 
 def test_transcript_of_an_unknown_video_or_data_dir(data, capsys, tmp_path):
-    code, _, err = run(capsys, "transcript", "--data-dir", str(data), "7")
+    code, _, err = run_cli(capsys, "transcript", "--data-dir", str(data), "7")
     assert code == 1 and "no video 7" in err
-    code, _, err = run(capsys, "transcript", "--data-dir", str(tmp_path / "nowhere"), "1")
+    code, _, err = run_cli(capsys, "transcript", "--data-dir", str(tmp_path / "nowhere"), "1")
     assert code == 2 and "no catalog" in err

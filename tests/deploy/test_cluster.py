@@ -22,6 +22,7 @@ import pytest
 
 from deploy import tls
 from deploy.netbed import DASHBOARD_PORT, NetBed, available
+from tests._helpers import json_from_bed
 from vifusion.runtime import RAY_TUNED
 from vifusion.samples import write_demo_set
 
@@ -141,9 +142,7 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, certs, addre
     listing = tmp_path / "batch.txt"
     listing.write_text("videos/kitchen.mp4\n")
     ray_cli = str(Path(sys.executable).with_name("ray"))
-    entry = (
-        f"{sys.executable} -m vifusion.cli index --address auto --data-dir {data} {listing}"
-    )
+    entry = f"{sys.executable} -m vifusion.cli index --address auto --data-dir {data} {listing}"
     job = bed.exec(
         0,
         [
@@ -201,20 +200,15 @@ def test_three_nodes_index_by_job_and_api_and_find_every_video(bed, certs, addre
             "upload": [str(videos[n].path) for n in ("launch.mp4", "street.mp4")],
             "queries": ["a cat", "a rocket", "a motorcycle"],
         }
-        client = bed.exec(
-            0,
+        got = json_from_bed(
+            bed,
             [
                 *(sys.executable, "-c", CLIENT, f"https://{head}:{PORT}", key),
                 *(json.dumps(spec), address, str(certs[0] / "ca.crt")),
             ],
+            timeout=900,
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
-        got_out, got_err = client.communicate(timeout=900)
-        assert client.returncode == 0, got_err[-3000:]
-        got = json.loads(got_out.strip().splitlines()[-1])
     finally:
         server.terminate()
         server.wait(timeout=60)

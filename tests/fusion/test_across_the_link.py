@@ -4,14 +4,13 @@ they are missing)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from deploy.netbed import NetBed, available
+from tests._helpers import json_from_bed
 from vifusion.runtime import RAY_TUNED
 
 pytestmark = pytest.mark.netbed
@@ -76,16 +75,7 @@ def test_every_feature_crosses_the_shaped_link_exactly_once(tmp_path):
     with NetBed(hosts=2, rate="20mbit", delay_ms=5) as bed:
         address = bed.start_ray(num_cpus=1, env=RAY_TUNED)
         rx = bed.rx_bytes(1)
-        proc = bed.exec(
-            0,
-            [sys.executable, str(driver), address, str(ROOT)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err[-2000:]
-        got = json.loads(out.strip().splitlines()[-1])
+        got = json_from_bed(bed, [sys.executable, str(driver), address, str(ROOT)], timeout=180)
         crossed = bed.rx_bytes(1) - rx
     assert got["acked"] == {str(v): 120 for v in range(1, 6)}
     assert got["by_socket"] == {"1": True, "2": True, "3": True, "4": True, "5": False}
