@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from vifusion.config import Config
+from vifusion.datadir import SAMPLES
 from vifusion.samples import SampleVideo, frame_at, write_clip, write_demo_set
 from vifusion.types import Segment
 
@@ -86,7 +87,7 @@ def run_demo(cfg: Config) -> int:
     from vifusion.cli.commands import cmd_index
     from vifusion.runtime import Runtime
 
-    work = cfg.data_dir / "samples"
+    work = cfg.data_dir / SAMPLES
     work.mkdir(parents=True, exist_ok=True)
     print(f"writing sample videos to {work} ...")
     videos = {v.name: v for v in write_demo_set(work)}

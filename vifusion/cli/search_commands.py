@@ -10,6 +10,7 @@ from pathlib import Path
 from vifusion._files import StorageError
 from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _clock
 from vifusion.config import Config
+from vifusion.datadir import MODELS
 from vifusion.query.ranking import MODALITIES, Moment, bracketed, snippet_fields
 
 
@@ -203,7 +204,7 @@ def _text_embedder(cfg: Config):
     existed, or not writable), the torch model, which leaves the export for the next search."""
     from vifusion.extract._text_onnx import TextEmbedder, onnx_path
 
-    path = onnx_path(cfg.data_dir / "models")
+    path = onnx_path(cfg.data_dir / MODELS)
     if path.is_file():
         return TextEmbedder(path, cfg.query_threads)
     return _embedder(cfg)
@@ -220,7 +221,7 @@ def _embedder(cfg: Config):
 
     torch.set_num_threads(cfg.query_threads)
     with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
-        return Embedder(cfg.conse_top_k, cache_dir=cfg.data_dir / "models")
+        return Embedder(cfg.conse_top_k, cache_dir=cfg.data_dir / MODELS)
 
 
 def _result(m: Moment, video) -> dict:

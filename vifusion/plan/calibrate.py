@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from vifusion.config import Config
+from vifusion.datadir import CALIBRATION, MODELS
 from vifusion.plan._query_costs import query_cs, shard_search_costs
 from vifusion.plan.hardware import Cluster, Node
 from vifusion.plan.terms import StageCosts
@@ -102,7 +103,7 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         decode_cs = decode_cs_at(small, dense, cfg.plan_video_mbps, cfg.sample_fps)
 
         with contextlib.redirect_stdout(io.StringIO()):
-            embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+            embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / MODELS)
         gpu = embedder.device.type == "cuda"
         embedder.embed_frames(decoded[0][0])  # warm up
         rows, t, w = [], time.process_time(), time.perf_counter()
@@ -269,7 +270,7 @@ def embed_cs(
 
     torch.set_num_threads(cfg.torch_threads or max(1, cfg.threads // parties))  # as the actor
     with contextlib.redirect_stdout(io.StringIO()):
-        embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+        embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / MODELS)
     shape = (cfg.embed_batch, EMBED_SIDE, EMBED_SIDE, 3)
     frames = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     embedder.embed_frames(frames)  # warm up
@@ -314,7 +315,7 @@ def calibrate(
     """Costs per node type: cached, or measured (on a live node of the type where there is
     one, else here)."""
     out: dict[str, StageCosts] = {}
-    cache = cfg.data_dir / "plan"
+    cache = cfg.data_dir / CALIBRATION
     here: StageCosts | None = None
     for t in cluster.types:
         path = cache / f"calibration-{t.name}-{_key(cfg)}.json"
