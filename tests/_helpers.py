@@ -68,6 +68,13 @@ def refusal(build: Callable[..., object], **args) -> str:
     return str(err.value)
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler that keeps its log of requests out of the test's output."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+
 @contextmanager
 def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 answering with ``handler``, each request in a thread of

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.server
 import json
 import subprocess
 import sys
@@ -14,14 +13,14 @@ import zlib
 
 import pytest
 
-from tests._helpers import serving
+from tests._helpers import QuietHandler, serving
 from vifusion.config import Config
 from vifusion.ingest.sources import SourceError, download, new_media_path
 
 HEAD = b"\x00\x00\x00\x18ftypmp42"
 
 
-class _Slow(http.server.BaseHTTPRequestHandler):
+class _Slow(QuietHandler):
     """Promises 100 kB, then: ``/trickle`` one byte every 0.1 s, ``/steady`` 2,000 bytes/s,
     ``/silent`` nothing. Each gives up after 8 s, so a fetch that does not stop fails too."""
 
@@ -41,9 +40,6 @@ class _Slow(http.server.BaseHTTPRequestHandler):
                     self.wfile.flush()
         except OSError:  # the client hung up: what a deadline does
             pass
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
@@ -95,7 +91,7 @@ def _gzip_bomb() -> bytes:
     return gzip.compress(layer, 9)
 
 
-class _Encoded(http.server.BaseHTTPRequestHandler):
+class _Encoded(QuietHandler):
     """``/bomb``: the bomb as ``Content-Encoding: gzip, gzip``; ``/plain``: a small file as
     it is. Each request's Accept-Encoding is kept in ``asked``."""
 
@@ -112,9 +108,6 @@ class _Encoded(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture(scope="module")

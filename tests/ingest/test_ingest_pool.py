@@ -5,13 +5,12 @@ failed instead of taken for ever."""
 
 from __future__ import annotations
 
-import http.server
 import time
 
 import pytest
 import ray
 
-from tests._helpers import final_status, serving
+from tests._helpers import QuietHandler, final_status, serving
 from vifusion.cli.check import find_drift
 from vifusion.cluster.actors import actor_name
 from vifusion.config import Config
@@ -138,7 +137,7 @@ def test_a_pool_whose_job_was_taken_over_leaves_it_to_the_new_holder(ray_session
         other.close()
 
 
-class _Endless(http.server.BaseHTTPRequestHandler):
+class _Endless(QuietHandler):
     """A download that never ends: a byte every 0.1 s (the fetch stays in its first stage)."""
 
     def do_GET(self):  # noqa: N802
@@ -152,9 +151,6 @@ class _Endless(http.server.BaseHTTPRequestHandler):
                 time.sleep(0.1)
         except OSError:  # the pool died: its connection with it
             pass
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-from tests._helpers import final_status, serving
+from tests._helpers import QuietHandler, final_status, serving
 from vifusion.catalog import Catalog, open_catalog
 from vifusion.catalog._sqlite import SqliteCatalog
 from vifusion.config import Config
@@ -210,7 +210,7 @@ def test_a_job_whose_workers_died_three_times_is_failed_not_run(runner, tmp_path
     assert (r.stats.jobs_ready, r.stats.jobs_failed) == (1, 1)
 
 
-class _GzipBomb(http.server.BaseHTTPRequestHandler):
+class _GzipBomb(QuietHandler):
     """``body``: 4 MiB of zeros gzipped twice (about 100 bytes), sent as
     ``Content-Encoding: gzip, gzip``."""
 
@@ -223,9 +223,6 @@ class _GzipBomb(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
         self.wfile.write(self.body)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_a_url_that_sends_a_gzip_bomb_fails_its_job_saying_why(runner):

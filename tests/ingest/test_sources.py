@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import http.server
 from pathlib import Path
 
 import pytest
 
-from tests._helpers import serving
+from tests._helpers import QuietHandler, serving
 from vifusion.config import Config
 from vifusion.ingest.sources import (
     SourceError,
@@ -127,7 +126,7 @@ def test_public_address_literal_passes_and_private_passes_when_allowed():
     check_url("http://127.0.0.1:1/x", allow_private=True)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     body = b"\x00\x00\x00\x18ftypmp42" + bytes(1000)
 
     def do_GET(self):  # noqa: N802
@@ -143,9 +142,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
         self.wfile.write(self.body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
