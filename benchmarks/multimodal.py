@@ -34,7 +34,6 @@ Run (from the repository root):
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -45,14 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, run_benchmark  # noqa: E402
+from _common import arguments, machine, run_benchmark, talks_missing  # noqa: E402
 
-from vifusion import _talks  # noqa: E402
 from vifusion.config import Config  # noqa: E402
 from vifusion.extract.audio import read_audio  # noqa: E402
 from vifusion.extract.screentext import ScreenReader  # noqa: E402
 from vifusion.extract.speech import Transcriber  # noqa: E402
 from vifusion.query.ranking import BLENDS  # noqa: E402
+from vifusion.samples import talks as _talks  # noqa: E402
 
 SAID = [
     (0.3, "Welcome back. Today we look at how the cache behaves under load."),
@@ -399,23 +398,14 @@ def _measure(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="2 repeats instead of 5, 2 talks instead of 10"
-    )
+    ap = arguments(__doc__, quick="2 repeats instead of 5, 2 talks instead of 10")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--talks", type=int, default=None, help=f"talks in the corpus (1-{len(TALKS)})")
     args = ap.parse_args()
     repeats = args.repeats or (2 if args.quick else 5)
     talks = args.talks or (2 if args.quick else len(TALKS))
-    if not 1 <= talks <= len(TALKS):
-        print(f"multimodal: --talks must be between 1 and {len(TALKS)}", file=sys.stderr)
-        return 2
-    if not _talks.have_espeak():
-        print(
-            "multimodal: espeak-ng is not installed (Debian: apt-get install espeak-ng)",
-            file=sys.stderr,
-        )
+    if (why := talks_missing(talks, len(TALKS))) is not None:
+        print(f"multimodal: {why}", file=sys.stderr)
         return 2
     cfg = Config(speech_threads=1, ocr_threads=1)
 
