@@ -24,6 +24,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from vifusion import datadir
 from vifusion._files import storage_reason
 from vifusion.cluster.placement import extractor_options, extractors_a_node, planned_extractors
 from vifusion.config import Config
@@ -55,7 +56,7 @@ class Extractor:
         self.aggregator = aggregators[ray.get_runtime_context().get_node_id()]
         self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
         with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
-            self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / "models")
+            self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / datadir.MODELS)
         self.decode_threads = decode_threads(
             cfg, self.sharing, gpu=self.embedder.device.type == "cuda"
         )
