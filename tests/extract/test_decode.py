@@ -12,10 +12,10 @@ from PIL import Image
 
 from tests.media import huge_frame, tiny_frames, zero_timescale
 from vifusion import samples
+from vifusion.extract._container import probe_file
 from vifusion.extract.decode import (
     DecodeError,
     VideoInfo,
-    _probe,
     decode,
     open_sampled,
     open_sampled_with_text,
@@ -55,7 +55,7 @@ def _resize(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def test_probe(kitchen: samples.SampleVideo) -> None:
     info = probe(kitchen.path)
     assert info == VideoInfo(duration_s=12.0, fps=24.0, width=320, height=240, num_frames=288)
-    assert _probe(kitchen.path).container == "mov"
+    assert probe_file(kitchen.path).container == "mov"
 
 
 def test_probe_other_rate_and_size(tmp_path: Path) -> None:
@@ -286,7 +286,7 @@ def test_a_gif_is_decoded(tmp_path: Path) -> None:
 
     gif = tmp_path / "anim.gif"
     shutil.copy(Path(data_init).parent / "no_time_for_that_tiny.gif", gif)
-    p = _probe(gif)
+    p = probe_file(gif)
     assert p.info.num_frames == 24 and p.info.fps == pytest.approx(100 / 7)
     frames, times = _all(gif, sample_fps=5.0, max_frames=3600)
     assert len(frames) == len(times) == len(sample_frames(p.info, 5.0, 3600)) == 9

@@ -13,212 +13,54 @@ its header promises is rejected, and the packets' keyframes and timestamps plan 
 Frames leave the decoder at the size asked for, scaled and converted to RGB by libswscale
 (one scaler per size, kept for the video), on ``threads`` codec threads.
 
-Untrusted bytes meet one demuxer, chosen once: the probe accepts only containers that hold
-their own media (``_CONTAINERS``), with FFmpeg reading nothing but files, and decoding opens
-the container the probe found rather than guessing again. A playlist (HLS, DASH), an ffconcat
-list or an image2 pattern would make FFmpeg read what it names: another file, another of this
-process's descriptors, and index it as this video (issue 51: an HLS playlist followed by an
-MPEG-TS stream passed for a video, and decord's FFmpeg 4.1 read the playlist). Why:
-docs/benchmarks.md, "Design notes moved from docstrings".
-"""
+Opening and probing a file: ``_container.py`` (its names are re-exported here)."""
 
 from __future__ import annotations
 
 import io
 import math
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 
-from vifusion._files import NotRegularFile, fd_path, open_regular
+from vifusion._files import fd_path
 from vifusion.extract import _schedule
+from vifusion.extract._container import (
+    MAX_FRAME_PIXELS,
+    DecodeError,
+    Probe,
+    VideoInfo,
+    av_reason,
+    fail,
+    open_container,
+    open_video,
+    probe,
+    probe_file,
+    too_big,
+)
 from vifusion.extract._schedule import Stats as DecodeStats
 
-MAX_FRAME_PIXELS = 8192 * 8192  # 8K video fits; a header declaring more is refused, not decoded
+__all__ = [
+    "MAX_FRAME_PIXELS",
+    "DecodeError",
+    "DecodeStats",
+    "VideoInfo",
+    "decode",
+    "open_container",
+    "open_sampled",
+    "open_sampled_with_text",
+    "open_video",
+    "output_size",
+    "probe",
+    "sample_frames",
+]
+
 # Share of the sampled frames that may be missing (a corrupt packet; one at least), each shown
 # by the frame before it, before decoding fails instead: a glitch is fine for search, half a
 # video of duplicates is not.
 _FAULT_TOL = 0.05
-# Below one frame per 100 s the rate comes from a broken header (an mp4 time scale of 0 reads
-# as 1/4096 fps: 8 frames spread over 9 hours), not from a camera.
-_MIN_FPS = 0.01
-# The containers decoded (FFmpeg's demuxer names): each holds its own media and opens no other
-# file or URL (mov's external data references stay off, FFmpeg's default). Anything else is
-# refused before its header is read.
-_CONTAINERS = (
-    "mov",  # mp4, mov, m4v, 3gp
-    "matroska",  # mkv, webm
-    "mpegts",
-    "avi",
-    "flv",
-    "ogg",
-    "mpeg",  # program stream, vob
-    "mpegvideo",
-    "asf",  # wmv
-    "gif",
-    "h264",
-    "hevc",
-    "m4v",
-    "ivf",
-    "nut",
-    "mxf",
-    "dv",
-    "rm",
-)
-# Still images are opened too, to be refused by name: an image pipe reads its own bytes only
-# (unlike image2, which reads the files a name pattern matches).
-_STILL_IMAGES = tuple(sorted(f for f in av.formats_available if f.endswith("_pipe")))
-_OPEN_OPTIONS = {
-    "format_whitelist": ",".join(_CONTAINERS + _STILL_IMAGES),
-    "protocol_whitelist": "file",  # the descriptor's /proc path; no network, no data: URLs
-}
-
-
-class DecodeError(Exception):
-    """A file that cannot be decoded as video; the message names the file and says why."""
-
-
-@dataclass(frozen=True)
-class VideoInfo:
-    """What probe found: display size in square pixels (rotation metadata is ignored);
-    ``duration_s`` is ``num_frames / fps``."""
-
-    duration_s: float
-    fps: float
-    width: int
-    height: int
-    num_frames: int
-
-
-@dataclass(frozen=True)
-class _Probe:
-    info: VideoInfo
-    container: str  # the demuxer decoding opens: the one the probe found
-    stream: int  # the video stream's index
-    index: _schedule.StreamIndex
-
-
-def _fail(path: Path, why: str) -> DecodeError:
-    return DecodeError(f"{path.name}: {why}")
-
-
-def _av_reason(e: Exception) -> str:
-    return getattr(e, "strerror", None) or str(e) or type(e).__name__
-
-
-def _open(path: Path, follow_symlinks: bool = True) -> io.FileIO:
-    """The file, opened once (``open_regular``); FFmpeg is never handed anything but a
-    non-empty regular file. Closed when garbage, so a lazy decoder never started leaks nothing."""
-    try:
-        fd = open_regular(path, follow_symlinks=follow_symlinks)
-    except FileNotFoundError:
-        raise _fail(path, "no such file") from None
-    except NotRegularFile as e:
-        raise _fail(path, e.strerror) from None
-    except OSError as e:
-        raise _fail(path, f"cannot open: {e.strerror}") from None
-    file = io.FileIO(fd, "rb")
-    if os.fstat(fd).st_size == 0:
-        file.close()
-        raise _fail(path, "empty file")
-    return file
-
-
-def open_container(
-    path: Path, src: str, container: str | None = None
-) -> av.container.InputContainer:
-    """``src`` (the file ``path`` names, for errors) opened with PyAV as ``container`` (None:
-    the one FFmpeg finds, if it is one of ``_CONTAINERS``), reading that file only;
-    DecodeError otherwise. Whatever opens an untrusted file with PyAV opens it here."""
-    try:
-        return av.open(src, format=container, options=_OPEN_OPTIONS)
-    except av.error.ArgumentError:  # FFmpeg's answer to a container off the list
-        raise _fail(
-            path,
-            "not a video (a container not decoded here: a playlist or list that refers to "
-            "other files, or another format that is not video)",
-        ) from None
-    except av.error.EOFError as e:
-        raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
-    except av.error.InvalidDataError as e:
-        raise _fail(path, f"not a video or corrupt: {_av_reason(e)}") from None
-    except (av.error.FFmpegError, OSError) as e:
-        raise _fail(path, f"cannot open: {_av_reason(e)}") from None
-
-
-def _video_stream(container: av.container.InputContainer) -> av.VideoStream | None:
-    for s in container.streams.video:
-        if not s.disposition & av.stream.Disposition.attached_pic:
-            return s
-    return None
-
-
-def _scan(path: Path, src: str) -> _Probe:
-    """Open ``src`` (the file ``path`` names) with PyAV, check there is a real video stream
-    in an allowed container, index its packets."""
-    with open_container(path, src) as container:
-        stream = _video_stream(container)
-        if stream is None:
-            raise _fail(path, "not a video (no video stream)")
-        fmt = container.format.name
-        if fmt.endswith("_pipe"):
-            raise _fail(path, f"not a video (a still image, {fmt})")
-        rate = stream.average_rate or stream.guessed_rate or stream.base_rate
-        fps = float(rate) if rate else 0.0
-        if not math.isfinite(fps) or fps < _MIN_FPS:
-            raise _fail(path, f"not a video (frame rate {fps:.3g}/s; a broken header?)")
-        width, height = stream.codec_context.width, stream.codec_context.height
-        if width <= 0 or height <= 0:
-            raise _fail(path, f"not a video (frame size {width}x{height})")
-        if width * height > MAX_FRAME_PIXELS:  # each decoded frame would take gigabytes
-            raise _fail(path, _too_big(width, height))
-        sar = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
-        if sar and sar > 0 and sar != 1:
-            width = max(1, round(width * Fraction(sar)))
-        declared, stream_index = stream.frames, stream.index
-        demuxer = fmt.split(",")[0]  # "mov,mp4,m4a,3gp,3g2,mj2": FFmpeg finds it as "mov"
-        packets = _schedule.IndexBuilder(demuxer, stream.time_base)
-        try:
-            # Demux only (no decode): reads the file once, costs little next to decoding it.
-            for packet in container.demux(stream):
-                if packet.size:
-                    packets.add(packet)
-        except av.error.FFmpegError as e:
-            raise _fail(
-                path, f"truncated or corrupt: {_av_reason(e)} after {len(packets)} frames"
-            ) from None
-    n = len(packets)
-    if n == 0:
-        raise _fail(path, "not a video (no frames)")
-    if declared and n < declared:
-        raise _fail(path, f"truncated or corrupt: header lists {declared} frames, file holds {n}")
-    info = VideoInfo(duration_s=n / fps, fps=fps, width=width, height=height, num_frames=n)
-    return _Probe(info, demuxer, stream_index, packets.build())
-
-
-def _too_big(width: int, height: int) -> str:
-    return f"frame size {width}x{height} is over the limit of {MAX_FRAME_PIXELS} pixels (8192x8192)"
-
-
-def _probe(path: Path, file: io.FileIO | None = None) -> _Probe:
-    """Probe ``file`` (opened from ``path`` here when not given)."""
-    path = Path(path)
-    if file is None:
-        with _open(path) as file:
-            return _probe(path, file)
-    return _scan(path, fd_path(file.fileno()))
-
-
-def probe(path: Path) -> VideoInfo:
-    """Duration, frame rate, display size and frame count of a video file. Reads the whole
-    file once (packets, no decoding); DecodeError if it is missing, empty, not a video,
-    truncated or corrupt."""
-    return _probe(Path(path)).info
 
 
 def sample_frames(
@@ -264,12 +106,6 @@ Spans = list[tuple[int, float, float]]  # per frame: (frame index shown, start_s
 Batches = Iterator[tuple[np.ndarray, Spans]]
 # (frames at the embedder's size, their spans, the same frames at the text reader's size)
 TextBatches = Iterator[tuple[np.ndarray, Spans, np.ndarray]]
-
-
-def open_video(path: Path, follow_symlinks: bool = True) -> io.FileIO:
-    """``path`` opened once, for ``open_sampled(file=...)`` and whatever else reads the same
-    video (its audio, through ``fd_path``); DecodeError where it is no file to decode."""
-    return _open(Path(path), follow_symlinks)
 
 
 def open_sampled(
@@ -334,9 +170,9 @@ def _open_sampled(
         )
     own = file is None
     if file is None:
-        file = _open(path, follow_symlinks)
+        file = open_video(path, follow_symlinks)
     try:
-        p = _probe(path, file)
+        p = probe_file(path, file)
     except BaseException:
         if own:
             file.close()
@@ -387,7 +223,7 @@ class _Out:
 
     def add(self, frame: av.VideoFrame, span: tuple[int, float, float]) -> None:
         if frame.width * frame.height > MAX_FRAME_PIXELS:  # grown past the header's
-            raise _fail(self.path, _too_big(frame.width, frame.height))
+            raise fail(self.path, too_big(frame.width, frame.height))
         for (width, height), scaler, frames in zip(self.sizes, self.scalers, self.frames):
             rgb = scaler.reformat(frame, width, height, "rgb24", threads=1)
             frames.append(rgb.to_ndarray())
@@ -410,7 +246,7 @@ class _Out:
 def _decode(
     path: Path,
     src: str,
-    p: _Probe,
+    p: Probe,
     plan: _schedule.Schedule,
     out: _Out,
     threads: int,
@@ -434,7 +270,7 @@ def _decode(
     def miss(instead: tuple[int, av.VideoFrame] | None) -> None:
         missed.append(targets[k].frame)
         if instead is None or len(missed) > allowed:
-            raise _fail(
+            raise fail(
                 path,
                 f"truncated or corrupt: frame {missed[0]} could not be decoded"
                 + (f" ({len(missed)} sampled frames so far)" if len(missed) > 1 else ""),
@@ -465,7 +301,7 @@ def _decode(
                 raise
             plan = plan.through()
         except av.error.FFmpegError as e:
-            raise _fail(path, f"truncated or corrupt: {_av_reason(e)}") from None
+            raise fail(path, f"truncated or corrupt: {av_reason(e)}") from None
     while k < len(targets):
         miss(before)
     while out.spans:
