@@ -1,15 +1,22 @@
-"""The FastAPI app (``api``) and its outermost ASGI layer (``Front``): the gate on the key,
-the signed URLs and the rate limits, the security headers, and the request metrics.
-
-The routes are added by serve/deploy.py, from the groups in serve/routes_*.py.
-"""
+"""The FastAPI app (``api``): the routes of serve/routes_*.py, and its outermost ASGI layer
+(``Front``): the gate on the key, the signed URLs and the rate limits, the security headers,
+and the request metrics."""
 
 import time
 
 from fastapi import FastAPI
 from starlette._utils import get_route_path
 
-from serve import _auth, _docs, _errors, _metrics
+from serve import (
+    _auth,
+    _docs,
+    _errors,
+    _metrics,
+    routes_media,
+    routes_pages,
+    routes_search,
+    routes_videos,
+)
 from serve._openapi import errors
 
 api = FastAPI(
@@ -22,6 +29,9 @@ api = FastAPI(
 )
 _errors.install(api)
 _docs.install(api)
+# In this order, the order the OpenAPI schema and /docs list them in.
+for _routes in (routes_pages, routes_videos, routes_media, routes_search):
+    api.include_router(_routes.router)
 
 # On every response: scripts, styles, images and media from this origin only (the key is in
 # this origin's storage), no framing, no type sniffing, no referrer. Inline styles are allowed

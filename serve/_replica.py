@@ -1,11 +1,20 @@
-"""One API replica's state, which every route group (serve/routes_*.py) reads: its Config,
-its Service over the data dir, and the thread pools that blocking work runs on."""
+"""One API replica's state, which every route (serve/routes_*.py) reads through its first
+parameter (``replica: Serving``): its Config, its Service over the data dir, and the thread
+pools that blocking work runs on.
+
+The routes are plain functions, not methods: Serve ships the app to the replica's process
+by pickling it, and a function pickled by reference (every module-level one) arrives as it
+is defined, so its dependencies must be in its own signature."""
 
 import asyncio
 import contextlib
 import functools
 import io
 from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated
+
+from fastapi import Depends
+from ray import serve
 
 from serve import _auth
 from vifusion.config import Config
@@ -14,6 +23,8 @@ _CLIP_WORKERS = 2  # clip searches decoding at once; more wait their turn
 
 
 class Replica:
+    """The deployment's class (serve/deploy.py ``ViFusionApp``): Serve makes one per replica."""
+
     def __init__(self, cfg: Config) -> None:
         import torch
 
@@ -26,10 +37,10 @@ class Replica:
         self.service = Service(cfg, wait_s=120)
         # Blocking work runs here, not on Serve's event loop: a fixed pool, so threads (and
         # their SQLite connections) are reused instead of made per request.
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="vifusion-api")
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="vifusion-api")
         # Clip searches decode video (seconds each, within their caps): on a pool of their own,
         # so a burst of them queues there instead of holding every thread the others need.
-        self._clip_pool = ThreadPoolExecutor(
+        self.clip_pool = ThreadPoolExecutor(
             max_workers=_CLIP_WORKERS, thread_name_prefix="vifusion-clip"
         )
         with contextlib.redirect_stdout(
@@ -47,8 +58,15 @@ class Replica:
         with contextlib.suppress(Exception):
             self.service.close()
 
-    async def _blocking(self, fn, *args):
+    async def blocking(self, fn, *args):
         """``fn(*args)`` on the replica's thread pool, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool, functools.partial(fn, *args)
+            self.pool, functools.partial(fn, *args)
         )
+
+
+def _serving() -> Replica:
+    return serve.get_replica_context().servable_object
+
+
+Serving = Annotated[Replica, Depends(_serving)]  # the replica answering the request

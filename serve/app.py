@@ -13,8 +13,8 @@ This module is the service's stable name (``serve.app:build`` in deploy/serve.ya
 the CLI, the benchmarks and the tests import); the parts are:
 
 - serve/_front.py: the FastAPI app and its outer ASGI layer (gate, security headers, metrics);
-- serve/routes_pages.py, routes_videos.py, routes_media.py, routes_search.py: the routes, as
-  groups of one deployment class (serve/_replica.py: the state they share);
+- serve/routes_pages.py, routes_videos.py, routes_media.py, routes_search.py: the routes,
+  each given the replica that answers it (serve/_replica.py: its Service, Config and pools);
 - serve/_bodies.py (request bodies and their limits), _cursors.py, _views.py (response
   bodies), _ranges.py (byte-range video responses), _openapi.py (what the schema adds);
 - serve/deploy.py: the deployment, starting it, HAProxy, stopping on a signal.

@@ -1,6 +1,6 @@
-"""The Serve deployment (``ViFusionApp``: one replica's route groups over the FastAPI app of
-serve/_front.py) and starting it: on a running Ray (``deploy``), or on a Ray of its own with
-the HAProxy ingress, until Ctrl-C or SIGTERM (``run``, for `vifusion serve`)."""
+"""The Serve deployment (``ViFusionApp``: the FastAPI app of serve/_front.py, served by
+replicas of serve/_replica.py) and starting it: on a running Ray (``deploy``), or on a Ray
+of its own with the HAProxy ingress, until Ctrl-C or SIGTERM (``run``, for `vifusion serve`)."""
 
 import contextlib
 import logging
@@ -13,8 +13,9 @@ from typing import Any
 
 from ray import serve
 
-from serve import _auth, _ingress, _tls, routes_media, routes_pages, routes_search, routes_videos
+from serve import _auth, _ingress, _tls
 from serve._front import api
+from serve._replica import Replica
 from vifusion.cluster import running as _running
 from vifusion.cluster.actors import HEAD_RESOURCE
 from vifusion.cluster.placement import API_ONGOING, applied_plan, planned_api_replicas
@@ -29,22 +30,13 @@ APP_NAME = "vifusion"  # the Serve application, as `vifusion serve` and deploy/s
 ROUTE_PREFIX = "/"
 SERVE_LOGGING = {"log_level": "WARNING"}  # no per-request access lines: /metrics has the figures
 
-# In this order, the order the OpenAPI schema and /docs list them in.
-for _group in (routes_pages, routes_videos, routes_media, routes_search):
-    api.include_router(_group.router)
-
 
 @serve.deployment(
     num_replicas=1, max_ongoing_requests=API_ONGOING, ray_actor_options={"num_cpus": 0}
 )
 @serve.ingress(api)
-class ViFusionApp(
-    routes_pages.PageRoutes,
-    routes_videos.VideoRoutes,
-    routes_media.MediaRoutes,
-    routes_search.SearchRoutes,
-):
-    """One API replica: its state is serve/_replica.py's, its routes the groups'."""
+class ViFusionApp(Replica):
+    """One API replica (serve/_replica.py), answering the routes of serve/routes_*.py."""
 
 
 def replicas(cfg: Config) -> Any:

@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from serve import _metrics
 from serve._errors import ApiError
-from serve._replica import Replica
+from serve._replica import Serving
 from serve.schema import Health
 
 STATIC = Path(__file__).parent / "static"
@@ -17,25 +17,25 @@ _PAGES = {"app.js": "text/javascript", "style.css": "text/css"}
 router = APIRouter()
 
 
-class PageRoutes(Replica):
-    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def page(self) -> HTMLResponse:
-        return HTMLResponse((STATIC / "index.html").read_text())
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+def page() -> HTMLResponse:
+    return HTMLResponse((STATIC / "index.html").read_text())
 
-    @router.get("/static/{name}", include_in_schema=False)
-    def static(self, name: str) -> Response:
-        if name not in _PAGES:
-            raise ApiError(404, "not_found", f"no static file {name!r}")
-        return Response((STATIC / name).read_bytes(), media_type=_PAGES[name])
 
-    @router.get("/healthz", response_model=Health)
-    def healthz(self) -> dict:
-        return self.service.health()
+@router.get("/static/{name}", include_in_schema=False)
+def static(name: str) -> Response:
+    if name not in _PAGES:
+        raise ApiError(404, "not_found", f"no static file {name!r}")
+    return Response((STATIC / name).read_bytes(), media_type=_PAGES[name])
 
-    @router.get(
-        "/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}}
+
+@router.get("/healthz", response_model=Health)
+def healthz(replica: Serving) -> dict:
+    return replica.service.health()
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+def metrics(replica: Serving) -> Response:
+    return Response(
+        _metrics.METRICS.render(replica.service.stats()), media_type="text/plain; version=0.0.4"
     )
-    def metrics(self) -> Response:
-        return Response(
-            _metrics.METRICS.render(self.service.stats()), media_type="text/plain; version=0.0.4"
-        )

@@ -8,83 +8,90 @@ from fastapi.responses import Response
 from serve import _bodies, _cursors, _views
 from serve._errors import ApiError
 from serve._openapi import UPLOAD_BODY, VideoId, errors
-from serve._replica import Replica
+from serve._replica import Serving
 from serve.schema import Accepted, JobOut, VideoByUri, VideoList, VideoOut
 
 router = APIRouter()
 
 
-class VideoRoutes(Replica):
-    @router.post(
-        "/v1/videos",
-        status_code=202,
-        response_model=Accepted,
-        openapi_extra=UPLOAD_BODY,
-        responses=errors(400, 403, 404, 413, 415, 507),
-    )
-    async def add_video(self, request: Request) -> dict:
-        if _bodies.kind(request) == "form":
-            form = await _bodies.form(
-                request,
-                self.cfg.max_upload_bytes + (1 << 20),
-                self.cfg.max_metadata_bytes,
-                self.service.spool,
-                "the upload was not stored",
-            )
-            upload = form.get("file")
-            if upload is None or isinstance(upload, str):
-                raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
-            title = form.get("title")
-            if title is not None and not isinstance(title, str):
-                raise ApiError(422, "invalid_request", "title must be a form field, not a file")
-            metadata = _bodies.json_field(form.get("metadata"), "metadata")
-            done = await self._blocking(
-                self.service.ingest_upload, upload.file, upload.filename, title, metadata
-            )
-        else:
-            body = await _bodies.json_body(request, self.cfg.max_metadata_bytes + 8192)
-            req = _bodies.model(VideoByUri, body)
-            done = await self._blocking(self.service.ingest_uri, req.uri, req.title, req.metadata)
-        return {"video_id": done.video_id, "job_id": done.job_id, "status": "queued"}
+@router.post(
+    "/v1/videos",
+    status_code=202,
+    response_model=Accepted,
+    openapi_extra=UPLOAD_BODY,
+    responses=errors(400, 403, 404, 413, 415, 507),
+)
+async def add_video(replica: Serving, request: Request) -> dict:
+    cfg, service = replica.cfg, replica.service
+    if _bodies.kind(request) == "form":
+        form = await _bodies.form(
+            request,
+            cfg.max_upload_bytes + (1 << 20),
+            cfg.max_metadata_bytes,
+            service.spool,
+            "the upload was not stored",
+        )
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise ApiError(422, "invalid_request", "multipart upload needs a 'file' part")
+        title = form.get("title")
+        if title is not None and not isinstance(title, str):
+            raise ApiError(422, "invalid_request", "title must be a form field, not a file")
+        metadata = _bodies.json_field(form.get("metadata"), "metadata")
+        done = await replica.blocking(
+            service.ingest_upload, upload.file, upload.filename, title, metadata
+        )
+    else:
+        body = await _bodies.json_body(request, cfg.max_metadata_bytes + 8192)
+        req = _bodies.model(VideoByUri, body)
+        done = await replica.blocking(service.ingest_uri, req.uri, req.title, req.metadata)
+    return {"video_id": done.video_id, "job_id": done.job_id, "status": "queued"}
 
-    @router.get("/v1/jobs/{job_id}", response_model=JobOut, responses=errors(404))
-    def job(self, job_id: str = PathParam(max_length=64)) -> dict:
-        return _views.job_out(self.service.job(job_id))
 
-    @router.get("/v1/videos", response_model=VideoList, responses=errors(400))
-    def videos(
-        self, limit: int = Query(50, ge=1, le=500), cursor: str | None = Query(None, max_length=32)
-    ) -> dict:
-        page, last = self.service.videos(limit, _cursors.videos_after(cursor))
-        jobs = self.service.catalog.latest_jobs([v.id for v in page])
-        return {
-            "videos": [_views.video_out(v, jobs.get(v.id)) for v in page],
-            "next_cursor": None if last is None else str(last),
-        }
+@router.get("/v1/jobs/{job_id}", response_model=JobOut, responses=errors(404))
+def job(replica: Serving, job_id: str = PathParam(max_length=64)) -> dict:
+    return _views.job_out(replica.service.job(job_id))
 
-    @router.get("/v1/videos/{video_id}", response_model=VideoOut, responses=errors(404))
-    def video(self, video_id: int = VideoId) -> dict:
-        video = self.service.video(video_id)
-        return _views.video_out(video, self.service.catalog.latest_jobs([video_id]).get(video_id))
 
-    @router.delete(
-        "/v1/videos/{video_id}",
-        status_code=204,
-        response_class=Response,
-        responses=errors(404, 507),
-    )
-    def delete(self, video_id: int = VideoId) -> Response:
-        self.service.delete(video_id)
-        return Response(status_code=204)
+@router.get("/v1/videos", response_model=VideoList, responses=errors(400))
+def videos(
+    replica: Serving,
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=32),
+) -> dict:
+    page, last = replica.service.videos(limit, _cursors.videos_after(cursor))
+    jobs = replica.service.catalog.latest_jobs([v.id for v in page])
+    return {
+        "videos": [_views.video_out(v, jobs.get(v.id)) for v in page],
+        "next_cursor": None if last is None else str(last),
+    }
 
-    @router.post(
-        "/v1/videos/{video_id}/retry",
-        status_code=202,
-        response_model=Accepted,
-        responses=errors(404, 409, 410, 507),
-    )
-    def retry(self, video_id: int = VideoId) -> dict:
-        """Index a failed video again: a new job (poll ``/v1/jobs/{job_id}``). 409 ``not_failed``
-        for a video that has not failed; 410 ``source_gone`` when its file is no longer there."""
-        job_id = self.service.retry(video_id)
-        return {"video_id": video_id, "job_id": job_id, "status": "queued"}
+
+@router.get("/v1/videos/{video_id}", response_model=VideoOut, responses=errors(404))
+def video(replica: Serving, video_id: int = VideoId) -> dict:
+    video = replica.service.video(video_id)  # a 404 for one that is not there
+    return _views.video_out(video, replica.service.catalog.latest_jobs([video_id]).get(video_id))
+
+
+@router.delete(
+    "/v1/videos/{video_id}",
+    status_code=204,
+    response_class=Response,
+    responses=errors(404, 507),
+)
+def delete(replica: Serving, video_id: int = VideoId) -> Response:
+    replica.service.delete(video_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v1/videos/{video_id}/retry",
+    status_code=202,
+    response_model=Accepted,
+    responses=errors(404, 409, 410, 507),
+)
+def retry(replica: Serving, video_id: int = VideoId) -> dict:
+    """Index a failed video again: a new job (poll ``/v1/jobs/{job_id}``). 409 ``not_failed``
+    for a video that has not failed; 410 ``source_gone`` when its file is no longer there."""
+    job_id = replica.service.retry(video_id)
+    return {"video_id": video_id, "job_id": job_id, "status": "queued"}

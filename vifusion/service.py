@@ -1,6 +1,6 @@
 """The library behind the REST API: every operation a client can ask for, in-process.
 
-The HTTP layer (``serve/app.py``) only parses, authenticates and formats; what it answers
+The HTTP layer (``serve/``) only parses, authenticates and formats; what it answers
 comes from here, so the same calls can be made (and measured) without HTTP.
 Holds the data dir's writer lock (``Runtime``): alone on one machine; with
 ``cfg.shared_actors``, shared with the other API replicas on the same Ray, which use the same

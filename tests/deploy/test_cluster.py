@@ -85,7 +85,7 @@ print(json.dumps(out))
 
 
 # As deploy/cluster.yaml runs Serve: its default ingress, whatever this test session set for
-# the single-node tests (serve/app.py SERVE_TUNED).
+# the single-node tests (serve/deploy.py SERVE_TUNED).
 SERVE_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "1"}
 
 

@@ -5,6 +5,11 @@ client depends on each of these; a change here is a change of the API, never of 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 APP_ERRORS = {"401", "422", "429"}  # documented on every route (the key, the body, the rate)
@@ -157,3 +162,27 @@ def test_request_bodies(spec):
     assert sorted(as_json["properties"]) == sorted([*SEARCH_FIELDS, "image_b64"])
     as_form = search["content"]["multipart/form-data"]["schema"]
     assert sorted(as_form["properties"]) == sorted([*SEARCH_FIELDS, "clip", "image"])
+
+
+def _python(code: str, *args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_replica_unpickles_the_same_contract(spec, tmp_path):
+    """Serve pickles the app when the deployment is declared and ships it to each replica's
+    process, where a function pickled by reference arrives as its module defines it: the
+    replica must read the same contract (a route's ``self`` turned into a required query
+    parameter there once)."""
+    pickled = tmp_path / "api.pickle"
+    _python(
+        "import sys; from ray import cloudpickle; from serve.app import api; "
+        "open(sys.argv[1], 'wb').write(cloudpickle.dumps(api))",
+        str(pickled),
+    )
+    read = "import json, pickle, sys; print(json.dumps(pickle.load(open(sys.argv[1], 'rb')).openapi()))"
+    assert json.loads(_python(read, str(pickled)).splitlines()[-1]) == spec

@@ -11,7 +11,7 @@
   the GPUs; without GPUs an equal share of the ``extract`` resource where nodes carry it,
   else any node with a free CPU.
 - **Aggregators**: one per node, pinned there (``vifusion.fusion.start_aggregators``).
-- **API replicas**: on the head, where uploads and media live (``serve/app.py``); each serves
+- **API replicas**: on the head, where uploads and media live (``serve/``); each serves
   at most ``API_ONGOING`` requests at once.
 
 A plan (``vifusion plan --apply``: ``DATA_DIR/plan.json``) pins each extractor and shard
