@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from serve._errors import ApiError, error_response
 from serve._ratelimit import RateLimiter
 from serve._signed import MediaSigner
+from vifusion import datadir
 from vifusion.config import Config
 
 MIN_KEY_CHARS = 32  # a generated key has 43 (32 random bytes)
@@ -49,7 +50,7 @@ def api_key(cfg: Config) -> str:
                 f"it needs at least {MIN_KEY_CHARS}: set a longer one, or unset it to use a generated one"
             )
         return key
-    path = cfg.data_dir / "api_key"
+    path = cfg.data_dir / datadir.API_KEY
     try:
         found: str | None = path.read_text()
     except FileNotFoundError:

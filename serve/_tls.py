@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from vifusion import datadir
 from vifusion._files import whole_file
 from vifusion.config import Config
 
@@ -114,7 +115,7 @@ def ingress_pair(cfg: Config) -> tuple[Path, Path]:
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: no such file (tls_certfile / tls_keyfile)")
         return cfg.tls_certfile, cfg.tls_keyfile
-    folder = private_folder(cfg.data_dir / "tls")
+    folder = private_folder(cfg.data_dir / datadir.TLS)
     crt, key_file = folder / "ingress.crt", folder / "ingress.key"
     if not (crt.is_file() and key_file.is_file()):
         key = new_key()

@@ -18,9 +18,9 @@ from serve._front import api
 from serve._replica import Replica
 from vifusion.cluster import running as _running
 from vifusion.cluster.actors import HEAD_RESOURCE
-from vifusion.cluster.placement import API_ONGOING, applied_plan, planned_api_replicas
+from vifusion.cluster.placement import API_ONGOING, planned_api_replicas
 from vifusion.config import Config
-from vifusion.runtime import tune_ray
+from vifusion.runtime import tune_ray, with_applied_plan
 
 # Ray Serve's throughput settings (Config.serve_tuned), measured by benchmarks/serve_load.py on
 # 2 cores: HAProxy ingress and no separate user-code loop, 84 searches/s at 4 clients against
@@ -47,7 +47,8 @@ def replicas(cfg: Config) -> Any:
     options: dict[str, Any] = {
         "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_RESOURCE: 0.001}}
     }
-    least = planned_api_replicas(applied_plan(cfg), cfg.api_replicas, cfg.shared_actors)
+    plan = with_applied_plan(cfg).plan  # the deployment starts here: the plan's one read
+    least = planned_api_replicas(plan, cfg.api_replicas, cfg.shared_actors)
     if least > 1:
         options |= {
             "num_replicas": "auto",

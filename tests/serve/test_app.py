@@ -353,9 +353,11 @@ def test_group_by_video_and_frame(live):
         "/v1/search", json={"text": "a cat", "group_by": "frame", "top_k": 20, **everything}
     ).json()["results"]
     assert len(frames) == 20
-    # a frame stands for its sample interval (1 s), or several when near-duplicates were merged
+    # each a distinct sampled frame, standing from its own timestamp to the next sampled
+    # frame's (about the 1-s interval, or several when near-duplicates were merged)
+    assert len({(m["video_id"], m["start_s"]) for m in frames}) == 20
     spans = [m["end_s"] - m["start_s"] for m in frames]
-    assert all(s >= 0.99 and s == pytest.approx(round(s), abs=0.01) for s in spans), spans
+    assert all(0 < s <= 60 for s in spans), spans
     assert [m["score"] for m in frames] == sorted((m["score"] for m in frames), reverse=True)
 
 
