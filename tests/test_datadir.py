@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -94,6 +93,6 @@ def test_only_media_the_data_dir_stored_is_removed(tmp_path):
     own.parent.mkdir()
     own.write_bytes(b"mine")
     for media in (own, stored, None):
-        remove_stored_media(tmp_path, SimpleNamespace(media=str(media) if media else None))
+        remove_stored_media(tmp_path, str(media) if media else None)
     assert own.is_file()
     assert not stored.parent.exists()

@@ -18,11 +18,9 @@ import fcntl
 import shutil
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
-if TYPE_CHECKING:
-    from vifusion.catalog import Video
-    from vifusion.config import Config
+from vifusion.config import Config
 
 # Files and folders directly under the data dir.
 CATALOG_DB = "catalog.db"  # the SQLite catalog (where no catalog_url is set)
@@ -48,11 +46,11 @@ def has_catalog(cfg: Config) -> bool:
     return cfg.catalog_url is not None or (cfg.data_dir / CATALOG_DB).is_file()
 
 
-def remove_stored_media(data_dir: Path, video: Video) -> None:
-    """Remove a deleted video's media where the data dir stored it (an upload, a download):
-    a file indexed in place is the user's, and stays."""
-    if video.media and Path(video.media).parent.parent == Path(data_dir) / MEDIA:
-        shutil.rmtree(Path(video.media).parent, ignore_errors=True)
+def remove_stored_media(data_dir: Path, media: str | None) -> None:
+    """Remove a deleted video's media file (``Video.media``) where the data dir stored it (an
+    upload, a download): a file indexed in place is the user's, and stays."""
+    if media and Path(media).parent.parent == Path(data_dir) / MEDIA:
+        shutil.rmtree(Path(media).parent, ignore_errors=True)
 
 
 # -- the writer lock -------------------------------------------------------------------

@@ -245,7 +245,7 @@ class Service:
             "the video is deleted, but its vectors stay until `vifusion check --repair`",
         ):
             self.shards.delete_video(video_id)
-        remove_stored_media(self.cfg.data_dir, video)
+        remove_stored_media(self.cfg.data_dir, video.media)
         self.thumbnails.drop(video_id)
 
     # -- retry -------------------------------------------------------------------------

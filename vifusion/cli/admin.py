@@ -81,7 +81,7 @@ class Deleter:
         self.catalog.delete_video(video_id)
         if shard is not None:
             shard.delete_video(video_id)
-        datadir.remove_stored_media(self.cfg.data_dir, video)
+        datadir.remove_stored_media(self.cfg.data_dir, video.media)
         shutil.rmtree(self.cfg.data_dir / datadir.THUMBS / str(video_id), ignore_errors=True)
         return True
 
