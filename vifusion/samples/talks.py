@@ -35,6 +35,58 @@ _CODECS = {
 }
 
 
+# espeak-ng's voice for each language a talk can be spoken in (ISO 639-1 -> voice).
+VOICES = {
+    "en": "en-us",
+    "es": "es",
+    "fr": "fr-fr",
+    "de": "de",
+    "it": "it",
+    "pt": "pt",
+    "ru": "ru",
+    "nl": "nl",
+    "pl": "pl",
+}
+
+# Two sentences per language, the same two meanings in each (what an English query finds
+# across languages): how the weather will be tomorrow, and where the train station is.
+SENTENCES: dict[str, tuple[str, str]] = {
+    "en": (
+        "Tomorrow the weather will be sunny and warm in the mountains.",
+        "The train station is next to the old market in the city centre.",
+    ),
+    "es": (
+        "Mañana el tiempo será soleado y cálido en las montañas.",
+        "La estación de tren está junto al mercado viejo en el centro de la ciudad.",
+    ),
+    "fr": (
+        "Demain le temps sera ensoleillé et chaud dans les montagnes.",
+        "La gare est à côté du vieux marché au centre de la ville.",
+    ),
+    "de": (
+        "Morgen wird das Wetter in den Bergen sonnig und warm sein.",
+        "Der Bahnhof liegt neben dem alten Markt in der Stadtmitte.",
+    ),
+    "it": (
+        "Domani il tempo sarà soleggiato e caldo in montagna.",
+        "La stazione dei treni è vicino al vecchio mercato nel centro della città.",
+    ),
+    "pt": (
+        "Amanhã o tempo vai estar ensolarado e quente nas montanhas.",
+        "A estação de comboios fica ao lado do mercado velho no centro da cidade.",
+    ),
+    "ru": (
+        "Завтра в горах будет солнечная и тёплая погода.",
+        "Вокзал находится рядом со старым рынком в центре города.",
+    ),
+}
+
+
+def voice_of(language: str) -> str:
+    """espeak-ng's voice for ``language`` (ISO 639-1): VOICES', else the code itself."""
+    return VOICES.get(language, language)
+
+
 def have_espeak() -> bool:
     """Whether espeak-ng is installed (Debian: ``apt-get install espeak-ng``)."""
     return shutil.which(ESPEAK) is not None
@@ -160,11 +212,13 @@ def write_talk(
     voice: str = "en-us",
     wpm: int = 150,
     audio_start_s: float = 0.0,
+    language: str | None = None,
 ) -> Talk:
     """Write a talk: phrases ``said`` as (start_s, text), slides ``shown`` as (start_s, end_s,
     lines) over a blank slide; ``audio`` picks the soundtrack (``said`` is spoken only for
     "speech"; "broken": AAC packets of random bytes, in mp4 or mkv). The audio track starts
-    ``audio_start_s`` after the video (its phrases' times are on the audio's clock)."""
+    ``audio_start_s`` after the video (its phrases' times are on the audio's clock).
+    ``language`` (ISO 639-1) speaks it in that language's voice (``VOICES``) over ``voice``."""
     path = Path(path)
     if path.suffix not in _CODECS:
         raise ValueError(f"{path.name}: suffix must be one of {', '.join(_CODECS)}")
@@ -175,7 +229,8 @@ def write_talk(
         if path.suffix == ".webm":
             raise ValueError(f"{path.name}: broken audio is written as AAC, which webm cannot hold")
         acodec = "aac"
-    track, placed = _soundtrack(audio, duration_s, said, voice, wpm)
+    spoken_by = voice_of(language) if language is not None else voice
+    track, placed = _soundtrack(audio, duration_s, said, spoken_by, wpm)
     slides = [Shown(t0, t1, tuple(lines)) for t0, t1, lines in shown]
     blank = slide([], size)
     pictures = {s: slide(s.lines, size) for s in slides}
