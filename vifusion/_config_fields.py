@@ -37,6 +37,14 @@ class ExtractFields(BaseModel):
     conse_top_k: int = Field(
         10, gt=0, description="ImageNet classes mixed into the text-space vector"
     )
+    visual_model: str = Field(
+        "default",
+        description="the model that embeds frames and searches what is seen: 'default' (the "
+        "offline EfficientNet-Lite0 + ConSE) or 'open_clip:<architecture>:<weights path>', a "
+        "local OpenCLIP / SigLIP model (an OpenCLIP name or model config .json); another "
+        "than the index's needs `vifusion reindex`",
+        pattern=r"^(default|open_clip:[^:]+:.+)$",
+    )
     num_extractors: int = Field(
         1, gt=0, description="extractor actors (each loads the models once)"
     )
@@ -174,6 +182,11 @@ class ExtractFields(BaseModel):
     )
     screen_text: bool = Field(
         True, description="read the text shown on screen (OCR) in the sampled frames"
+    )
+    people: bool = Field(
+        True,
+        description="find faces in the sampled frames (extract/people.py), so that "
+        "'a person', 'people', 'a crowd', 'a face' and 'a close-up' find them",
     )
     ocr_threads: int = _threads("CPU threads reading text")
     ocr_min_confidence: float = Field(

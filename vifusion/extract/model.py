@@ -4,6 +4,9 @@
 - semantic (384-d): ConSE. A frame's top-k ImageNet class probabilities weight the
   all-MiniLM-L6-v2 embeddings of those classes' names, which puts the frame in the same
   space as text queries. No CLIP model can be had offline; this needs only the two wheels.
+  The classes' WordNet hypernyms join in at a quarter weight (``_concepts``), so "a dog"
+  finds a Samoyed; a change of ``hypernym_weight`` or of the table changes the vectors (a
+  data dir indexed before needs a re-index to match: docs/benchmarks.md, "Real footage").
 Both L2-normalised, so inner product = cosine.
 """
 
@@ -20,9 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vifusion.extract import _text_onnx
+from vifusion.extract import _concepts, _text_onnx
 from vifusion.extract.text import TextEncoder
 from vifusion.extract.vision import features_and_probs, load_efficientnet_lite0, preprocess
+from vifusion.index.model import DEFAULT, model_record
 
 CLASS_PROMPT = "a photo of a {}"
 log = logging.getLogger(__name__)
@@ -41,19 +45,35 @@ def imagenet_class_names() -> list[str]:
 
 
 class Embedder:
-    """Frames and text into ViFusion's two vector spaces. Not thread-safe; one per actor."""
+    """Frames and text into ViFusion's two vector spaces. Not thread-safe; one per actor.
+    The default visual model (``backbone.load_backbone``): a text query searches the
+    ``semantic`` space, the text model's, so ``embed_query`` is ``embed_text``."""
+
+    text_space = "semantic"
+    record = model_record(DEFAULT)
 
     def __init__(
         self,
         conse_top_k: int = 10,
         device: torch.device | None = None,
         cache_dir: Path | None = None,
+        hypernym_weight: float = _concepts.HYPERNYM_WEIGHT,
     ) -> None:
         self.device = device or pick_device()
         self.conse_top_k = conse_top_k
         self.vision = load_efficientnet_lite0(self.device)
         self._text: TextEncoder | None = None
-        self.class_vectors = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
+        self._term_vectors: dict[str, torch.Tensor] = {}  # _terms_vectors' words, embedded
+        names = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
+        self.class_vectors, self.hypernym_vectors = names[:1000], names[1000:]
+        self.hypernym_of = torch.from_numpy(_concepts.membership()).to(self.device)
+        self.hypernym_weight = hypernym_weight
+        # which concepts built the semantic vectors: vectors of two differ, and do not mix
+        self.concept_table = (
+            f"hypernyms-{_concepts.table_id()}@{hypernym_weight:g}"
+            if hypernym_weight
+            else "classes"
+        )
         if cache_dir is not None:
             _export_query_model(cache_dir)
 
@@ -66,8 +86,10 @@ class Embedder:
         return self._text
 
     def _class_vectors(self, cache_dir: Path | None) -> np.ndarray:
-        """Text embeddings of the class names; cached because they cost seconds on a CPU."""
-        prompts = [CLASS_PROMPT.format(n) for n in imagenet_class_names()]
+        """Text embeddings of the 1000 class names, then of the hypernym words
+        (``_concepts.hypernym_words``); cached because they cost seconds on a CPU."""
+        names = imagenet_class_names() + _concepts.hypernym_words()
+        prompts = [CLASS_PROMPT.format(n) for n in names]
         key = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
         path = cache_dir / f"class-text-{key}.npy" if cache_dir else None
         if path is not None and path.exists():
@@ -82,16 +104,49 @@ class Embedder:
         return vectors
 
     @torch.inference_mode()
-    def embed_frames(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """uint8 (b, H, W, 3) RGB frames of one size -> (visual (b, 1280), semantic (b, 384))."""
+    def embed_frames(
+        self, frames: np.ndarray, terms: Sequence[tuple[list[str], list[float]]] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """uint8 (b, H, W, 3) RGB frames of one size -> (visual (b, 1280), semantic (b, 384)).
+        ``terms``: each frame's extra concept words and weights (``people.py``), mixed into
+        its semantic vector beside its classes."""
         x = preprocess(frames, self.device)
         pooled, probs = features_and_probs(self.vision, x)
-        top = probs.topk(self.conse_top_k, dim=-1)
-        semantic = torch.einsum("bk,bkd->bd", top.values, self.class_vectors[top.indices])
+        semantic = self.concepts(probs)
+        if terms is not None:
+            semantic = semantic + self._terms_vectors(terms)
         return (
             F.normalize(pooled, dim=-1).float().cpu().numpy(),
             F.normalize(semantic, dim=-1).float().cpu().numpy(),
         )
+
+    def _terms_vectors(self, terms: Sequence[tuple[list[str], list[float]]]) -> torch.Tensor:
+        """(b, 384): each frame's concept words' text vectors (``CLASS_PROMPT``, as the
+        classes'), weighted and summed; each word embedded once per actor."""
+        out = torch.zeros((len(terms), self.class_vectors.shape[1]), device=self.device)
+        for i, (words, weights) in enumerate(terms):
+            for word, weight in zip(words, weights):
+                if word not in self._term_vectors:
+                    vector = self.text.encode([CLASS_PROMPT.format(word)])[0]
+                    self._term_vectors[word] = torch.from_numpy(vector).to(self.device)
+                out[i] += weight * self._term_vectors[word]
+        return out
+
+    def concepts(self, probs: torch.Tensor) -> torch.Tensor:
+        """(b, 1000) class probabilities -> (b, 384) ConSE vectors, not normalised: the
+        ``conse_top_k`` likeliest classes' name vectors weighted by their probabilities,
+        plus their hypernyms' at ``hypernym_weight``."""
+        top = probs.topk(self.conse_top_k, dim=-1)
+        semantic = torch.einsum("bk,bkd->bd", top.values, self.class_vectors[top.indices])
+        if self.hypernym_weight:
+            semantic = semantic + self.hypernym_weight * self._hypernyms(probs)
+        return semantic
+
+    def _hypernyms(self, probs: torch.Tensor) -> torch.Tensor:
+        """(b, 384): each frame's ``conse_top_k`` likeliest hypernyms' name vectors, each
+        weighted by its probability, the sum of its classes' (``_concepts``)."""
+        top = (probs.float() @ self.hypernym_of).topk(self.conse_top_k, dim=-1)
+        return torch.einsum("bk,bkd->bd", top.values, self.hypernym_vectors[top.indices])
 
     def embed_images(self, images: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Images of any sizes (each (H, W, 3) uint8 RGB) -> the same as embed_frames."""
@@ -101,6 +156,10 @@ class Embedder:
     def embed_text(self, texts: Sequence[str]) -> np.ndarray:
         """Query texts -> semantic vectors (n, 384)."""
         return self.text.encode(texts)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Text queries -> semantic vectors, to search frames by their concepts."""
+        return self.embed_text(texts)
 
 
 def _export_query_model(cache_dir: Path) -> None:

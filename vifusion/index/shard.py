@@ -34,6 +34,7 @@ from vifusion.index._loading import WAL_DIR, Loading
 from vifusion.index._rows import COLUMNS, DIMS, SPACES_OF_KIND, by_kind, check_batch, check_queries
 from vifusion.index._snapshot import SNAPSHOT
 from vifusion.index._upkeep import Task, Worker
+from vifusion.index.model import check_model, model_record
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog
 from vifusion.types import FRAME_BITS, KIND_OF_SPACE, KIND_SHIFT, SPACES, FusedBatch, kind_of
@@ -75,6 +76,8 @@ class Shard(Loading):
             _snapshot.remove_stray_temps(self.directory)
         self._capture: dict[str, list[tuple]] = {}  # per space being rebuilt: ops since it began
         self._load_state()
+        # before any write: a shard never takes or answers with vectors of another model
+        check_model(self.directory, model_record(cfg.visual_model), self.seq > 0, writer)
         self._wal = WriteAheadLog(self.directory / WAL_DIR, after=self.seq) if writer else None
         if self._wal is not None and self._wal.last_seq != self.seq:
             raise LogCorrupt(
