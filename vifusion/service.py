@@ -304,9 +304,11 @@ class Service:
         offset: int = 0,
         modalities: Sequence[str] = MODALITIES,
         min_relative_score: float | None = None,
+        languages: Sequence[str] | None = None,
     ) -> SearchPage:
         """Moments for exactly one query kind, best first, ``top_k`` from ``offset``, of ready
         videos only. ``filter`` keeps videos whose metadata has each key -> value;
+        ``languages`` (ISO 639-1) videos in which one of them is spoken;
         ``min_score`` drops weaker moments, ``min_relative_score`` (None: the config's; 0:
         off) those under that fraction of the whole ranking's best, so every page agrees on
         the cut. A text query searches ``modalities``; an image or a clip what is seen (so
@@ -317,7 +319,10 @@ class Service:
         modalities = check_search(
             queries, text is not None, top_k, group_by, offset, min_relative_score, modalities
         )
-        videos = None if not filter else sorted(self.catalog.ready_ids(metadata=filter))
+        videos = None
+        if filter or languages is not None:
+            langs = None if languages is None else list(languages)
+            videos = sorted(self.catalog.ready_ids(metadata=filter, languages=langs))
         want = offset + top_k + 1
         s = self.searcher
         if text is not None:

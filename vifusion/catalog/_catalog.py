@@ -92,6 +92,10 @@ class Catalog(Leases, Texts):
             (str(media), sha256, size_bytes, video_id),
         )
 
+    def set_video_language(self, video_id: int, language: str | None) -> None:
+        """Record the language a video's speech is in (ISO 639-1; None: nothing was said)."""
+        self._write("UPDATE videos SET language=? WHERE id=?", (language, video_id))
+
     def get_video(self, video_id: int) -> Video | None:
         row = self._row("SELECT * FROM videos WHERE id=?", (video_id,))
         return video_from_row(row) if row else None
@@ -119,12 +123,26 @@ class Catalog(Leases, Texts):
         return [video_from_row(r) for r in rows]
 
     def ready_ids(
-        self, video_ids: list[int] | None = None, metadata: dict[str, Any] | None = None
+        self,
+        video_ids: list[int] | None = None,
+        metadata: dict[str, Any] | None = None,
+        languages: list[str] | None = None,
     ) -> set[int]:
         """The ready videos among ``video_ids`` (all when None) whose metadata has every
         key -> value of ``metadata`` (equality, telling 1 from "1" and from true; keys must
-        match ``METADATA_KEY``)."""
+        match ``METADATA_KEY``) and, given ``languages``, in which one of them is spoken (the
+        video's language, or any speech row's where it switches)."""
         sql, args = "SELECT id FROM videos WHERE status='ready'", []
+        if languages is not None:
+            if not languages:
+                return set()
+            spoken, more = self._any_of("language", list(languages))
+            said, more2 = self._any_of("t.language", list(languages))
+            sql += (
+                f" AND ({spoken} OR id IN (SELECT t.video_id FROM texts t"
+                f" WHERE t.kind='speech' AND {said}))"
+            )
+            args += more + more2
         for key, value in (metadata or {}).items():
             check_metadata_filter(key, value)
             clause, more = self._metadata_is(key, value)

@@ -49,6 +49,7 @@ class Video:
     error: str | None
     created_at: float
     media: str | None  # the local file to decode and serve; None: ``source`` is that file
+    language: str | None = None  # the spoken language (ISO 639-1); None: not known
 
     @property
     def media_path(self) -> Path | None:

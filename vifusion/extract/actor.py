@@ -35,7 +35,8 @@ EMBED_SIDE = 224  # short side of the frames the embedder takes (it crops 224 x 
 _TEXT_ROWS_PER_HANDOVER = (
     256  # a text row is a frame-wide row (zero visual columns): ~1.7 MB per 256
 )
-TextRows = list[tuple[float, float, str]]  # (start_s, end_s, text) of a video's rows of one kind
+# (start_s, end_s, text) of a video's rows of one kind; speech rows add (language, english)
+TextRows = list[tuple]
 
 
 class Extractor:
@@ -185,12 +186,15 @@ class Extractor:
                         "screen": sorted((s.start_s, s.end_s, s.text) for s in shown),
                         "speech": [],
                     }
+                    language = None  # the video's spoken language, once transcribed
                     if heard is not None:
                         yield {"event": "stage", "stage": "speech"}
                         transcript = heard.result()
                         texts["speech"] = [
-                            (s.start_s, s.end_s, s.text) for s in transcript.segments
+                            (s.start_s, s.end_s, s.text, s.language, s.english)
+                            for s in transcript.segments
                         ]
+                        language = transcript.language
                         if transcript.reason is not None:
                             yield {"event": "warning", "warning": transcript.reason}
             yield {"event": "stage", "stage": "saving"}
@@ -205,7 +209,7 @@ class Extractor:
             if done == 0:
                 raise DecodeError(f"{name}: no frames could be decoded")
             for kind, rows in texts.items():
-                yield {"event": "texts", "kind": kind, "rows": rows}
+                yield {"event": "texts", "kind": kind, "rows": rows, "language": language}
             yield {"event": "done", "frames": done}
         except DecodeError as e:
             self._abandon(video_id)
@@ -246,13 +250,14 @@ class Extractor:
             wait([heard])
 
     def _text_batches(self, video_id: int, kind: str, rows: TextRows) -> Iterator[FusedBatch]:
-        """``rows`` embedded with the query model, as row batches numbered 0 onwards."""
+        """``rows`` embedded with the query model, as row batches numbered 0 onwards. A row with
+        an English rendering is embedded with it: the query model reads English, so an
+        English query finds the meaning of a sentence said in another language."""
         for first in range(0, len(rows), _TEXT_ROWS_PER_HANDOVER):
             part = rows[first : first + _TEXT_ROWS_PER_HANDOVER]
-            vectors = self.embedder.embed_text([text for _, _, text in part])
-            yield FusedBatch.of_texts(
-                video_id, kind, first, [(t0, t1) for t0, t1, _ in part], vectors
-            )
+            said = [" ".join(filter(None, (r[2], *r[4:5]))) for r in part]
+            vectors = self.embedder.embed_text(said)
+            yield FusedBatch.of_texts(video_id, kind, first, [r[:2] for r in part], vectors)
 
     def _abandon(self, video_id: int) -> None:
         """Drop a failed video's unsent frames and settle its sends; the driver then

@@ -211,6 +211,8 @@ class Indexer:
                     ev["event"] == "texts"
                 ):  # before "done": a ready video's words are all in the catalog
                     self.catalog.put_texts(video_id, ev["kind"], ev["rows"])
+                    if ev["kind"] == "speech":
+                        self.catalog.set_video_language(video_id, ev.get("language"))
                 elif ev["event"] == "done":
                     return ev["frames"], None, False
                 elif ev["event"] == "failed":
