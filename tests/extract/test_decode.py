@@ -403,12 +403,12 @@ def test_frames_for_reading_text_keep_a_small_videos_own_size_and_share_its_file
 ) -> None:
     """Where screen text is read the extractor decodes at a readable size, never above the
     video's own (320x240 here) nor below the embedder's, from a file it opened itself and
-    keeps for the audio."""
+    keeps for the audio; a frame at that size is made only when asked for (Deferred)."""
     from vifusion.extract.decode import open_video
 
     with open_video(kitchen.path) as file:
         _, total, batches = open_sampled_with_text(kitchen.path, 1.0, 3600, 224, 720, file=file)
-        shapes = {(small.shape[1:], big.shape[1:]) for small, _, big in batches}
+        shapes = {(smalls.shape[1:], big().shape) for smalls, _, bigs in batches for big in bigs}
         assert shapes == {((224, 299, 3), (240, 320, 3))} and not file.closed
     _, _, batches = open_sampled(kitchen.path, 1.0, 3600, short_side=480, batch=total)
     assert next(batches)[0].shape == (total, 480, 640, 3)  # upscaled, as the embedder's frames are

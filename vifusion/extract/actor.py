@@ -63,6 +63,11 @@ class Extractor:
         )
         self._transcriber: Any = None  # speech.Transcriber, loaded by the first video with sound
         self._screen: Any = None  # screentext.ScreenReader, loaded by the first video read
+        self.people = None
+        if cfg.people:
+            from vifusion.extract.people import PeopleDetector
+
+            self.people = PeopleDetector()
         self._speech_thread = ThreadPoolExecutor(1, thread_name_prefix="speech")
 
     def device(self) -> str:
@@ -166,7 +171,8 @@ class Extractor:
                     done, handing, instance = 0, None, None
                     self.handoff.reset()
                     for frames, spans, text_frames in prefetch(batches):
-                        visual, semantic = self.embedder.embed_frames(frames)
+                        terms = self.people.terms(frames) if self.people else None
+                        visual, semantic = self.embedder.embed_frames(frames, terms)
                         batch = FusedBatch.of_video(
                             video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic
                         )
@@ -177,8 +183,8 @@ class Extractor:
                             )  # back-pressure reaches this actor here
                         handing = self.handoff.submit(shard_no, batch, time.time())
                         if tracker is not None:  # read while the frames' hand-over travels
-                            for rgb, (_, t0, t1) in zip(text_frames, spans):
-                                shown += tracker.add(rgb, t0, t1)
+                            for rgb, small, (_, t0, t1) in zip(text_frames, frames, spans):
+                                shown += tracker.add(rgb, t0, t1, small=small)
                         yield {"event": "progress", "frames_done": done, "frames_total": total}
                     if tracker is not None:
                         shown += tracker.finish()

@@ -105,7 +105,26 @@ def output_size(width: int, height: int, short_side: int) -> tuple[int, int]:
 Spans = list[tuple[int, float, float]]  # per frame: (frame index shown, start_s, end_s)
 Batches = Iterator[tuple[np.ndarray, Spans]]
 # (frames at the embedder's size, their spans, the same frames at the text reader's size)
-TextBatches = Iterator[tuple[np.ndarray, Spans, np.ndarray]]
+TextBatches = Iterator[tuple[np.ndarray, Spans, "np.ndarray | list[Deferred]"]]
+
+
+class Deferred:
+    """A sampled frame at the text reader's size, converted to RGB when first asked for
+    (``frame()``): on footage without text most frames are never read, and converting each
+    at that size costs about a sixth of decoding it. Holds the decoded frame till then."""
+
+    __slots__ = ("_frame", "_rgb", "_scaler", "_size")
+
+    def __init__(self, frame: av.VideoFrame, scaler: object, size: tuple[int, int]) -> None:
+        self._frame, self._scaler, self._size = frame, scaler, size
+        self._rgb: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self._rgb is None:
+            width, height = self._size
+            rgb = self._scaler.reformat(self._frame, width, height, "rgb24", threads=1)
+            self._rgb, self._frame = rgb.to_ndarray(), None
+        return self._rgb
 
 
 def open_sampled(
@@ -208,8 +227,9 @@ def decode(
 
 
 class _Out:
-    """Sampled frames converted to RGB at each size (libswscale, one scaler per size kept for
-    the video), collected into batches."""
+    """Sampled frames converted to RGB at the embedder's size (libswscale, one scaler kept
+    for the video) and, where a text size of its own is asked for, deferred at that size;
+    collected into batches."""
 
     def __init__(self, path: Path, sizes: list[tuple[int, int]], batch: int) -> None:
         from av.video.reformatter import VideoReformatter
@@ -217,30 +237,31 @@ class _Out:
         self.path, self.batch = path, batch
         self.sizes = list(dict.fromkeys(sizes))  # an equal text size is the same array
         self.scalers = [VideoReformatter() for _ in self.sizes]
-        self.which = [self.sizes.index(size) for size in sizes]
-        self.frames: list[list[np.ndarray]] = [[] for _ in self.sizes]
+        self.frames: list[np.ndarray] = []
+        self.text: list[Deferred] = []
         self.spans: Spans = []
 
     def add(self, frame: av.VideoFrame, span: tuple[int, float, float]) -> None:
         if frame.width * frame.height > MAX_FRAME_PIXELS:  # grown past the header's
             raise fail(self.path, too_big(frame.width, frame.height))
-        for (width, height), scaler, frames in zip(self.sizes, self.scalers, self.frames):
-            rgb = scaler.reformat(frame, width, height, "rgb24", threads=1)
-            frames.append(rgb.to_ndarray())
+        (width, height), *text = self.sizes
+        rgb = self.scalers[0].reformat(frame, width, height, "rgb24", threads=1)
+        self.frames.append(rgb.to_ndarray())
+        if text:  # a size of its own for reading text: converted where it is read
+            self.text.append(Deferred(frame, self.scalers[1], text[0]))
         self.spans.append(span)
 
     def full(self) -> bool:
         return len(self.spans) >= self.batch
 
-    def take(self) -> tuple[np.ndarray, Spans, np.ndarray]:
-        """The batch collected (up to ``batch`` frames); the rest stay."""
+    def take(self) -> tuple[np.ndarray, Spans, np.ndarray | list[Deferred]]:
+        """The batch collected (up to ``batch`` frames); the rest stay. The third item is
+        the frames for reading text: the same array where the sizes are equal."""
         n = min(self.batch, len(self.spans))
-        stacks = [np.stack(frames[:n]) for frames in self.frames]
-        spans = self.spans[:n]
-        for frames in self.frames:
-            del frames[:n]
-        del self.spans[:n]
-        return stacks[self.which[0]], spans, stacks[self.which[-1]]
+        frames, spans = np.stack(self.frames[:n]), self.spans[:n]
+        text = self.text[:n] if len(self.sizes) > 1 else frames
+        del self.frames[:n], self.text[:n], self.spans[:n]
+        return frames, spans, text
 
 
 def _decode(

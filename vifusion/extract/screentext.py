@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +108,24 @@ class ScreenReader:
         return out + tracker.finish()
 
 
+Picture = np.ndarray | Callable[[], np.ndarray]  # a frame, or a call that makes it
+
+
+def _pixels(picture: Picture) -> np.ndarray:
+    return picture if isinstance(picture, np.ndarray) else picture()
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """A frame as the tracker holds it: the one to read (made on first use) and a small one."""
+
+    picture: Picture
+    small: np.ndarray
+
+    def full(self) -> np.ndarray:
+        return _pixels(self.picture)
+
+
 @dataclass
 class _Open:
     start_s: float
@@ -137,7 +155,7 @@ class ScreenTextTracker:
         # Looks in a row that found no text: a video starts as if the gate had long found
         # none, so footage without text is looked at sparsely from its start.
         self._empty_looks = _BACKOFF_LOOKS * reader.cfg.ocr_backoff_max.bit_length()
-        self._skipped: list[tuple[np.ndarray, float, float]] = []  # since the last look
+        self._skipped: list[tuple[_Frame, float, float]] = []  # since the last look
 
     def _moved(self, a: np.ndarray, b: np.ndarray) -> bool:
         """Whether two thumbnails differ (``ocr_change_share`` of them by _CHANGED_LEVELS)."""
@@ -160,15 +178,26 @@ class ScreenTextTracker:
         return min(self.reader.cfg.ocr_backoff_max, 2 ** (self._empty_looks // _BACKOFF_LOOKS))
 
     def add(
-        self, rgb: np.ndarray, start_s: float, end_s: float, changed: bool | None = None
+        self,
+        rgb: Picture,
+        start_s: float,
+        end_s: float,
+        changed: bool | None = None,
+        small: np.ndarray | None = None,
     ) -> list[TextSpan]:
-        """Take the next frame, shown over [start_s, end_s). ``changed``: the caller's own
-        test (True: read it; False: read it only if the still interval has passed); None:
-        this tracker compares thumbnails. Returns the spans that ended before this frame.
-        A frame the back-off skips is kept (not copied) until a later one is looked at: the
-        caller must not write into ``rgb`` after handing it over."""
+        """Take the next frame, shown over [start_s, end_s). ``rgb``: the frame to read, or a
+        call that makes it (``decode.Deferred``: made only if it is read); ``small``: the
+        same frame at about ``ocr_gate_side`` or more (the embedder's), which the change test
+        and the gate look at instead where given. ``changed``: the caller's own test (True:
+        read it; False: read it only if the still interval has passed); None: this tracker
+        compares thumbnails. Returns the spans that ended before this frame. A frame the
+        back-off skips is kept (not copied) until a later one is looked at: the caller must
+        not write into it after handing it over."""
         self._last_end_s = end_s
-        thumb = thumbnail(rgb) if changed is None or self._last_thumb is None else None
+        if small is None:
+            rgb = small = _pixels(rgb)
+        rgb = _Frame(rgb, small)
+        thumb = thumbnail(small) if changed is None or self._last_thumb is None else None
         before, self._prev_thumb = self._prev_thumb, thumb
         if not self._changed(thumb, start_s, changed):
             for span in self._open:
@@ -188,11 +217,11 @@ class ScreenTextTracker:
             self._skipped.append((rgb, start_s, end_s))
             self.frames_skipped += 1
             return []
-        self._last_thumb = thumbnail(rgb) if thumb is None else thumb
+        self._last_thumb = thumbnail(small) if thumb is None else thumb
         self._last_read_s = start_s
         return self._look(rgb, start_s, end_s)
 
-    def _look(self, rgb: np.ndarray, start_s: float, end_s: float) -> list[TextSpan]:
+    def _look(self, rgb: _Frame, start_s: float, end_s: float) -> list[TextSpan]:
         """Look at (and where needed read) a frame; where it shows text, first the frames the
         back-off skipped before it, so a span starts where its text first showed."""
         lines = self._lines(rgb, start_s)
@@ -207,7 +236,7 @@ class ScreenTextTracker:
                 ended += self._update(self._lines(s_rgb, s_start), s_start, s_end)
         return ended + self._update(lines, start_s, end_s)
 
-    def _lines(self, rgb: np.ndarray, start_s: float) -> list[Line]:
+    def _lines(self, rgb: _Frame, start_s: float) -> list[Line]:
         """A frame's readable lines: read in full where text is on screen, else first looked
         at by the gate, or every ``ocr_full_interval_s`` by the detector at the frame's own
         size (up to the reading's), for text too small for the gate."""
@@ -216,15 +245,16 @@ class ScreenTextTracker:
             seen = True
         elif start_s - self._last_full_s >= cfg.ocr_full_interval_s:
             self._last_full_s = start_s
-            seen = reader.lines.sees_text(rgb, min(*rgb.shape[:2], reader.lines.read_side))
+            full = rgb.full()
+            seen = reader.lines.sees_text(full, min(*full.shape[:2], reader.lines.read_side))
         else:
-            seen = reader.sees_text(rgb)
+            seen = reader.sees_text(rgb.small)
         if not seen:
             self.frames_gated += 1
             return []
         self.frames_read += 1
         self._last_full_s = max(self._last_full_s, start_s)  # frames skipped come after
-        return reader.read(rgb)
+        return reader.read(rgb.full())
 
     def _update(self, lines: list[Line], start_s: float, end_s: float) -> list[TextSpan]:
         """Spans from one frame's lines: those continuing go on to ``end_s``, new ones open,

@@ -122,9 +122,9 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
 
             tracker = ScreenReader(cfg, "cuda" if gpu else "cpu").track()
             t = time.process_time()
-            for _, spans, texts in decoded:
-                for rgb, (_, a, b) in zip(texts, spans, strict=True):
-                    tracker.add(rgb, a, b)
+            for frames, spans, texts in decoded:
+                for rgb, small, (_, a, b) in zip(texts, frames, spans, strict=True):
+                    tracker.add(rgb, a, b, small=small)
             tracker.finish()
             text_cs = (time.process_time() - t) / total
 
