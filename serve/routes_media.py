@@ -82,12 +82,17 @@ def transcript(
     video_id: int = VideoId,
     kind: Literal["speech", "screen", "all"] = "speech",
     fmt: Literal["json", "vtt"] = Query("json", alias="format"),
+    lang: Literal["en"] | None = Query(
+        None, description="en: WebVTT of the English rendering of speech in other languages"
+    ),
 ) -> Any:
     """What is said in a video (``kind=speech``), written on its screen (``screen``) or
-    both (``all``), in time order: JSON, or WebVTT subtitles with ``format=vtt``."""
+    both (``all``), in time order: JSON (each segment's ``language`` and, where not English,
+    its ``english`` rendering), or WebVTT subtitles with ``format=vtt`` (the words as said,
+    or with ``lang=en`` their English rendering; the header names the language)."""
     rows = replica.service.transcript(video_id, kind)
     if fmt == "vtt":
-        return Response(webvtt(rows), media_type="text/vtt; charset=utf-8")
+        return Response(webvtt(rows, english=lang == "en"), media_type="text/vtt; charset=utf-8")
     return {
         "video_id": video_id,
         "segments": [
@@ -96,6 +101,8 @@ def transcript(
                 "start_s": round(r.start_s, 3),
                 "end_s": round(r.end_s, 3),
                 "text": r.text,
+                "language": r.language,
+                "english": r.english,
             }
             for r in rows
         ],

@@ -21,7 +21,15 @@ from vifusion._files import fd_path, storage_writes
 from vifusion.query.searcher import ClipRefused
 
 # The request's fields that the service's search takes as they are (the cursor becomes an offset).
-_OPTIONS = {"top_k", "group_by", "filter", "min_score", "min_relative_score", "modalities"}
+_OPTIONS = {
+    "top_k",
+    "group_by",
+    "filter",
+    "languages",
+    "min_score",
+    "min_relative_score",
+    "modalities",
+}
 
 router = APIRouter()
 
@@ -60,6 +68,8 @@ async def search(replica: Serving, request: Request) -> dict:
         fields = {k: v for k, v in form.items() if k not in files}
         if "filter" in fields:
             fields["filter"] = _bodies.json_field(fields["filter"], "filter")
+        if isinstance(fields.get("languages"), str):  # a form says them comma-separated
+            fields["languages"] = [x.strip() for x in fields["languages"].split(",") if x.strip()]
         req = _bodies.model(SearchRequest, fields)
         query = {}
         if "image" in files:

@@ -3,7 +3,7 @@
 These are the contract: programs outside the project rely on the field names.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -110,6 +110,12 @@ class SearchRequest(BaseModel):
     top_k: int = Field(10, ge=1, le=100)
     group_by: Literal["segment", "video", "frame"] = "segment"
     filter: dict[str, str | int | float | bool] | None = Field(None, max_length=16)
+    languages: list[Annotated[str, Field(pattern=r"^[a-z]{2,3}$")]] | None = Field(
+        None,
+        max_length=16,
+        description="only videos in which one of these languages (ISO 639-1, as Whisper "
+        "names them: en, es, fr, ...) is spoken",
+    )
     min_score: float | None = Field(None, ge=-1e6, le=1e6)
     min_relative_score: float | None = Field(
         None,
@@ -171,6 +177,12 @@ class TranscriptSegment(BaseModel):
     start_s: float
     end_s: float
     text: str
+    language: str | None = Field(
+        None, description="the spoken language (ISO 639-1) of a speech segment; null: not known"
+    )
+    english: str | None = Field(
+        None, description="a non-English speech segment's English rendering; null: none"
+    )
 
 
 class Transcript(BaseModel):
