@@ -4,7 +4,6 @@ demand the indexer (extractor actors) and the searcher (a query embedder)."""
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 from functools import cached_property
@@ -124,13 +123,11 @@ class Runtime:
     def searcher(self):
         import torch
 
-        from vifusion.extract.model import Embedder
+        from vifusion.extract.backbone import load_backbone
         from vifusion.query.searcher import Searcher
 
         torch.set_num_threads(self.cfg.query_threads)
-        with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
-            embedder = Embedder(self.cfg.conse_top_k, cache_dir=self.cfg.data_dir / datadir.MODELS)
-        return Searcher(self.cfg, self.shards, embedder, self.catalog)
+        return Searcher(self.cfg, self.shards, load_backbone(self.cfg), self.catalog)
 
     def close(self) -> None:
         self.stop_indexer()

@@ -203,25 +203,22 @@ def _text_embedder(cfg: Config):
     that indexing leaves in the data dir; where there is none (a data dir indexed before it
     existed, or not writable), the torch model, which leaves the export for the next search."""
     from vifusion.extract._text_onnx import TextEmbedder, onnx_path
+    from vifusion.index.model import DEFAULT
 
     path = onnx_path(cfg.data_dir / MODELS)
-    if path.is_file():
+    if path.is_file() and cfg.visual_model == DEFAULT:  # another's text tower needs torch
         return TextEmbedder(path, cfg.query_threads)
     return _embedder(cfg)
 
 
 def _embedder(cfg: Config):
-    """Both models, with torch (an image or a clip is embedded by the vision model)."""
-    import contextlib
-    import io
-
+    """The visual model and the text model, with torch (``backbone.load_backbone``)."""
     import torch
 
-    from vifusion.extract.model import Embedder
+    from vifusion.extract.backbone import load_backbone
 
     torch.set_num_threads(cfg.query_threads)
-    with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
-        return Embedder(cfg.conse_top_k, cache_dir=cfg.data_dir / MODELS)
+    return load_backbone(cfg)
 
 
 def _result(m: Moment, video) -> dict:

@@ -24,7 +24,6 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from vifusion import datadir
 from vifusion._files import storage_reason
 from vifusion.cluster.placement import extractor_options, extractors_a_node, planned_extractors
 from vifusion.config import Config
@@ -48,7 +47,7 @@ class Extractor:
         the CPU a frame of two with a thread each (docs/benchmarks.md)."""
         import torch
 
-        from vifusion.extract.model import Embedder, pick_device
+        from vifusion.extract.backbone import load_backbone
 
         # Set explicitly: Ray sets OMP_NUM_THREADS=1 in its workers.
         torch.set_num_threads(cfg.torch_threads or max(1, cfg.threads // max(sharing, 1)))
@@ -56,8 +55,7 @@ class Extractor:
         self.sharing = max(sharing, 1)
         self.aggregator = aggregators[ray.get_runtime_context().get_node_id()]
         self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
-        with contextlib.redirect_stdout(io.StringIO()):  # the weights loader prints
-            self.embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / datadir.MODELS)
+        self.embedder = load_backbone(cfg)  # the visual model cfg.visual_model names
         self.decode_threads = decode_threads(
             cfg, self.sharing, gpu=self.embedder.device.type == "cuda"
         )

@@ -46,8 +46,11 @@ class Backbone(Protocol):
     device: torch.device
     text_space: str  # the frame space a text query searches: "semantic" or "visual"
 
-    def embed_frames(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """uint8 (b, H, W, 3) RGB frames -> (visual (b, VISUAL_DIM), semantic (b, SEMANTIC_DIM))."""
+    def embed_frames(
+        self, frames: np.ndarray, terms: Sequence[tuple[list[str], list[float]]] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """uint8 (b, H, W, 3) RGB frames -> (visual (b, VISUAL_DIM), semantic (b, SEMANTIC_DIM));
+        ``terms``: each frame's extra concept words (``people.py``), where the model takes them."""
         ...
 
     def embed_images(self, images: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +128,8 @@ class ClipBackbone:
         return (x - self.mean) / self.std
 
     @torch.inference_mode()
-    def embed_frames(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def embed_frames(self, frames: np.ndarray, terms=None) -> tuple[np.ndarray, np.ndarray]:
+        """``terms`` are ignored: the image tower sees people itself."""
         image = self.model.encode_image(self._preprocess(frames), normalize=True)
         visual = _pad(image.float().cpu().numpy(), VISUAL_DIM)
         return visual, np.tile(self._one, (len(visual), 1))

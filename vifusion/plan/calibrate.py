@@ -30,9 +30,7 @@ node type and model settings.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import logging
 import multiprocessing
@@ -46,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from vifusion.config import Config
-from vifusion.datadir import CALIBRATION, MODELS
+from vifusion.datadir import CALIBRATION
 from vifusion.plan._query_costs import query_cs, shard_search_costs
 from vifusion.plan.hardware import Cluster, Node
 from vifusion.plan.terms import StageCosts
@@ -68,7 +66,7 @@ def _key(cfg: Config) -> str:
         cfg.torch_threads,
         (cfg.speech, str(cfg.speech_model_dir), cfg.speech_compute_type, cfg.speech_threads),
         cfg.speech and have_espeak(),  # measured once espeak-ng is there
-        "efficientnet_lite0+MiniLM",
+        "efficientnet_lite0+MiniLM" if cfg.visual_model == "default" else cfg.visual_model,
         cfg.plan_video_mbps,  # decoding is measured at the bitrate planned for
         "crowded, threads split, decode by seconds, searches",  # older caches measured otherwise
     )
@@ -80,8 +78,8 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
     import torch
 
     from vifusion.extract.actor import EMBED_SIDE
+    from vifusion.extract.backbone import load_backbone
     from vifusion.extract.decode import open_sampled_with_text
-    from vifusion.extract.model import Embedder, pick_device
     from vifusion.fusion.dedup import TemporalDedup
     from vifusion.index.shard import Shard
     from vifusion.samples import write_video
@@ -102,8 +100,7 @@ def measure(cfg: Config, scene_s: float = 3.0) -> StageCosts:
         dense = _decoding(cfg, Path(tmp), scene_s) if cfg.plan_video_mbps else None
         decode_cs = decode_cs_at(small, dense, cfg.plan_video_mbps, cfg.sample_fps)
 
-        with contextlib.redirect_stdout(io.StringIO()):
-            embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / MODELS)
+        embedder = load_backbone(cfg)
         gpu = embedder.device.type == "cuda"
         embedder.embed_frames(decoded[0][0])  # warm up
         rows, t, w = [], time.process_time(), time.perf_counter()
@@ -266,11 +263,10 @@ def embed_cs(
     import torch
 
     from vifusion.extract.actor import EMBED_SIDE
-    from vifusion.extract.model import Embedder, pick_device
+    from vifusion.extract.backbone import load_backbone
 
     torch.set_num_threads(cfg.torch_threads or max(1, cfg.threads // parties))  # as the actor
-    with contextlib.redirect_stdout(io.StringIO()):
-        embedder = Embedder(cfg.conse_top_k, pick_device(), cfg.data_dir / MODELS)
+    embedder = load_backbone(cfg)
     shape = (cfg.embed_batch, EMBED_SIDE, EMBED_SIDE, 3)
     frames = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     embedder.embed_frames(frames)  # warm up

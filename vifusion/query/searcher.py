@@ -190,14 +190,19 @@ class Searcher:
         if blend not in BLENDS:
             raise ValueError(f"blend must be one of {BLENDS}, got {blend!r}")
         vec = self.embedder.embed_text([query])
+        # What is seen: the frame space the visual model's text queries search. ConSE's is the
+        # text model's own, so ``vec`` serves (a TextEmbedder is the default's); a joint model's
+        # text tower embeds into ``visual`` (``extract/backbone.py``).
+        space = getattr(self.embedder, "text_space", "semantic")
+        seen_vec = vec if space == "semantic" else self.embedder.embed_query([query])
         if modalities == ("visual",):
-            return self._search("semantic", vec, top_k, group_by, videos)
+            return self._search(space, seen_vec, top_k, group_by, videos)
         depth = min(max(2 * top_k, 50), 1000)  # candidates per list
         calibrated = blend == "calibrated"
         lists: list[list[Candidate]] = []
         missing: set[int] = set()
         if "visual" in modalities:
-            hits = self.shards.search("semantic", vec, self._frames_to_fetch(top_k), videos)
+            hits = self.shards.search(space, seen_vec, self._frames_to_fetch(top_k), videos)
             missing.update(hits.missing)
             runs = self._group(hits[0], depth, "frame" if group_by == "frame" else "segment")
             seen = [
