@@ -37,6 +37,13 @@ class ExtractFields(BaseModel):
     conse_top_k: int = Field(
         10, gt=0, description="ImageNet classes mixed into the text-space vector"
     )
+    concept_hypernyms: float = Field(
+        0.25,
+        ge=0,
+        description="weight of the classes' WordNet hypernyms (a Samoyed is a dog) in a "
+        "frame's text-space vector; 0: the classes alone, as indexes made before #54 (a "
+        "change needs a re-index)",
+    )
     visual_model: str = Field(
         "default",
         description="the model that embeds frames and searches what is seen: 'default' (the "

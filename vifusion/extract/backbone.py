@@ -74,7 +74,7 @@ def load_backbone(cfg: Config, device: torch.device | None = None) -> Backbone:
     device = device or pick_device()
     with contextlib.redirect_stdout(io.StringIO()):  # the weights loaders print
         if parse_visual_model(cfg.visual_model) is None:
-            return Embedder(cfg.conse_top_k, device, cfg.data_dir / MODELS)
+            return Embedder(cfg.conse_top_k, device, cfg.data_dir / MODELS, cfg.concept_hypernyms)
         return ClipBackbone(cfg.visual_model, device)
 
 
