@@ -105,9 +105,15 @@ def answers(cat: Any) -> dict[str, Any]:
     )
 
 
+# Fields added since the fixture's release: left out where they hold nothing (None), so an
+# old catalog's answers are compared as that release gave them.
+_ADDED_FIELDS = ("language", "english", "snippet_english")
+
+
 def _plain(x: Any) -> Any:
     if dataclasses.is_dataclass(x):
         x = dataclasses.asdict(x)
+        x = {k: v for k, v in x.items() if not (k in _ADDED_FIELDS and v is None)}
     if isinstance(x, dict):
         return {
             k: round(v, 9) if k in ("score", "coverage") and v else _plain(v) for k, v in x.items()

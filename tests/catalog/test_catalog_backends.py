@@ -16,7 +16,7 @@ import pytest
 from tests._postgres import CatalogPlace
 from vifusion.catalog import Catalog, open_catalog
 from vifusion.catalog._postgres import PostgresCatalog
-from vifusion.catalog._schema import CatalogTooNew
+from vifusion.catalog._schema import SQLITE_MIGRATIONS, CatalogTooNew
 from vifusion.catalog._sqlite import SqliteCatalog
 from vifusion.config import Config
 
@@ -66,13 +66,13 @@ def test_a_catalog_from_before_versions_migrates_in_place_and_keeps_its_rows(tmp
     cat.close()
     with sqlite3.connect(path) as c:
         assert c.execute("SELECT version FROM schema_version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
+            (v,) for v in range(1, len(SQLITE_MIGRATIONS) + 1)
         ]  # once, however often opened
     open_catalog(Config(data_dir=tmp_path)).close()
     with sqlite3.connect(path) as c:
-        assert c.execute("SELECT count(*) FROM schema_version").fetchone() == (3,)
+        assert c.execute("SELECT count(*) FROM schema_version").fetchone() == (
+            len(SQLITE_MIGRATIONS),
+        )
 
 
 def test_a_catalog_a_later_release_migrated_is_refused(catalog):

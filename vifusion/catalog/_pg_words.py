@@ -1,6 +1,7 @@
 """Keyword search's PostgreSQL side: English Snowball stems of FTS5-cut tokens, stored as a
-``tsvector`` of stems at their positions; tsqueries of phrases; BM25 and matched spans
-computed from those positions as FTS5 computes them (``_postgres.py``). Statements are
+``tsvector`` of stems at their positions (a row's text at 1..n_tokens, its English rendering
+after a gap, at n_tokens + 2.., as FTS5 keeps two columns); tsqueries of phrases; BM25 and
+matched spans computed from those positions as FTS5 computes them (``_postgres.py``). Statements are
 written with ``?`` for each parameter, as all the catalog's are (``_postgres._Connection``)."""
 
 from __future__ import annotations
@@ -34,14 +35,30 @@ def quote(stem: str) -> str:
     return "'" + stem.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def tsvector(toks: list[str], stems: dict[str, str]) -> str:
-    """A row's index entry: each token's stem at its position (1-based), as a tsvector literal.
+def tsvector(toks: list[str], english: list[str], stems: dict[str, str]) -> str:
+    """A row's index entry: each token's stem at its position (1-based), those of its English
+    rendering from ``len(toks) + 2`` (a gap: no phrase spans the two), as a tsvector literal.
     A token too long to index is left out; the positions after it stay where they are."""
     at: dict[str, list[str]] = {}
-    for i, tok in enumerate(toks, start=1):
+    placed = [*enumerate(toks, start=1), *enumerate(english, start=len(toks) + 2)]
+    for i, tok in placed:
         if tok in stems:
             at.setdefault(stems[tok], []).append(str(i))
     return " ".join(f"{quote(stem)}:{','.join(pos)}" for stem, pos in at.items())
+
+
+def entries(c: Any, rows: Sequence[Any]) -> list[tuple[str, int, int]]:
+    """Each row's (tsvector, n_tokens, n_english), from its ``text`` and ``english`` (a
+    mapping or a ``checked_rows`` tuple)."""
+    cut = [
+        (
+            [t for _, _, t in tokens(r["text"] if isinstance(r, dict) else r[5])],
+            [t for _, _, t in tokens((r["english"] if isinstance(r, dict) else r[7]) or "")],
+        )
+        for r in rows
+    ]
+    stems = stems_of(c, {t for text, english in cut for t in (*text, *english)})
+    return [(tsvector(text, english, stems), len(text), len(english)) for text, english in cut]
 
 
 def phrases(c: Any, words: list[str]) -> dict[str, Phrase]:
@@ -62,11 +79,19 @@ def tsquery(phrases: Sequence[Phrase]) -> str | None:
 
 
 def bm25_scores(
-    c: Any, phrases: list[Phrase], where: str, args: list[Any], limit: int, total: int, mean: float
+    c: Any,
+    columns: str,
+    phrases: list[Phrase],
+    where: str,
+    args: list[Any],
+    limit: int,
+    total: int,
+    mean: float,
 ) -> dict[int, float]:
     """Text row id -> BM25 score of the ``limit`` best rows (by score, then video, time, n)
     among those ``where`` admits holding any of ``phrases``; each phrase's row count is over
-    the whole index, as FTS5 counts it."""
+    the whole index, as FTS5 counts it, and its count in a row and the row's length are over
+    its text and English rendering together, as FTS5 counts its columns."""
     if (q := tsquery(phrases)) is None:
         return {}
     counts = c.execute(
@@ -85,28 +110,28 @@ def bm25_scores(
         ).fetchall()
     ]
     scored = []
-    for i, (r, seq) in with_stems(c, ids).items():
-        tf = [len(phrase_starts(seq, p)) for p in phrases]
-        scored.append(
-            (-bm25(tf, df, total, r["n_tokens"], mean), r["video_id"], r["start_s"], r["n"], i)
-        )
+    for i, (r, seq, english) in with_stems(c, columns, ids).items():
+        tf = [len(phrase_starts(seq, p)) + len(phrase_starts(english, p)) for p in phrases]
+        length = r["n_tokens"] + r["n_english"]
+        scored.append((-bm25(tf, df, total, length, mean), r["video_id"], r["start_s"], r["n"], i))
     return {i: -s for s, _, _, _, i in sorted(scored)[:limit]}
 
 
-def with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[frozenset[str]]]]:
-    """Text rows by id, each with its tokens' stems in order (from its index entry)."""
+Stems = list[frozenset[str]]  # a text's tokens' stems, in order
+
+
+def with_stems(
+    c: Any, columns: str, ids: list[int]
+) -> dict[int, tuple[dict[str, Any], Stems, Stems]]:
+    """Text rows by id (``columns`` of ``texts t``, with n_tokens and n_english), each with
+    its tokens' stems in order and its English rendering's (from its index entry)."""
     if not ids:
         return {}
     rows = {
         r["id"]: r
-        for r in c.execute(
-            "SELECT id, video_id, kind, n, start_s, end_s, text, n_tokens FROM texts WHERE id = ANY(?)",
-            (ids,),
-        )
+        for r in c.execute(f"SELECT t.id, {columns} FROM texts t WHERE t.id = ANY(?)", (ids,))
     }
-    seqs: dict[int, list[set[str]]] = {
-        i: [set() for _ in range(r["n_tokens"])] for i, r in rows.items()
-    }
+    seqs = {i: [set() for _ in range(r["n_tokens"] + 1 + r["n_english"])] for i, r in rows.items()}
     for r in c.execute(
         "SELECT t.id, u.lexeme, u.positions FROM texts t, unnest(t.tsv) AS u WHERE t.id = ANY(?)",
         (ids,),
@@ -115,7 +140,11 @@ def with_stems(c: Any, ids: list[int]) -> dict[int, tuple[dict[str, Any], list[f
         for p in r["positions"]:
             if p <= len(seq):
                 seq[p - 1].add(r["lexeme"])
-    return {i: (rows[i], [frozenset(s) for s in seqs[i]]) for i in rows}
+    out = {}
+    for i, r in rows.items():
+        stems = [frozenset(s) for s in seqs[i]]
+        out[i] = (r, stems[: r["n_tokens"]], stems[r["n_tokens"] + 1 :])
+    return out
 
 
 def spans(seq: list[frozenset[str]], phrases: Sequence[Phrase]) -> list[tuple[int, int, int]]:

@@ -28,15 +28,11 @@ from vifusion.catalog._database import Dialect, Row
 from vifusion.catalog._pg_words import Phrase
 from vifusion.catalog._records import CatalogUnreachable, NoCatalog
 from vifusion.catalog._schema import migrate_postgres
-from vifusion.catalog._texts import Query
-from vifusion.catalog._words import (
-    FUZZY_WEIGHT,
-    SNIPPET_TOKENS,
-    marked,
-    phrase_starts,
-    tokens,
-    with_near,
-)
+from vifusion.catalog._texts import TEXT_COLUMNS, Query
+from vifusion.catalog._words import FUZZY_WEIGHT, SNIPPET_TOKENS, marked, phrase_starts, with_near
+
+# A text row's columns with its lengths in the keyword index (``pg_words.with_stems``).
+_STEMMED = f"{TEXT_COLUMNS}, n_tokens, n_english"
 
 
 class _Connection:
@@ -130,14 +126,13 @@ class PostgresCatalog(Catalog):
     # -- keyword search over stems -----------------------------------------------------
 
     def _insert_texts(self, c: _Connection, rows: list[tuple]) -> None:
-        cut = [[tok for _, _, tok in tokens(row[5])] for row in rows]
-        stems = pg_words.stems_of(c, {tok for toks in cut for tok in toks})
+        # ``words`` (the last) is SQLite's: here the tsvector holds the words.
         c.executemany(
-            "INSERT INTO texts (video_id, kind, n, start_s, end_s, text, tsv, n_tokens)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?::tsvector, ?)",
+            f"INSERT INTO texts ({TEXT_COLUMNS}, tsv, n_tokens, n_english)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?::tsvector, ?, ?)",
             [
-                (*row, pg_words.tsvector(toks, stems), len(toks))
-                for row, toks in zip(rows, cut, strict=True)
+                (*row[:-1], *entry)
+                for row, entry in zip(rows, pg_words.entries(c, rows), strict=True)
             ],
         )
 
@@ -157,32 +152,45 @@ class PostgresCatalog(Catalog):
         self, c: _Connection, q: Query, where: str, args: list, limit: int
     ) -> dict[int, float]:
         stats = c.execute(
-            "SELECT count(*) AS n, coalesce(sum(n_tokens), 0) AS length FROM texts"
+            "SELECT count(*) AS n, coalesce(sum(n_tokens"
+            f"{' + n_english' if self._has(c, 'n_english') else ''}), 0) AS length FROM texts"
         ).fetchone()
+        stemmed = self._columns(c, _STEMMED)
         total, mean = stats["n"], (stats["length"] / stats["n"] if stats["n"] else 0.0)
         return with_near(
-            pg_words.bm25_scores(c, q.exact, where, args, limit, total, mean),
-            pg_words.bm25_scores(c, q.spelt, where, args, limit, total, mean),
+            pg_words.bm25_scores(c, stemmed, q.exact, where, args, limit, total, mean),
+            pg_words.bm25_scores(c, stemmed, q.spelt, where, args, limit, total, mean),
         )
 
     def _hits(
         self, c: _Connection, ids: list[int], q: Query, marks: tuple[str, str]
-    ) -> dict[int, tuple[Row, str, float]]:
+    ) -> dict[int, tuple[Row, str, str | None, float]]:
         out = {}
-        for i, (r, seq) in pg_words.with_stems(c, ids).items():
-            held = 0.0  # the share of the words it holds
+        for i, (r, seq, english) in pg_words.with_stems(c, self._columns(c, _STEMMED), ids).items():
+            held = 0.0  # the share of the words it holds (in its text or its English)
             for w in q.words:
-                if phrase_starts(seq, q.phrases[w]):
+                if phrase_starts(seq, q.phrases[w]) or phrase_starts(english, q.phrases[w]):
                     held += 1.0
-                elif any(phrase_starts(seq, p) for p in q.near.get(w, ())):
+                elif any(phrase_starts(s, p) for p in q.near.get(w, ()) for s in (seq, english)):
                     held += FUZZY_WEIGHT
-            spans = pg_words.spans(seq, q.exact + q.spelt)
-            out[i] = (r, marked(r["text"], spans, marks, SNIPPET_TOKENS), held / len(q.words))
+            phrases = q.exact + q.spelt
+            snippet = marked(r["text"], pg_words.spans(seq, phrases), marks, SNIPPET_TOKENS)
+            snippet_english = r["english"] and marked(
+                r["english"], pg_words.spans(english, phrases), marks, SNIPPET_TOKENS
+            )
+            out[i] = (r, snippet, snippet_english or None, held / len(q.words))
         return out
+
+    def _texts_columns(self, c: _Connection) -> set[str]:
+        rows = c.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'texts' AND table_schema = current_schema()"
+        )
+        return {r["column_name"] for r in rows}
 
     def _rows_at(self, c: _Connection, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
         rows = c.execute(
-            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text FROM texts t"
+            f"SELECT t.id, {self._columns(c, TEXT_COLUMNS)} FROM texts t"
             " JOIN unnest(?::bigint[], ?::text[], ?::int[]) AS k(v, kind, n)"
             " ON t.video_id = k.v AND t.kind = k.kind AND t.n = k.n",
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
@@ -191,8 +199,16 @@ class PostgresCatalog(Catalog):
 
     def _highlights(
         self, c: _Connection, found: dict[int, Row], q: Query, marks: tuple[str, str]
-    ) -> dict[int, str]:
-        return {
-            i: marked(r["text"], pg_words.spans(seq, q.exact + q.spelt), marks)
-            for i, (r, seq) in pg_words.with_stems(c, list(found)).items()
-        }
+    ) -> dict[int, tuple[str | None, str | None]]:
+        phrases = q.exact + q.spelt
+        out = {}
+        for i, (r, seq, english) in pg_words.with_stems(
+            c, self._columns(c, _STEMMED), list(found)
+        ).items():
+            text, in_english = pg_words.spans(seq, phrases), pg_words.spans(english, phrases)
+            if text or in_english:  # as FTS5 finds the rows holding any
+                out[i] = (
+                    marked(r["text"], text, marks) if text else None,
+                    marked(r["english"], in_english, marks) if in_english else None,
+                )
+        return out

@@ -61,10 +61,13 @@ class Video:
 
 @dataclass(frozen=True)
 class TextRow:
-    """A speech segment or on-screen text span. From a search, ``score`` is its BM25 score
-    (higher = better), ``snippet`` its words around the query's, those marked, and
-    ``coverage`` the share of the query's words it holds (0-1); from ``texts_at`` with a
-    query, ``snippet`` is the whole text with the query's words marked."""
+    """A speech segment or on-screen text span, in the language spoken (``language``, ISO
+    639-1; None: not known), with its English rendering where it is not English
+    (``english``). From a search, ``score`` is its BM25 score (higher = better), ``snippet``
+    its words around the query's, those marked, ``snippet_english`` the same of its English
+    rendering (None: it has none), and ``coverage`` the share of the query's words it holds
+    (0-1); from ``texts_at`` with a query, the snippets are the whole texts with the query's
+    words marked."""
 
     video_id: int
     kind: str  # speech | screen
@@ -75,6 +78,9 @@ class TextRow:
     score: float | None = None
     snippet: str | None = None
     coverage: float | None = None
+    language: str | None = None
+    english: str | None = None
+    snippet_english: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vifusion.catalog._words import index_words
+
 
 class CatalogTooNew(RuntimeError):
     """The catalog was migrated by a later release than this one."""
@@ -140,11 +142,50 @@ def _sqlite_4(c: sqlite3.Connection) -> None:
                 c.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
 
 
+# The keyword index from step 5 on: a row's ``words`` (its text as ``_words.index_words``
+# cuts it) and its English rendering, diacritics all folded ("Việt" as "viet").
+_SQLITE_WORDS_INDEX = """
+CREATE VIRTUAL TABLE texts_fts USING fts5(
+    words, english, content='texts', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER texts_ai AFTER INSERT ON texts BEGIN
+    INSERT INTO texts_fts(rowid, words, english) VALUES (new.id, new.words, new.english);
+END;
+CREATE TRIGGER texts_ad AFTER DELETE ON texts BEGIN
+    INSERT INTO texts_fts(texts_fts, rowid, words, english)
+    VALUES ('delete', old.id, old.words, old.english);
+END;
+CREATE TRIGGER texts_au AFTER UPDATE ON texts BEGIN
+    INSERT INTO texts_fts(texts_fts, rowid, words, english)
+    VALUES ('delete', old.id, old.words, old.english);
+    INSERT INTO texts_fts(rowid, words, english) VALUES (new.id, new.words, new.english);
+END;
+"""
+
+
+def _sqlite_5(c: sqlite3.Connection) -> None:
+    """Words in every language: the keyword index reads ``words`` (Chinese, Japanese and
+    Thai cut into characters, ``_words.index_words``) and ``english`` (a row's English
+    rendering: an English query finds the Spanish sentence), and folds every diacritic.
+    Existing rows are indexed again."""
+    if "words" not in {r[1] for r in c.execute("PRAGMA table_info(texts)")}:
+        c.execute("ALTER TABLE texts ADD COLUMN words TEXT NOT NULL DEFAULT ''")
+    for trigger in ("texts_ai", "texts_ad", "texts_au"):
+        c.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    c.execute("DROP TABLE IF EXISTS texts_fts")
+    rows = c.execute("SELECT id, text FROM texts").fetchall()
+    c.executemany("UPDATE texts SET words=? WHERE id=?", [(index_words(t), i) for i, t in rows])
+    _sqlite_script(c, _SQLITE_WORDS_INDEX)
+    c.execute("INSERT INTO texts_fts(texts_fts) VALUES ('rebuild')")
+
+
 SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_1,
     _sqlite_2,
     _sqlite_3,
     _sqlite_4,
+    _sqlite_5,
 ]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
@@ -213,7 +254,32 @@ _POSTGRES_4 = """
 ALTER TABLE texts ADD COLUMN IF NOT EXISTS language TEXT, ADD COLUMN IF NOT EXISTS english TEXT;
 ALTER TABLE videos ADD COLUMN IF NOT EXISTS language TEXT;
 """
-POSTGRES_MIGRATIONS: list[str] = [_POSTGRES_1, _POSTGRES_2, _POSTGRES_3, _POSTGRES_4]
+
+
+def _postgres_5(conn: Any) -> None:
+    """Words in every language (as _sqlite_5): each row's entry made again from its text
+    (Chinese, Japanese and Thai cut into characters) and its English rendering, whose
+    tokens ``n_english`` counts."""
+    # Imported here: the index's own cutting and stems, whose module imports this one.
+    from vifusion.catalog._pg_words import entries
+    from vifusion.catalog._postgres import _Connection
+
+    c = _Connection(conn)
+    c.execute("ALTER TABLE texts ADD COLUMN IF NOT EXISTS n_english INTEGER NOT NULL DEFAULT 0")
+    rows = c.execute("SELECT id, text, english FROM texts").fetchall()
+    c.executemany(
+        "UPDATE texts SET tsv=?::tsvector, n_tokens=?, n_english=? WHERE id=?",
+        [(*entry, r["id"]) for r, entry in zip(rows, entries(c, rows), strict=True)],
+    )
+
+
+POSTGRES_MIGRATIONS: list[str | Callable[[Any], None]] = [
+    _POSTGRES_1,
+    _POSTGRES_2,
+    _POSTGRES_3,
+    _POSTGRES_4,
+    _postgres_5,
+]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
 
@@ -245,7 +311,9 @@ def migrate_sqlite(
     return len(migrations)
 
 
-def migrate_postgres(conn: Any, where: str, migrations: list[str] = POSTGRES_MIGRATIONS) -> int:
+def migrate_postgres(
+    conn: Any, where: str, migrations: list[str | Callable[[Any], None]] = POSTGRES_MIGRATIONS
+) -> int:
     """Bring the PostgreSQL catalog ``conn`` reaches to the last version; returns it. Under
     a transaction-wide advisory lock, so concurrent openers (API replicas starting) queue."""
     with conn.transaction():
@@ -260,7 +328,11 @@ def migrate_postgres(conn: Any, where: str, migrations: list[str] = POSTGRES_MIG
             where,
         )
         for version in range(have + 1, len(migrations) + 1):
-            conn.execute(migrations[version - 1])
+            step = migrations[version - 1]
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
             conn.execute("INSERT INTO schema_version VALUES (%s, %s)", (version, time.time()))
     return len(migrations)
 

@@ -21,14 +21,21 @@ from vifusion.catalog._catalog import Catalog
 from vifusion.catalog._database import Dialect, Row
 from vifusion.catalog._records import NoCatalog
 from vifusion.catalog._schema import migrate_sqlite
-from vifusion.catalog._texts import Query
-from vifusion.catalog._words import FUZZY_WEIGHT, SNIPPET_TOKENS, with_near
+from vifusion.catalog._texts import TEXT_COLUMNS, Query
+from vifusion.catalog._words import (
+    FUZZY_WEIGHT,
+    SEPARATOR,
+    SNIPPET_TOKENS,
+    index_words,
+    with_near,
+)
 
 # A video's metadata as filters read it: NULL (matching no filter) where SQLite cannot read it
 # (NaN, stored before ingest refused it), since one such row would fail every filtered query.
 _FILTERABLE = "(CASE WHEN json_valid(metadata) THEN metadata END)"
 _FTS = "FROM texts_fts JOIN texts t ON t.id = texts_fts.rowid WHERE texts_fts MATCH ?"
 _MATCHING = "SELECT rowid AS id FROM texts_fts WHERE texts_fts MATCH ?"
+_SNIPPET_ENGLISH = f"snippet(texts_fts, 1, ?, ?, '…', {SNIPPET_TOKENS})"
 
 
 class SqliteCatalog(Catalog):
@@ -101,14 +108,14 @@ class SqliteCatalog(Catalog):
     # -- keyword search with FTS5 -----------------------------------------------------
 
     def _insert_texts(self, c: sqlite3.Connection, rows: list[tuple]) -> None:
-        # The triggers of _schema.py put each row in the keyword index.
+        # The triggers of _schema.py put each row's words and English in the keyword index.
         c.executemany(
-            "INSERT INTO texts (video_id, kind, n, start_s, end_s, text) VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
+            f"INSERT INTO texts ({TEXT_COLUMNS}, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
         )
 
     def _phrases(self, c: sqlite3.Connection, words: list[str]) -> dict[str, str]:
-        return {w: w for w in words}  # FTS5 cuts and stems them itself
+        # FTS5 cuts and stems them itself, as it cuts the rows' ``words``.
+        return {w: index_words(w) for w in words}
 
     def _term(self, term: str) -> str:
         return term
@@ -140,12 +147,13 @@ class SqliteCatalog(Catalog):
 
     def _hits(
         self, c: sqlite3.Connection, ids: list[int], q: Query, marks: tuple[str, str]
-    ) -> dict[int, tuple[Row, str, float]]:
+    ) -> dict[int, tuple[Row, str, str | None, float]]:
         rows = c.execute(
-            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text,"
-            f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet {_FTS}"
-            " AND t.id IN (SELECT value FROM json_each(?))",
-            (*marks, self._match(q.exact + q.spelt), json.dumps(ids)),
+            f"SELECT t.id, {self._columns(c, TEXT_COLUMNS)},"
+            f" snippet(texts_fts, 0, ?, ?, '…', {SNIPPET_TOKENS}) AS snippet,"
+            f" {self._english(c, _SNIPPET_ENGLISH)}"
+            f" AS snippet_english {_FTS} AND t.id IN (SELECT value FROM json_each(?))",
+            (*marks, *marks, self._match(q.exact + q.spelt), json.dumps(ids)),
         ).fetchall()
         found = [r["id"] for r in rows]
         held = dict.fromkeys(found, 0.0)  # the share of the words each holds
@@ -155,7 +163,15 @@ class SqliteCatalog(Catalog):
                 held[i] += 1.0
             for i in self._holding(c, q.near.get(w, []), found) - exact:
                 held[i] += FUZZY_WEIGHT
-        return {r["id"]: (r, r["snippet"], held[r["id"]] / len(q.words)) for r in rows}
+        return {
+            r["id"]: (
+                r,
+                _shown(r["snippet"]),
+                r["snippet_english"] if r["english"] else None,
+                held[r["id"]] / len(q.words),
+            )
+            for r in rows
+        }
 
     def _holding(self, c: sqlite3.Connection, phrases: list[str], ids: list[int]) -> set[int]:
         """The text rows among ``ids`` holding any of ``phrases``."""
@@ -167,9 +183,19 @@ class SqliteCatalog(Catalog):
         )
         return {r["id"] for r in rows}
 
+    def _texts_columns(self, c: sqlite3.Connection) -> set[str]:
+        return {r["name"] for r in c.execute("PRAGMA table_info(texts)")}
+
+    def _english(self, c: sqlite3.Connection, call: str) -> str:
+        """``call`` of the keyword index's English column; where the index has none (a catalog
+        from before it, opened to read), NULL, its marks' arguments still taken."""
+        if self._has(c, "words"):
+            return call
+        return "(CASE WHEN ? IS NULL AND ? IS NULL THEN NULL END)"
+
     def _rows_at(self, c: sqlite3.Connection, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
         rows = c.execute(
-            "SELECT t.id, t.video_id, t.kind, t.n, t.start_s, t.end_s, t.text FROM texts t"
+            f"SELECT t.id, {self._columns(c, TEXT_COLUMNS)} FROM texts t"
             " JOIN json_each(?) j ON t.video_id = json_extract(j.value, '$[0]')"
             " AND t.kind = json_extract(j.value, '$[1]') AND t.n = json_extract(j.value, '$[2]')",
             (json.dumps(keys),),
@@ -178,13 +204,25 @@ class SqliteCatalog(Catalog):
 
     def _highlights(
         self, c: sqlite3.Connection, found: dict[int, Row], q: Query, marks: tuple[str, str]
-    ) -> dict[int, str]:
+    ) -> dict[int, tuple[str | None, str | None]]:
         rows = c.execute(
-            "SELECT rowid AS id, highlight(texts_fts, 0, ?, ?) AS marked FROM texts_fts"
+            "SELECT rowid AS id, highlight(texts_fts, 0, ?, ?) AS marked,"
+            f" {self._english(c, 'highlight(texts_fts, 1, ?, ?)')} AS marked_english FROM texts_fts"
             " WHERE texts_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-            (*marks, self._match(q.exact + q.spelt), json.dumps(list(found))),
+            (*marks, *marks, self._match(q.exact + q.spelt), json.dumps(list(found))),
         )
-        return {r["id"]: r["marked"] for r in rows}
+        return {
+            r["id"]: (
+                _shown(r["marked"]) if marks[0] in r["marked"] else None,
+                r["marked_english"] if marks[0] in (r["marked_english"] or "") else None,
+            )
+            for r in rows
+        }
+
+
+def _shown(words: str) -> str:
+    """A row's ``words`` as a reader sees them: its text (``_words.index_words`` undone)."""
+    return words.replace(SEPARATOR, "")
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple) -> Row:

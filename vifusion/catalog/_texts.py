@@ -28,6 +28,11 @@ from vifusion.catalog._words import (
 )
 
 Phrase = Any  # str on SQLite, tuple[str, ...] on PostgreSQL
+# A text row's columns as TextRow takes them (its ``id`` besides, for the keyword index).
+TEXT_COLUMNS = "video_id, kind, n, start_s, end_s, text, language, english"
+# Columns added since the first release, and what they read as in a catalog from before them
+# (a reader does not migrate: ``read_only`` leaves the catalog as it found it).
+ADDED_COLUMNS = {"language": "NULL", "english": "NULL", "words": "''", "n_english": "0"}
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,9 @@ class Query:
 class Texts(Database):
     """The text methods of ``Catalog``."""
 
-    def put_texts(self, video_id: int, kind: str, rows: Sequence[tuple[float, float, str]]) -> int:
+    def put_texts(self, video_id: int, kind: str, rows: Sequence[tuple]) -> int:
         """Replace all of a video's ``kind`` rows ("speech" or "screen") with ``rows``, each
-        (start_s, end_s, text), in one transaction: indexing a video again leaves exactly
+        (start_s, end_s, text[, language[, english]]), in one transaction: indexing a video again leaves exactly
         its last run's rows. Row i is ``n = i``, the number its vector carries
         (``FusedBatch.of_texts(video_id, kind, 0, ...)`` over the same rows, in order).
         Returns the rows stored."""
@@ -65,13 +70,28 @@ class Texts(Database):
 
     def texts(self, video_id: int, kind: str | None = None) -> list[TextRow]:
         """A video's text rows (one kind, or both), in time order: a transcript."""
-        sql = "SELECT video_id, kind, n, start_s, end_s, text FROM texts WHERE video_id=?"
+        with self._connection() as c:
+            sql = f"SELECT {self._columns(c, TEXT_COLUMNS)} FROM texts t WHERE video_id=?"
         args: list[Any] = [video_id]
         if kind is not None:
             check_kind(kind)
             sql += " AND kind=?"
             args.append(kind)
         return [TextRow(**r) for r in self._rows(sql + " ORDER BY start_s, end_s, kind, n", args)]
+
+    def _columns(self, c: Any, columns: str) -> str:
+        """``columns`` of ``texts t`` as a SELECT list; those this catalog lacks (one from
+        before them, opened to read) as ``ADDED_COLUMNS`` reads them."""
+        return ", ".join(
+            f"t.{k}" if self._has(c, k) else f"{ADDED_COLUMNS[k]} AS {k}"
+            for k in columns.split(", ")
+        )
+
+    def _has(self, c: Any, column: str) -> bool:
+        """Whether ``texts`` has ``column`` (read once: a catalog open to write was migrated)."""
+        if getattr(self, "_texts_has", None) is None:
+            self._texts_has = self._texts_columns(c)
+        return column in self._texts_has
 
     def keyword_search(
         self,
@@ -108,13 +128,14 @@ class Texts(Database):
                 return []
             hits = self._hits(c, list(scores), q, marks)
         out = [
-            TextRow(
-                *(r[k] for k in ("video_id", "kind", "n", "start_s", "end_s", "text")),
+            replace(
+                _text_row(r),
                 score=scores[i],
                 snippet=snippet,
+                snippet_english=snippet_english,
                 coverage=coverage,
             )
-            for i, (r, snippet, coverage) in hits.items()
+            for i, (r, snippet, snippet_english, coverage) in hits.items()
         ]
         out.sort(key=lambda r: (-r.score, r.video_id, r.start_s, r.n))
         return out[:limit]
@@ -128,11 +149,12 @@ class Texts(Database):
         """The text rows named by (video_id, kind, n) keys (those that exist), e.g. a dense
         search's hits; with ``query``, each one's ``snippet`` is its whole text with the
         query's words (as ``keyword_search`` reads them, near spellings included) between
-        ``marks``, or the plain text where none occurs in it."""
+        ``marks``, or the plain text where none occurs in it (``snippet_english`` the same of
+        its English rendering)."""
         keys = list(dict.fromkeys((int(v), k, int(n)) for v, k, n in keys))
         if not keys:
             return {}
-        marked: dict[int, str] = {}
+        marked: dict[int, tuple[str | None, str | None]] = {}
         with self._connection() as c:
             found = self._rows_at(c, keys)
             words = query_words(query) if query is not None else []
@@ -140,9 +162,10 @@ class Texts(Database):
                 marked = self._highlights(c, found, self._query(c, words), marks)
         out = {}
         for i, r in found.items():
-            row = TextRow(r["video_id"], r["kind"], r["n"], r["start_s"], r["end_s"], r["text"])
+            row = _text_row(r)
             if query is not None:
-                row = replace(row, snippet=marked.get(i, row.text))
+                text, english = marked.get(i, (None, None))
+                row = replace(row, snippet=text or row.text, snippet_english=english or row.english)
             out[(row.video_id, row.kind, row.n)] = row
         return out
 
@@ -195,8 +218,13 @@ class Texts(Database):
     # -- what each database provides ------------------------------------------------
 
     @abstractmethod
+    def _texts_columns(self, c: Any) -> set[str]:
+        """The columns the ``texts`` table has."""
+
+    @abstractmethod
     def _insert_texts(self, c: Any, rows: list[tuple]) -> None:
-        """Store ``put_texts``'s checked rows (video_id, kind, n, start_s, end_s, text)."""
+        """Store ``put_texts``'s checked rows (video_id, kind, n, start_s, end_s, text,
+        language, english, words), each in the keyword index."""
 
     @abstractmethod
     def _phrases(self, c: Any, words: list[str]) -> dict[str, Phrase]:
@@ -223,16 +251,21 @@ class Texts(Database):
     @abstractmethod
     def _hits(
         self, c: Any, ids: list[int], q: Query, marks: tuple[str, str]
-    ) -> dict[int, tuple[Row, str, float]]:
-        """The text rows ``ids``, each with its snippet and its coverage of the words."""
+    ) -> dict[int, tuple[Row, str, str | None, float]]:
+        """The text rows ``ids`` (``TEXT_COLUMNS``), each with its snippet, that of its English
+        rendering (None: it has none) and its coverage of the words (in either)."""
 
     @abstractmethod
     def _rows_at(self, c: Any, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
-        """The text rows named by (video_id, kind, n) keys, by id."""
+        """The text rows named by (video_id, kind, n) keys (``TEXT_COLUMNS``), by id."""
 
     @abstractmethod
     def _highlights(
         self, c: Any, found: dict[int, Row], q: Query, marks: tuple[str, str]
-    ) -> dict[int, str]:
-        """The texts of ``found`` with the query's phrases between ``marks``, by id (those
-        holding any)."""
+    ) -> dict[int, tuple[str | None, str | None]]:
+        """The texts of ``found`` and their English renderings with the query's phrases
+        between ``marks``, by id (None for one holding none; rows holding none left out)."""
+
+
+def _text_row(r: Row) -> TextRow:
+    return TextRow(**{k: r[k] for k in TEXT_COLUMNS.split(", ")})

@@ -28,9 +28,23 @@ SNIPPET_TOKENS = 16  # words in a keyword hit's snippet (FTS5's snippet() is ask
 # FTS5's BM25 constants (k1, b), and the floor it puts under a word's weight when the word
 # is in more than half the rows (its IDF would be negative).
 _K1, _B, _MIN_IDF = 1.2, 0.75, 1e-6
+# Scripts written without spaces between words (Han, Hiragana, Katakana, Thai, Lao, Khmer,
+# Myanmar): each of their characters is a word of the index, and a query's run of them a
+# phrase of characters, so any word is found wherever it is written, with no dictionary to
+# ship and no segmenter's guess to agree with (a dictionary segmenter cuts "北京大学" as one
+# word, and a query for "北京" would miss it).
+_UNSPACED = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+)
+_BETWEEN_UNSPACED = re.compile(f"(?<=[{_UNSPACED}])(?=[{_UNSPACED}])")
+# What the index reads between two such characters: a character FTS5's unicode61 takes as a
+# separator (Cf, not a letter) that a reader never sees, so snippets drop it again.
+SEPARATOR = "\u200b"
 # A token is a run of letters and digits, as FTS5's unicode61 tokenizer cuts text (every other
-# character separates); it is kept folded (``fold``).
-_TOKEN = re.compile(r"[^\W_]+")
+# character separates), or one character of a script written without spaces; it is kept
+# folded (``fold``).
+_TOKEN = re.compile(f"(?=[{_UNSPACED}])[^\\W_]|(?:(?![{_UNSPACED}])[^\\W_])+")
 
 
 def check_kind(kind: str) -> None:
@@ -38,20 +52,26 @@ def check_kind(kind: str) -> None:
         raise ValueError(f"unknown text kind {kind!r}; expected one of {TEXT_KINDS}")
 
 
-def checked_rows(video_id: int, kind: str, rows: Sequence[tuple[float, float, str]]) -> list[tuple]:
-    """``put_texts``'s rows as stored: (video_id, kind, n, start_s, end_s, text); ValueError
-    naming the first bad one (times that are not a span, a text that is not a str)."""
+def checked_rows(video_id: int, kind: str, rows: Sequence[tuple]) -> list[tuple]:
+    """``put_texts``'s rows, each (start_s, end_s, text[, language[, english]]), as stored:
+    (video_id, kind, n, start_s, end_s, text, language, english, words); ValueError naming
+    the first bad one (times that are not a span, a text that is not a str)."""
     check_kind(kind)
     checked = []
     for i, row in enumerate(rows):
-        start, end, text = row
+        start, end, text, language, english = (*row, None, None)[:5]
         start, end = float(start), float(end)
         if not (math.isfinite(start) and math.isfinite(end) and 0 <= start <= end):
             raise ValueError(f"{kind} row {i}: times {start}..{end} are not a span")
-        if not isinstance(text, str):
-            raise ValueError(f"{kind} row {i}: text must be a str, got {type(text).__name__}")
+        for name, value in (("text", text), ("language", language), ("english", english)):
+            if not isinstance(value, str) and (name == "text" or value is not None):
+                raise ValueError(
+                    f"{kind} row {i}: {name} must be a str, got {type(value).__name__}"
+                )
         # Control characters go: search marks matched words with two of them (search.MARKS).
-        checked.append((video_id, kind, i, start, end, CONTROL.sub(" ", text)))
+        text = CONTROL.sub(" ", text)
+        english = CONTROL.sub(" ", english) if english else None
+        checked.append((video_id, kind, i, start, end, text, language, english, index_words(text)))
     return checked
 
 
@@ -83,8 +103,16 @@ def query_words(query: str) -> list[str]:
     return list(words.values())
 
 
+def index_words(text: str) -> str:
+    """``text`` as the keyword index reads it: ``SEPARATOR`` between two characters of a
+    script written without spaces, so that each is a word (a query's word is read the same
+    way: a run of them is a phrase)."""
+    return _BETWEEN_UNSPACED.sub(SEPARATOR, text)
+
+
 def fold(word: str) -> str:
-    """Lower case without diacritics, as the index's tokenizer (unicode61) keeps words."""
+    """Lower case without diacritics, as the index's tokenizer (unicode61 with
+    ``remove_diacritics 2``) keeps words: "Việt" as "viet", "mañana" as "manana"."""
     return "".join(
         ch for ch in unicodedata.normalize("NFKD", word.casefold()) if not unicodedata.combining(ch)
     )
@@ -95,7 +123,7 @@ def fuzzy_key(word: str) -> tuple[str, int] | None:
     allowed), or None where none are looked for (a short word, one with digits, a long one)."""
     key = fold(word.strip(string.punctuation))
     d = max_edits(key)
-    if not d or not key.isalpha() or len(key) > MAX_FUZZY_CHARS:
+    if not d or not key.isalpha() or len(key) > MAX_FUZZY_CHARS or index_words(key) != key:
         return None
     return key, d
 
