@@ -1,15 +1,24 @@
 """Where a data dir keeps its shards, and which shard holds a video. No Ray here: a reader
-in the command line's process (``local.py``) needs this as much as the shard actors do."""
+in the command line's process (``local.py``) needs this as much as the shard actors do.
+
+The shard set in use is ``index/`` itself (every data dir before reindexing existed), or the
+folder ``index/current`` names: ``vifusion reindex`` builds a new set in ``index/gen-<k>``
+while the old one answers, then switches by replacing that file (one atomic rename), then
+removes the old set.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
+from vifusion._files import fsync_dir
 from vifusion.datadir import INDEX
 
 LAYOUT = Path(INDEX) / "layout.json"
+CURRENT = Path(INDEX) / "current"  # the folder of the shard set in use, where not index/
 
 
 def shard_for(video_id: int, num_shards: int) -> int:
@@ -19,9 +28,53 @@ def shard_for(video_id: int, num_shards: int) -> int:
     return video_id % num_shards
 
 
-def shard_dir(data_dir: Path, shard_no: int) -> Path:
-    """Where shard ``shard_no`` keeps its snapshot and log."""
-    return Path(data_dir) / INDEX / f"shard-{shard_no}"
+def index_dir(data_dir: Path) -> Path:
+    """The folder of the shard set in use: the one ``index/current`` names, else ``index/``."""
+    try:
+        name = (Path(data_dir) / CURRENT).read_text().strip()
+    except FileNotFoundError:
+        return Path(data_dir) / INDEX
+    return Path(data_dir) / INDEX / name
+
+
+def shard_dir(data_dir: Path, shard_no: int, folder: Path | None = None) -> Path:
+    """Where shard ``shard_no`` keeps its snapshot and log: in the set in use, or in ``folder``."""
+    return (folder or index_dir(data_dir)) / f"shard-{shard_no}"
+
+
+def new_index_dir(data_dir: Path) -> Path:
+    """A new, empty folder for a shard set: ``index/gen-<k>``, k past every one there."""
+    root = Path(data_dir) / INDEX
+    root.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name[4:]) for p in root.glob("gen-*") if p.name[4:].isdigit()]
+    folder = root / f"gen-{max(taken, default=0) + 1}"
+    folder.mkdir()
+    return folder
+
+
+def switch_index(data_dir: Path, folder: Path) -> Path:
+    """Make ``folder`` the shard set in use (temp file, rename, directory synced: a reader
+    sees the old set or the new, never neither); return the folder in use before."""
+    old = index_dir(data_dir)
+    path = Path(data_dir) / CURRENT
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(Path(folder).name)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return old
+
+
+def remove_index(data_dir: Path, folder: Path) -> None:
+    """Remove a shard set no longer in use: ``index/gen-<k>`` whole, or, for ``index/``
+    itself, its shard folders (the layout, the pointer and the newer sets stay)."""
+    folder = Path(folder)
+    if folder == index_dir(data_dir):
+        raise ValueError(f"{folder} is the shard set in use")
+    if folder == Path(data_dir) / INDEX:
+        for shard in folder.glob("shard-*"):
+            shutil.rmtree(shard)
+    else:
+        shutil.rmtree(folder)
 
 
 def replica_dir(data_dir: Path, shard_no: int, replica: int) -> Path:
