@@ -251,6 +251,41 @@ def _delete_through(
     return deleted, missing
 
 
+def cmd_reindex(cfg: Config, quiet: bool = False) -> int:
+    """Embed the library again with ``cfg.visual_model`` and switch to it (``ingest/reindex.py``),
+    holding the writer lock; prints one JSON line of what it did."""
+    from tqdm import tqdm
+
+    from vifusion._files import storage_writes
+    from vifusion.datadir import DataDirBusy, DataDirUnwritable, writer_lock
+    from vifusion.ingest.reindex import reindex
+
+    try:
+        lock = writer_lock(cfg.data_dir)
+    except (DataDirBusy, DataDirUnwritable) as e:
+        print(f"vifusion reindex: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    with lock, tqdm(unit="video", disable=quiet, file=sys.stderr) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        try:
+            with storage_writes(cfg.data_dir, "the library was not reindexed"):
+                done = reindex(cfg, progress)
+        except StorageError as e:
+            return _storage_failed(e)
+        except (
+            OSError,
+            ValueError,
+        ) as e:  # a missing weights file, a bad model, another shard count
+            print(f"vifusion reindex: {e}", file=sys.stderr)
+            return EXIT_FAILED
+    print(json.dumps(done.__dict__))
+    return EXIT_OK
+
+
 def cmd_status(cfg: Config, as_json: bool) -> int:
     """Print what the data dir holds and does: the service serving it, videos by status,
     jobs (running, failed of late), each shard's rows, log and last snapshot. Reads only, no Ray."""

@@ -122,6 +122,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     dl.add_argument("video_ids", nargs="+", type=int, metavar="VIDEO_ID")
 
+    ri = command(
+        "reindex",
+        help="embed the library again with another visual model, then switch to it",
+        description="Embed every ready video again with the visual model (--visual-model, or "
+        "visual_model in the config: 'default' or 'open_clip:<architecture>:<weights path>') "
+        "into a new shard set, from the stored media and the catalog's words; searches keep "
+        "answering from the old vectors meanwhile, then the index switches and the old set is "
+        "removed. Refused while a service or another writer uses the data dir.",
+    )
+    ri.add_argument("--visual-model", help="the model to embed with (default: visual_model)")
+    ri.add_argument("--quiet", action="store_true", help="no progress bar")
+
     st = command(
         "status",
         help="jobs, videos by status, each shard's rows, log and last snapshot, the service",
@@ -203,6 +215,7 @@ def _config(args: argparse.Namespace) -> Config:
         ray_address=args.address,
         sample_fps=getattr(args, "sample_fps", None),
         max_frames=getattr(args, "max_frames", None),
+        visual_model=getattr(args, "visual_model", None),
         ingest_roots=tuple(args.ingest_root) if getattr(args, "ingest_root", None) else None,
         plan_video_mbps=getattr(args, "video_mbps", None),
         plan_batch_videos=getattr(args, "batch", None),
@@ -286,6 +299,10 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
         from vifusion.cli.commands import cmd_delete
 
         return cmd_delete(cfg, args.video_ids)
+    if args.command == "reindex":
+        from vifusion.cli.commands import cmd_reindex
+
+        return cmd_reindex(cfg, args.quiet)
     if args.command == "status":
         from vifusion.cli.commands import cmd_status
 
