@@ -58,7 +58,7 @@ def moments(service, page) -> list[dict[str, Any]]:
             "score": round(m.score, 4),
             "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}",
             "matched": m.matched,
-            **snippet_fields(m.snippet),
+            **snippet_fields(m.snippet, m.snippet_english),
         }
         for m in page.results
     ]

@@ -170,6 +170,14 @@ class Moment(BaseModel):
         description="[start, end) character offsets of the query's words in "
         "the snippet (near spellings too), in order"
     )
+    snippet_english: str | None = Field(
+        None,
+        description="the snippet's English rendering, where it was said in another language "
+        "(an English query finds it by these words); null: none",
+    )
+    highlights_english: list[tuple[int, int]] = Field(
+        [], description="as highlights, in snippet_english"
+    )
 
 
 class TranscriptSegment(BaseModel):

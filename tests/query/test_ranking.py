@@ -88,6 +88,11 @@ def test_join_gap_joins_near_spans_and_top_k_cuts():
 def test_a_snippet_keeps_literal_brackets_as_text_and_gives_the_marked_words_as_spans():
     marked = f"arr[i] = {MARKS[0]}total{MARKS[1]} + {MARKS[0]}x{MARKS[1]}"
     fields = snippet_fields(marked)
-    assert fields == {"snippet": "arr[i] = total + x", "highlights": [[9, 14], [17, 18]]}
+    assert fields == {
+        "snippet": "arr[i] = total + x",
+        "highlights": [[9, 14], [17, 18]],
+        "snippet_english": None,  # no English rendering: said in English, or not translated
+        "highlights_english": [],
+    }
     assert bracketed(fields["snippet"], fields["highlights"]) == "arr[i] = [total] + [x]"
-    assert snippet_fields(None) == {"snippet": None, "highlights": []}
+    assert snippet_fields(None)["snippet"] is None

@@ -230,7 +230,7 @@ def _result(m: Moment, video) -> dict:
         "end_s": round(m.end_s, 3),
         "score": round(m.score, 4),
         "matched": m.matched,
-        **snippet_fields(m.snippet),
+        **snippet_fields(m.snippet, m.snippet_english),
     }
 
 

@@ -48,13 +48,16 @@ def split_marks(snippet: str) -> tuple[str, list[tuple[int, int]]]:
     return "".join(text), spans
 
 
-def snippet_fields(marked: str | None) -> dict:
+def snippet_fields(marked: str | None, english: str | None = None) -> dict:
     """A moment's words as the API and ``--json`` give them: ``snippet`` (plain text, or None)
-    and ``highlights`` (the [start, end) character spans of the query's words in it)."""
-    if marked is None:
-        return {"snippet": None, "highlights": []}
-    text, spans = split_marks(marked)
-    return {"snippet": text, "highlights": [list(s) for s in spans]}
+    and ``highlights`` (the [start, end) character spans of the query's words in it), in the
+    language spoken; ``snippet_english`` and ``highlights_english`` the same of their English
+    rendering (None and [] where there is none: English, or not translated)."""
+    out: dict = {}
+    for suffix, words in (("", marked), ("_english", english)):
+        text, spans = split_marks(words) if words is not None else (None, [])
+        out |= {f"snippet{suffix}": text, f"highlights{suffix}": [list(s) for s in spans]}
+    return out
 
 
 def bracketed(text: str, highlights: list) -> str:
@@ -76,6 +79,7 @@ class Candidate:
     score: float
     modality: str  # visual | speech | screen
     snippet: str | None = None  # the spoken or written words, query words marked
+    snippet_english: str | None = None  # their English rendering, marked alike (None: none)
 
 
 @dataclass
@@ -90,6 +94,7 @@ class Moment:
     matched: list[str] = field(default_factory=list)
     snippet: str | None = None
     frames: int = 1
+    snippet_english: str | None = None  # the snippet's English rendering (None: none)
 
 
 def blend_lists(
@@ -125,13 +130,23 @@ def blend_lists(
         i = next((j for j in mine if _overlap(c, moments[j], join_gap_s)), None)
         if i is None:
             i = len(moments)
-            moments.append(Moment(c.video_id, c.start_s, c.end_s, 0.0, snippet=c.snippet))
+            moments.append(
+                Moment(
+                    c.video_id,
+                    c.start_s,
+                    c.end_s,
+                    0.0,
+                    snippet=c.snippet,
+                    snippet_english=c.snippet_english,
+                )
+            )
             credited.append(set())
             seeds.append((li, rank))
             mine.append(i)
         m = moments[i]
         if c.snippet is not None and m.snippet is None:  # the moment's first words place it
             m.start_s, m.end_s, m.snippet = c.start_s, c.end_s, c.snippet
+            m.snippet_english = c.snippet_english
         if c.modality not in m.matched:
             m.matched.append(c.modality)
         if li not in credited[i]:

@@ -234,6 +234,7 @@ class Searcher:
                         _calibrate(kind, h.score) if calibrated else h.score,
                         kind,
                         r.snippet,
+                        r.snippet_english,
                     )
                     for h in near
                     if (r := rows.get((h.video_id, kind, h.row))) is not None
@@ -251,6 +252,7 @@ class Searcher:
                         r.coverage if calibrated else r.score,
                         kind,
                         r.snippet,
+                        r.snippet_english,
                     )
                     for r in found
                 ]
