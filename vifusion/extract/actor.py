@@ -186,6 +186,8 @@ class Extractor:
                         yield {"event": "progress", "frames_done": done, "frames_total": total}
                     if tracker is not None:
                         shown += tracker.finish()
+                        if (dropped := tracker.warning()) is not None:
+                            yield {"event": "warning", "warning": dropped}
                     texts: dict[str, TextRows] = {
                         "screen": sorted((s.start_s, s.end_s, s.text) for s in shown),
                         "speech": [],

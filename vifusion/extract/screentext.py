@@ -10,7 +10,11 @@ before (camera footage moves in every frame; slides and title cards hold). Once 
 text, the frames it skipped are looked at too, so a span starts where its text first showed,
 and it looks at every changed frame again, then every 2nd, 4th, ... as looks find nothing.
 A reading keeps (``readable``) lines at or above ``ocr_min_confidence`` with two letters or
-digits and no word mixing two scripts. The same line (letters compared without case or
+digits and no word mixing two scripts. The reader (PP-OCRv4) reads Latin letters, digits and
+Chinese (Japanese kanji and kana less well); a line in another script (Cyrillic, Greek,
+Arabic, Hebrew, Devanagari, Armenian, Hangul ...) comes back as look-alike Latin letters,
+some of them guessed (``foreign``), and is dropped and counted (``lines_foreign``), never
+stored as nonsense. The same line (letters compared without case or
 spaces, a character or two apart) on consecutive readings is one span. Why:
 docs/benchmarks.md, "Design notes moved from docstrings".
 """
@@ -50,8 +54,24 @@ def _script(ch: str) -> str | None:
     return "CJK" if name.startswith(("CJK", "HIRAGANA", "KATAKANA")) else name.split(" ", 1)[0]
 
 
+# A line with a character read below this confidence is in a script the reader does not know.
+# On slides (DejaVu Sans at 24 and 32 px; 2026-11-28), 23 of 24 readings of lines in Cyrillic,
+# Greek, Arabic, Armenian and Hebrew had one (the other mixed scripts, dropped as such), 9
+# of them at a mean confidence >= 0.85 that would have kept them; 48 readings of English,
+# French, Spanish, German and Portuguese lines, accents included, had none (their least sure
+# letters, accented ones, at 0.53 and more).
+_UNSURE_CHAR = 0.5
+
+
+def foreign(line: Line) -> bool:
+    """Whether ``line`` reads as a script the reader does not know (see the constants)."""
+    return any(c < _UNSURE_CHAR for c in line.char_confidences)
+
+
 def readable(line: Line, min_confidence: float) -> bool:
     """Whether a line read is kept (see the module's docstring)."""
+    if foreign(line):
+        return False
     if line.confidence < min_confidence or sum(ch.isalnum() for ch in line.text) < 2:
         return False
     return all(len({s for s in map(_script, word) if s}) <= 1 for word in line.text.split())
@@ -86,9 +106,13 @@ class ScreenReader:
         self.device = device or ocr_device()
         self.lines = LineReader(cfg.ocr_threads or cfg.threads, cuda=self.device == "cuda")
 
-    def read(self, rgb: np.ndarray) -> list[Line]:
-        """The readable lines of one (h, w, 3) uint8 RGB frame, top to bottom."""
-        return [ln for ln in self.lines.read(rgb) if readable(ln, self.cfg.ocr_min_confidence)]
+    def read(self, rgb: np.ndarray, foreign_seen: set[str] | None = None) -> list[Line]:
+        """The readable lines of one (h, w, 3) uint8 RGB frame, top to bottom; the lines in a
+        script the reader does not know (``foreign``) go into ``foreign_seen``, by line key."""
+        lines = self.lines.read(rgb)
+        if foreign_seen is not None:
+            foreign_seen.update(line_key(ln.text) for ln in lines if foreign(ln))
+        return [ln for ln in lines if readable(ln, self.cfg.ocr_min_confidence)]
 
     def sees_text(self, rgb: np.ndarray) -> bool:
         """The gate (``ocr_gate_side``): whether the detector marks text on the shrunk frame."""
@@ -146,6 +170,7 @@ class ScreenTextTracker:
         self.frames_read = 0
         self.frames_gated = 0
         self.frames_skipped = 0
+        self._foreign: set[str] = set()  # keys of lines dropped as in a script not read
         self._last_full_s: float | None = None
         self._open: list[_Open] = []
         self._last_thumb: np.ndarray | None = None  # of the last frame looked at
@@ -254,7 +279,21 @@ class ScreenTextTracker:
             return []
         self.frames_read += 1
         self._last_full_s = max(self._last_full_s, start_s)  # frames skipped come after
-        return reader.read(rgb.full())
+        return reader.read(rgb.full(), self._foreign)
+
+    @property
+    def lines_foreign(self) -> int:
+        """Distinct lines dropped as in a script the reader does not know (``foreign``)."""
+        return len(self._foreign)
+
+    def warning(self) -> str | None:
+        """The job warning for lines dropped as in a script not read (None: none was)."""
+        if not self._foreign:
+            return None
+        return (
+            f"screen text: {len(self._foreign)} line(s) in a script the reader does not read "
+            "(it reads Latin letters and Chinese) were left out"
+        )
 
     def _update(self, lines: list[Line], start_s: float, end_s: float) -> list[TextSpan]:
         """Spans from one frame's lines: those continuing go on to ``end_s``, new ones open,
