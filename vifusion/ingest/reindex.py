@@ -94,7 +94,7 @@ def _embed_video(
     from vifusion.extract.decode import DecodeError, open_sampled, open_video
 
     video = catalog.get_video(video_id)
-    path = video.media_path() if video is not None else None
+    path = video.media_path if video is not None else None
     if path is None:
         return "no media on this machine"
     frames_done = 0
