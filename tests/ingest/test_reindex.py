@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 
@@ -38,7 +39,7 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
     from vifusion.index.local import LocalShards
     from vifusion.ingest.reindex import reindex
 
-    data, _ = indexed_copy
+    data, videos = indexed_copy
     spec = tiny_clip(tmp_path / "clip")
     during: list[subprocess.CompletedProcess] = []
 
@@ -62,7 +63,11 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
     _, vectors = shards.frames("visual", video, 0, 1e6)
     assert vectors.shape[1] == VISUAL_DIM and not vectors[:, EMBED_DIM:].any()
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3)
-    # searches with the new model answer; with the old one, the shards refuse, naming both
+    # searches with the new model answer from its space: a still of a video finds that video
+    still = tmp_path / "still.png"
+    with av.open(str(videos["kitchen.mp4"].path)) as container:
+        frame = next(f for f in container.decode(video=0) if f.time >= 1.0)
+        frame.to_image().save(still)
     after = subprocess.run(
         [
             sys.executable,
@@ -72,7 +77,8 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
             "--data-dir",
             str(data),
             "--json",
-            "a cat",
+            "--image",
+            str(still),
         ],
         capture_output=True,
         text=True,
@@ -80,7 +86,8 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
         env={**os.environ, "VIFUSION_VISUAL_MODEL": spec},
     )
     assert after.returncode == 0, after.stderr
-    assert [json.loads(line) for line in after.stdout.splitlines() if line.startswith("{")]
+    found = [json.loads(line) for line in after.stdout.splitlines() if line.startswith("{")]
+    assert found and found[0]["source"].endswith("kitchen.mp4"), found[:3]
     with pytest.raises(ModelMismatch, match="open_clip:tiny-clip.*efficientnet-lite0"):
         LocalShards(Config(data_dir=data))
 
