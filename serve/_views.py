@@ -17,7 +17,9 @@ def utc_time(timestamp: float) -> str:
 
 
 # The catalog's video fields that the API gives as they are, under the same names.
-_AS_STORED = "title metadata status duration_s fps width height frames_indexed error".split()
+_AS_STORED = (
+    "title metadata status duration_s fps width height frames_indexed error language".split()
+)
 
 
 def video_out(v, job=None) -> dict[str, Any]:
@@ -59,6 +61,7 @@ def moments(service, page) -> list[dict[str, Any]]:
             "thumbnail_url": f"/v1/videos/{m.video_id}/thumbnail?t={_thumbnail_t(m, videos.get(m.video_id)):.2f}",
             "matched": m.matched,
             **snippet_fields(m.snippet, m.snippet_english),
+            "language": m.language,
         }
         for m in page.results
     ]

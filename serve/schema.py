@@ -74,6 +74,11 @@ class VideoOut(BaseModel):
     height: int | None
     frames_indexed: int
     created_at: str = Field(description="ISO 8601, UTC")
+    language: str | None = Field(
+        None,
+        description="the language spoken (ISO 639-1; where it switches, the one it starts in); "
+        "null: nothing said, or not known",
+    )
     error: str | None = None
     job_id: str | None = Field(None, description="its latest job (a retry makes a new one)")
     stage: Literal["fetching", "probing", "frames", "speech", "saving"] | None = Field(
@@ -177,6 +182,11 @@ class Moment(BaseModel):
     )
     highlights_english: list[tuple[int, int]] = Field(
         [], description="as highlights, in snippet_english"
+    )
+    language: str | None = Field(
+        None,
+        description="the language the snippet was said in (ISO 639-1, as Whisper detected it); "
+        "null: on-screen text, only the picture matched, or not known",
     )
 
 

@@ -1,17 +1,27 @@
 """An English query finds what was said in another language, by its English rendering (#55
-item 4): real embeddings, real shards on Ray, a real SQLite catalog. Speech rows go in as
-ingest stores them: the catalog row (original, language, English rendering) and a vector of
-the original with its rendering (``extract/actor.Extractor._text_batches``)."""
+item 4), and each speech moment says the language it was said in: real embeddings, a real
+shard on disk read as ``vifusion search`` reads it (``index/local.LocalShards``, no Ray), a
+real SQLite catalog. Speech rows go in as ingest stores them: the catalog row (original,
+language, English rendering) and a vector of the original with its rendering
+(``extract/actor.Extractor._text_batches``)."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
-import ray
 
+from vifusion.catalog import open_catalog
+from vifusion.cli.parser import main
 from vifusion.config import Config
+from vifusion.extract.backbone import load_backbone
+from vifusion.index.layout import check_layout, shard_dir, shard_for
+from vifusion.index.local import LocalShards
+from vifusion.index.shard import Shard
 from vifusion.query.ranking import bracketed, snippet_fields
-from vifusion.runtime import Runtime
+from vifusion.query.searcher import Searcher
 from vifusion.types import FusedBatch
 
 SAID = {  # video id -> its speech rows (start, end, text, language, english)
@@ -30,19 +40,27 @@ SAID = {  # video id -> its speech rows (start, end, text, language, english)
 
 
 @pytest.fixture(scope="module")
-def rt(ray_session, tmp_path_factory) -> Runtime:
-    cfg = Config(data_dir=tmp_path_factory.mktemp("across-languages"), faiss_threads=1)
-    with Runtime(cfg) as rt:
-        batches = []
-        for video_id, rows in SAID.items():
-            assert rt.catalog.add_video(f"/v/{video_id}.mp4", str(video_id))[0] == video_id
-            rt.catalog.put_texts(video_id, "speech", rows)
-            said = [" ".join(filter(None, (text, english))) for _, _, text, _, english in rows]
-            spans = np.array([r[:2] for r in rows], np.float32)
-            vectors = rt.searcher.embedder.embed_text(said)
-            batches.append(FusedBatch.of_texts(video_id, "speech", 0, spans, vectors))
-        ray.get([rt.shards.handle_for(int(b.ids[0]) >> 24).add.remote(b) for b in batches])
-        yield rt
+def library(tmp_path_factory) -> SimpleNamespace:
+    """A data dir holding SAID, both videos ready, and a Searcher over it (one model load)."""
+    cfg = Config(data_dir=tmp_path_factory.mktemp("across-languages"))
+    catalog = open_catalog(cfg)
+    embedder = load_backbone(cfg)
+    check_layout(cfg.data_dir, cfg.num_shards)
+    shards = [Shard(n, shard_dir(cfg.data_dir, n), cfg) for n in range(cfg.num_shards)]
+    for video_id, rows in SAID.items():
+        got, job = catalog.add_video(f"/v/{video_id}.mp4", str(video_id))
+        assert got == video_id
+        catalog.put_texts(video_id, "speech", rows)
+        catalog.set_video_language(video_id, rows[0][3])
+        said = [" ".join(filter(None, (text, english))) for _, _, text, _, english in rows]
+        spans = np.array([r[:2] for r in rows], np.float32)
+        batch = FusedBatch.of_texts(video_id, "speech", 0, spans, embedder.embed_text(said))
+        shards[shard_for(video_id, cfg.num_shards)].add(batch)
+        catalog.update_job(job, "ready")
+    read = LocalShards(cfg)  # as ``vifusion search`` reads them
+    yield SimpleNamespace(cfg=cfg, searcher=Searcher(cfg, read, embedder, catalog))
+    read.close()
+    catalog.close()
 
 
 def shown(marked: str | None, english: str | None) -> tuple[str | None, str | None]:
@@ -55,25 +73,52 @@ def shown(marked: str | None, english: str | None) -> tuple[str | None, str | No
 
 
 @pytest.mark.parametrize("blend", ["rrf", "calibrated"])
-def test_an_english_query_finds_the_spanish_sentence_and_shows_both(rt, blend):
-    top = rt.searcher.text("when does the train leave the station", top_k=3, blend=blend)[0]
+def test_an_english_query_finds_the_spanish_sentence_and_shows_both(library, blend):
+    top = library.searcher.text("when does the train leave the station", top_k=3, blend=blend)[0]
     assert (top.video_id, top.start_s, top.end_s) == (1, 4.0, 9.0)
     assert top.matched[0] == "speech"
+    assert top.language == "es"
     assert shown(top.snippet, top.snippet_english) == (
         "El tren sale de la estación a las ocho.",
         "The [train] [leaves] the [station] at eight.",
     )
 
 
-def test_a_query_in_the_language_spoken_marks_the_original(rt):
-    top = rt.searcher.text("estacion tren", top_k=3, modalities=["speech"])[0]
-    assert (top.video_id, top.start_s) == (1, 4.0)
+def test_a_query_in_the_language_spoken_marks_the_original(library):
+    top = library.searcher.text("estacion tren", top_k=3, modalities=["speech"])[0]
+    assert (top.video_id, top.start_s, top.language) == (1, 4.0, "es")
     assert (
         shown(top.snippet, top.snippet_english)[0] == "El [tren] sale de la [estación] a las ocho."
     )
 
 
-def test_an_english_moment_has_no_english_rendering(rt):
-    top = rt.searcher.text("cold mountain weather", top_k=3, modalities=["speech"])[0]
-    assert top.video_id == 2
+def test_an_english_moment_has_no_english_rendering(library):
+    top = library.searcher.text("cold mountain weather", top_k=3, modalities=["speech"])[0]
+    assert (top.video_id, top.language) == (2, "en")
     assert shown(top.snippet, top.snippet_english)[1] is None
+
+
+def search(library, capsys, *args: str) -> list[dict]:
+    """``vifusion search --json ARGS`` on the library's data dir (no service runs: read here)."""
+    assert main(["search", "--data-dir", str(library.cfg.data_dir), "--json", *args]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_the_command_line_keeps_the_languages_asked_and_says_each_moments(library, capsys):
+    query = ["when does the train leave the station", "--in", "speech"]
+    found = search(library, capsys, *query, "--language", "es")
+    assert {r["video_id"] for r in found} == {1}
+    assert (found[0]["start_s"], found[0]["language"]) == (4.0, "es")
+    assert found[0]["snippet_english"] == "The train leaves the station at eight."
+    assert search(library, capsys, *query, "--language", "de") == []
+    query = ["cold mountain weather", "--in", "speech"]
+    both = search(library, capsys, *query, "--language", "de", "--language", "en")
+    assert [(r["video_id"], r["language"]) for r in both] == [(2, "en")]
+
+
+def test_the_command_line_shows_the_language_and_the_english_rendering(library, capsys):
+    argv = ["search", "--data-dir", str(library.cfg.data_dir), "--in", "speech", "--top-k", "1"]
+    assert main([*argv, "when does the train leave the station"]) == 0
+    out = capsys.readouterr().out
+    assert "(es) El tren sale de la estación a las ocho." in out
+    assert "(en) The [train] [leaves] the [station] at eight." in out

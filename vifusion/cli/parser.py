@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 some inputs failed (each listed with its reason); 2 usa
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         default=",".join(MODALITIES),
         metavar="MODALITIES",
         help=f"comma-separated, of {', '.join(MODALITIES)} (default: all)",
+    )
+    se.add_argument(
+        "--language",
+        dest="languages",
+        action="append",
+        metavar="LANG",
+        help="only videos in which this language is spoken (ISO 639-1: es, fr, ...); "
+        "repeat for several",
     )
     se.add_argument("--top-k", type=int, default=10)
     se.add_argument(
@@ -274,10 +283,25 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+        languages = [x.strip().lower() for x in args.languages] if args.languages else None
+        if languages is not None and not all(re.fullmatch(r"[a-z]{2,3}", x) for x in languages):
+            print(
+                f"vifusion search: --language takes an ISO 639-1 code (es, fr, ...); got {args.languages}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         from vifusion.cli.search_commands import cmd_search
 
         return cmd_search(
-            cfg, args.text, args.image, args.clip, args.top_k, args.json, modalities, args.group_by
+            cfg,
+            args.text,
+            args.image,
+            args.clip,
+            args.top_k,
+            args.json,
+            modalities,
+            args.group_by,
+            languages,
         )
     if args.command == "transcript":
         from vifusion.cli.search_commands import cmd_transcript

@@ -36,14 +36,22 @@ def cmd_search(
     as_json: bool,
     modalities: list[str] | None = None,
     group_by: str = "segment",
+    languages: list[str] | None = None,
 ) -> int:
     """Ask the service that serves the data dir, if one runs; else search the data dir in this
     process, reading it (no Ray; a text query loads only the text model, without torch where
     its ONNX export is there). With ``cfg.ray_address`` (``--address``): through Ray, whose
-    cluster may hold data this machine does not."""
+    cluster may hold data this machine does not. ``languages``: only videos in which one of
+    them is spoken (as the API's ``languages``)."""
     modalities = modalities or list(MODALITIES)
     query = dict(
-        text=text, image=image, clip=clip, top_k=top_k, modalities=modalities, group_by=group_by
+        text=text,
+        image=image,
+        clip=clip,
+        top_k=top_k,
+        modalities=modalities,
+        group_by=group_by,
+        languages=languages,
     )
     try:
         rows = _ask_service(cfg, **query) if cfg.ray_address is None else None
@@ -68,7 +76,11 @@ def cmd_search(
                 f"{r['score']:6.3f}  {span:>15}  {','.join(r['matched']):<20}  {r['title']}  ({r['source']})"
             )
             if r["snippet"]:
-                print(f"{'':>25}{' '.join(bracketed(r['snippet'], r['highlights']).split())}")
+                said = f"({r['language']}) " if r.get("language") else ""
+                print(f"{'':>25}{said}{' '.join(bracketed(r['snippet'], r['highlights']).split())}")
+            if r.get("snippet_english"):
+                english = bracketed(r["snippet_english"], r["highlights_english"])
+                print(f"{'':>25}(en) {' '.join(english.split())}")
     return EXIT_OK
 
 
@@ -85,7 +97,14 @@ class _Refused(Exception):
 
 
 def _ask_service(
-    cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str
+    cfg: Config,
+    text,
+    image,
+    clip,
+    top_k: int,
+    modalities: list[str],
+    group_by: str,
+    languages: list[str] | None,
 ) -> list[dict] | None:
     """The rows from the live service announced in the data dir (``_running``); None where
     none runs, no key is known, or it cannot be reached (then the data dir is read here).
@@ -103,6 +122,8 @@ def _ask_service(
     from vifusion.client import ApiError, Client
 
     options: dict = {"modalities": modalities, "group_by": group_by}
+    if languages is not None:
+        options["languages"] = languages
     found: list[dict] = []
     try:
         with Client(url, key, verify=verify(cfg.data_dir)) as vf:
@@ -123,7 +144,19 @@ def _ask_service(
     except ApiError as e:
         raise _Refused(e.status, e.message) from None
     sources = _sources(cfg, [m["video_id"] for m in found])
-    keys = ("video_id", "title", "start_s", "end_s", "score", "matched", "snippet", "highlights")
+    keys = (
+        "video_id",
+        "title",
+        "start_s",
+        "end_s",
+        "score",
+        "matched",
+        "snippet",
+        "highlights",
+        "snippet_english",
+        "highlights_english",
+        "language",
+    )
     return [{**{k: m.get(k) for k in keys}, "source": sources.get(m["video_id"])} for m in found]
 
 
@@ -144,18 +177,25 @@ def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
 
 
 def _search_here(
-    cfg: Config, text, image, clip, top_k: int, modalities: list[str], group_by: str
+    cfg: Config,
+    text,
+    image,
+    clip,
+    top_k: int,
+    modalities: list[str],
+    group_by: str,
+    languages: list[str] | None,
 ) -> list[dict]:
     """The rows from this process: the data dir read here (``index/local.py``), or through Ray
-    where ``cfg.ray_address`` is set. Only ready videos' moments, ``min_relative_score`` applied,
-    as the service does."""
+    where ``cfg.ray_address`` is set. Only ready videos' moments (of ``languages`` where given),
+    ``min_relative_score`` applied, as the service does."""
+    query = (text, image, clip, top_k, modalities, group_by)
     if cfg.ray_address is not None:
         from vifusion.runtime import Runtime
 
         with Runtime(cfg) as rt:
-            return _rows(
-                cfg, rt.catalog, _find(rt.searcher, text, image, clip, top_k, modalities, group_by)
-            )
+            videos = _spoken_in(rt.catalog, languages)
+            return _rows(cfg, rt.catalog, _find(rt.searcher, *query, videos))
     import sqlite3
 
     from vifusion.catalog import open_catalog
@@ -169,22 +209,35 @@ def _search_here(
     try:
         embedder = _text_embedder(cfg) if text is not None else _embedder(cfg)
         searcher = Searcher(cfg, LocalShards(cfg), embedder, catalog)
-        return _rows(cfg, catalog, _find(searcher, text, image, clip, top_k, modalities, group_by))
+        return _rows(cfg, catalog, _find(searcher, *query, _spoken_in(catalog, languages)))
     finally:
         catalog.close()
 
 
+def _spoken_in(catalog, languages: list[str] | None) -> list[int] | None:
+    """The ready videos in which one of ``languages`` is spoken, for a search's ``videos``
+    (None: no such condition, every video)."""
+    return None if languages is None else sorted(catalog.ready_ids(languages=languages))
+
+
 def _find(
-    searcher, text, image, clip, top_k: int, modalities: list[str], group_by: str
+    searcher,
+    text,
+    image,
+    clip,
+    top_k: int,
+    modalities: list[str],
+    group_by: str,
+    videos: list[int] | None = None,
 ) -> list[Moment]:
     if text is not None:
-        return searcher.text(text, top_k, group_by, modalities=modalities)
+        return searcher.text(text, top_k, group_by, videos, modalities=modalities)
     if image is not None:
-        return searcher.image(_load_image(image), top_k, group_by)
+        return searcher.image(_load_image(image), top_k, group_by, videos)
     from vifusion.extract.decode import DecodeError
 
     try:
-        return searcher.clip(clip, top_k, group_by)
+        return searcher.clip(clip, top_k, group_by, videos)
     except DecodeError as e:  # a bad clip: a usage error, as any other bad query
         raise ValueError(str(e)) from None
 
@@ -231,6 +284,7 @@ def _result(m: Moment, video) -> dict:
         "score": round(m.score, 4),
         "matched": m.matched,
         **snippet_fields(m.snippet, m.snippet_english),
+        "language": m.language,
     }
 
 

@@ -80,6 +80,7 @@ class Candidate:
     modality: str  # visual | speech | screen
     snippet: str | None = None  # the spoken or written words, query words marked
     snippet_english: str | None = None  # their English rendering, marked alike (None: none)
+    language: str | None = None  # the language the words were said in (ISO 639-1; None: not known)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Moment:
     snippet: str | None = None
     frames: int = 1
     snippet_english: str | None = None  # the snippet's English rendering (None: none)
+    language: str | None = None  # the language the snippet was said in (None: not known)
 
 
 def blend_lists(
@@ -138,6 +140,7 @@ def blend_lists(
                     0.0,
                     snippet=c.snippet,
                     snippet_english=c.snippet_english,
+                    language=c.language,
                 )
             )
             credited.append(set())
@@ -146,7 +149,7 @@ def blend_lists(
         m = moments[i]
         if c.snippet is not None and m.snippet is None:  # the moment's first words place it
             m.start_s, m.end_s, m.snippet = c.start_s, c.end_s, c.snippet
-            m.snippet_english = c.snippet_english
+            m.snippet_english, m.language = c.snippet_english, c.language
         if c.modality not in m.matched:
             m.matched.append(c.modality)
         if li not in credited[i]:

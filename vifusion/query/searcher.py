@@ -235,6 +235,7 @@ class Searcher:
                         kind,
                         r.snippet,
                         r.snippet_english,
+                        r.language if kind == "speech" else None,
                     )
                     for h in near
                     if (r := rows.get((h.video_id, kind, h.row))) is not None
@@ -253,6 +254,7 @@ class Searcher:
                         kind,
                         r.snippet,
                         r.snippet_english,
+                        r.language if kind == "speech" else None,
                     )
                     for r in found
                 ]
