@@ -15,9 +15,10 @@ query finds what is seen, said and written.
    visual queries ("a cat"...). A result is right when its video is the query's and its time overlaps the phrase's (or
    the slide's, or the scene's). Reported for the same index and queries:
    ``r1_all`` (R@1 over all modalities, default blend), ``r1_visual_only`` (the same
-   queries, visual search alone), ``r1_rrf`` / ``mrr_rrf`` and ``r1_calibrated`` /
-   ``mrr_calibrated`` (each blend; MRR over the top 10), and ``r1_<kind>_<blend>`` per
-   kind of query. ``fusion`` names the default blend (``vifusion.query.searcher.BLEND``).
+   queries, visual search alone), ``r1_<blend>`` / ``mrr_<blend>`` for each of ``BLENDS``
+   (rrf, calibrated, evidence; MRR over the top 10), and ``r1_<kind>_<blend>`` /
+   ``mrr_<kind>_<blend>`` per kind of query. ``fusion`` names the default blend
+   (``vifusion.query.searcher.BLEND``).
 
 4. ``ingest_ratio``: the same corpus indexed again into a fresh data dir with speech and
    screen text off, in the same run: sampled frames per second of wall time with every
@@ -344,11 +345,13 @@ def retrieval(talks: int) -> dict:
         f"retrieval: {len(queries)} queries; rank of the right moment in the top {TOP_K} (- not there)"
     )
     show = lambda r: "-" if r is None else str(r)  # noqa: E731
-    print(f"  {'kind':15} {'rrf':>4} {'cal':>4} {'vis':>4}  query")
+    ways = (*BLENDS, "visual_only")
+    print(f"  {'kind':15} " + " ".join(f"{w[:4]:>4}" for w in ways) + "  query")
     for i, q in enumerate(queries):
         print(
-            f"  {q.kind:15} {show(ranks['rrf'][i]):>4} {show(ranks['calibrated'][i]):>4} "
-            f"{show(ranks['visual_only'][i]):>4}  {q.text!r} ({q.video} {q.start_s:.1f}-{q.end_s:.1f} s)"
+            f"  {q.kind:15} "
+            + " ".join(f"{show(ranks[w][i]):>4}" for w in ways)
+            + f"  {q.text!r} ({q.video} {q.start_s:.1f}-{q.end_s:.1f} s)"
         )
     for name, rows in heard.items():
         print(f"  tiny.en heard in {name}: " + " | ".join(r.text for r in rows))
@@ -357,14 +360,20 @@ def retrieval(talks: int) -> dict:
         got = [r for r, q in zip(ranks[way], queries) if kind is None or q.kind == kind]
         return round(sum(r == 1 for r in got) / len(got), 3)
 
-    def mrr(way: str) -> float:
-        return round(sum(1 / r for r in ranks[way] if r) / len(queries), 3)
+    def mrr(way: str, kind: str | None = None) -> float:
+        got = [r for r, q in zip(ranks[way], queries) if kind is None or q.kind == kind]
+        return round(sum(1 / r for r in got if r) / len(got), 3)
 
     report = {"r1_all": r1(BLEND), "r1_visual_only": r1("visual_only"), "fusion": BLEND}
     for way in BLENDS:
         report |= {f"r1_{way}": r1(way), f"mrr_{way}": mrr(way)}
     for kind in KINDS:
-        report |= {f"r1_{kind}_{way}": r1(way, kind) for way in (*BLENDS, "visual_only")}
+        report |= {f"r1_{kind}_{way}": r1(way, kind) for way in ways}
+        report |= {f"mrr_{kind}_{way}": mrr(way, kind) for way in ways}
+    print(f"  {'R@1 / MRR':15} " + " ".join(f"{w:>19}" for w in ways))
+    for kind in (None, *KINDS):
+        cells = [f"{r1(w, kind):.3f} / {mrr(w, kind):.3f}" for w in ways]
+        print(f"  {kind or 'all':15} " + " ".join(f"{c:>19}" for c in cells))
     return report | {
         "queries": len(queries),
         "talks": talks,

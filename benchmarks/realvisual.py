@@ -5,7 +5,7 @@ The dev set of ``_realmedia`` (real clips and photos from packages, fetched once
 (``Runtime.indexer``: frames, speech, screen text) twice in one run: before, with the
 classes alone (``concept_hypernyms`` 0, the vectors of indexes made before #54), and after,
 with their WordNet hypernyms (the default). Each query is searched visual only and over
-every modality with each blend (``BLENDS``). A result is right when its video answers the
+every modality with each blend (``BLENDS``: rrf, calibrated, evidence). A result is right when its video answers the
 query (and, in a long video, its time overlaps the labelled seconds).
 
 Prints the rank of the first right moment per query and way, then R@1, R@5 and MRR (top

@@ -1,7 +1,9 @@
-"""`vifusion demo`: sample videos from real photos, indexed, then searched three ways.
+"""`vifusion demo`: sample videos from real photos and a short spoken talk with a slide,
+indexed, then searched by what is seen (words, an image, a clip), said and written.
 
 Every query has a known answer (which video, which seconds), so the table shows at a
-glance whether the product finds the right moment, and how fast.
+glance whether the product finds the right moment, and how fast. The talk is spoken by
+espeak-ng; without it the demo says so and searches what is seen only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from vifusion.config import Config
 from vifusion.datadir import SAMPLES
 from vifusion.samples import SampleVideo, frame_at, write_clip, write_demo_set
+from vifusion.samples import talks as _talks
 from vifusion.types import Segment
 
 
@@ -79,6 +82,37 @@ def demo_queries(videos: dict[str, SampleVideo], work: Path) -> list[DemoQuery]:
     ]
 
 
+# The talk: said over its first seconds, then a slide; each searched by other words than its own.
+TALK = "talk.mp4"
+TALK_S = 12.0
+SAID = (1.0, "Our bakery sells more sourdough bread than croissants on weekends.")
+SLIDE = (7.0, TALK_S, ("Glacier retreat:", "40 metres per year"))
+
+
+def talk_queries(work: Path) -> list[DemoQuery]:
+    """The talk written under ``work``, and a spoken and an on-screen query that find it."""
+    talk = _talks.write_talk(work / TALK, TALK_S, said=[SAID], shown=[SLIDE])
+    said, shown = talk.said[0], talk.shown[0]
+    return [
+        DemoQuery(
+            "said: sourdough bread at the bakery",
+            "text",
+            "sourdough bread at the bakery",
+            TALK,
+            said.start_s,
+            said.end_s,
+        ),
+        DemoQuery(
+            "on screen: glacier retreat",
+            "text",
+            "glacier retreat",
+            TALK,
+            shown.start_s,
+            shown.end_s,
+        ),
+    ]
+
+
 def overlaps(seg: Segment, start_s: float, end_s: float) -> bool:
     return seg.start_s < end_s and start_s < seg.end_s
 
@@ -92,7 +126,13 @@ def run_demo(cfg: Config) -> int:
     print(f"writing sample videos to {work} ...")
     videos = {v.name: v for v in write_demo_set(work)}
     queries = demo_queries(videos, work)
-    code = cmd_index(cfg, [v.path for v in videos.values()])
+    paths = [v.path for v in videos.values()]
+    if _talks.have_espeak():
+        queries += talk_queries(work)
+        paths.append(work / TALK)
+    else:
+        print("espeak-ng is not installed: no spoken talk, so only what is seen is searched")
+    code = cmd_index(cfg, paths)
     if code != 0:
         return code
 

@@ -1,7 +1,10 @@
 """One ranking of moments blended from several ranked lists (visual concepts, speech, screen
 text, dense and keyword), whose scores are not comparable (a cosine, a BM25). ``BLENDS``:
 ``rrf`` scores a moment the sum of ``1 / (k + rank)`` over its lists (ranks only);
-``calibrated`` the sum of each candidate's score mapped to [0, 1] by the caller.
+``calibrated`` the sum of each candidate's score mapped to [0, 1] by the caller;
+``evidence`` the noisy-or of each candidate's probability of being relevant (the caller maps
+its raw score by ``evidence``, a logistic fit per source on labelled lists), so a list of
+weak hits adds little however it ranks within itself.
 
 Candidates of one video whose spans overlap (or come within ``join_gap_s``) are one moment:
 the strongest seeds it, weaker ones add their list's share (once per list) and their
@@ -11,13 +14,43 @@ strongest frames; its ``snippet`` is that candidate's words.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 RRF_K = 60  # the constant of Cormack et al. (2009): damps the weight of the very top ranks
-BLENDS = ("rrf", "calibrated")  # rrf: reciprocal rank fusion, its usual name
+BLENDS = ("rrf", "calibrated", "evidence")  # rrf: reciprocal rank fusion, its usual name
 MODALITIES = ("visual", "speech", "screen")  # what a moment is found by: seen, said, written
 ALIASES = {"text": "screen"}  # other names users give a modality
+
+# The evidence blend's table: per source (``SOURCES``), the logistic fit raw score -> relevant,
+# made by scripts/fit_evidence.py (how, when, on what: in the file).
+EVIDENCE_FILE = Path(__file__).parent / "data" / "evidence.json"
+# The ranked lists a text query makes, each a source of evidence with its own raw score:
+# a cosine ("visual": the frames' concepts; "*_dense": the words' meaning) or the share of the
+# query's words a text holds ("*_keyword").
+SOURCES = ("visual", "speech_dense", "speech_keyword", "screen_dense", "screen_keyword")
+# A hit less likely than this to be relevant neither makes a moment nor counts as matched.
+EVIDENCE_MIN = 0.01
+
+
+@cache
+def evidence_table() -> dict[str, tuple[float, float]]:
+    """Per source, the (intercept, slope) of its logistic fit (``EVIDENCE_FILE``)."""
+    fits = json.loads(EVIDENCE_FILE.read_text())["sources"]
+    return {s: (float(fits[s]["intercept"]), float(fits[s]["slope"])) for s in SOURCES}
+
+
+def evidence(source: str, raw: float) -> float:
+    """The probability that a hit of ``source`` (one of ``SOURCES``) with raw score ``raw``
+    is relevant: rises with ``raw``, the same scale for every source and every query."""
+    intercept, slope = evidence_table()[source]
+    z = intercept + slope * raw
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
 
 # The query's words in a snippet are marked with two control characters, which stored text
 # never holds (the catalog drops them), so literal brackets in a slide's code stay text.
@@ -109,16 +142,18 @@ def blend_lists(
     """The ``top_k`` best moments over ``lists`` (each ranked best first), best first.
 
     ``method`` "rrf": a list adds ``1 / (k + rank)`` (rank from 1) to a moment; "calibrated":
-    it adds its candidate's ``score`` (already in [0, 1]). Either way a list counts once per
-    moment, with its strongest candidate there. Ties go to the moment whose seed came from
-    the earlier list, then the better rank.
+    it adds its candidate's ``score`` (already in [0, 1]); "evidence": the candidate's
+    ``score`` is a probability of relevance, and a moment scores the noisy-or of its lists'
+    (``1 - prod(1 - p)``: it is relevant unless every list that found it is wrong). Either way
+    a list counts once per moment, with its strongest candidate there. Ties go to the moment
+    whose seed came from the earlier list, then the better rank.
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if method not in BLENDS:
         raise ValueError(f"blend must be one of {BLENDS}, got {method!r}")
     entries = [
-        (1.0 / (k + rank) if method == "rrf" else float(c.score), li, rank, c)
+        (_share(method, c.score, k, rank), li, rank, c)
         for li, ranked in enumerate(lists)
         for rank, c in enumerate(ranked, start=1)
     ]
@@ -155,11 +190,24 @@ def blend_lists(
         if li not in credited[i]:
             credited[i].add(li)
             m.score += share
+    if method == "evidence":  # summed -log(1 - p) back to a probability
+        for m in moments:
+            m.score = -math.expm1(-m.score)
     order = sorted(
         range(len(moments)),
         key=lambda i: (-moments[i].score, seeds[i], moments[i].video_id, moments[i].start_s),
     )
     return [moments[i] for i in order[:top_k]]
+
+
+def _share(method: str, score: float, k: float, rank: int) -> float:
+    """What one list's candidate adds to its moment's score: summed, ``evidence``'s
+    ``-log(1 - p)`` give the noisy-or's ``-log(1 - P)`` (a probability of 1 counts as 1 - 1e-9)."""
+    if method == "rrf":
+        return 1.0 / (k + rank)
+    if method == "evidence":
+        return -math.log1p(-min(float(score), 1.0 - 1e-9))
+    return float(score)
 
 
 def _overlap(c: Candidate, m: Moment, gap_s: float) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,11 +26,13 @@ from vifusion.index.segments import group_segments, group_videos
 from vifusion.query.ranking import (
     ALIASES,
     BLENDS,
+    EVIDENCE_MIN,
     MARKS,
     MODALITIES,
     Candidate,
     Moment,
     blend_lists,
+    evidence,
 )
 from vifusion.types import Found, SearchHit, Segment
 
@@ -197,9 +200,38 @@ class Searcher:
         seen_vec = vec if space == "semantic" else self.embedder.embed_query([query])
         if modalities == ("visual",):
             return self._search(space, seen_vec, top_k, group_by, videos)
+        lists, missing = self._ranked_lists(
+            query, vec, seen_vec, space, top_k, group_by, videos, modalities
+        )
+        scored = [_scored(source, ranked, blend) for source, ranked in lists]
+        moments = blend_lists(scored, max(1, sum(map(len, scored))), method=blend)
+        if group_by == "video":  # the best moment of each video
+            seen: set[int] = set()
+            moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
+        return Found(moments[:top_k], missing)
+
+    def ranked_lists(
+        self,
+        query: str,
+        top_k: int = 10,
+        group_by: str = "segment",
+        videos=None,
+        modalities=MODALITIES,
+    ) -> tuple[list[tuple[str, list[Candidate]]], set[int]]:
+        """The ranked lists a text query is blended from, as (source, candidates) (``SOURCES``
+        of ``ranking``), each candidate with its source's raw score (a cosine, or a keyword
+        hit's coverage), and the shards that did not answer: what the evidence fit learns from."""
+        vec = self.embedder.embed_text([query])
+        space = getattr(self.embedder, "text_space", "semantic")
+        seen_vec = vec if space == "semantic" else self.embedder.embed_query([query])
+        return self._ranked_lists(
+            query, vec, seen_vec, space, top_k, group_by, videos, check_modalities(modalities)
+        )
+
+    def _ranked_lists(self, query, vec, seen_vec, space, top_k, group_by, videos, modalities):
+        """``ranked_lists`` with the query's vectors made: ``vec`` (words) and ``seen_vec`` (``space``)."""
         depth = min(max(2 * top_k, 50), 1000)  # candidates per list
-        calibrated = blend == "calibrated"
-        lists: list[list[Candidate]] = []
+        lists: list[tuple[str, list[Candidate]]] = []
         missing: set[int] = set()
         if "visual" in modalities:
             hits = self.shards.search(space, seen_vec, self._frames_to_fetch(top_k), videos)
@@ -210,13 +242,12 @@ class Searcher:
                     s.video_id,
                     s.start_s,
                     s.end_s,
-                    _calibrate("semantic", s.score) if calibrated else s.score,
+                    s.score,
                     "visual",
                 )
                 for s in runs
             ]
-            # calibrated 0 is "unrelated": such frames neither make a moment nor count as matched
-            lists.append([c for c in seen if c.score > 0] if calibrated else seen)
+            lists.append(("visual", seen))
         words = keywords(query)
         for kind in (m for m in ("speech", "screen") if m in modalities):
             hits = self.shards.search(kind, vec, depth, videos)
@@ -226,44 +257,46 @@ class Searcher:
                 [(h.video_id, kind, h.row) for h in near], query=words, marks=MARKS
             )
             lists.append(
-                [
-                    Candidate(
-                        r.video_id,
-                        r.start_s,
-                        r.end_s,
-                        _calibrate(kind, h.score) if calibrated else h.score,
-                        kind,
-                        r.snippet,
-                        r.snippet_english,
-                        r.language if kind == "speech" else None,
-                    )
-                    for h in near
-                    if (r := rows.get((h.video_id, kind, h.row))) is not None
-                ]
+                (
+                    f"{kind}_dense",
+                    [
+                        Candidate(
+                            r.video_id,
+                            r.start_s,
+                            r.end_s,
+                            h.score,
+                            kind,
+                            r.snippet,
+                            r.snippet_english,
+                            r.language if kind == "speech" else None,
+                        )
+                        for h in near
+                        if (r := rows.get((h.video_id, kind, h.row))) is not None
+                    ],
+                )
             )
             found = self.catalog.keyword_search(
                 words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS
             )
             lists.append(
-                [
-                    Candidate(
-                        r.video_id,
-                        r.start_s,
-                        r.end_s,
-                        r.coverage if calibrated else r.score,
-                        kind,
-                        r.snippet,
-                        r.snippet_english,
-                        r.language if kind == "speech" else None,
-                    )
-                    for r in found
-                ]
+                (
+                    f"{kind}_keyword",
+                    [
+                        Candidate(
+                            r.video_id,
+                            r.start_s,
+                            r.end_s,
+                            r.coverage,
+                            kind,
+                            r.snippet,
+                            r.snippet_english,
+                            r.language if kind == "speech" else None,
+                        )
+                        for r in found
+                    ],
+                )
             )
-        moments = blend_lists(lists, max(1, sum(map(len, lists))), method=blend)
-        if group_by == "video":  # the best moment of each video
-            seen: set[int] = set()
-            moments = [m for m in moments if not (m.video_id in seen or seen.add(m.video_id))]
-        return Found(moments[:top_k], missing)
+        return lists, missing
 
     def image(
         self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None
@@ -322,6 +355,23 @@ def _moments(segments: list[Segment]) -> list[Moment]:
         Moment(s.video_id, s.start_s, s.end_s, s.score, ["visual"], None, s.frames)
         for s in segments
     ]
+
+
+def _scored(source: str, ranked: list[Candidate], blend: str) -> list[Candidate]:
+    """``ranked`` (raw scores) as ``blend`` adds them up: rrf reads ranks only; calibrated maps
+    a cosine to [0, 1] (``COSINE_RANGE``; a keyword hit's coverage is one already); evidence
+    to a probability of relevance. A hit mapped to "unrelated" (calibrated 0, evidence under
+    ``EVIDENCE_MIN``) neither makes a moment nor counts as matched."""
+    if blend == "rrf":
+        return ranked
+    if blend == "evidence":
+        scored = [replace(c, score=evidence(source, c.score)) for c in ranked]
+        return [c for c in scored if c.score >= EVIDENCE_MIN]
+    if source.endswith("_keyword"):
+        return ranked
+    space = "semantic" if source == "visual" else source.removesuffix("_dense")
+    scored = [replace(c, score=_calibrate(space, c.score)) for c in ranked]
+    return [c for c in scored if c.score > 0] if source == "visual" else scored
 
 
 def _calibrate(space: str, cosine: float) -> float:
