@@ -12,7 +12,14 @@ from vifusion.catalog import TextRow
 from vifusion.config import Config
 from vifusion.extract import _whisper_model
 from vifusion.query.webvtt import webvtt
-from vifusion.samples.talks import SENTENCES, have_espeak, write_talk
+from vifusion.samples.talks import (
+    AUDIO_RATE,
+    SENTENCES,
+    have_espeak,
+    speak,
+    voice_of,
+    write_talk,
+)
 
 needs_espeak = pytest.mark.skipif(not have_espeak(), reason="espeak-ng is not installed")
 
@@ -151,3 +158,48 @@ def test_english_is_not_translated(transcriber, tmp_path):
     assert out.language == "en"
     assert "station" in " ".join(s.text for s in out.segments).lower()
     assert all(s.english is None for s in out.segments)
+
+
+# Clear, long sentences: a language decision hears ~30 s of speech (speech.CHUNK_S), and a
+# later chunk switches only where the model is sure (SWITCH_CONFIDENCE).
+MORE = {
+    "en": (
+        "Every morning the bakery on the corner sells fresh bread and coffee to the people going to work.",
+        "In the afternoon the children play football in the park behind the old library.",
+        "The museum opens at ten o'clock in the morning and closes at six in the evening.",
+        "Last summer we travelled by bus along the coast and stayed in a small hotel near the beach.",
+    ),
+    "es": (
+        "Cada mañana la panadería de la esquina vende pan fresco y café a la gente que va al trabajo.",
+        "Por la tarde los niños juegan al fútbol en el parque detrás de la biblioteca antigua.",
+    ),
+}
+
+
+@pytest.mark.slow
+@needs_espeak
+def test_a_talk_that_switches_from_english_to_spanish_carries_both(transcriber, tmp_path):
+    """~35 s of English (one language decision's worth), a pause, then ~20 s of Spanish: the
+    Spanish part is transcribed in Spanish and rendered in English, the English part not."""
+    said, t = [], 0.5
+    for lang, gap in (("en", 3.0), ("es", 0.0)):
+        for text in (*SENTENCES[lang], *MORE[lang]):
+            said.append((t, text, lang))
+            t += len(speak(text, voice_of(lang))) / AUDIO_RATE + 1.2
+        t += gap
+    talk = write_talk(tmp_path / "switch.mkv", round(t + 1.0), said, fps=1)
+    out = transcriber.transcribe_file(talk.path)
+    assert out.language == "en"  # the video's: the one it starts in
+    languages = [s.language for s in out.segments]
+    assert set(languages) == {"en", "es"}
+    switch = languages.index("es")
+    assert languages == ["en"] * switch + ["es"] * (len(languages) - switch), languages
+    english = [s for s in out.segments if s.language == "en"]
+    spanish = [s for s in out.segments if s.language == "es"]
+    assert "station" in " ".join(s.text for s in english).lower()
+    assert all(s.english is None for s in english)
+    heard = " ".join(s.text for s in spanish).lower()
+    assert any(w in heard for w in KEY_WORDS["es"]), heard
+    assert all(s.english for s in spanish)  # rendered in English beside the original
+    first_spanish = said[len(SENTENCES["en"]) + len(MORE["en"])][0]
+    assert english[-1].end_s <= first_spanish + 0.5 <= spanish[0].start_s + 1.5  # where it switched

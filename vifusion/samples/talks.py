@@ -184,15 +184,15 @@ class Talk:
 
 
 def _soundtrack(
-    audio: Audio, duration_s: float, said: Sequence[tuple[float, str]], voice: str, wpm: int
+    audio: Audio, duration_s: float, said: Sequence[tuple], voice: str, wpm: int
 ) -> tuple[np.ndarray, tuple[Said, ...]]:
     track = np.zeros(round(duration_s * AUDIO_RATE), np.float32)
     placed: list[Said] = []
     if audio == "music":
         track = music(duration_s)
     elif audio in ("speech", "broken"):
-        for start_s, text in said:
-            pcm = speak(text, voice, wpm)
+        for start_s, text, *language in said:
+            pcm = speak(text, voice_of(language[0]) if language else voice, wpm)
             at = round(start_s * AUDIO_RATE)
             if at + len(pcm) > len(track):
                 raise ValueError(f"{text!r} at {start_s} s runs past the end ({duration_s} s)")
@@ -204,7 +204,7 @@ def _soundtrack(
 def write_talk(
     path: Path,
     duration_s: float,
-    said: Sequence[tuple[float, str]] = (),
+    said: Sequence[tuple[float, str] | tuple[float, str, str]] = (),
     shown: Sequence[tuple[float, float, Sequence[str]]] = (),
     audio: Audio = "speech",
     fps: int = 10,
@@ -214,11 +214,12 @@ def write_talk(
     audio_start_s: float = 0.0,
     language: str | None = None,
 ) -> Talk:
-    """Write a talk: phrases ``said`` as (start_s, text), slides ``shown`` as (start_s, end_s,
+    """Write a talk: phrases ``said`` as (start_s, text[, language]), slides ``shown`` as (start_s, end_s,
     lines) over a blank slide; ``audio`` picks the soundtrack (``said`` is spoken only for
     "speech"; "broken": AAC packets of random bytes, in mp4 or mkv). The audio track starts
     ``audio_start_s`` after the video (its phrases' times are on the audio's clock).
-    ``language`` (ISO 639-1) speaks it in that language's voice (``VOICES``) over ``voice``."""
+    ``language`` (ISO 639-1) speaks it in that language's voice (``VOICES``) over ``voice``;
+    a phrase's own language (a talk that switches) speaks that phrase in its voice."""
     path = Path(path)
     if path.suffix not in _CODECS:
         raise ValueError(f"{path.name}: suffix must be one of {', '.join(_CODECS)}")
