@@ -2,7 +2,15 @@
 
 import pytest
 
-from vifusion.query.ranking import MARKS, Candidate, blend_lists, bracketed, snippet_fields
+from vifusion.query.ranking import (
+    MARKS,
+    SOURCES,
+    Candidate,
+    blend_lists,
+    bracketed,
+    evidence,
+    snippet_fields,
+)
 
 
 def c(video, start, end, modality, score=1.0, snippet=None):
@@ -96,3 +104,36 @@ def test_a_snippet_keeps_literal_brackets_as_text_and_gives_the_marked_words_as_
     }
     assert bracketed(fields["snippet"], fields["highlights"]) == "arr[i] = [total] + [x]"
     assert snippet_fields(None)["snippet"] is None
+
+
+def test_evidence_rises_with_the_raw_score_and_is_a_probability():
+    for source in SOURCES:
+        p = [evidence(source, raw / 20) for raw in range(-4, 21)]
+        assert all(0 < a < b < 1 for a, b in zip(p, p[1:])), source
+
+
+def test_under_evidence_lists_of_weak_hits_add_little_beside_a_strong_hit():
+    def hit(source, video, raw, modality, snippet=None):
+        return Candidate(video, 0, 4, evidence(source, raw), modality, snippet)
+
+    # video 1: the named object plainly in view; video 2: what is said and what is written
+    # there are only near the query in meaning (a caption with "bird" for "a cockatoo"), each
+    # the top of its list
+    seen = [hit("visual", 1, 0.6, "visual")]
+    said = [hit("speech_dense", 2, 0.3, "speech", "a")]
+    shown = [hit("screen_dense", 2, 0.3, "screen", "b")]
+    top = blend_lists([seen, said, shown], top_k=2, method="evidence")
+    assert [m.video_id for m in top] == [1, 2]
+    assert top[1].matched == ["speech", "screen"]
+    # ranks alone cannot tell: two lists' first places beat one's
+    assert blend_lists([seen, said, shown], top_k=1, method="rrf")[0].video_id == 2
+
+
+def test_under_evidence_agreeing_lists_raise_a_moment_by_noisy_or():
+    a, b = evidence("speech_dense", 0.5), evidence("speech_keyword", 0.5)
+    one = [Candidate(1, 0, 4, a, "speech", "x")]
+    two = [Candidate(2, 0, 4, a, "speech", "y")], [Candidate(2, 1, 3, b, "speech", "y")]
+    top = blend_lists([one, *two], top_k=2, method="evidence")
+    assert [m.video_id for m in top] == [2, 1]
+    assert top[0].score == pytest.approx(1 - (1 - a) * (1 - b))
+    assert top[1].score == pytest.approx(a)
