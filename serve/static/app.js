@@ -215,7 +215,18 @@
         return b;
       })));
     }
-    if (m.snippet) c.append(snippet(m.snippet, m.highlights));
+    if (m.snippet) {
+      const said = snippet(m.snippet, m.highlights);
+      if (m.language && m.language !== "en") said.lang = m.language; // read in its language
+      c.append(said);
+    }
+    if (m.snippet_english) { // said in another language: its English rendering below
+      const english = snippet(m.snippet_english, m.highlights_english);
+      english.classList.add("snippet-english");
+      english.lang = "en";
+      english.prepend(el("span", "lang", `${m.language || "?"} → en `));
+      c.append(english);
+    }
     c.type = "button";
     c.title = `Play ${title} from ${fmt(m.start_s)}`;
     Object.assign(c.dataset, { videoId: m.video_id, start: m.start_s, end: m.end_s, matched: matched.join(",") });
@@ -271,26 +282,41 @@
   }
   const absolute = (url) => new URL(url, location.href).href;
 
-  // Subtitles: what is said, and what is written on screen, as two tracks. A <track> cannot send
-  // the key, so each WebVTT file is fetched with it and given to its track as a blob: URL (the
-  // CSP's media-src, which governs tracks, allows blob:). A video with no words of a kind gets no
-  // track of it; the "Subtitles" choice shows speech unless the viewer picks otherwise.
-  const TRACKS = [["speech", "Speech"], ["screen", "Screen text"]];
-  const SHOWS = { speech: ["speech"], screen: ["screen"], both: ["speech", "screen"], off: [] }; // choice -> tracks
+  // Subtitles: what is said (as said, and in English where it was said in another language), and
+  // what is written on screen, as tracks. A <track> cannot send the key, so each WebVTT file is
+  // fetched with it and given to its track as a blob: URL (the CSP's media-src, which governs
+  // tracks, allows blob:). A video with no words of a kind gets no track of it, and one whose
+  // speech is English no English rendering; the "Subtitles" choice shows speech unless the viewer
+  // picks otherwise. Each file's "Language:" header names its track's language (srclang).
+  const TRACKS = [ // [track, label, the transcript route's query]
+    ["speech", "Speech", "kind=speech"],
+    ["english", "Speech in English", "kind=speech&lang=en"],
+    ["screen", "Screen text", "kind=screen"],
+  ];
+  const SHOWS = { speech: ["speech"], english: ["english"], screen: ["screen"], both: ["speech", "screen"], off: [] }; // choice -> tracks
+  const languageOf = (vtt) => (/^Language: *([a-z]{2,3})\s*$/m.exec(vtt.split("\n\n")[0]) || [])[1] || "";
   let trackUrls = [];
 
   async function subtitles(videoId, seq) {
     const video = $("player");
-    const files = await Promise.all(TRACKS.map(([kind]) =>
-      api(`/v1/videos/${videoId}/transcript?format=vtt&kind=${kind}`).then((r) => r.text()).catch(() => "")));
+    const files = await Promise.all(TRACKS.map(([, , query]) =>
+      api(`/v1/videos/${videoId}/transcript?format=vtt&${query}`).then((r) => r.text()).catch(() => "")));
     if (seq !== playSeq) return;
     video.querySelectorAll("track").forEach((t) => t.remove());
     trackUrls.forEach((u) => URL.revokeObjectURL(u));
     trackUrls = [];
+    const spoken = languageOf(files[0]);
     TRACKS.forEach(([kind, label], i) => {
       if (!files[i].includes("-->")) return; // no cues
+      if (kind === "english" && (!spoken || spoken === "en")) return; // said in English already
+      const srclang = languageOf(files[i]);
       const t = document.createElement("track");
-      Object.assign(t, { kind: "subtitles", label, src: URL.createObjectURL(new Blob([files[i]], { type: "text/vtt" })) });
+      Object.assign(t, {
+        kind: "subtitles",
+        label: kind === "speech" && srclang ? `${label} (${srclang})` : label,
+        src: URL.createObjectURL(new Blob([files[i]], { type: "text/vtt" })),
+      });
+      if (srclang) t.srclang = srclang;
       t.dataset.kind = kind;
       trackUrls.push(t.src);
       video.append(t);
@@ -298,6 +324,7 @@
     video.dataset.subtitlesOf = videoId; // which video's tracks these are
     const have = new Set([...video.querySelectorAll("track")].map((t) => t.dataset.kind));
     for (const o of $("subs").options) o.hidden = !SHOWS[o.value].every((k) => have.has(k));
+    $("subs-speech").textContent = have.has("english") ? `Speech as said (${spoken})` : "Speech";
     if ($("subs").selectedOptions[0].hidden) $("subs").value = have.has("speech") ? "speech" : "off";
     $("subs-row").hidden = have.size === 0;
     showSubtitles();
@@ -307,14 +334,15 @@
   function showSubtitles() {
     const pick = $("subs").value;
     for (const t of $("player").querySelectorAll("track")) {
-      t.track.mode = pick === "both" || pick === t.dataset.kind ? "showing" : "hidden";
+      t.track.mode = SHOWS[pick].includes(t.dataset.kind) ? "showing" : "hidden";
     }
   }
   $("subs").onchange = showSubtitles;
   // The player's own captions menu changes the tracks too: the choice follows it.
   $("player").textTracks.onchange = () => {
     const shown = [...$("player").querySelectorAll("track")].filter((t) => t.track.mode === "showing");
-    $("subs").value = shown.length > 1 ? "both" : shown.length ? shown[0].dataset.kind : "off";
+    const kinds = shown.map((t) => t.dataset.kind).sort().join();
+    $("subs").value = Object.keys(SHOWS).find((c) => [...SHOWS[c]].sort().join() === kinds) ?? "both";
   };
 
   // Play video m.video_id from m.start_s: a search's moment (its range and score shown, the
