@@ -165,7 +165,7 @@ def test_check_on_a_shard_whose_log_is_damaged_names_the_file_and_byte(
     assert cli.main(["check", "--data-dir", str(cfg.data_dir), "--repair"]) == 1
     said = capsys.readouterr().err
     assert said.startswith(
-        f"vifusion check: a shard cannot start: vifusion.index.wal.LogCorrupt: {segment}: "
+        f"vifusion check: a shard cannot start: LogCorrupt: {segment}: "
         "damaged record at byte 8, and a whole record (seq 2)"
     )
     assert "Traceback" not in said

@@ -5,6 +5,7 @@ read the library (search, transcript) are in ``_commands_search.py``."""
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import sys
 from pathlib import Path
@@ -109,10 +110,9 @@ def cmd_check(cfg: Config, fix: bool) -> int:
     except (
         RayActorError
     ) as e:  # a shard refused to start (a damaged log or snapshot): its reason, not Ray's
-        print(
-            f"vifusion check: a shard cannot start: {str(e).strip().splitlines()[-1]}",
-            file=sys.stderr,
-        )
+        # Ray's last line is "package.module.Error: reason": the error's name and reason say it
+        why = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", str(e).strip().splitlines()[-1])
+        print(f"vifusion check: a shard cannot start: {why}", file=sys.stderr)
         return EXIT_FAILED
     with rt:
         drift = find_drift(rt.catalog, rt.shards)
