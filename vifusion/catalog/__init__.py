@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from vifusion import datadir
 from vifusion.catalog._catalog import Catalog
+from vifusion.catalog._keys import SCOPES, ApiKey, parse_key, scope_allows
 from vifusion.catalog._postgres import PostgresCatalog
 from vifusion.catalog._records import (
     JOB_STAGES,
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from vifusion.config import Config
 
 __all__ = [
+    "SCOPES",
+    "ApiKey",
     "FUZZY_WEIGHT",
     "JOB_STAGES",
     "JOB_STATES",
@@ -48,6 +51,8 @@ __all__ = [
     "Video",
     "max_edits",
     "open_catalog",
+    "parse_key",
+    "scope_allows",
 ]
 
 

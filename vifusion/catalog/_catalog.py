@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vifusion.catalog._keys import Keys
 from vifusion.catalog._leases import Leases, check_holder
 from vifusion.catalog._records import (
     JOB_COLUMNS,
@@ -32,9 +33,9 @@ _NEW_JOB = (
 )
 
 
-class Catalog(Leases, Texts):
-    """Videos, jobs and their texts. Safe to share between threads (and, on PostgreSQL,
-    processes). Open one with ``open_catalog``."""
+class Catalog(Leases, Texts, Keys):
+    """Videos, jobs, their texts, and API keys (``_keys.py``). Safe to share between
+    threads (and, on PostgreSQL, processes). Open one with ``open_catalog``."""
 
     path: Path | None  # the SQLite file; None on a server
 

@@ -180,12 +180,33 @@ def _sqlite_5(c: sqlite3.Connection) -> None:
     c.execute("INSERT INTO texts_fts(texts_fts) VALUES ('rebuild')")
 
 
+# API keys (``_keys.py``): the SHA-256 of each key's secret, never the key. A later step may
+# add a nullable column (a key's collections, NULL: every one) without touching these rows.
+_KEYS_TABLE = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL CHECK (scope IN ('search', 'ingest', 'admin')),
+    created_at {real} NOT NULL,
+    expires_at {real},
+    revoked_at {real},
+    secret_sha256 TEXT NOT NULL
+);
+"""
+
+
+def _sqlite_6(c: sqlite3.Connection) -> None:
+    """API keys with scopes, stored hashed (``_keys.py``)."""
+    c.execute(_KEYS_TABLE.format(real="REAL"))
+
+
 SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_1,
     _sqlite_2,
     _sqlite_3,
     _sqlite_4,
     _sqlite_5,
+    _sqlite_6,
 ]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
@@ -279,6 +300,7 @@ POSTGRES_MIGRATIONS: list[str | Callable[[Any], None]] = [
     _POSTGRES_3,
     _POSTGRES_4,
     _postgres_5,
+    _KEYS_TABLE.format(real="DOUBLE PRECISION"),  # API keys, as _sqlite_6
 ]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
