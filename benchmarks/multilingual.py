@@ -1,0 +1,307 @@
+"""Speech in many languages (#55): is the language named right, does a query find the moment in
+the talk's own language and in English, and what does speech cost ingest.
+
+1. A corpus made here: one talk of 20 s per language (es, fr, de, it, pt, ru, and English as
+   a control), spoken by espeak-ng in that language's voice (``vifusion/samples/talks.py``
+   ``VOICES``), two sentences each (at 1 s and 11 s), every sentence about something no other
+   talk mentions; written as real files (mp4, webm, mkv in turn) and indexed through the real
+   product (``Runtime``'s indexer: decode, Whisper base detection and transcription, the
+   translate task, tiny.en for English, embeddings, shards, catalog), defaults otherwise.
+2. ``detected``: the language the catalog records for each talk against the one spoken.
+3. Retrieval: per sentence, a query in the talk's language (a few of its words, typed without
+   accents) and one in English (the same meaning in other words); a result is right when it is
+   the talk's and overlaps the sentence. R@1 over the top ``TOP_K`` of ``Searcher.text``
+   (every modality, the default blend), no language filter, per language and over all.
+4. ``ingest_ratio``: the same talks indexed in a fresh data dir with speech off (visual only)
+   and with speech on (on-screen text off in both, so the ratio is speech's): sampled frames
+   per wall second, each run's model loads included, speech on over off.
+5. English on tiny.en (the default, ``speech_english_tiny``) against base: seconds to
+   transcribe the English talk (``Transcriber.transcribe_file``, median of ``--repeats``
+   after a warm-up), and what each heard.
+
+The last line is one JSON object.
+
+Run (from the repository root):
+
+    .venv/bin/python benchmarks/multilingual.py           # 7 talks, 3 repeats: ~10 min on 2 busy cores
+    .venv/bin/python benchmarks/multilingual.py --quick   # es, fr and en, 1 repeat
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import arguments, report_head, run_benchmark  # noqa: E402
+
+from vifusion.config import Config  # noqa: E402
+from vifusion.samples import talks as _talks  # noqa: E402
+
+TOP_K = 10
+SUFFIXES = (".mp4", ".webm", ".mkv")
+
+# Per language: two sentences, each with a query in that language (typed without accents, as
+# a user might) and one in English (its meaning in other words). No two sentences share a topic.
+TALKS: dict[str, tuple[tuple[str, str, str], tuple[str, str, str]]] = {
+    "es": (
+        (
+            "La biblioteca municipal abre los domingos por la mañana desde este mes.",
+            "biblioteca abre los domingos",
+            "the public library now opens on Sunday mornings",
+        ),
+        (
+            "Los pescadores del puerto venden sardinas frescas cada tarde.",
+            "sardinas frescas del puerto",
+            "fishermen sell fresh sardines at the harbour",
+        ),
+    ),
+    "fr": (
+        (
+            "Le musée des beaux-arts présente une nouvelle exposition de peintures impressionnistes.",
+            "exposition de peintures impressionnistes",
+            "an exhibition of impressionist paintings at the art museum",
+        ),
+        (
+            "Les agriculteurs de la région ont récolté beaucoup de pommes cette année.",
+            "agriculteurs recolte de pommes",
+            "farmers picked a lot of apples this year",
+        ),
+    ),
+    "de": (
+        (
+            "Die Feuerwehr hat gestern Abend einen Brand in der Schule gelöscht.",
+            "Feuerwehr Brand in der Schule",
+            "firefighters put out a fire at the school last night",
+        ),
+        (
+            "Im Zoo wurde letzte Woche ein kleiner Elefant geboren.",
+            "kleiner Elefant im Zoo geboren",
+            "a baby elephant was born at the zoo",
+        ),
+    ),
+    "it": (
+        (
+            "Il ristorante sulla piazza prepara la migliore pizza della città.",
+            "migliore pizza della citta",
+            "the restaurant on the square makes the best pizza in town",
+        ),
+        (
+            "Il treno per Roma è in ritardo di mezz'ora a causa della neve.",
+            "treno per Roma in ritardo",
+            "the train to Rome is half an hour late because of snow",
+        ),
+    ),
+    "pt": (
+        (
+            "O hospital da cidade contratou vinte enfermeiros novos.",
+            "hospital contratou enfermeiros",
+            "the city hospital hired twenty new nurses",
+        ),
+        (
+            "A praia fica cheia de turistas durante o verão.",
+            "praia cheia de turistas",
+            "the beach is crowded with tourists in summer",
+        ),
+    ),
+    "ru": (
+        (
+            "Наш университет построил новую лабораторию для физиков.",
+            "университет построил новую лабораторию",
+            "the university built a new laboratory for physicists",
+        ),
+        (
+            "Зимой озеро замерзает, и дети катаются на коньках.",
+            "дети катаются на коньках",
+            "children go ice skating on the frozen lake in winter",
+        ),
+    ),
+    "en": (
+        (
+            "The bakery on the corner sells fresh bread every morning.",
+            "bakery fresh bread",
+            "",  # English already: its own query is the English one
+        ),
+        (
+            "Our company will open a second office in Toronto next spring.",
+            "second office in Toronto",
+            "",
+        ),
+    ),
+}
+QUICK = ("es", "fr", "en")
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    asked_in: str  # "own": the talk's language; "english": an English query of a foreign talk
+    language: str  # the talk's
+    video: str  # file name
+    start_s: float
+    end_s: float
+
+
+def corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list[Query]]:
+    """The talks as real files, and every query with its right moment."""
+    paths, queries = [], []
+    for i, lang in enumerate(languages):
+        (first, *_), (second, *_) = TALKS[lang]
+        talk = _talks.write_talk(
+            directory / f"{lang}{SUFFIXES[i % len(SUFFIXES)]}",
+            20.0,
+            said=[(1.0, first), (11.0, second)],
+            fps=5,
+            language=lang,
+        )
+        paths.append(talk.path)
+        for (_, own, english), said in zip(TALKS[lang], talk.said):
+            for text, asked_in in ((own, "own"), (english, "english")):
+                if text:
+                    queries.append(
+                        Query(text, asked_in, lang, talk.path.name, said.start_s, said.end_s)
+                    )
+    return paths, queries
+
+
+def main() -> int:
+    ap = arguments(__doc__, quick=f"{', '.join(QUICK)} only, 1 repeat")
+    ap.add_argument("--repeats", type=int, default=None)
+    args = ap.parse_args()
+    if not _talks.have_espeak():
+        print(
+            "multilingual: espeak-ng is not installed (apt-get install espeak-ng)", file=sys.stderr
+        )
+        return 2
+    languages = list(QUICK if args.quick else TALKS)
+    repeats = args.repeats or (1 if args.quick else 3)
+    from vifusion.runtime import Runtime
+
+    with tempfile.TemporaryDirectory(prefix="vifusion-multilingual-") as tmp:
+        tmp = Path(tmp)
+        paths, queries = corpus(tmp / "videos", languages)
+        fps: dict[str, float] = {}
+        for way, speech in (("visual_only", False), ("speech", True)):
+            cfg = Config(data_dir=tmp / way, speech=speech, screen_text=False)
+            with Runtime(cfg, writer=True) as rt:
+                t0 = time.perf_counter()
+                results = rt.indexer.index_files(paths)
+                seconds = time.perf_counter() - t0
+                bad = [r for r in results if r.status != "ready"]
+                if bad:
+                    raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
+                fps[way] = sum(r.frames for r in results) / seconds
+                if not speech:
+                    continue
+                ids = {Path(r.path).name: r.video_id for r in results}
+                detected = {p.stem: rt.catalog.get_video(ids[p.name]).language for p in paths}
+                heard = {p.stem: rt.catalog.texts(ids[p.name], "speech") for p in paths}
+                rt.searcher.text("warm-up")
+                ranks = []
+                for q in queries:
+                    found = rt.searcher.text(q.text, TOP_K)
+                    ranks.append(
+                        next(
+                            (
+                                i
+                                for i, m in enumerate(found, start=1)
+                                if m.video_id == ids[q.video]
+                                and m.start_s < q.end_s
+                                and q.start_s < m.end_s
+                            ),
+                            None,
+                        )
+                    )
+        english = paths[languages.index("en")]
+        english_times = english_tiny_vs_base(tmp / "speech", english, repeats)
+
+    def r1(asked_in: str, lang: str | None = None) -> float | None:
+        got = [
+            r
+            for r, q in zip(ranks, queries)
+            if q.asked_in == asked_in and (lang is None or q.language == lang)
+        ]
+        return round(sum(r == 1 for r in got) / len(got), 3) if got else None
+
+    foreign = [x for x in languages if x != "en"]
+    print(f"corpus: {len(paths)} talks of 20 s ({', '.join(languages)}), {len(queries)} queries")
+    print(f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7}  heard (English rendering)")
+    for lang in languages:
+        rows = heard[lang]
+        said = " | ".join(r.text + (f" ({r.english})" if r.english else "") for r in rows)
+        en = r1("english", lang)
+        print(
+            f"{lang:5} {detected[lang] or '-':9} {r1('own', lang):>8.3f} "
+            f"{'-' if en is None else f'{en:.3f}':>7}  {said}"
+        )
+    show = lambda r: "-" if r is None else str(r)  # noqa: E731
+    print(f"ranks of the right moment in the top {TOP_K} (- not there):")
+    for q, r in zip(queries, ranks):
+        print(f"  {q.language} {q.asked_in:7} {show(r):>3}  {q.text!r}")
+    detected_right = sum(detected[x] == x for x in languages) / len(languages)
+    detected_right_foreign = sum(detected[x] == x for x in foreign) / len(foreign)
+    r1_own_foreign = [
+        r for r, q in zip(ranks, queries) if q.asked_in == "own" and q.language != "en"
+    ]
+    r1_english = [r for r, q in zip(ranks, queries) if q.asked_in == "english"]
+    report = report_head("multilingual", args.quick) | {
+        "languages": languages,
+        "talks": len(paths),
+        "queries": len(queries),
+        "detected": detected,
+        "detected_right": round(detected_right, 3),
+        "detected_right_foreign": round(detected_right_foreign, 3),
+        "r1_own_language": round(sum(r == 1 for r in r1_own_foreign) / len(r1_own_foreign), 3),
+        "r1_english_query": round(sum(r == 1 for r in r1_english) / len(r1_english), 3),
+        "r1_own_by_language": {x: r1("own", x) for x in languages},
+        "r1_english_by_language": {x: r1("english", x) for x in foreign},
+        "fps_visual_only": round(fps["visual_only"], 2),
+        "fps_speech": round(fps["speech"], 2),
+        "ingest_ratio": round(fps["speech"] / fps["visual_only"], 3),
+        **english_times,
+        "repeats": repeats,
+    }
+    print(
+        f"over {len(foreign)} languages besides English: detected right {detected_right_foreign:.3f}, "
+        f"R@1 own-language query {report['r1_own_language']:.3f}, "
+        f"R@1 English query {report['r1_english_query']:.3f}"
+    )
+    print(
+        f"ingest frames/s: visual only {fps['visual_only']:.2f}, speech on {fps['speech']:.2f}: "
+        f"ratio {report['ingest_ratio']:.2f}"
+    )
+    print(
+        f"English talk transcribed: tiny.en {english_times['english_tiny_s']:.2f} s, "
+        f"base {english_times['english_base_s']:.2f} s"
+    )
+    print(json.dumps(report, ensure_ascii=False))
+    return 0
+
+
+def english_tiny_vs_base(data_dir: Path, path: Path, repeats: int) -> dict:
+    """Seconds (median wall of ``repeats`` after a warm-up) to transcribe ``path`` with English
+    on tiny.en and on base (``data_dir``: where base was joined), and what each heard."""
+    from vifusion.extract.speech import Transcriber
+
+    out: dict = {}
+    for name, tiny in (("tiny", True), ("base", False)):
+        transcriber = Transcriber(Config(data_dir=data_dir, speech_english_tiny=tiny), "cpu")
+        heard = transcriber.transcribe_file(path)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            transcriber.transcribe_file(path)
+            times.append(time.perf_counter() - t0)
+        out[f"english_{name}_s"] = round(statistics.median(times), 3)
+        out[f"english_{name}_heard"] = " ".join(s.text.strip() for s in heard.segments)
+        print(f"English on {name}: {out[f'english_{name}_heard']!r}")
+    return out
+
+
+if __name__ == "__main__":
+    run_benchmark(main, "multilingual")
