@@ -1,6 +1,14 @@
-"""Who may call ``/v1``: the API key, then the rate limit per client, checked before
-routing, so a caller without the key learns nothing (not even that its request was malformed);
-and who may fetch ``/media/{id}``: a URL the service signed, then its own rate limit.
+"""Who may call ``/v1``: an API key, then the rate limit per client, checked before
+routing, so a caller without a key learns nothing (not even that its request was malformed);
+what a key's scope lets it call (``ROUTE_SCOPES``, checked once the route is known); and who
+may fetch ``/media/{id}``: a URL the service signed, for a key still live, then its own rate
+limit.
+
+Keys: the bootstrap key (``VIFUSION_API_KEY`` or ``DATA_DIR/api_key``) is an admin key;
+the stored keys (``vf_<id>_<secret>``, vifusion/catalog/_keys.py) are looked up in the
+catalog by id, each record kept at most ``KEY_CACHE_S``: a key revoked or expired, on any
+replica or by the command line, is refused by every replica within a second, without a
+restart, and a key in use costs one catalog read a second, not one a request.
 
 Use ``GATE`` through this module (``_auth.GATE``): Serve pickles the deployment class by
 value, and a name imported into app.py would be copied, not shared with the middleware.
@@ -9,21 +17,62 @@ value, and a name imported into app.py would be copied, not shared with the midd
 import os
 import re
 import secrets
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from serve._errors import ApiError, error_response
 from serve._ratelimit import RateLimiter
 from serve._signed import MediaSigner
 from vifusion import datadir
+from vifusion.catalog import ApiKey, Catalog, parse_key, scope_allows
 from vifusion.config import Config
 
 MIN_KEY_CHARS = 32  # a generated key has 43 (32 random bytes)
 # Thumbnails and media have their own budget: one page of results fetches a thumbnail per result.
 _MEDIA = re.compile(r"/v1/videos/[^/]+/(thumbnail|media)")
 _SIGNED = re.compile(r"/media/([0-9]{1,19})")  # the only paths the service signs
+_KEY_ID = re.compile(r"[0-9a-f]{12}")  # a stored key's id, as a signed URL names it
+KEY_CACHE_S = 0.5  # how long a replica trusts a stored key's record before reading it again
+_KEY_CACHE_MAX = 10_000  # records kept at most (a flood of made-up ids empties it, no more)
+CALLER = "vifusion.caller"  # the request scope's entry the gate leaves for the scope check
+
+# The least scope each /v1 route needs, by (method, route template): the one table of who may
+# call what. search: search, read videos, transcripts, thumbnails and media, sign media URLs;
+# ingest: also add videos, retry them and read jobs; admin: everything, deleting and keys too.
+# A /v1 route missing here needs admin: a new route stays closed until it is given its scope.
+ROUTE_SCOPES: dict[tuple[str, str], str] = {
+    ("POST", "/v1/search"): "search",
+    ("GET", "/v1/videos"): "search",
+    ("GET", "/v1/videos/{video_id}"): "search",
+    ("GET", "/v1/videos/{video_id}/thumbnail"): "search",
+    ("GET", "/v1/videos/{video_id}/media"): "search",
+    ("GET", "/v1/videos/{video_id}/transcript"): "search",
+    ("POST", "/v1/videos/{video_id}/media-url"): "search",
+    ("POST", "/v1/videos"): "ingest",
+    ("POST", "/v1/videos/{video_id}/retry"): "ingest",
+    ("GET", "/v1/jobs/{job_id}"): "ingest",
+    ("DELETE", "/v1/videos/{video_id}"): "admin",
+    ("POST", "/v1/keys"): "admin",
+    ("GET", "/v1/keys"): "admin",
+    ("DELETE", "/v1/keys/{key_id}"): "admin",
+}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a /v1 request comes from: a stored key's id (None: the bootstrap key) and scope."""
+
+    key_id: str | None
+    scope: str
+
+
+BOOTSTRAP = Caller(None, "admin")
 
 
 class WeakKey(ValueError):
@@ -121,6 +170,11 @@ class Gate:
         self.signer: MediaSigner | None = None
         self.limiter = RateLimiter(1, 1)
         self.media_limiter = RateLimiter(1, 1)
+        self.keys: StoredKeys | None = None  # none until the replica's catalog is open
+
+    def use_keys(self, catalog: Catalog) -> None:
+        """Take the stored keys from ``catalog`` (until then only the bootstrap key opens)."""
+        self.keys = StoredKeys(catalog)
 
     def configure(self, key: str, cfg: Config) -> None:
         if len(key) < MIN_KEY_CHARS:
@@ -134,24 +188,39 @@ class Gate:
         self.media_limiter.configure(cfg.rate_limit_media_rps, cfg.rate_limit_media_burst)
 
     def check(self, authorization: str, client: str, path: str) -> JSONResponse | None:
-        """None if the request may go on, else the 401 or 429 to answer. ``client`` is the
-        remote address, ``path`` the one the router matches (without a route prefix)."""
+        """None if the request may go on, else the 401 or 429 to answer (``admit``)."""
+        admitted = self.admit(authorization, client, path)
+        return admitted if isinstance(admitted, JSONResponse) else None
+
+    def admit(self, authorization: str, client: str, path: str) -> Caller | JSONResponse:
+        """The caller if the request may go on, else the 401, 429 or 503 to answer.
+        ``client`` is the remote address, ``path`` the one the router matches (without a
+        route prefix)."""
         scheme, _, given = authorization.partition(" ")
         given = given.strip()
-        if (
-            self._key is None
-            or not given
-            or scheme.lower() != "bearer"
-            or not secrets.compare_digest(given.encode(), self._key)
-        ):
+        caller: Caller | None = None
+        if self._key is not None and given and scheme.lower() == "bearer":
+            if secrets.compare_digest(given.encode(), self._key):
+                caller = BOOTSTRAP
+            elif (found := parse_key(given)) is not None and self.keys is not None:
+                try:
+                    record = self.keys.get(found[0])
+                except Exception as e:  # the catalog's server is down: no one can be told apart
+                    return error_response(
+                        503, "unavailable", f"keys cannot be checked now ({type(e).__name__})"
+                    )
+                if record is not None and record.opens(found[1]) and record.live():
+                    caller = Caller(record.id, record.scope)
+        if caller is None:
             return error_response(
                 401,
                 "unauthorized",
-                "missing or wrong API key (Authorization: Bearer <key>)",
+                "missing, wrong, revoked or expired API key (Authorization: Bearer <key>)",
                 {"WWW-Authenticate": "Bearer"},
             )
         limiter = self.media_limiter if _MEDIA.fullmatch(path) else self.limiter
-        return self._limited(limiter.take((given, client)))
+        limited = self._limited(limiter.take((given, client)))
+        return caller if limited is None else limited
 
     def check_signed(self, path: str, query: bytes, client: str) -> JSONResponse | None:
         """None if the signed media URL ``path?query`` (``/media/{id}?exp&sig``, no key) may
@@ -161,13 +230,27 @@ class Gate:
         URL's, so no client can stop another's player. This is the route's only check."""
         found = _SIGNED.fullmatch(path)
         params = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True))  # last wins
-        sig = params.get("sig")
+        sig, key_id = params.get("sig"), params.get("key")
         try:
-            if found is None or self.signer is None:
+            if (
+                found is None
+                or self.signer is None
+                or (key_id is not None and not _KEY_ID.fullmatch(key_id))
+            ):
                 raise ApiError(403, "bad_signature", "this media URL is not one the service signed")
-            self.signer.verify(int(found[1]), params.get("exp"), sig)
+            self.signer.verify(int(found[1]), params.get("exp"), sig, key_id=key_id)
+            if key_id is not None:
+                record = None if self.keys is None else self.keys.get(key_id)
+                if record is None or not record.live():
+                    raise ApiError(
+                        403, "key_revoked", "the key that made this media URL is revoked or expired"
+                    )
         except ApiError as e:
             return error_response(e.status, e.code, e.message)
+        except Exception as e:  # the catalog's server is down
+            return error_response(
+                503, "unavailable", f"keys cannot be checked now ({type(e).__name__})"
+            )
         return self._limited(self.media_limiter.take((sig, client)))
 
     @staticmethod
@@ -179,6 +262,55 @@ class Gate:
             "rate_limited",
             f"too many requests; retry in {wait:.2f} s",
             {"Retry-After": str(max(1, int(wait + 0.999)))},
+        )
+
+
+class StoredKeys:
+    """The catalog's keys as a replica's gate reads them: each record at most ``KEY_CACHE_S``
+    old, an unknown id too (as None). The gate runs on the event loop: a lookup is one
+    primary-key read, paid once per key a ``KEY_CACHE_S``."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+        self._records: dict[str, tuple[float, ApiKey | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key_id: str) -> ApiKey | None:
+        now = time.monotonic()
+        with self._lock:
+            held = self._records.get(key_id)
+        if held is not None and now - held[0] < KEY_CACHE_S:
+            return held[1]
+        record = self._catalog.api_key(key_id)
+        with self._lock:
+            if len(self._records) >= _KEY_CACHE_MAX:
+                self._records.clear()
+            self._records[key_id] = (now, record)
+        return record
+
+
+def caller(request: Request) -> Caller:
+    """The key a /v1 request came with, as the gate found it."""
+    return request.scope[CALLER]
+
+
+def needs_scope(request: Request) -> None:
+    """Every route's first dependency: a /v1 route refuses a key whose scope is below the one
+    ``ROUTE_SCOPES`` gives it (403 ``forbidden_scope``, naming the scope needed). Routes
+    outside /v1 have no key: the gate checked them its own way before routing."""
+    template = getattr(request.scope.get("route"), "path", "")
+    if not (template == "/v1" or template.startswith("/v1/")):
+        return
+    method = "GET" if request.method == "HEAD" else request.method
+    needed = ROUTE_SCOPES.get((method, template), "admin")
+    who = request.scope.get(CALLER)
+    if who is None:  # the gate did not run: never let such a request through
+        raise ApiError(401, "unauthorized", "missing API key (Authorization: Bearer <key>)")
+    if not scope_allows(who.scope, needed):
+        raise ApiError(
+            403,
+            "forbidden_scope",
+            f"{method} {template} needs a key of scope {needed}; this key's scope is {who.scope}",
         )
 
 

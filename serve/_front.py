@@ -4,7 +4,7 @@ and the request metrics."""
 
 import time
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette._utils import get_route_path
 
 from serve import (
@@ -12,6 +12,7 @@ from serve import (
     _docs,
     _errors,
     _metrics,
+    routes_keys,
     routes_media,
     routes_pages,
     routes_search,
@@ -29,9 +30,10 @@ api = FastAPI(
 )
 _errors.install(api)
 _docs.install(api)
-# In this order, the order the OpenAPI schema and /docs list them in.
-for _routes in (routes_pages, routes_videos, routes_media, routes_search):
-    api.include_router(_routes.router)
+# In this order, the order the OpenAPI schema and /docs list them in; each route checks the
+# key's scope first (serve/_auth.py ROUTE_SCOPES).
+for _routes in (routes_pages, routes_videos, routes_media, routes_search, routes_keys):
+    api.include_router(_routes.router, dependencies=[Depends(_auth.needs_scope)])
 
 # On every response: scripts, styles, images and media from this origin only (the key is in
 # this origin's storage), no framing, no type sniffing, no referrer. Inline styles are allowed
@@ -49,7 +51,8 @@ _SECURITY_HEADERS = [
 
 
 class Front:
-    """The outermost layer of the app: gates ``/v1`` on the key and the rate limit, and
+    """The outermost layer of the app: gates ``/v1`` on a key and the rate limit (leaving
+    the caller in the request's scope, for the route's scope check), and
     ``/media`` on the URL's signature and the rate limit, before routing; adds the security
     headers, and counts and times every request. Plain ASGI rather than ``@app.middleware``:
     on two cores the per-request cost of that wrapper shows.
@@ -79,9 +82,10 @@ class Front:
                 auth = next(
                     (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), ""
                 )
-                denied = _auth.GATE.check(auth, _auth.client_address(scope), path)
-                if denied is not None:
-                    return await denied(scope, receive, sending)
+                admitted = _auth.GATE.admit(auth, _auth.client_address(scope), path)
+                if not isinstance(admitted, _auth.Caller):
+                    return await admitted(scope, receive, sending)
+                scope[_auth.CALLER] = admitted  # for the scope check, once routed (needs_scope)
             elif path.startswith("/media/"):  # a signed URL: no key; its signature is checked here
                 denied = _auth.GATE.check_signed(
                     path, scope["query_string"], _auth.client_address(scope)

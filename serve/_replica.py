@@ -35,6 +35,7 @@ class Replica:
         _auth.GATE.configure(_auth.api_key(cfg), cfg)
         # A replica replacing this one (a redeploy) waits for it to let go of the data dir.
         self.service = Service(cfg, wait_s=120)
+        _auth.GATE.use_keys(self.service.catalog)  # the stored keys, looked up as they are used
         # Blocking work runs here, not on Serve's event loop: a fixed pool, so threads (and
         # their SQLite connections) are reused instead of made per request.
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="vifusion-api")

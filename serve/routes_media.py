@@ -4,7 +4,7 @@ or through a signed URL without it), and its transcript."""
 import time
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
 from serve import _auth
@@ -55,12 +55,13 @@ def media(replica: Serving, video_id: int = VideoId) -> FileResponse:
 
 
 @router.post("/v1/videos/{video_id}/media-url", response_model=MediaUrl, responses=errors(404, 409))
-def media_url(replica: Serving, video_id: int = VideoId) -> dict:
+def media_url(replica: Serving, request: Request, video_id: int = VideoId) -> dict:
     """A URL that plays the video without the key until it expires (``Config.media_url_ttl_s``):
-    for a ``<video src>``, which cannot send ``Authorization``. It opens this video only."""
+    for a ``<video src>``, which cannot send ``Authorization``. It opens this video only, and
+    only while the key that asked for it is live (revoked, it stops opening)."""
     replica.service.playable(video_id)  # a 404 or 409 now, not a URL that opens nothing
     now = time.time()
-    url, exp = _auth.GATE.signer.url(video_id, now)
+    url, exp = _auth.GATE.signer.url(video_id, now, _auth.caller(request).key_id)
     return {"url": url, "expires_at": utc_time(exp), "expires_in_s": exp - int(now)}
 
 

@@ -44,6 +44,9 @@ CONTRACT = {
         ["video_id", "kind", "format"],
     ),
     ("POST", "/v1/search"): ({"200"}, "SearchResults", {"400", "404", "413", "415"}, []),
+    ("POST", "/v1/keys"): ({"201"}, "KeyCreated", {"400", "403", "413"}, []),
+    ("GET", "/v1/keys"): ({"200"}, "KeyList", {"403"}, []),
+    ("DELETE", "/v1/keys/{key_id}"): ({"204"}, None, {"403", "404"}, ["key_id"]),
 }
 # Served but left out of the schema: the web page, its files, the docs, signed media.
 UNDOCUMENTED = {
@@ -60,6 +63,9 @@ SCHEMAS = {
     "ErrorBody",
     "Health",
     "JobOut",
+    "KeyCreated",
+    "KeyList",
+    "KeyOut",
     "MediaUrl",
     "Moment",
     "SearchResults",
