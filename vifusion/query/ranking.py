@@ -26,8 +26,10 @@ BLENDS = ("rrf", "calibrated", "evidence")  # rrf: reciprocal rank fusion, its u
 MODALITIES = ("visual", "speech", "screen")  # what a moment is found by: seen, said, written
 ALIASES = {"text": "screen"}  # other names users give a modality
 
-# The evidence blend's table: per source (``SOURCES``), the logistic fit raw score -> relevant,
-# made by scripts/fit_evidence.py (how, when, on what: in the file).
+# The evidence blend's table: per source (``SOURCES``), the logistic fit (raw score, rank in its
+# list) -> relevant, made by scripts/fit_evidence.py (how, when, on what: in the file). The rank
+# is there because a cosine alone says little across queries (ConSE's frames: the right one
+# at 0.3 for one query, a wrong one at 0.5 for another) where the list's first is often right.
 EVIDENCE_FILE = Path(__file__).parent / "data" / "evidence.json"
 # The ranked lists a text query makes, each a source of evidence with its own raw score:
 # a cosine ("visual": the frames' concepts; "*_dense": the words' meaning) or the share of the
@@ -38,17 +40,18 @@ EVIDENCE_MIN = 0.01
 
 
 @cache
-def evidence_table() -> dict[str, tuple[float, float]]:
-    """Per source, the (intercept, slope) of its logistic fit (``EVIDENCE_FILE``)."""
+def evidence_table() -> dict[str, tuple[float, float, float]]:
+    """Per source, the (intercept, slope, rank slope) of its logistic fit (``EVIDENCE_FILE``)."""
     fits = json.loads(EVIDENCE_FILE.read_text())["sources"]
-    return {s: (float(fits[s]["intercept"]), float(fits[s]["slope"])) for s in SOURCES}
+    return {s: (fits[s]["intercept"], fits[s]["slope"], fits[s]["log_rank"]) for s in SOURCES}
 
 
-def evidence(source: str, raw: float) -> float:
-    """The probability that a hit of ``source`` (one of ``SOURCES``) with raw score ``raw``
-    is relevant: rises with ``raw``, the same scale for every source and every query."""
-    intercept, slope = evidence_table()[source]
-    z = intercept + slope * raw
+def evidence(source: str, raw: float, rank: int = 1) -> float:
+    """The probability that a hit of ``source`` (one of ``SOURCES``) with raw score ``raw``,
+    ``rank``-th in its list (from 1), is relevant: rises with ``raw``, on one scale for every
+    source and every query."""
+    intercept, slope, log_rank = evidence_table()[source]
+    z = intercept + slope * raw + log_rank * math.log(rank)
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 

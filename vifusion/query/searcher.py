@@ -365,7 +365,10 @@ def _scored(source: str, ranked: list[Candidate], blend: str) -> list[Candidate]
     if blend == "rrf":
         return ranked
     if blend == "evidence":
-        scored = [replace(c, score=evidence(source, c.score)) for c in ranked]
+        scored = [
+            replace(c, score=evidence(source, c.score, rank))
+            for rank, c in enumerate(ranked, start=1)
+        ]
         return [c for c in scored if c.score >= EVIDENCE_MIN]
     if source.endswith("_keyword"):
         return ranked
