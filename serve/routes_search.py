@@ -29,6 +29,7 @@ _OPTIONS = {
     "min_score",
     "min_relative_score",
     "modalities",
+    "fusion",
 }
 
 router = APIRouter()

@@ -140,6 +140,13 @@ class SearchRequest(BaseModel):
         "An image or clip query searches what is seen: its modalities must include visual",
     )
 
+    fusion: Literal["rrf", "calibrated", "evidence"] | None = Field(  # ranking.BLENDS
+        None,
+        description="how a text query over several modalities blends their ranked lists: "
+        "evidence (each hit's probability of being relevant, by its score), calibrated (each "
+        "score scaled to 0-1), rrf (ranks only). Default: the service's",
+    )
+
     @field_validator("modalities", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:

@@ -40,7 +40,7 @@ from vifusion.ingest.sources import (
 )
 from vifusion.query.options import MAX_OFFSET, check_search
 from vifusion.query.ranking import Moment, relative_cut
-from vifusion.query.searcher import MODALITIES
+from vifusion.query.searcher import BLEND, MODALITIES
 from vifusion.query.thumbnails import ThumbnailCache, frame_time
 from vifusion.runtime import Runtime
 
@@ -305,13 +305,15 @@ class Service:
         modalities: Sequence[str] = MODALITIES,
         min_relative_score: float | None = None,
         languages: Sequence[str] | None = None,
+        fusion: str | None = None,
     ) -> SearchPage:
         """Moments for exactly one query kind, best first, ``top_k`` from ``offset``, of ready
         videos only. ``filter`` keeps videos whose metadata has each key -> value;
         ``languages`` (ISO 639-1) videos in which one of them is spoken;
         ``min_score`` drops weaker moments, ``min_relative_score`` (None: the config's; 0:
         off) those under that fraction of the whole ranking's best, so every page agrees on
-        the cut. A text query searches ``modalities``; an image or a clip what is seen (so
+        the cut. A text query searches ``modalities``, blended by ``fusion`` (one of ``BLENDS``;
+        None: the default); an image or a clip what is seen (so
         its ``modalities`` must include visual)."""
         if min_relative_score is None:
             min_relative_score = self.cfg.min_relative_score
@@ -326,7 +328,7 @@ class Service:
         want = offset + top_k + 1
         s = self.searcher
         if text is not None:
-            found = s.text(text, want, group_by, videos, modalities)
+            found = s.text(text, want, group_by, videos, modalities, fusion or BLEND)
         elif image is not None:
             found = s.image(image, want, group_by, videos)
         elif clip is not None:

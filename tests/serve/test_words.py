@@ -92,6 +92,28 @@ def test_the_metadata_filter_applies_to_speech_and_screen_text(live, words):
         assert search(live, text=text, top_k=20, filter={"upload": True})  # where the words are
 
 
+def test_fusion_names_how_the_modalities_lists_are_blended(live, words):
+    kitchen, _ = words
+    said = "mascot Zorblax approved the budget"
+    top = {
+        f: search(live, text=said, top_k=1, fusion=f)[0] for f in ("rrf", "calibrated", "evidence")
+    }
+    assert {(m["video_id"], m["start_s"], m["end_s"]) for m in top.values()} == {
+        (kitchen, 4.0, 7.0)
+    }
+    # rrf adds 1 / (60 + rank) from each of at most five lists; calibrated the words' share
+    # held (all: 1) and their meaning's (none here: the words are put in the catalog, not in
+    # the shards); evidence a probability that the moment is relevant
+    assert top["rrf"]["score"] <= 5 / 61
+    assert top["calibrated"]["score"] >= 1.0
+    assert 0.5 < top["evidence"]["score"] <= 1.0
+    error(
+        live.client.post("/v1/search", json={"text": said, "fusion": "bm25"}),
+        422,
+        "invalid_request",
+    )
+
+
 @pytest.mark.parametrize(
     "modalities",
     [["smell"], [], "", "visual,smell", ["visual"] * 4, [1], {"a": 1}, [{}], [["speech"]]],
