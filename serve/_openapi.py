@@ -61,6 +61,11 @@ SEARCH_BODY = {
                             "type": "string",
                             "description": "comma-separated, of visual, speech, screen",
                         },
+                        "fusion": {"type": "string", "enum": ["rrf", "calibrated", "evidence"]},
+                        "languages": {
+                            "type": "string",
+                            "description": "comma-separated spoken-language codes (es, fr, ...)",
+                        },
                     },
                 }
             },

@@ -41,7 +41,7 @@ CONTRACT = {
         {"200"},
         "Transcript",
         {"404"},
-        ["video_id", "kind", "format"],
+        ["video_id", "kind", "format", "lang"],  # lang: additive (issue 55)
     ),
     ("POST", "/v1/search"): ({"200"}, "SearchResults", {"400", "404", "413", "415"}, []),
     ("POST", "/v1/keys"): ({"201"}, "KeyCreated", {"400", "403", "413"}, []),
@@ -78,7 +78,9 @@ SEARCH_FIELDS = [
     "cursor",
     "end_s",
     "filter",
+    "fusion",  # additive (issue 54): the blend
     "group_by",
+    "languages",  # additive (issue 55)
     "min_relative_score",
     "min_score",
     "modalities",
