@@ -1,6 +1,5 @@
 """`vifusion demo`: beside what is seen, it searches what a talk says and shows."""
 
-
 import pytest
 
 from vifusion.cli.demo import TALK, talk_queries
