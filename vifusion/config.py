@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from vifusion._config_fields import ExtractFields, FusionFields, IndexFields
+from vifusion._config_extract import ExtractFields
+from vifusion._config_fields import FusionFields, IndexFields
 from vifusion._cores import usable_cores
 from vifusion._limits import ordered
 
