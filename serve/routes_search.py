@@ -18,7 +18,7 @@ from serve._replica import Replica, Serving
 from serve._views import moments
 from serve.schema import SearchRequest, SearchResults
 from vifusion._files import fd_path, storage_writes
-from vifusion.query.searcher import ClipRefused
+from vifusion.query.clips import ClipRefused
 
 # The request's fields that the service's search takes as they are (the cursor becomes an offset).
 _OPTIONS = {

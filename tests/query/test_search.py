@@ -1,4 +1,4 @@
-from vifusion.query.searcher import align_clip
+from vifusion.query.clips import align_clip
 from vifusion.types import SearchHit
 
 
@@ -35,7 +35,7 @@ def test_a_query_clip_is_decoded_within_its_caps(tmp_path):
 
     from tests.media import tiny_frames
     from vifusion.config import Config
-    from vifusion.query.searcher import ClipRefused, decode_clip
+    from vifusion.query.clips import ClipRefused, decode_clip
 
     tiny_frames(tmp_path / "q.mp4", 40, 4)  # 10 s
     spans = [s for _, batch in decode_clip(tmp_path / "q.mp4", Config()) for s in batch]

@@ -4,16 +4,13 @@
 A text query builds up to five ranked lists of moments (frames by concept, ConSE; speech
 and screen text by meaning, dense, and by words, keyword) and blends them into one ranking
 (``vifusion.query.ranking``), by calibrated scores (``BLEND``) by default. A dense text hit
-counts only above ``TEXT_MIN_COSINE``. A clip is aligned in time: each sampled frame votes
-for (video, offset) pairs, and the offset most of the clip agrees on wins. Results come as
+counts only above ``TEXT_MIN_COSINE``. A clip is aligned in time (``clips.py``). Results come as
 ``Found``, whose ``missing`` names shards that did not answer (a partial answer). Why:
 docs/benchmarks.md, "Design notes moved from docstrings".
 """
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +20,7 @@ import numpy as np
 from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.index.segments import group_segments, group_videos
+from vifusion.query.clips import MAX_CLIP_FRAMES, align_clip, decode_clip
 from vifusion.query.ranking import (
     ALIASES,
     BLENDS,
@@ -40,13 +38,9 @@ if (
     TYPE_CHECKING
 ):  # a text search from the command line runs without torch, Ray and PyAV (index/local.py)
     from vifusion.extract._text_onnx import TextEmbedder
-    from vifusion.extract.decode import Batches
     from vifusion.extract.model import Embedder
     from vifusion.index import ShardSet
     from vifusion.index.local import LocalShards
-
-MAX_CLIP_FRAMES = 64
-_CLIP_BATCH = 8  # sampled frames of a query clip decoded between two looks at the clock
 
 
 GROUP_BY = ("segment", "video", "frame")
@@ -92,45 +86,6 @@ def keywords(query: str) -> str:
     words = query.split()
     kept = [w for w in words if w.strip(".,;:!?\"'()[]").casefold() not in STOPWORDS]
     return " ".join(kept or words)
-
-
-class ClipRefused(ValueError):
-    """A query clip the service will not search with; ``code`` and ``status`` are how the
-    API answers it."""
-
-    def __init__(self, code: str, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
-
-
-def decode_clip(path: Path, cfg: Config) -> Batches:
-    """A query clip's sampled frames, as ``decode`` yields them, within the clip caps: one
-    longer than ``cfg.max_query_clip_s`` (probed, not decoded) or taking longer than
-    ``cfg.query_clip_decode_budget_s`` to decode (checked every ``_CLIP_BATCH`` frames) is
-    ClipRefused, a 422: the clip is at fault, and sent again it would cost as much again."""
-    from vifusion.extract.decode import open_sampled
-
-    t0 = time.monotonic()
-    info, _, batches = open_sampled(path, cfg.sample_fps, MAX_CLIP_FRAMES, batch=_CLIP_BATCH)
-    if info.duration_s > cfg.max_query_clip_s:
-        raise ClipRefused(
-            "clip_too_long",
-            f"the clip is {info.duration_s:.1f} s long; the limit is {cfg.max_query_clip_s:g} s",
-        )
-    spent = time.monotonic() - t0
-    while spent <= cfg.query_clip_decode_budget_s:
-        t0 = time.monotonic()
-        batch = next(batches, None)
-        spent += time.monotonic() - t0
-        if batch is None:
-            return
-        yield batch
-    raise ClipRefused(
-        "clip_too_costly",
-        f"decoding the clip took over {cfg.query_clip_decode_budget_s:g} s; "
-        "send a shorter clip or one of a smaller picture",
-    )
 
 
 class Searcher:
@@ -381,33 +336,3 @@ def _calibrate(space: str, cosine: float) -> float:
     """A cosine of ``space`` as a share of [0, 1] (``COSINE_RANGE``)."""
     lo, hi = COSINE_RANGE[space]
     return min(max((cosine - lo) / (hi - lo), 0.0), 1.0)
-
-
-def align_clip(
-    per_frame: list[list[SearchHit]],
-    spans: list[tuple[int, float, float]],
-    interval_s: float,
-    top_k: int,
-) -> list[Segment]:
-    """Vote over (video, time offset): each clip frame adds its best score at every
-    offset it supports; a candidate's score is the mean over the clip's frames."""
-    votes: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
-    for i, (hits, (_, q_start, _)) in enumerate(zip(per_frame, spans)):
-        for h in hits:
-            key = (h.video_id, round((h.t_start - q_start) / interval_s))
-            votes[key][i] = max(votes[key].get(i, -1.0), h.score)
-    n = len(spans)
-    clip_len = spans[-1][2] - spans[0][1]
-    ranked = sorted(((sum(v.values()) / n, key) for key, v in votes.items()), reverse=True)
-    out: list[Segment] = []
-    taken: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for score, (video_id, offset) in ranked:
-        start = max(0.0, offset * interval_s + spans[0][1])
-        end = start + clip_len
-        if any(start < e and s < end for s, e in taken[video_id]):
-            continue  # a neighbouring offset of a moment already returned
-        taken[video_id].append((start, end))
-        out.append(Segment(video_id, start, end, float(score), len(votes[(video_id, offset)])))
-        if len(out) == top_k:
-            break
-    return out
