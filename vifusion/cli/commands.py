@@ -1,11 +1,10 @@
-"""The CLI's commands that write or administer a data dir (index, serve, check, list, delete,
-status, plan), kept apart from argument parsing so tests can call them. The commands that
-read the library (search, transcript) are in ``_commands_search.py``."""
+"""The CLI's commands that write or administer a data dir (index, serve, list, delete,
+reindex, status, plan; `check` is in ``check.py``), kept apart from argument parsing so tests can call them. The commands that
+read the library (search, transcript) are in ``search_commands.py``."""
 
 from __future__ import annotations
 
 import json
-import re
 import ssl
 import sys
 from pathlib import Path
@@ -91,60 +90,6 @@ def cmd_serve(cfg: Config, host: str, port: int) -> int:
         print(f"vifusion serve: {e}", file=sys.stderr)
         return EXIT_USAGE
     return run(cfg, host, port)
-
-
-def cmd_check(cfg: Config, fix: bool) -> int:
-    from ray.exceptions import RayActorError
-
-    from vifusion.cli.check import find_drift, find_leftovers, remove_leftovers, repair
-    from vifusion.datadir import DataDirBusy
-    from vifusion.runtime import Runtime
-
-    try:
-        rt = Runtime(
-            cfg, writer=True
-        )  # a running service changes both sides: check a quiet data dir
-    except (DataDirBusy, ValueError, StorageError) as e:
-        print(f"vifusion check: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (
-        RayActorError
-    ) as e:  # a shard refused to start (a damaged log or snapshot): its reason, not Ray's
-        # Ray's last line is "package.module.Error: reason": the error's name and reason say it
-        why = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", str(e).strip().splitlines()[-1])
-        print(f"vifusion check: a shard cannot start: {why}", file=sys.stderr)
-        return EXIT_FAILED
-    with rt:
-        drift = find_drift(rt.catalog, rt.shards)
-        leftovers = find_leftovers(cfg.data_dir, rt.catalog)
-        ready = len(rt.catalog.ready_ids())
-        for d in drift:
-            print(f"{d.kind:9} video {d.video_id}: {d.detail}")
-        for item in leftovers:
-            print(f"leftover  {item.path.relative_to(cfg.data_dir)}: {item.detail}")
-        found = len(drift) + len(leftovers)
-        if found and fix:
-            repair(drift, rt.catalog, rt.shards)
-            remove_leftovers(leftovers)
-            left = len(find_drift(rt.catalog, rt.shards)) + len(
-                find_leftovers(cfg.data_dir, rt.catalog)
-            )
-            print(
-                f"repaired {found} problem(s); {left} left"
-                + (
-                    "; queued videos are indexed again when the service starts"
-                    if any(d.kind == "missing" for d in drift)
-                    else ""
-                )
-            )
-            return EXIT_FAILED if left else EXIT_OK
-    if not found:
-        print(
-            f"consistent: {ready} ready video(s), every one in its shard, nothing else there; no leftover files"
-        )
-        return EXIT_OK
-    print(f"{found} problem(s); `vifusion check --repair` fixes them", file=sys.stderr)
-    return EXIT_FAILED
 
 
 def cmd_list(cfg: Config, status: str | None, as_json: bool) -> int:

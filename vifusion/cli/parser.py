@@ -352,7 +352,7 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
 
         return cmd_serve(cfg, args.host, args.port)
     if args.command == "check":
-        from vifusion.cli.commands import cmd_check
+        from vifusion.cli.check import cmd_check
 
         return cmd_check(cfg, args.repair)
     if args.command == "list":
@@ -384,7 +384,8 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
 
         return cmd_plan(cfg, args.cluster_yaml, args.link, args.apply, args.json, args.recalibrate)
     if args.command in ("backup", "restore"):
-        from vifusion.cli.backup import cmd_backup, cmd_restore
+        from vifusion.cli.backup import cmd_backup
+        from vifusion.cli.restore import cmd_restore
 
         run = cmd_backup if args.command == "backup" else cmd_restore
         return run(cfg, args.dest, args.node)
