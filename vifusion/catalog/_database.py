@@ -65,3 +65,18 @@ class Database(ABC):
         """Run one write; the rows it touched."""
         with self._transaction() as c:
             return c.execute(sql, args).rowcount
+
+
+class QmarkConnection:
+    """A PostgreSQL (psycopg) connection taking the catalog's statements, written with ``?`` for each
+    parameter where psycopg's is ``%s`` (no statement holds a ``?`` of its own)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(sql.replace("?", "%s"), args)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(sql.replace("?", "%s"), rows)

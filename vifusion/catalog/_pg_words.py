@@ -2,7 +2,7 @@
 ``tsvector`` of stems at their positions (a row's text at 1..n_tokens, its English rendering
 after a gap, at n_tokens + 2.., as FTS5 keeps two columns); tsqueries of phrases; BM25 and
 matched spans computed from those positions as FTS5 computes them (``_postgres.py``). Statements are
-written with ``?`` for each parameter, as all the catalog's are (``_postgres._Connection``)."""
+written with ``?`` for each parameter, as all the catalog's are (``_database.QmarkConnection``)."""
 
 from __future__ import annotations
 

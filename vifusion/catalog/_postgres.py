@@ -24,7 +24,7 @@ from typing import Any
 
 import vifusion.catalog._pg_words as pg_words
 from vifusion.catalog._catalog import Catalog
-from vifusion.catalog._database import Dialect, Row
+from vifusion.catalog._database import Dialect, QmarkConnection, Row
 from vifusion.catalog._pg_words import Phrase
 from vifusion.catalog._records import CatalogUnreachable, NoCatalog
 from vifusion.catalog._schema import migrate_postgres
@@ -33,21 +33,6 @@ from vifusion.catalog._words import FUZZY_WEIGHT, SNIPPET_TOKENS, marked, phrase
 
 # A text row's columns with its lengths in the keyword index (``pg_words.with_stems``).
 _STEMMED = f"{TEXT_COLUMNS}, n_tokens, n_english"
-
-
-class _Connection:
-    """A pooled connection taking the catalog's statements, written with ``?`` for each
-    parameter where psycopg's is ``%s`` (no statement holds a ``?`` of its own)."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(sql.replace("?", "%s"), args)
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        with self._conn.cursor() as cur:
-            cur.executemany(sql.replace("?", "%s"), rows)
 
 
 class PostgresCatalog(Catalog):
@@ -104,14 +89,14 @@ class PostgresCatalog(Catalog):
         )
 
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[_Connection]:
+    def _connection(self) -> Iterator[QmarkConnection]:
         with self._pool.connection() as c:
-            yield _Connection(c)
+            yield QmarkConnection(c)
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[_Connection]:
+    def _transaction(self) -> Iterator[QmarkConnection]:
         with self._pool.connection() as c, c.transaction():
-            yield _Connection(c)
+            yield QmarkConnection(c)
 
     def close(self) -> None:
         self._pool.close()
@@ -125,7 +110,7 @@ class PostgresCatalog(Catalog):
 
     # -- keyword search over stems -----------------------------------------------------
 
-    def _insert_texts(self, c: _Connection, rows: list[tuple]) -> None:
+    def _insert_texts(self, c: QmarkConnection, rows: list[tuple]) -> None:
         # ``words`` (the last) is SQLite's: here the tsvector holds the words.
         c.executemany(
             f"INSERT INTO texts ({TEXT_COLUMNS}, tsv, n_tokens, n_english)"
@@ -136,7 +121,7 @@ class PostgresCatalog(Catalog):
             ],
         )
 
-    def _phrases(self, c: _Connection, words: list[str]) -> dict[str, Phrase]:
+    def _phrases(self, c: QmarkConnection, words: list[str]) -> dict[str, Phrase]:
         return pg_words.phrases(c, words)
 
     def _term(self, term: str) -> Phrase:
@@ -145,11 +130,11 @@ class PostgresCatalog(Catalog):
     def _match(self, phrases: Sequence[Phrase]) -> str | None:
         return pg_words.tsquery(phrases)
 
-    def _vocabulary(self, c: _Connection) -> str:
+    def _vocabulary(self, c: QmarkConnection) -> str:
         return "SELECT word AS term, ndoc FROM ts_stat('SELECT tsv FROM texts')"
 
     def _rank(
-        self, c: _Connection, q: Query, where: str, args: list, limit: int
+        self, c: QmarkConnection, q: Query, where: str, args: list, limit: int
     ) -> dict[int, float]:
         stats = c.execute(
             "SELECT count(*) AS n, coalesce(sum(n_tokens"
@@ -163,7 +148,7 @@ class PostgresCatalog(Catalog):
         )
 
     def _hits(
-        self, c: _Connection, ids: list[int], q: Query, marks: tuple[str, str]
+        self, c: QmarkConnection, ids: list[int], q: Query, marks: tuple[str, str]
     ) -> dict[int, tuple[Row, str, str | None, float]]:
         out = {}
         for i, (r, seq, english) in pg_words.with_stems(c, self._columns(c, _STEMMED), ids).items():
@@ -181,14 +166,14 @@ class PostgresCatalog(Catalog):
             out[i] = (r, snippet, snippet_english or None, held / len(q.words))
         return out
 
-    def _texts_columns(self, c: _Connection) -> set[str]:
+    def _texts_columns(self, c: QmarkConnection) -> set[str]:
         rows = c.execute(
             "SELECT column_name FROM information_schema.columns"
             " WHERE table_name = 'texts' AND table_schema = current_schema()"
         )
         return {r["column_name"] for r in rows}
 
-    def _rows_at(self, c: _Connection, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
+    def _rows_at(self, c: QmarkConnection, keys: list[tuple[int, str, int]]) -> dict[int, Row]:
         rows = c.execute(
             f"SELECT t.id, {self._columns(c, TEXT_COLUMNS)} FROM texts t"
             " JOIN unnest(?::bigint[], ?::text[], ?::int[]) AS k(v, kind, n)"
@@ -198,7 +183,7 @@ class PostgresCatalog(Catalog):
         return {r["id"]: r for r in rows}
 
     def _highlights(
-        self, c: _Connection, found: dict[int, Row], q: Query, marks: tuple[str, str]
+        self, c: QmarkConnection, found: dict[int, Row], q: Query, marks: tuple[str, str]
     ) -> dict[int, tuple[str | None, str | None]]:
         phrases = q.exact + q.spelt
         out = {}

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vifusion.catalog._database import QmarkConnection
+from vifusion.catalog._pg_words import entries
 from vifusion.catalog._words import index_words
 
 
@@ -281,11 +283,8 @@ def _postgres_5(conn: Any) -> None:
     """Words in every language (as _sqlite_5): each row's entry made again from its text
     (Chinese, Japanese and Thai cut into characters) and its English rendering, whose
     tokens ``n_english`` counts."""
-    # Imported here: the index's own cutting and stems, whose module imports this one.
-    from vifusion.catalog._pg_words import entries
-    from vifusion.catalog._postgres import _Connection
 
-    c = _Connection(conn)
+    c = QmarkConnection(conn)
     c.execute("ALTER TABLE texts ADD COLUMN IF NOT EXISTS n_english INTEGER NOT NULL DEFAULT 0")
     rows = c.execute("SELECT id, text, english FROM texts").fetchall()
     c.executemany(
