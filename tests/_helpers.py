@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -108,6 +110,19 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cli_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`vifusion ARGV` in a process of its own, as a user runs it: without this session's
+    RAY_* variables, so it starts or finds Ray as a user's would; ``env`` added."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return subprocess.run(
+        [sys.executable, "-m", "vifusion.cli", *argv],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=300,
+    )
 
 
 def json_from_bed(bed, argv: list[str], *, timeout: float, env: dict | None = None) -> dict:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests._helpers import cli_process
 from vifusion.cli import parser as cli
 from vifusion.cli.demo import distorted_frame
 from vifusion.samples import write_clip
@@ -88,25 +89,7 @@ def test_a_new_process_on_the_same_data_dir_gives_the_same_results(indexed, caps
     """Restart: a fresh `vifusion` process (its own Ray, shards loaded from disk)."""
     data, _, _ = indexed
     here = search(data, "a rocket", capsys=capsys)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vifusion.cli",
-            "search",
-            "--data-dir",
-            str(data),
-            "--json",
-            "--top-k",
-            "3",
-            "a rocket",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    proc = cli_process("search", "--data-dir", str(data), "--json", "--top-k", "3", "a rocket")
     assert proc.returncode == 0, proc.stderr
     there = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert [(r["video_id"], r["start_s"], r["end_s"]) for r in there] == [

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests._helpers import cli_process
 from vifusion.cli import parser as cli
 from vifusion.cli.demo import distorted_frame
 from vifusion.extract._text_onnx import onnx_path
@@ -28,13 +29,7 @@ def _env() -> dict[str, str]:
 
 def run(data: Path, *args: str) -> subprocess.CompletedProcess:
     """`vifusion search` in a fresh process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "vifusion.cli", "search", "--data-dir", str(data), *args],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=300,
-    )
+    return cli_process("search", "--data-dir", str(data), *args)
 
 
 def rows(text: str) -> list[dict]:

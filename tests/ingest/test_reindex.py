@@ -5,16 +5,14 @@ then the switch; and what it refuses."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 
-from tests._helpers import run_cli
+from tests._helpers import cli_process, run_cli
 from tests.extract._clip import EMBED_DIM, tiny_clip
 from vifusion.config import Config
 from vifusion.index.layout import index_dir, shard_dir
@@ -24,14 +22,7 @@ from vifusion.types import VISUAL_DIM
 
 def _search(data: Path, *args: str) -> subprocess.CompletedProcess:
     """`vifusion search` in a process of its own, as a user runs it beside the reindex."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    return subprocess.run(
-        [sys.executable, "-m", "vifusion.cli", "search", "--data-dir", str(data), "--json", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return cli_process("search", "--data-dir", str(data), "--json", *args)
 
 
 @pytest.mark.slow
@@ -68,22 +59,14 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
     with av.open(str(videos["kitchen.mp4"].path)) as container:
         frame = next(f for f in container.decode(video=0) if f.time >= 1.0)
         frame.to_image().save(still)
-    after = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vifusion.cli",
-            "search",
-            "--data-dir",
-            str(data),
-            "--json",
-            "--image",
-            str(still),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "VIFUSION_VISUAL_MODEL": spec},
+    after = cli_process(
+        "search",
+        "--data-dir",
+        str(data),
+        "--json",
+        "--image",
+        str(still),
+        env={"VIFUSION_VISUAL_MODEL": spec},
     )
     assert after.returncode == 0, after.stderr
     found = [json.loads(line) for line in after.stdout.splitlines() if line.startswith("{")]
