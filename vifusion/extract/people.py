@@ -8,7 +8,7 @@ package) runs on each sampled frame at the embedder's size, and its faces become
 - ``people``: two or more; ``crowd``: ``CROWD`` or more;
 - ``close-up of a face``: a face covering ``CLOSE_UP`` of the frame or more.
 
-A body seen from behind or too small for a face (under ~9% of the frame's height) is not
+A body seen from behind or too small for a face (under ~14% of the frame's height) is not
 found: a face detector is what ships in a package that runs beside this stack.
 """
 
@@ -20,7 +20,7 @@ from vifusion.extract._mtcnn import FaceDetector
 
 CROWD = 6  # faces that make a crowd
 CLOSE_UP = 0.15  # a face's share of the frame's area that makes a close-up
-MIN_FACE = 20  # pixels, at the embedder's size (short side 224): ~9% of the frame's height
+MIN_FACE = 32  # pixels, at the embedder's size (short side 224): ~14% of the frame's height
 # Each word's weight beside the frame's ImageNet class probabilities (top-k, summing to <= 1):
 # strong enough that the word's query finds the frame, not so strong that what else is seen
 # (a dog beside the person) stops answering its own query.
