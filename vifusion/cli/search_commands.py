@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from vifusion._files import StorageError
@@ -44,19 +45,11 @@ def cmd_search(
     cluster may hold data this machine does not. ``languages``: only videos in which one of
     them is spoken (as the API's ``languages``)."""
     modalities = modalities or list(MODALITIES)
-    query = dict(
-        text=text,
-        image=image,
-        clip=clip,
-        top_k=top_k,
-        modalities=modalities,
-        group_by=group_by,
-        languages=languages,
-    )
+    query = _Query(text, image, clip, top_k, modalities, group_by, languages)
     try:
-        rows = _ask_service(cfg, **query) if cfg.ray_address is None else None
+        rows = _ask_service(cfg, query) if cfg.ray_address is None else None
         if rows is None:
-            rows = _search_here(cfg, **query)
+            rows = _search_here(cfg, query)
     except _Refused as e:  # by the service: its reason
         print(f"vifusion search: {e}", file=sys.stderr)
         return EXIT_USAGE if e.status < 500 else EXIT_FAILED
@@ -96,22 +89,26 @@ class _Refused(Exception):
         self.status = status
 
 
-def _ask_service(
-    cfg: Config,
-    text,
-    image,
-    clip,
-    top_k: int,
-    modalities: list[str],
-    group_by: str,
-    languages: list[str] | None,
-) -> list[dict] | None:
+@dataclass(frozen=True)
+class _Query:
+    """What `vifusion search` was asked: one of text, image and clip, and its options."""
+
+    text: str | None
+    image: Path | None
+    clip: Path | None
+    top_k: int
+    modalities: list[str]
+    group_by: str
+    languages: list[str] | None
+
+
+def _ask_service(cfg: Config, q: _Query) -> list[dict] | None:
     """The rows from the live service announced in the data dir (``_running``); None where
     none runs, no key is known, or it cannot be reached (then the data dir is read here).
     _Refused where it refuses the query."""
     from vifusion.cluster.running import api_key, running_url, verify
 
-    if any(p is not None and not Path(p).is_file() for p in (image, clip)):
+    if any(p is not None and not Path(p).is_file() for p in (q.image, q.clip)):
         return None  # said here, as without a service
     url = running_url(cfg.data_dir)
     key = api_key(cfg) if url is not None else None
@@ -121,18 +118,18 @@ def _ask_service(
 
     from vifusion.client import ApiError, Client
 
-    options: dict = {"modalities": modalities, "group_by": group_by}
-    if languages is not None:
-        options["languages"] = languages
+    options: dict = {"modalities": q.modalities, "group_by": q.group_by}
+    if q.languages is not None:
+        options["languages"] = q.languages
     found: list[dict] = []
     try:
         with Client(url, key, verify=verify(cfg.data_dir)) as vf:
-            while len(found) < top_k:  # past one page: follow the cursor
+            while len(found) < q.top_k:  # past one page: follow the cursor
                 page = vf.search_page(
-                    text,
-                    image=image,
-                    clip=clip,
-                    top_k=min(top_k - len(found), _API_TOP_K),
+                    q.text,
+                    image=q.image,
+                    clip=q.clip,
+                    top_k=min(q.top_k - len(found), _API_TOP_K),
                     **options,
                 )
                 found += page["results"]
@@ -176,26 +173,16 @@ def _sources(cfg: Config, video_ids: list[int]) -> dict[int, str]:
         catalog.close()
 
 
-def _search_here(
-    cfg: Config,
-    text,
-    image,
-    clip,
-    top_k: int,
-    modalities: list[str],
-    group_by: str,
-    languages: list[str] | None,
-) -> list[dict]:
+def _search_here(cfg: Config, q: _Query) -> list[dict]:
     """The rows from this process: the data dir read here (``index/local.py``), or through Ray
     where ``cfg.ray_address`` is set. Only ready videos' moments (of ``languages`` where given),
     ``min_relative_score`` applied, as the service does."""
-    query = (text, image, clip, top_k, modalities, group_by)
     if cfg.ray_address is not None:
         from vifusion.runtime import Runtime
 
         with Runtime(cfg) as rt:
-            videos = _spoken_in(rt.catalog, languages)
-            return _rows(cfg, rt.catalog, _find(rt.searcher, *query, videos))
+            videos = _spoken_in(rt.catalog, q.languages)
+            return _rows(cfg, rt.catalog, _find(rt.searcher, q, videos))
     import sqlite3
 
     from vifusion.catalog import open_catalog
@@ -207,9 +194,9 @@ def _search_here(
     except sqlite3.OperationalError:  # nothing was ever indexed here
         return []
     try:
-        embedder = _text_embedder(cfg) if text is not None else _embedder(cfg)
+        embedder = _text_embedder(cfg) if q.text is not None else _embedder(cfg)
         searcher = Searcher(cfg, LocalShards(cfg), embedder, catalog)
-        return _rows(cfg, catalog, _find(searcher, *query, _spoken_in(catalog, languages)))
+        return _rows(cfg, catalog, _find(searcher, q, _spoken_in(catalog, q.languages)))
     finally:
         catalog.close()
 
@@ -220,24 +207,15 @@ def _spoken_in(catalog, languages: list[str] | None) -> list[int] | None:
     return None if languages is None else sorted(catalog.ready_ids(languages=languages))
 
 
-def _find(
-    searcher,
-    text,
-    image,
-    clip,
-    top_k: int,
-    modalities: list[str],
-    group_by: str,
-    videos: list[int] | None = None,
-) -> list[Moment]:
-    if text is not None:
-        return searcher.text(text, top_k, group_by, videos, modalities=modalities)
-    if image is not None:
-        return searcher.image(_load_image(image), top_k, group_by, videos)
+def _find(searcher, q: _Query, videos: list[int] | None = None) -> list[Moment]:
+    if q.text is not None:
+        return searcher.text(q.text, q.top_k, q.group_by, videos, modalities=q.modalities)
+    if q.image is not None:
+        return searcher.image(_load_image(q.image), q.top_k, q.group_by, videos)
     from vifusion.extract.decode import DecodeError
 
     try:
-        return searcher.clip(clip, top_k, group_by, videos)
+        return searcher.clip(q.clip, q.top_k, q.group_by, videos)
     except DecodeError as e:  # a bad clip: a usage error, as any other bad query
         raise ValueError(str(e)) from None
 
