@@ -49,6 +49,12 @@ def test_an_old_catalog_opened_for_writing_carries_on(old):
     cat = old.open()
     stored = STORED[old.backend]
     assert answers(cat) == stored
+    # Every video from before collections is in "default", and found there.
+    ids = [v["id"] for v in stored["videos"]]
+    assert {v.collection for v in cat.list_videos()} == {"default"}
+    assert [v.id for v in cat.list_videos(collections=["default"])] == ids
+    assert [(c.name, c.videos) for c in cat.collections()] == [("default", len(ids))]
+    assert cat.ready_ids(collections=["elsewhere"]) == set()
     vid, job = cat.add_video("/videos/new.mp4", "New")
     assert vid == max(v["id"] for v in stored["videos"]) + 1
     # The oldest job left running under a lease long run out is taken first, once more.

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from vifusion import datadir
 from vifusion.catalog._catalog import Catalog
+from vifusion.catalog._collections import DEFAULT as DEFAULT_COLLECTION
+from vifusion.catalog._collections import Collection, check_collection, check_collections
 from vifusion.catalog._keys import SCOPES, ApiKey, parse_key, scope_allows
 from vifusion.catalog._postgres import PostgresCatalog
 from vifusion.catalog._records import (
@@ -42,6 +44,8 @@ __all__ = [
     "METADATA_KEY",
     "TEXT_KINDS",
     "Catalog",
+    "Collection",
+    "DEFAULT_COLLECTION",
     "CatalogTooNew",
     "CatalogUnreachable",
     "Job",
@@ -49,6 +53,8 @@ __all__ = [
     "NoCatalog",
     "TextRow",
     "Video",
+    "check_collection",
+    "check_collections",
     "max_edits",
     "open_catalog",
     "parse_key",

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vifusion.catalog._collections import DEFAULT, Collections, check_collection
 from vifusion.catalog._keys import Keys
 from vifusion.catalog._leases import Leases, check_holder
 from vifusion.catalog._records import (
@@ -33,8 +34,9 @@ _NEW_JOB = (
 )
 
 
-class Catalog(Leases, Texts, Keys):
-    """Videos, jobs, their texts, and API keys (``_keys.py``). Safe to share between
+class Catalog(Leases, Texts, Keys, Collections):
+    """Videos, jobs, their texts, API keys (``_keys.py``) and collections
+    (``_collections.py``). Safe to share between
     threads (and, on PostgreSQL, processes). Open one with ``open_catalog``."""
 
     path: Path | None  # the SQLite file; None on a server
@@ -55,16 +57,20 @@ class Catalog(Leases, Texts, Keys):
         sha256: str | None = None,
         size_bytes: int | None = None,
         media: Path | None = None,
+        collection: str = DEFAULT,
     ) -> tuple[int, str]:
-        """A new video with a queued job; returns (video_id, job_id). ValueError where
-        ``metadata`` holds NaN or infinity: filters read it as JSON, which has neither."""
+        """A new video in ``collection`` with a queued job; returns (video_id, job_id).
+        ValueError where ``metadata`` holds NaN or infinity (filters read it as JSON, which
+        has neither) or ``collection`` is no collection's name."""
+        check_collection(collection)
         now = time.time()
         job_id = uuid.uuid4().hex
         meta = json.dumps(metadata or {}, allow_nan=False)
         with self._transaction() as c:
             video_id = c.execute(
                 "INSERT INTO videos (source, title, metadata, sha256, size_bytes, status,"
-                " created_at, media) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?) RETURNING id",
+                " created_at, media, collection) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?)"
+                " RETURNING id",
                 (
                     source,
                     title,
@@ -73,6 +79,7 @@ class Catalog(Leases, Texts, Keys):
                     size_bytes,
                     now,
                     None if media is None else str(media),
+                    collection,
                 ),
             ).fetchone()["id"]
             c.execute(_NEW_JOB, (job_id, video_id, now, now))
@@ -117,10 +124,17 @@ class Catalog(Leases, Texts, Keys):
         )
         return video_from_row(row) if row else None
 
-    def list_videos(self, limit: int = 100, after_id: int = 0) -> list[Video]:
-        rows = self._rows(
-            "SELECT * FROM videos WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
-        )
+    def list_videos(
+        self, limit: int = 100, after_id: int = 0, collections: Sequence[str] | None = None
+    ) -> list[Video]:
+        """Videos after ``after_id`` in id order, only those in ``collections`` when given."""
+        sql, args = "SELECT * FROM videos WHERE id > ?", [after_id]
+        if collections is not None:
+            if not collections:
+                return []
+            clause, more = self._any_of("collection", list(collections))
+            sql, args = f"{sql} AND {clause}", args + more
+        rows = self._rows(f"{sql} ORDER BY id LIMIT ?", [*args, limit])
         return [video_from_row(r) for r in rows]
 
     def ready_ids(
@@ -128,12 +142,19 @@ class Catalog(Leases, Texts, Keys):
         video_ids: list[int] | None = None,
         metadata: dict[str, Any] | None = None,
         languages: list[str] | None = None,
+        collections: Sequence[str] | None = None,
     ) -> set[int]:
         """The ready videos among ``video_ids`` (all when None) whose metadata has every
         key -> value of ``metadata`` (equality, telling 1 from "1" and from true; keys must
-        match ``METADATA_KEY``) and, given ``languages``, in which one of them is spoken (the
-        video's language, or any speech row's where it switches)."""
+        match ``METADATA_KEY``), given ``languages``, in which one of them is spoken (the
+        video's language, or any speech row's where it switches), and, given
+        ``collections``, in one of them."""
         sql, args = "SELECT id FROM videos WHERE status='ready'", []
+        if collections is not None:
+            if not collections:
+                return set()
+            clause, args = self._any_of("collection", list(collections))
+            sql = f"{sql} AND {clause}"
         if languages is not None:
             if not languages:
                 return set()

@@ -6,27 +6,29 @@ secret is stored: the key is shown once, when made, and never again. A secret of
 bits needs no slow hash: no one can guess one from its digest. A key's row is found by its id
 and its secret compared with the stored digest in constant time (``ApiKey.opens``).
 
-A key has one scope (``SCOPES``, each allowing what the ones before it allow). The row is
-made to grow: a list of collections a key is limited to can be a new nullable column (NULL:
-every collection) by a schema step, read into a new field of ``ApiKey``.
+A key has one scope (``SCOPES``, each allowing what the ones before it allow), and may be
+limited to some collections (``collections``, a JSON list; NULL: every collection): it then
+searches, adds, reads and deletes only videos of those (``serve/_collections.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
 
+from vifusion.catalog._collections import check_collections
 from vifusion.catalog._database import Database, Row
 
 SCOPES = ("search", "ingest", "admin")  # each allows all the earlier ones allow
 PREFIX = "vf_"
 _KEY = re.compile(r"vf_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
-_COLUMNS = "id, name, scope, created_at, expires_at, revoked_at, secret_sha256"
+_COLUMNS = "id, name, scope, created_at, expires_at, revoked_at, secret_sha256, collections"
 
 
 def _digest(secret: str) -> str:
@@ -55,6 +57,7 @@ class ApiKey:
     expires_at: float | None
     revoked_at: float | None
     secret_sha256: str = field(repr=False, compare=False)
+    collections: tuple[str, ...] | None = None  # the only ones it may reach; None: every one
 
     def live(self, now: float | None = None) -> bool:
         """Not revoked, and not past its expiry."""
@@ -67,17 +70,26 @@ class ApiKey:
 
 
 def _key_from_row(row: Row) -> ApiKey:
-    return ApiKey(**row)
+    limited = row["collections"]
+    return ApiKey(**{**row, "collections": None if limited is None else tuple(json.loads(limited))})
 
 
 class Keys(Database):
     """The API-key methods of ``Catalog``."""
 
     def create_key(
-        self, scope: str, name: str = "", expires_in_s: float | None = None
+        self,
+        scope: str,
+        name: str = "",
+        expires_in_s: float | None = None,
+        collections: list[str] | None = None,
     ) -> tuple[ApiKey, str]:
-        """A new key of ``scope``, expiring ``expires_in_s`` from now (None: never): its record
-        and the key itself, which only this call ever returns."""
+        """A new key of ``scope``, expiring ``expires_in_s`` from now (None: never), limited
+        to ``collections`` (None: every one; they need not hold a video yet): its record and
+        the key itself, which only this call ever returns."""
+        limited = None if collections is None else check_collections(collections)
+        if limited == ():
+            raise ValueError("a key limited to collections needs at least one")
         if scope not in SCOPES:
             raise ValueError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
         if expires_in_s is not None and not expires_in_s > 0:
@@ -86,13 +98,20 @@ class Keys(Database):
         now = time.time()
         expires_at = None if expires_in_s is None else now + expires_in_s
         self._write(
-            "INSERT INTO api_keys (id, name, scope, created_at, expires_at, secret_sha256)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (key_id, name, scope, now, expires_at, _digest(secret)),
+            "INSERT INTO api_keys (id, name, scope, created_at, expires_at, secret_sha256,"
+            " collections) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                key_id,
+                name,
+                scope,
+                now,
+                expires_at,
+                _digest(secret),
+                None if limited is None else json.dumps(limited),
+            ),
         )
-        return ApiKey(key_id, name, scope, now, expires_at, None, _digest(secret)), (
-            f"{PREFIX}{key_id}_{secret}"
-        )
+        record = ApiKey(key_id, name, scope, now, expires_at, None, _digest(secret), limited)
+        return record, f"{PREFIX}{key_id}_{secret}"
 
     def api_keys(self) -> list[ApiKey]:
         """Every stored key, revoked and expired ones too, oldest first."""

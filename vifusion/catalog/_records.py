@@ -50,6 +50,7 @@ class Video:
     created_at: float
     media: str | None  # the local file to decode and serve; None: ``source`` is that file
     language: str | None = None  # the spoken language (ISO 639-1); None: not known
+    collection: str = "default"  # the one collection it belongs to (``_collections.py``)
 
     @property
     def media_path(self) -> Path | None:

@@ -202,6 +202,20 @@ def _sqlite_6(c: sqlite3.Connection) -> None:
     c.execute(_KEYS_TABLE.format(real="REAL"))
 
 
+# Collections (issue 56): each video in one (every video before this step in ``default``),
+# and the collections a key is limited to, a JSON list (NULL: every collection).
+_COLLECTIONS = """
+ALTER TABLE videos ADD COLUMN collection TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX videos_collection ON videos(collection, id);
+ALTER TABLE api_keys ADD COLUMN collections TEXT;
+"""
+
+
+def _sqlite_7(c: sqlite3.Connection) -> None:
+    """Collections: a video's, and a key's (``_COLLECTIONS``)."""
+    _sqlite_script(c, _COLLECTIONS)
+
+
 SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_1,
     _sqlite_2,
@@ -209,6 +223,7 @@ SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_4,
     _sqlite_5,
     _sqlite_6,
+    _sqlite_7,
 ]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
@@ -300,6 +315,7 @@ POSTGRES_MIGRATIONS: list[str | Callable[[Any], None]] = [
     _POSTGRES_4,
     _postgres_5,
     _KEYS_TABLE.format(real="DOUBLE PRECISION"),  # API keys, as _sqlite_6
+    _COLLECTIONS,  # collections, as _sqlite_7
 ]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
