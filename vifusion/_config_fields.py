@@ -197,3 +197,31 @@ class IndexFields(BaseModel):
         if self.shard_ack_replicas is not None:
             return self.shard_ack_replicas
         return min(1, self.shard_replicas - 1)
+
+
+class HookFields(BaseModel):
+    """hooks/: delivering webhook events (vifusion/hooks/delivery.py)."""
+
+    hook_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="a webhook receiver that has not answered by then failed this attempt",
+    )
+    hook_retry_base_s: float = Field(
+        10.0,
+        gt=0,
+        description="the wait after a webhook delivery's first failed attempt; doubled after each "
+        "(up to hook_retry_max_s), each wait drawn between half and all of it",
+    )
+    hook_retry_max_s: float = Field(
+        3600.0, gt=0, description="the longest wait between two attempts of a webhook delivery"
+    )
+    hook_retry_window_s: float = Field(
+        86400.0,
+        gt=0,
+        description="a webhook delivery still refused this long after its event is failed",
+    )
+    hook_poll_s: float = Field(
+        1.0, gt=0, description="how often the outbox is looked at for deliveries due"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from vifusion._config_extract import ExtractFields
-from vifusion._config_fields import FusionFields, IndexFields
+from vifusion._config_fields import FusionFields, HookFields, IndexFields
 from vifusion._cores import usable_cores
 from vifusion._limits import ordered
 
@@ -52,7 +52,7 @@ class _Where(BaseModel):
     )
 
 
-class Config(IndexFields, FusionFields, ExtractFields, _Where):
+class Config(HookFields, IndexFields, FusionFields, ExtractFields, _Where):
     """Every setting, one flat model: ``_Where``'s fields, the stages' (declared by stage in
     ``_config_fields.py``), then serve/'s below."""
 

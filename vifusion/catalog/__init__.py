@@ -17,6 +17,7 @@ from vifusion.catalog._catalog import Catalog
 from vifusion.catalog._collections import DEFAULT as DEFAULT_COLLECTION
 from vifusion.catalog._collections import Collection, check_collection, check_collections
 from vifusion.catalog._keys import SCOPES, ApiKey, parse_key, scope_allows
+from vifusion.catalog._outbox import HOOK_EVENTS, Delivery, Hook
 from vifusion.catalog._postgres import PostgresCatalog
 from vifusion.catalog._records import (
     JOB_STAGES,
@@ -39,6 +40,7 @@ __all__ = [
     "SCOPES",
     "ApiKey",
     "FUZZY_WEIGHT",
+    "HOOK_EVENTS",
     "JOB_STAGES",
     "JOB_STATES",
     "METADATA_KEY",
@@ -48,6 +50,8 @@ __all__ = [
     "DEFAULT_COLLECTION",
     "CatalogTooNew",
     "CatalogUnreachable",
+    "Delivery",
+    "Hook",
     "Job",
     "LeaseLost",
     "NoCatalog",

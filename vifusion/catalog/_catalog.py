@@ -16,6 +16,7 @@ from typing import Any
 from vifusion.catalog._collections import DEFAULT, Collections, check_collection
 from vifusion.catalog._keys import Keys
 from vifusion.catalog._leases import Leases, check_holder
+from vifusion.catalog._outbox import Outbox, emit_job_end, emit_video_deleted
 from vifusion.catalog._records import (
     JOB_COLUMNS,
     JOB_STAGES,
@@ -34,7 +35,7 @@ _NEW_JOB = (
 )
 
 
-class Catalog(Leases, Texts, Keys, Collections):
+class Catalog(Leases, Texts, Keys, Collections, Outbox):
     """Videos, jobs, their texts, API keys (``_keys.py``) and collections
     (``_collections.py``). Safe to share between
     threads (and, on PostgreSQL, processes). Open one with ``open_catalog``."""
@@ -182,10 +183,19 @@ class Catalog(Leases, Texts, Keys, Collections):
         return {r["status"]: r["n"] for r in rows}
 
     def delete_video(self, video_id: int) -> bool:
+        """Forget a video, its jobs and texts; its ``video.deleted`` event is written in the
+        same transaction (every delete comes here). False: no such video."""
         with self._transaction() as c:
+            video = c.execute(
+                f"SELECT * FROM videos WHERE id=?{self.dialect.lock}", (video_id,)
+            ).fetchone()
             c.execute("DELETE FROM texts WHERE video_id=?", (video_id,))
             c.execute("DELETE FROM jobs WHERE video_id=?", (video_id,))
-            return c.execute("DELETE FROM videos WHERE id=?", (video_id,)).rowcount > 0
+            if video is None:  # gone already (its texts, written since, are gone now)
+                return False
+            c.execute("DELETE FROM videos WHERE id=?", (video_id,))
+            emit_video_deleted(c, video)
+            return True
 
     def requeue(self, video_id: int, reason: str, if_status: str | None = None) -> str | None:
         """Index a video again: a new queued job (the ingest queue runs it at the next start),
@@ -278,4 +288,6 @@ class Catalog(Leases, Texts, Keys, Collections):
                 "UPDATE videos SET status=?, frames_indexed=?, error=? WHERE id=?",
                 (status, frames, error, row["video_id"]),
             )
+            if status in ("ready", "failed"):  # its event in the same transaction
+                emit_job_end(c, job_id, row["video_id"], status, error)
         return True

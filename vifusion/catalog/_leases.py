@@ -20,6 +20,7 @@ import time
 from collections.abc import Collection, Iterator
 
 from vifusion.catalog._database import Database
+from vifusion.catalog._outbox import emit_job_end
 from vifusion.catalog._records import JOB_COLUMNS, Job, LeaseLost, job_from_row
 
 # Taking a job: what a taken job is set to (now, owner, until), what one taken too often is
@@ -129,6 +130,8 @@ class Leases(Database):
                 "UPDATE videos SET status=?, frames_indexed=0, error=? WHERE id=?",
                 (status, error, row["video_id"]),
             )
+            if status == "failed":  # its event in the same transaction
+                emit_job_end(c, row["id"], row["video_id"], status, error)
         return job_from_row(job)
 
     def renew_leases(self, owner: str, lease_s: float) -> list[str]:

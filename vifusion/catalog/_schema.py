@@ -216,6 +216,45 @@ def _sqlite_7(c: sqlite3.Connection) -> None:
     _sqlite_script(c, _COLLECTIONS)
 
 
+# Webhooks (``_outbox.py``): the hooks (their secrets as they are: they sign what is sent),
+# the outbox's events (the JSON body as sent) and one delivery row per event and hook.
+_WEBHOOKS = """
+CREATE TABLE webhooks (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    events TEXT NOT NULL,
+    collection TEXT,
+    created_at {real} NOT NULL,
+    secret TEXT NOT NULL
+);
+CREATE TABLE hook_events (
+    id TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE hook_deliveries (
+    event_id TEXT NOT NULL REFERENCES hook_events(id),
+    hook_id TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_at {real} NOT NULL,
+    lease_until {real},
+    last_at {real},
+    last_status INTEGER,
+    last_error TEXT,
+    PRIMARY KEY (event_id, hook_id)
+);
+CREATE INDEX hook_deliveries_due ON hook_deliveries(status, next_at);
+CREATE INDEX hook_deliveries_hook ON hook_deliveries(hook_id, last_at);
+"""
+
+
+def _sqlite_8(c: sqlite3.Connection) -> None:
+    """Webhooks and their outbox (``_WEBHOOKS``)."""
+    _sqlite_script(c, _WEBHOOKS.format(real="REAL"))
+
+
 SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_1,
     _sqlite_2,
@@ -224,6 +263,7 @@ SQLITE_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _sqlite_5,
     _sqlite_6,
     _sqlite_7,
+    _sqlite_8,
 ]
 
 # PostgreSQL: the same tables. ``jobs.seq`` orders jobs added in the same instant, as SQLite's
@@ -316,6 +356,7 @@ POSTGRES_MIGRATIONS: list[str | Callable[[Any], None]] = [
     _postgres_5,
     _KEYS_TABLE.format(real="DOUBLE PRECISION"),  # API keys, as _sqlite_6
     _COLLECTIONS,  # collections, as _sqlite_7
+    _WEBHOOKS.format(real="DOUBLE PRECISION"),  # webhooks, as _sqlite_8
 ]
 _PG_LOCK = 0x76696675  # the advisory lock that migrations hold ("vifu")
 
