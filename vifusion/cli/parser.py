@@ -166,6 +166,30 @@ def _parser() -> argparse.ArgumentParser:
     kr = keys.add_parser("revoke", parents=[common], help="revoke a key by its id")
     kr.add_argument("key_id", metavar="ID")
 
+    hooks = sub.add_parser(
+        "hooks",
+        help="webhooks: add, list, remove",
+        description="URLs sent job.ready, job.failed and video.deleted events, each signed with "
+        "the hook's secret (X-ViFusion-Signature), retried for a day until a 2xx; with or "
+        "without a running service. A URL follows ingest's rules: a public address unless "
+        "allow_private_urls.",
+    ).add_subparsers(dest="hooks_command", required=True)
+    ha = hooks.add_parser(
+        "add", parents=[common], help="register a URL; its secret is printed once"
+    )
+    ha.add_argument("url", metavar="URL")
+    ha.add_argument(
+        "--event",
+        action="append",
+        choices=("job.ready", "job.failed", "video.deleted"),
+        help="an event to send (again for more); default: all",
+    )
+    ha.add_argument("--collection", metavar="NAME", help="only videos in this collection")
+    hl = hooks.add_parser("list", parents=[common], help="every hook and its last delivery")
+    hl.add_argument("--json", action="store_true", help="print a JSON list")
+    hr = hooks.add_parser("remove", parents=[common], help="remove a hook by its id")
+    hr.add_argument("hook_id", metavar="ID")
+
     pl = command(
         "plan",
         help="where to run extractors and shards: placement by simulation",
@@ -371,6 +395,14 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
         if args.keys_command == "list":
             return keys.cmd_keys_list(cfg, args.json)
         return keys.cmd_keys_revoke(cfg, args.key_id)
+    if args.command == "hooks":
+        from vifusion.cli import hooks as webhooks
+
+        if args.hooks_command == "add":
+            return webhooks.cmd_hooks_add(cfg, args.url, args.event, args.collection)
+        if args.hooks_command == "list":
+            return webhooks.cmd_hooks_list(cfg, args.json)
+        return webhooks.cmd_hooks_remove(cfg, args.hook_id)
     if args.command == "reindex":
         from vifusion.cli.commands import cmd_reindex
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vifusion.catalog import HOOK_EVENTS, Catalog, Hook
+from vifusion.catalog import HOOK_EVENTS, Catalog, Hook, check_collection
 from vifusion.config import Config
 from vifusion.ingest._checks import check_text
 from vifusion.ingest.sources import SourceError, check_url
@@ -24,7 +24,10 @@ def register(
 ) -> Hook:
     """A new hook for ``url`` (its secret in it, shown this once), for ``events`` (None: all
     of ``HOOK_EVENTS``) about videos in ``collection`` (None: every one). SourceError for a
-    URL that ingest would refuse; ValueError for an unknown event."""
+    URL that ingest would refuse; ValueError for an unknown event or a collection's name
+    out of its rules."""
+    if collection is not None:
+        check_collection(collection)
     check_text("url", url, one_line=True)
     if len(url) > MAX_URL_CHARS:
         raise SourceError("invalid_uri", f"url is over {MAX_URL_CHARS} characters")

@@ -15,6 +15,9 @@ aggregators, so it is where their link readings are watched and a lasting change
 is planned for, once per data dir however many API replicas there are; its extractors and
 aggregators then move to the new plan between jobs (``JobRunner.replan``).
 
+It also sends the data dir's webhook events (``hooks.delivery.Deliverer``, a thread): once
+per data dir, as the jobs whose ends they tell of run here.
+
 With ``cfg.shared_actors`` (a cluster) it is detached and outlives any one API replica; else
 the Service that started it stops it on close.
 """
@@ -27,6 +30,7 @@ import ray
 
 from vifusion.cluster.actors import HEAD_RESOURCE, NAMESPACE, actor_name, find_actor, kill_named
 from vifusion.config import Config
+from vifusion.hooks.delivery import Deliverer
 from vifusion.ingest.jobs import IngestStats, JobRunner
 from vifusion.plan.follow import PlanFollower, Readings
 from vifusion.runtime import Runtime
@@ -34,7 +38,8 @@ from vifusion.runtime import Runtime
 
 class IngestPool:
     """The actor: a runtime of its own (no writer lock: the API replicas hold the data dir),
-    the job runner, leasing jobs as ``name/<incarnation>``, and the plan follower."""
+    the job runner, leasing jobs as ``name/<incarnation>``, the plan follower and the webhook
+    deliverer."""
 
     def __init__(self, cfg: Config, name: str) -> None:
         self.rt = Runtime(cfg)  # resolves the applied plan: ``rt.cfg.plan``
@@ -45,6 +50,8 @@ class IngestPool:
             raise
         self.follower = PlanFollower(self.rt.cfg, on_applied=self.jobs.replan)
         self.follower.start(self.link_readings)
+        self.hooks = Deliverer(self.rt.cfg, self.rt.catalog)
+        self.hooks.start()
 
     def wake(self) -> None:
         self.jobs.wake()
@@ -71,6 +78,7 @@ class IngestPool:
     def close(self) -> None:
         """Stop taking jobs and stop the extractors (jobs running now run again elsewhere)."""
         self.follower.close()
+        self.hooks.close()
         self.jobs.close()
         self.rt.close()
 
