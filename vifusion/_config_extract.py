@@ -190,6 +190,13 @@ class ExtractFields(BaseModel):
         description="find faces in the sampled frames (extract/people.py), so that "
         "'a person', 'people', 'a crowd', 'a face' and 'a close-up' find them",
     )
+    people_backoff_max: int = Field(
+        4,
+        ge=1,
+        description="where no face was found for a while the face detector looks at every "
+        "people_backoff_max-th sampled frame (a video starts so; 1: every frame); a face "
+        "found makes it look at every frame, and at the frames of the batch it skipped",
+    )
     ocr_threads: int = _threads("CPU threads reading text")
     ocr_min_confidence: float = Field(
         0.85,

@@ -78,3 +78,17 @@ def test_a_text_search_finds_the_person_first(ray_session, tmp_path, capsys):
         assert cli.main(["search", "--data-dir", str(data), "--json", query]) == 0
         found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert Path(found[0]["source"]).name == "astronaut.mp4", (query, found[:3])
+
+
+def test_a_video_without_faces_is_looked_at_sparsely_and_a_face_still_found(detector):
+    """Footage with no one in it costs a look every few frames, not every frame; the frames
+    the back-off skipped before the face showed are looked at once it is found."""
+    nobody, astronaut = _embedder_size("chelsea"), _embedder_size("astronaut")
+    width = min(nobody.shape[1], astronaut.shape[1])
+    frames = np.stack([nobody[:, :width]] * 10 + [astronaut[:, :width]] * 6)
+    tracker = detector.track(backoff_max=4)
+    terms = tracker.terms(frames)
+    assert [words[:1] for words, _ in terms] == [[]] * 10 + [["person"]] * 6
+    assert tracker.looked < len(frames)
+    every = detector.track(backoff_max=1)
+    assert every.terms(frames) == terms and every.looked == len(frames)

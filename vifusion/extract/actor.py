@@ -165,11 +165,12 @@ class Extractor:
                 with self._hearing(Path(path), file) as heard:
                     yield {"event": "stage", "stage": "frames"}
                     tracker = self.screen().track() if cfg.screen_text else None
+                    faces = self.people.track(cfg.people_backoff_max) if self.people else None
                     shown = []
                     done, handing, instance = 0, None, None
                     self.handoff.reset()
                     for frames, spans, text_frames in prefetch(batches):
-                        terms = self.people.terms(frames) if self.people else None
+                        terms = faces.terms(frames) if faces else None
                         visual, semantic = self.embedder.embed_frames(frames, terms)
                         batch = FusedBatch.of_video(
                             video_id, done, [(t0, t1) for _, t0, t1 in spans], visual, semantic
