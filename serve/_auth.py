@@ -61,15 +61,19 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/keys"): "admin",
     ("GET", "/v1/keys"): "admin",
     ("DELETE", "/v1/keys/{key_id}"): "admin",
+    ("GET", "/v1/collections"): "search",
+    ("DELETE", "/v1/collections/{name}"): "admin",
 }
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a /v1 request comes from: a stored key's id (None: the bootstrap key) and scope."""
+    """Who a /v1 request comes from: a stored key's id (None: the bootstrap key), its scope,
+    and the collections it is limited to (None: every one; serve/_collections.py)."""
 
     key_id: str | None
     scope: str
+    collections: tuple[str, ...] | None = None
 
 
 BOOTSTRAP = Caller(None, "admin")
@@ -210,7 +214,7 @@ class Gate:
                         503, "unavailable", f"keys cannot be checked now ({type(e).__name__})"
                     )
                 if record is not None and record.opens(found[1]) and record.live():
-                    caller = Caller(record.id, record.scope)
+                    caller = Caller(record.id, record.scope, record.collections)
         if caller is None:
             return error_response(
                 401,

@@ -9,9 +9,11 @@ from starlette._utils import get_route_path
 
 from serve import (
     _auth,
+    _collections,
     _docs,
     _errors,
     _metrics,
+    routes_collections,
     routes_keys,
     routes_media,
     routes_pages,
@@ -31,9 +33,20 @@ api = FastAPI(
 _errors.install(api)
 _docs.install(api)
 # In this order, the order the OpenAPI schema and /docs list them in; each route checks the
-# key's scope first (serve/_auth.py ROUTE_SCOPES).
-for _routes in (routes_pages, routes_videos, routes_media, routes_search, routes_keys):
-    api.include_router(_routes.router, dependencies=[Depends(_auth.needs_scope)])
+# key's scope first (serve/_auth.py ROUTE_SCOPES), then that the video or job it names is in
+# a collection the key reaches (serve/_collections.py).
+for _routes in (
+    routes_pages,
+    routes_videos,
+    routes_media,
+    routes_search,
+    routes_collections,
+    routes_keys,
+):
+    api.include_router(
+        _routes.router,
+        dependencies=[Depends(_auth.needs_scope), Depends(_collections.in_reach)],
+    )
 
 # On every response: scripts, styles, images and media from this origin only (the key is in
 # this origin's storage), no framing, no type sniffing, no referrer. Inline styles are allowed

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import Path as PathParam
 
-from serve.schema import MAX_VIDEO_ID, Error, SearchRequest, VideoByUri
+from serve.schema import COLLECTION, MAX_VIDEO_ID, Error, SearchRequest, VideoByUri
 from vifusion.ingest.sources import MAX_TITLE_CHARS
 
 
@@ -29,6 +29,7 @@ UPLOAD_BODY = {
                         "file": {"type": "string", "format": "binary"},
                         "title": {"type": "string", "maxLength": MAX_TITLE_CHARS},
                         "metadata": {"type": "string", "description": "a JSON object"},
+                        "collection": {"type": "string", "pattern": COLLECTION},
                     },
                 }
             },
@@ -65,6 +66,10 @@ SEARCH_BODY = {
                         "languages": {
                             "type": "string",
                             "description": "comma-separated spoken-language codes (es, fr, ...)",
+                        },
+                        "collections": {
+                            "type": "string",
+                            "description": "comma-separated collection names",
                         },
                     },
                 }

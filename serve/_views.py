@@ -17,9 +17,7 @@ def utc_time(timestamp: float) -> str:
 
 
 # The catalog's video fields that the API gives as they are, under the same names.
-_AS_STORED = (
-    "title metadata status duration_s fps width height frames_indexed error language".split()
-)
+_AS_STORED = "title metadata status duration_s fps width height frames_indexed error language collection".split()
 
 
 def video_out(v, job=None) -> dict[str, Any]:

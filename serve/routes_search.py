@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from serve import _bodies, _metrics
+from serve import _bodies, _collections, _metrics
 from serve._cursors import search_cursor, search_offset
 from serve._errors import ApiError
 from serve._openapi import SEARCH_BODY, errors
@@ -31,6 +31,7 @@ _OPTIONS = {
     "modalities",
     "fusion",
 }
+# Not given a collection, a search looks in every one its key reaches (serve/_collections.py).
 
 router = APIRouter()
 
@@ -107,7 +108,14 @@ async def search(replica: Serving, request: Request) -> dict:
         if req.start_s is None or req.end_s is None or req.end_s <= req.start_s:
             raise ApiError(422, "invalid_query", "a clip of an indexed video needs start_s < end_s")
         query["stored_clip"] = (req.video_id, req.start_s, req.end_s)
-    options = req.model_dump(include=_OPTIONS) | {"offset": search_offset(req.cursor)}
+        # The clip's video, as any video a route names: 404 beyond the key's collections.
+        video = await replica.blocking(replica.service.catalog.get_video, req.video_id)
+        if video is not None and not _collections.reaches(request, video.collection):
+            raise ApiError(404, "not_found", f"no video {req.video_id}")
+    options = req.model_dump(include=_OPTIONS) | {
+        "offset": search_offset(req.cursor),
+        "collections": _collections.searched(request, req.collections),
+    }
     pool = replica.clip_pool if clip_file is not None else replica.pool
     body = await asyncio.get_running_loop().run_in_executor(
         pool, functools.partial(_search, replica, query, clip_file, options, kinds[0])

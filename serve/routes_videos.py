@@ -5,13 +5,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import Response
 
-from serve import _bodies, _cursors, _views
+from serve import _bodies, _collections, _cursors, _views
 from serve._errors import ApiError
 from serve._openapi import UPLOAD_BODY, VideoId, errors
 from serve._replica import Serving
-from serve.schema import Accepted, JobOut, VideoByUri, VideoList, VideoOut
+from serve.schema import Accepted, CollectionForm, JobOut, VideoByUri, VideoList, VideoOut
 
 router = APIRouter()
+_COLLECTION = Query(
+    None, max_length=64, description="only videos in this collection (repeat for several)"
+)
 
 
 @router.post(
@@ -38,13 +41,19 @@ async def add_video(replica: Serving, request: Request) -> dict:
         if title is not None and not isinstance(title, str):
             raise ApiError(422, "invalid_request", "title must be a form field, not a file")
         metadata = _bodies.json_field(form.get("metadata"), "metadata")
+        given = {"collection": form["collection"]} if "collection" in form else {}
+        collection = _bodies.model(CollectionForm, given).collection
+        _collections.ingested(request, collection)
         done = await replica.blocking(
-            service.ingest_upload, upload.file, upload.filename, title, metadata
+            service.ingest_upload, upload.file, upload.filename, title, metadata, collection
         )
     else:
         body = await _bodies.json_body(request, cfg.max_metadata_bytes + 8192)
         req = _bodies.model(VideoByUri, body)
-        done = await replica.blocking(service.ingest_uri, req.uri, req.title, req.metadata)
+        _collections.ingested(request, req.collection)
+        done = await replica.blocking(
+            service.ingest_uri, req.uri, req.title, req.metadata, req.collection
+        )
     return {"video_id": done.video_id, "job_id": done.job_id, "status": "queued"}
 
 
@@ -56,10 +65,15 @@ def job(replica: Serving, job_id: str = PathParam(max_length=64)) -> dict:
 @router.get("/v1/videos", response_model=VideoList, responses=errors(400))
 def videos(
     replica: Serving,
+    request: Request,
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, max_length=32),
+    collection: list[str] | None = _COLLECTION,
 ) -> dict:
-    page, last = replica.service.videos(limit, _cursors.videos_after(cursor))
+    """A page of videos in id order: those of ``collection`` (repeatable) when given, else of
+    every collection the key reaches."""
+    reached = _collections.searched(request, collection)
+    page, last = replica.service.videos(limit, _cursors.videos_after(cursor), reached)
     jobs = replica.service.catalog.latest_jobs([v.id for v in page])
     return {
         "videos": [_views.video_out(v, jobs.get(v.id)) for v in page],

@@ -11,6 +11,8 @@ from vifusion.ingest.sources import MAX_TITLE_CHARS
 from vifusion.query.ranking import ALIASES, MODALITIES
 
 MAX_VIDEO_ID = (1 << 39) - 1  # video_id << 24 must fit an int64 vector id
+COLLECTION = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # vifusion.catalog.check_collection's rule
+CollectionName = Annotated[str, Field(pattern=COLLECTION)]
 Modality = Literal["visual", "speech", "screen"]  # vifusion.query.ranking.MODALITIES
 
 
@@ -34,6 +36,15 @@ class VideoByUri(BaseModel):
         None, max_length=MAX_TITLE_CHARS, description="kept as given; none: the file's name"
     )
     metadata: dict[str, Any] | None = None
+    collection: CollectionName = Field(
+        "default", description="the collection it goes in (1-64 of a-z, 0-9, _ and -)"
+    )
+
+
+class CollectionForm(BaseModel):
+    """An upload's ``collection`` form field."""
+
+    collection: CollectionName = "default"
 
 
 class Accepted(BaseModel):
@@ -85,6 +96,7 @@ class VideoOut(BaseModel):
         None, description="what its latest job does now, or where it failed (as JobOut.stage)"
     )
     progress: float = Field(0.0, ge=0, le=1, description="its latest job's progress")
+    collection: str = Field("default", description="the collection it belongs to")
 
 
 class MediaUrl(BaseModel):
@@ -121,6 +133,13 @@ class SearchRequest(BaseModel):
         description="only videos in which one of these languages (ISO 639-1, as Whisper "
         "names them: en, es, fr, ...) is spoken",
     )
+    collections: list[CollectionName] | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="only videos in these collections; a list, or one comma-separated string "
+        "(as a multipart field sends it). Default: every collection the key reaches",
+    )
     min_score: float | None = Field(None, ge=-1e6, le=1e6)
     min_relative_score: float | None = Field(
         None,
@@ -146,6 +165,13 @@ class SearchRequest(BaseModel):
         "evidence (each hit's probability of being relevant, by its score), calibrated (each "
         "score scaled to 0-1), rrf (ranks only). Default: the service's",
     )
+
+    @field_validator("collections", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [c.strip() for c in value.split(",") if c.strip()]
+        return value
 
     @field_validator("modalities", mode="before")
     @classmethod

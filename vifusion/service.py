@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from vifusion._files import StorageError, fd_path, spool_dir, storage_writes
-from vifusion.catalog import TEXT_KINDS, Job, TextRow, Video
+from vifusion.catalog import DEFAULT_COLLECTION, TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.datadir import THUMBS, remove_stored_media
 from vifusion.ingest._checks import check_metadata, check_text, shown, title_for
@@ -110,9 +110,11 @@ class Service:
         filename: str | None,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ) -> Ingested:
-        """Store an uploaded video under the data dir and queue its job. Refuses (SourceError)
-        an empty upload, one over the size limit, and one that is plainly not a video."""
+        """Store an uploaded video under the data dir and queue its job, in ``collection``.
+        Refuses (SourceError) an empty upload, one over the size limit, and one that is
+        plainly not a video."""
         check_metadata(metadata, self.cfg)
         title = title_for(title, filename)
         head = data.read(SNIFF_BYTES)
@@ -124,30 +126,38 @@ class Service:
             with storage_writes(self.cfg.data_dir, "the upload was not stored"):
                 sha, size = save_capped(chunks, path, self.cfg.max_upload_bytes, "the upload")
             return self._queue(
-                f"upload:{filename or path.name}", title, metadata, sha, size, media=path
+                f"upload:{filename or path.name}", title, metadata, sha, size, collection, path
             )
         except BaseException:
             shutil.rmtree(path.parent, ignore_errors=True)
             raise
 
     def ingest_uri(
-        self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        uri: str,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ) -> Ingested:
         """Queue a ``file://`` path (inside the ingest roots) or an ``http(s)://`` URL
-        (public addresses only unless configured). Only checks here: the job fetches a URL
-        and hashes the file, so a large one does not hold up the answer."""
+        (public addresses only unless configured), in ``collection``. Only checks here: the
+        job fetches a URL and hashes the file, so a large one does not hold up the answer."""
         check_text("uri", uri, one_line=True)
         check_metadata(metadata, self.cfg)
         if uri.startswith("file:"):
             path = resolve_file_uri(uri, self.cfg.ingest_roots)
-            return self._queue(str(path), title_for(title, path.name), metadata, None, None)
+            title = title_for(title, path.name)
+            return self._queue(str(path), title, metadata, None, None, collection)
         check_url(uri, self.cfg.allow_private_urls)
-        return self._queue(uri, title_for(title, url_filename(uri)), metadata, None, None)
+        title = title_for(title, url_filename(uri))
+        return self._queue(uri, title, metadata, None, None, collection)
 
-    def _queue(self, source, title, metadata, sha, size, media: Path | None = None) -> Ingested:
+    def _queue(
+        self, source, title, metadata, sha, size, collection: str, media: Path | None = None
+    ) -> Ingested:
         with storage_writes(self.cfg.data_dir, "the video was not queued"):
             video_id, job_id = self.catalog.add_video(
-                source, title, metadata, sha256=sha, size_bytes=size, media=media
+                source, title, metadata, sha, size, media, collection
             )
         self.jobs.wake()
         return Ingested(video_id, job_id)
@@ -166,9 +176,12 @@ class Service:
             raise NotFound(f"no video {video_id}")
         return shown(video, self.cfg)
 
-    def videos(self, limit: int, after_id: int = 0) -> tuple[list[Video], int | None]:
-        """A page of videos in id order, and the id to continue after (None: last page)."""
-        page = self.catalog.list_videos(limit + 1, after_id)
+    def videos(
+        self, limit: int, after_id: int = 0, collections: Sequence[str] | None = None
+    ) -> tuple[list[Video], int | None]:
+        """A page of videos in id order (only ``collections``' when given), and the id to
+        continue after (None: last page)."""
+        page = self.catalog.list_videos(limit + 1, after_id, collections)
         more = len(page) > limit
         page = [shown(v, self.cfg) for v in page[:limit]]
         return page, (page[-1].id if more else None)
@@ -248,6 +261,20 @@ class Service:
         remove_stored_media(self.cfg.data_dir, video.media)
         self.thumbnails.drop(video_id)
 
+    def delete_collection(self, name: str) -> list[int]:
+        """Delete every video of collection ``name`` through ``delete`` (catalog, vectors,
+        media, thumbnails); the ids deleted. A job still running for one of them finds its
+        video gone when it ends and deletes what it indexed (``ingest/jobs.py``); a video
+        added to the collection meanwhile is kept."""
+        deleted = []
+        for video_id in self.catalog.collection_video_ids(name):
+            try:
+                self.delete(video_id)
+            except NotFound:  # deleted meanwhile by another caller
+                continue
+            deleted.append(video_id)
+        return deleted
+
     # -- retry -------------------------------------------------------------------------
 
     def retry(self, video_id: int) -> str:
@@ -306,10 +333,13 @@ class Service:
         min_relative_score: float | None = None,
         languages: Sequence[str] | None = None,
         fusion: str | None = None,
+        collections: Sequence[str] | None = None,
     ) -> SearchPage:
         """Moments for exactly one query kind, best first, ``top_k`` from ``offset``, of ready
         videos only. ``filter`` keeps videos whose metadata has each key -> value;
-        ``languages`` (ISO 639-1) videos in which one of them is spoken;
+        ``languages`` (ISO 639-1) videos in which one of them is spoken; ``collections``
+        videos in one of them (None: every one), searched inside the shards, so ``top_k``
+        stays full however much the other collections hold;
         ``min_score`` drops weaker moments, ``min_relative_score`` (None: the config's; 0:
         off) those under that fraction of the whole ranking's best, so every page agrees on
         the cut. A text query searches ``modalities``, blended by ``fusion`` (one of ``BLENDS``;
@@ -322,9 +352,9 @@ class Service:
             queries, text is not None, top_k, group_by, offset, min_relative_score, modalities
         )
         videos = None
-        if filter or languages is not None:
+        if filter or languages is not None or collections is not None:
             langs = None if languages is None else list(languages)
-            videos = sorted(self.catalog.ready_ids(metadata=filter, languages=langs))
+            videos = sorted(self.catalog.ready_ids(None, filter, langs, collections))
         want = offset + top_k + 1
         s = self.searcher
         if text is not None:

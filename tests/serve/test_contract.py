@@ -19,7 +19,12 @@ CONTRACT = {
     ("GET", "/healthz"): ({"200"}, "Health", set(), []),
     ("GET", "/metrics"): ({"200"}, None, set(), []),
     ("POST", "/v1/videos"): ({"202"}, "Accepted", {"400", "403", "404", "413", "415", "507"}, []),
-    ("GET", "/v1/videos"): ({"200"}, "VideoList", {"400"}, ["limit", "cursor"]),
+    ("GET", "/v1/videos"): (
+        {"200"},
+        "VideoList",
+        {"400"},
+        ["limit", "cursor", "collection"],  # collection: additive (issue 56)
+    ),
     ("GET", "/v1/jobs/{job_id}"): ({"200"}, "JobOut", {"404"}, ["job_id"]),
     ("GET", "/v1/videos/{video_id}"): ({"200"}, "VideoOut", {"404"}, ["video_id"]),
     ("DELETE", "/v1/videos/{video_id}"): ({"204"}, None, {"404", "507"}, ["video_id"]),
@@ -47,6 +52,14 @@ CONTRACT = {
     ("POST", "/v1/keys"): ({"201"}, "KeyCreated", {"400", "403", "413"}, []),
     ("GET", "/v1/keys"): ({"200"}, "KeyList", {"403"}, []),
     ("DELETE", "/v1/keys/{key_id}"): ({"204"}, None, {"403", "404"}, ["key_id"]),
+    # Collections (issue 56): additive.
+    ("GET", "/v1/collections"): ({"200"}, "CollectionList", set(), []),
+    ("DELETE", "/v1/collections/{name}"): (
+        {"200"},
+        "CollectionDeleted",
+        {"403", "404", "507"},
+        ["name"],
+    ),
 }
 # Served but left out of the schema: the web page, its files, the docs, signed media.
 UNDOCUMENTED = {
@@ -59,6 +72,9 @@ UNDOCUMENTED = {
 }
 SCHEMAS = {
     "Accepted",
+    "CollectionDeleted",
+    "CollectionList",
+    "CollectionOut",
     "Error",
     "ErrorBody",
     "Health",
@@ -75,6 +91,7 @@ SCHEMAS = {
     "VideoOut",
 }
 SEARCH_FIELDS = [
+    "collections",  # additive (issue 56)
     "cursor",
     "end_s",
     "filter",
@@ -153,12 +170,14 @@ def test_request_bodies(spec):
     assert upload["required"] is True
     form = upload["content"]["multipart/form-data"]["schema"]
     assert form["required"] == ["file"] and sorted(form["properties"]) == [
+        "collection",  # additive (issue 56)
         "file",
         "metadata",
         "title",
     ]
     by_uri = upload["content"]["application/json"]["schema"]
     assert by_uri["title"] == "VideoByUri" and sorted(by_uri["properties"]) == [
+        "collection",  # additive (issue 56)
         "metadata",
         "title",
         "uri",
