@@ -44,7 +44,8 @@ CALLER = "vifusion.caller"  # the request scope's entry the gate leaves for the 
 
 # The least scope each /v1 route needs, by (method, route template): the one table of who may
 # call what. search: search, read videos, transcripts, thumbnails and media, sign media URLs;
-# ingest: also add videos, retry them and read jobs; admin: everything, deleting and keys too.
+# ingest: also add videos, retry them and read jobs; admin: everything, deleting, keys and
+# webhooks too.
 # A /v1 route missing here needs admin: a new route stays closed until it is given its scope.
 ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/search"): "search",
@@ -61,6 +62,9 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/keys"): "admin",
     ("GET", "/v1/keys"): "admin",
     ("DELETE", "/v1/keys/{key_id}"): "admin",
+    ("POST", "/v1/webhooks"): "admin",
+    ("GET", "/v1/webhooks"): "admin",
+    ("DELETE", "/v1/webhooks/{hook_id}"): "admin",
     ("GET", "/v1/collections"): "search",
     ("DELETE", "/v1/collections/{name}"): "admin",
 }

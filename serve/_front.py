@@ -14,6 +14,7 @@ from serve import (
     _errors,
     _metrics,
     routes_collections,
+    routes_hooks,
     routes_keys,
     routes_media,
     routes_pages,
@@ -42,6 +43,7 @@ for _routes in (
     routes_search,
     routes_collections,
     routes_keys,
+    routes_hooks,
 ):
     api.include_router(
         _routes.router,

@@ -52,6 +52,10 @@ CONTRACT = {
     ("POST", "/v1/keys"): ({"201"}, "KeyCreated", {"400", "403", "413"}, []),
     ("GET", "/v1/keys"): ({"200"}, "KeyList", {"403"}, []),
     ("DELETE", "/v1/keys/{key_id}"): ({"204"}, None, {"403", "404"}, ["key_id"]),
+    # Webhooks (issue 56): additive.
+    ("POST", "/v1/webhooks"): ({"201"}, "HookCreated", {"400", "403", "413"}, []),
+    ("GET", "/v1/webhooks"): ({"200"}, "HookList", {"403"}, []),
+    ("DELETE", "/v1/webhooks/{hook_id}"): ({"204"}, None, {"403", "404"}, ["hook_id"]),
     # Collections (issue 56): additive.
     ("GET", "/v1/collections"): ({"200"}, "CollectionList", set(), []),
     ("DELETE", "/v1/collections/{name}"): (
@@ -78,7 +82,11 @@ SCHEMAS = {
     "Error",
     "ErrorBody",
     "Health",
+    "HookCreated",
+    "HookList",
+    "HookOut",
     "JobOut",
+    "LastDelivery",
     "KeyCreated",
     "KeyList",
     "KeyOut",

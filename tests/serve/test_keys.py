@@ -63,6 +63,9 @@ ROUTES = [
     ("POST", "/v1/keys", {"json": {"scope": "owner"}}, "admin"),
     ("GET", "/v1/keys", {}, "admin"),
     ("DELETE", "/v1/keys/000000000000", {}, "admin"),
+    ("POST", "/v1/webhooks", {"json": {"url": 7}}, "admin"),
+    ("GET", "/v1/webhooks", {}, "admin"),
+    ("DELETE", "/v1/webhooks/no-such-hook", {}, "admin"),
 ]
 RANK = {"search": 0, "ingest": 1, "admin": 2}
 
@@ -73,6 +76,7 @@ def template(path: str) -> str:
         ("999999", "{video_id}"),
         ("no-such-job", "{job_id}"),
         ("000000000000", "{key_id}"),
+        ("no-such-hook", "{hook_id}"),
     ):
         path = path.replace(sample, name)
     return path
