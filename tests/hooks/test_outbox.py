@@ -22,6 +22,7 @@ def test_job_ends_and_deletes_write_their_events_to_the_hooks_that_want_them(cat
     bad_video, bad_job = cat.add_video("/v/bad.mp4", "bad")
     assert cat.update_job(ok_job, "indexing", progress=0.5)  # not an end: no event
     assert cat.update_job(ok_job, "ready", frames_indexed=12)
+    assert cat.update_job(ok_job, "ready", frames_indexed=12)  # written twice: one event
     assert cat.update_job(bad_job, "failed", error="bad.mp4: not a video")
     assert cat.delete_video(ok_video)
     assert not cat.delete_video(ok_video)  # gone already: no second event

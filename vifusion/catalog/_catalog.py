@@ -265,7 +265,7 @@ class Catalog(Leases, Texts, Keys, Collections, Outbox):
         now = time.time()
         with self._transaction() as c:
             row = c.execute(
-                "SELECT video_id, progress, frames_indexed, stage, warnings, lease_owner"
+                "SELECT video_id, status, progress, frames_indexed, stage, warnings, lease_owner"
                 f" FROM jobs WHERE id=?{self.dialect.lock}",
                 (job_id,),
             ).fetchone()
@@ -288,6 +288,6 @@ class Catalog(Leases, Texts, Keys, Collections, Outbox):
                 "UPDATE videos SET status=?, frames_indexed=?, error=? WHERE id=?",
                 (status, frames, error, row["video_id"]),
             )
-            if status in ("ready", "failed"):  # its event in the same transaction
+            if status in ("ready", "failed") and row["status"] != status:  # its event, once
                 emit_job_end(c, job_id, row["video_id"], status, error)
         return True
