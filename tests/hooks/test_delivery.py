@@ -143,3 +143,16 @@ def test_backoff_doubles_up_to_its_cap_with_jitter(cfg):
         waits = [backoff(attempts, slow) for _ in range(50)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits)
         assert len(set(waits)) > 1
+
+
+def test_a_delivery_held_by_a_deliverer_that_died_is_sent_once_its_lease_runs_out(cfg):
+    cat = open_catalog(cfg)
+    with receiver() as rx:
+        hook = cat.create_hook(rx.url)
+        _, job_id = _ready_job(cat)
+        [held] = cat.claim_deliveries(lease_s=0.05, limit=10)  # taken, then its taker died
+        assert Deliverer(cfg, cat).run_once() == 0  # held: no one else sends it meanwhile
+        time.sleep(0.1)
+        _until_settled(Deliverer(cfg, cat), hook.id)
+        assert held.event_id == rx.events()[0]["id"]
+        assert [e["data"]["job_id"] for e in rx.events()] == [job_id]
