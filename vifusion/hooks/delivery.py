@@ -137,8 +137,9 @@ class Deliverer:
                 log.exception("webhook deliveries: a round failed")
 
     def close(self) -> None:
-        """Stop after the round under way (what it did not record is sent again later)."""
+        """Stop: the round under way gets one attempt's time to end; what it did not record
+        is sent again once its lease runs out (at least once)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self._lease_s)
+            self._thread.join(timeout=self.cfg.hook_timeout_s + 1)
         self._senders.shutdown(wait=False, cancel_futures=True)
