@@ -118,11 +118,13 @@ class Catalog(Leases, Texts, Keys, Collections, Outbox):
             for r in self._rows(f"SELECT * FROM videos WHERE {where}", args)
         }
 
-    def find_ready(self, sha256: str) -> Video | None:
-        """An indexed video with this content, if any (re-runs skip it)."""
-        row = self._row(
-            "SELECT * FROM videos WHERE sha256=? AND status='ready' ORDER BY id LIMIT 1", (sha256,)
-        )
+    def find_ready(self, sha256: str, collection: str | None = None) -> Video | None:
+        """An indexed video with this content (in ``collection`` when given), if any (re-runs
+        skip it)."""
+        sql, args = "SELECT * FROM videos WHERE sha256=? AND status='ready'", [sha256]
+        if collection is not None:
+            sql, args = f"{sql} AND collection=?", [*args, collection]
+        row = self._row(f"{sql} ORDER BY id LIMIT 1", args)
         return video_from_row(row) if row else None
 
     def list_videos(

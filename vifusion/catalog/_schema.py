@@ -205,15 +205,22 @@ def _sqlite_6(c: sqlite3.Connection) -> None:
 # Collections (issue 56): each video in one (every video before this step in ``default``),
 # and the collections a key is limited to, a JSON list (NULL: every collection).
 _COLLECTIONS = """
-ALTER TABLE videos ADD COLUMN collection TEXT NOT NULL DEFAULT 'default';
-CREATE INDEX videos_collection ON videos(collection, id);
-ALTER TABLE api_keys ADD COLUMN collections TEXT;
+ALTER TABLE videos ADD COLUMN IF NOT EXISTS collection TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX IF NOT EXISTS videos_collection ON videos(collection, id);
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS collections TEXT;
 """
 
 
 def _sqlite_7(c: sqlite3.Connection) -> None:
-    """Collections: a video's, and a key's (``_COLLECTIONS``)."""
-    _sqlite_script(c, _COLLECTIONS)
+    """Collections, as ``_COLLECTIONS`` (columns only where missing: SQLite's ALTER TABLE
+    has no IF NOT EXISTS, and step 1 may have made a pre-versioning catalog's tables)."""
+    for table, column, kind in (
+        ("videos", "collection", "TEXT NOT NULL DEFAULT 'default'"),
+        ("api_keys", "collections", "TEXT"),
+    ):
+        if column not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
+            c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    c.execute("CREATE INDEX IF NOT EXISTS videos_collection ON videos(collection, id)")
 
 
 # Webhooks (``_outbox.py``): the hooks (their secrets as they are: they sign what is sent),

@@ -15,7 +15,9 @@ from vifusion.config import Config
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
+def cmd_index(
+    cfg: Config, paths: list[Path], quiet: bool = False, collection: str = "default"
+) -> int:
     from tqdm import tqdm
 
     from vifusion._files import storage_writes
@@ -45,7 +47,7 @@ def cmd_index(cfg: Config, paths: list[Path], quiet: bool = False) -> int:
 
             try:
                 with storage_writes(cfg.data_dir, "the rest of this run was not indexed"):
-                    results += rt.indexer.index_files(files, on_progress)
+                    results += rt.indexer.index_files(files, on_progress, collection)
             except StorageError as e:
                 bar.close()
                 return _storage_failed(e)

@@ -39,21 +39,35 @@ def key_row(k: ApiKey) -> dict:
         "created": _when(k.created_at),
         "expires": _when(k.expires_at),
         "revoked": _when(k.revoked_at),
+        "collections": None if k.collections is None else list(k.collections),
     }
 
 
-def cmd_keys_create(cfg: Config, scope: str, name: str, expires_in_days: float | None) -> int:
+def cmd_keys_create(
+    cfg: Config,
+    scope: str,
+    name: str,
+    expires_in_days: float | None,
+    collections: list[str] | None = None,
+) -> int:
     if expires_in_days is not None and not expires_in_days > 0:
         print("vifusion keys create: --expires-in takes a number of days over 0", file=sys.stderr)
         return EXIT_USAGE
     catalog = _catalog(cfg)
     try:
         expires_in_s = None if expires_in_days is None else expires_in_days * _DAY_S
-        record, key = catalog.create_key(scope, name, expires_in_s)
+        record, key = catalog.create_key(scope, name, expires_in_s, collections)
+    except ValueError as e:  # a collection's name
+        print(f"vifusion keys create: --collection: {e}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         catalog.close()
     expires = _when(record.expires_at) or "never"
-    print(f"key id {record.id} (scope {scope}, expires {expires}); the key, shown this once:")
+    reach = "every collection" if record.collections is None else ", ".join(record.collections)
+    print(
+        f"key id {record.id} (scope {scope}, expires {expires}, reaches {reach}); "
+        "the key, shown this once:"
+    )
     print(key)
     return EXIT_OK
 

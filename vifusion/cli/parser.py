@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     ix.add_argument("--sample-fps", type=float, help="frames kept per second (default 1)")
     ix.add_argument("--max-frames", type=int, help="cap on frames per video")
     ix.add_argument("--quiet", action="store_true", help="no progress bar")
+    ix.add_argument(
+        "--collection", default="default", help="the collection they go in (default: default)"
+    )
 
     se = command(
         "search",
@@ -72,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LANG",
         help="only videos in which this language is spoken (ISO 639-1: es, fr, ...); "
         "repeat for several",
+    )
+    se.add_argument(
+        "--collection",
+        dest="collections",
+        action="append",
+        metavar="NAME",
+        help="only videos in this collection; repeat for several (default: every one)",
     )
     se.add_argument("--top-k", type=int, default=10)
     se.add_argument(
@@ -161,6 +171,13 @@ def _parser() -> argparse.ArgumentParser:
     kc.add_argument("--scope", required=True, choices=("search", "ingest", "admin"))
     kc.add_argument("--name", default="", help="what the key is for, as listed")
     kc.add_argument("--expires-in", type=float, metavar="DAYS", help="expire after DAYS days")
+    kc.add_argument(
+        "--collection",
+        dest="collections",
+        action="append",
+        metavar="NAME",
+        help="limit the key to this collection; repeat for several (default: every one)",
+    )
     kl = keys.add_parser("list", parents=[common], help="every key (never the key itself)")
     kl.add_argument("--json", action="store_true", help="print a JSON list")
     kr = keys.add_parser("revoke", parents=[common], help="revoke a key by its id")
@@ -189,6 +206,18 @@ def _parser() -> argparse.ArgumentParser:
     hl.add_argument("--json", action="store_true", help="print a JSON list")
     hr = hooks.add_parser("remove", parents=[common], help="remove a hook by its id")
     hr.add_argument("hook_id", metavar="ID")
+
+    co = command(
+        "collections",
+        help="the collections: videos and frames in each; delete one with its videos",
+        description="List the data dir's collections (each video is in one; `default` unless "
+        "added with --collection), or delete one: every video in it, its vectors and its "
+        "stored media, as `vifusion delete` does.",
+    )
+    co.add_argument("--json", action="store_true", help="print a JSON list")
+    co_sub = co.add_subparsers(dest="collections_command")
+    co_del = co_sub.add_parser("delete", parents=[common], help="delete a collection's videos")
+    co_del.add_argument("name", metavar="NAME")
 
     pl = command(
         "plan",
@@ -317,9 +346,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
     if args.command == "index":
+        from vifusion.catalog import check_collection
         from vifusion.cli.commands import cmd_index
 
-        return cmd_index(cfg, args.paths, quiet=args.quiet)
+        try:
+            check_collection(args.collection)
+        except ValueError as e:
+            print(f"vifusion index: --collection: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        return cmd_index(cfg, args.paths, quiet=args.quiet, collection=args.collection)
     if args.command == "search":
         given = [x for x in (args.text, args.image, args.clip) if x is not None]
         if len(given) != 1:
@@ -354,6 +389,13 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+        from vifusion.catalog import check_collections
+
+        try:
+            collections = None if args.collections is None else check_collections(args.collections)
+        except ValueError as e:
+            print(f"vifusion search: --collection: {e}", file=sys.stderr)
+            return EXIT_USAGE
         from vifusion.cli.search_commands import cmd_search
 
         return cmd_search(
@@ -366,6 +408,7 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
             modalities,
             args.group_by,
             languages,
+            None if collections is None else list(collections),
         )
     if args.command == "transcript":
         from vifusion.cli.search_commands import cmd_transcript
@@ -391,7 +434,9 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
         from vifusion.cli import keys
 
         if args.keys_command == "create":
-            return keys.cmd_keys_create(cfg, args.scope, args.name, args.expires_in)
+            return keys.cmd_keys_create(
+                cfg, args.scope, args.name, args.expires_in, args.collections
+            )
         if args.keys_command == "list":
             return keys.cmd_keys_list(cfg, args.json)
         return keys.cmd_keys_revoke(cfg, args.key_id)
@@ -403,6 +448,12 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
         if args.hooks_command == "list":
             return webhooks.cmd_hooks_list(cfg, args.json)
         return webhooks.cmd_hooks_remove(cfg, args.hook_id)
+    if args.command == "collections":
+        from vifusion.cli import collections
+
+        if args.collections_command == "delete":
+            return collections.cmd_collections_delete(cfg, args.name)
+        return collections.cmd_collections(cfg, args.json)
     if args.command == "reindex":
         from vifusion.cli.commands import cmd_reindex
 

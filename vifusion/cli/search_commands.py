@@ -38,14 +38,16 @@ def cmd_search(
     modalities: list[str] | None = None,
     group_by: str = "segment",
     languages: list[str] | None = None,
+    collections: list[str] | None = None,
 ) -> int:
     """Ask the service that serves the data dir, if one runs; else search the data dir in this
     process, reading it (no Ray; a text query loads only the text model, without torch where
     its ONNX export is there). With ``cfg.ray_address`` (``--address``): through Ray, whose
     cluster may hold data this machine does not. ``languages``: only videos in which one of
-    them is spoken (as the API's ``languages``)."""
+    them is spoken (as the API's ``languages``); ``collections``: only videos in one of them
+    (as the API's ``collections``; None: every one)."""
     modalities = modalities or list(MODALITIES)
-    query = _Query(text, image, clip, top_k, modalities, group_by, languages)
+    query = _Query(text, image, clip, top_k, modalities, group_by, languages, collections)
     try:
         rows = _ask_service(cfg, query) if cfg.ray_address is None else None
         if rows is None:
@@ -100,6 +102,7 @@ class _Query:
     modalities: list[str]
     group_by: str
     languages: list[str] | None
+    collections: list[str] | None = None
 
 
 def _ask_service(cfg: Config, q: _Query) -> list[dict] | None:
@@ -121,6 +124,8 @@ def _ask_service(cfg: Config, q: _Query) -> list[dict] | None:
     options: dict = {"modalities": q.modalities, "group_by": q.group_by}
     if q.languages is not None:
         options["languages"] = q.languages
+    if q.collections is not None:
+        options["collections"] = q.collections
     found: list[dict] = []
     try:
         with Client(url, key, verify=verify(cfg.data_dir)) as vf:
@@ -181,7 +186,7 @@ def _search_here(cfg: Config, q: _Query) -> list[dict]:
         from vifusion.runtime import Runtime
 
         with Runtime(cfg) as rt:
-            videos = _spoken_in(rt.catalog, q.languages)
+            videos = _searched(rt.catalog, q)
             return _rows(cfg, rt.catalog, _find(rt.searcher, q, videos))
     import sqlite3
 
@@ -196,15 +201,18 @@ def _search_here(cfg: Config, q: _Query) -> list[dict]:
     try:
         embedder = _text_embedder(cfg) if q.text is not None else _embedder(cfg)
         searcher = Searcher(cfg, LocalShards(cfg), embedder, catalog)
-        return _rows(cfg, catalog, _find(searcher, q, _spoken_in(catalog, q.languages)))
+        return _rows(cfg, catalog, _find(searcher, q, _searched(catalog, q)))
     finally:
         catalog.close()
 
 
-def _spoken_in(catalog, languages: list[str] | None) -> list[int] | None:
-    """The ready videos in which one of ``languages`` is spoken, for a search's ``videos``
-    (None: no such condition, every video)."""
-    return None if languages is None else sorted(catalog.ready_ids(languages=languages))
+def _searched(catalog, q: _Query) -> list[int] | None:
+    """The ready videos in which one of ``q.languages`` is spoken and that are in one of
+    ``q.collections``, for a search's ``videos``, which the shards search alone (None: no
+    such condition, every video)."""
+    if q.languages is None and q.collections is None:
+        return None
+    return sorted(catalog.ready_ids(languages=q.languages, collections=q.collections))
 
 
 def _find(searcher, q: _Query, videos: list[int] | None = None) -> list[Moment]:

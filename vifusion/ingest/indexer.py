@@ -20,7 +20,7 @@ from pathlib import Path
 import ray
 
 from vifusion._files import StorageError, storage_reason
-from vifusion.catalog import TEXT_KINDS, Catalog
+from vifusion.catalog import DEFAULT_COLLECTION, TEXT_KINDS, Catalog
 from vifusion.config import Config
 from vifusion.extract._spool import ship
 from vifusion.extract.actor import start_extractors
@@ -50,9 +50,10 @@ class Indexer:
         self,
         files: list[Path],
         on_progress: Callable[[Progress | IndexResult], None] = lambda _: None,
+        collection: str = DEFAULT_COLLECTION,
     ) -> list[IndexResult]:
-        """Index local files; one result per file, in input order. Content already
-        indexed is skipped; a file that fails fails alone."""
+        """Index local files into ``collection``; one result per file, in input order.
+        Content already indexed in that collection is skipped; a file that fails fails alone."""
         jobs: list[tuple[Path, int, str] | IndexResult] = []
         for path in files:
             try:
@@ -62,12 +63,16 @@ class Indexer:
                     IndexResult(str(path), "failed", error=f"{path}: cannot read: {e.strerror}")
                 )
                 continue
-            if (seen := self.catalog.find_ready(sha)) is not None:
+            if (seen := self.catalog.find_ready(sha, collection)) is not None:
                 jobs.append(IndexResult(str(path), "skipped", seen.id, frames=seen.frames_indexed))
                 continue
             source = str(path.resolve())
             video_id, job_id = self.catalog.add_video(
-                source, path.stem, sha256=sha, size_bytes=path.stat().st_size
+                source,
+                path.stem,
+                sha256=sha,
+                size_bytes=path.stat().st_size,
+                collection=collection,
             )
             jobs.append((path, video_id, job_id))
 
