@@ -77,6 +77,7 @@
       keepKey(key, $("key-remember").checked);
       $("key-dialog").hidden = true;
       clearError();
+      loadCollections().catch(showError);
     } catch (err) {
       $("key-error").textContent = err.status === 401 ? "That key was not accepted: " + err.message
         : "Could not check the key: " + err.message;
@@ -124,16 +125,37 @@
     if (!preview.hidden) { preview.onerror = () => { preview.hidden = true; }; preview.src = URL.createObjectURL(file); }
   }
 
+  // Which collection a search looks in: the picker's, filled from GET /v1/collections (those
+  // the key reaches); "" is every one.
+  async function loadCollections() {
+    const picker = $("collection");
+    const chosen = picker.value;
+    const listed = (await (await api("/v1/collections")).json()).collections;
+    picker.replaceChildren(el("option", "", "All collections"));
+    picker.firstChild.value = "";
+    listed.forEach((c) => {
+      const option = el("option", "", `${c.name} (${c.videos} video${c.videos === 1 ? "" : "s"})`);
+      option.value = c.name;
+      picker.append(option);
+    });
+    picker.value = listed.some((c) => c.name === chosen) ? chosen : "";
+  }
+  $("collection").onfocus = () => loadCollections().catch(showError);
+  $("collection").onchange = () => lastQuery && search(lastQuery);
+
   function searchBody(q, more) {
     const topK = $("top-k").value;
+    const collection = $("collection").value;
     if (q.text !== undefined) {
       const body = { text: q.text, top_k: Number(topK), modalities: q.modalities };
+      if (collection) body.collections = [collection];
       if (more) body.cursor = more;
       return { body: JSON.stringify(body), headers: { "Content-Type": "application/json" } };
     }
     const form = new FormData();
     form.append(q.file.type.startsWith("video/") ? "clip" : "image", q.file);
     form.append("top_k", topK);
+    if (collection) form.append("collections", collection);
     if (more) form.append("cursor", more);
     return { body: form };
   }
@@ -746,5 +768,5 @@
 
   // -- start ----------------------------------------------------------------------------
   if (!key) askKey("");
-  else api("/v1/videos?limit=1").catch(showError); // asks again if the stored key went stale
+  else loadCollections().catch(showError); // asks again if the stored key went stale
 })();
