@@ -26,27 +26,37 @@ def _jpeg_b64(rgb: np.ndarray) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _add(live, name: str, collection: str) -> int:
+def _add(live, name: str, collection: str) -> dict:
     r = live.client.post(
         "/v1/videos",
         json={"uri": live.videos[name].path.as_uri(), "collection": collection},
     )
     assert r.status_code == 202, r.text
-    assert live.vf.wait(r.json()["job_id"], timeout_s=300)["status"] == "ready"
-    return r.json()["video_id"]
+    return r.json()
 
 
 @pytest.fixture(scope="module")
 def teams(live):
     """team-a: the launch video; team-b: the kitchen and street videos (their frames fill the
-    top of a kitchen image search, with the kitchen video in ``default``)."""
-    ids = {
+    top of a kitchen image search, with the kitchen video in ``default``); doomed: the street
+    video uploaded (its media stored in the data dir). Queued together, indexed side by side."""
+    street = live.videos["street.mp4"]
+    upload = live.client.post(
+        "/v1/videos",
+        files={"file": ("street.mp4", street.path.read_bytes(), "video/mp4")},
+        data={"collection": "doomed"},
+    )
+    assert upload.status_code == 202, upload.text
+    accepted = {
         "a_launch": _add(live, "launch.mp4", "team-a"),
         "b_kitchen": _add(live, "kitchen.mp4", "team-b"),
         "b_street": _add(live, "street.mp4", "team-b"),
+        "doomed": upload.json(),
     }
-    yield ids
-    for name in ("team-a", "team-b"):
+    for a in accepted.values():
+        assert live.vf.wait(a["job_id"], timeout_s=300)["status"] == "ready"
+    yield {name: a["video_id"] for name, a in accepted.items()}
+    for name in ("team-a", "team-b", "doomed"):
         live.client.delete(f"/v1/collections/{name}")
 
 
@@ -154,15 +164,7 @@ def test_a_key_limited_to_a_collection_reaches_nothing_else(live, teams):
 
 
 def test_deleting_a_collection_removes_its_vectors_and_media(live, teams):
-    street = live.videos["street.mp4"]
-    r = live.client.post(
-        "/v1/videos",
-        files={"file": ("street.mp4", street.path.read_bytes(), "video/mp4")},
-        data={"collection": "doomed"},
-    )
-    assert r.status_code == 202, r.text
-    doomed = r.json()["video_id"]
-    assert live.vf.wait(r.json()["job_id"], timeout_s=300)["status"] == "ready"
+    street, doomed = live.videos["street.mp4"], teams["doomed"]
     catalog = open_catalog(live.cfg, read_only=True)
     media = Path(catalog.get_video(doomed).media)
     catalog.close()
