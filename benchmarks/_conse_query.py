@@ -1,0 +1,229 @@
+"""Offline: which query vector finds what is seen best, ranked against the frames' ConSE vectors.
+
+The frames of the real-footage dev set (``_realmedia``) and of the demo videos (multimodal.py's
+visual queries) are decoded at ``sample_fps`` once, and each frame's class probabilities and
+face words (``people.py``) cached in ``~/.cache/vifusion-dev/conse-frames.npz``. Every variant
+then costs seconds: a frame's vector is made as ``Embedder.concepts`` makes it (numpy here),
+each query's as the variant says, and each video scores its best frame (``group_by=video``).
+
+Variants of the query's vector (the frames' stay as indexed):
+- ``raw``: MiniLM's vector of the query (the product before #54's query side);
+- ``conse t k w``: the query's cosine to every concept vector (classes, hypernyms, face words),
+  a softmax at temperature ``t`` over its ``k`` nearest, the same weighted sum of concept
+  vectors a frame gets, mixed with the raw vector at ``w`` (both unit length);
+- ``expand k w``: the raw vector plus the mean of its ``k`` nearest concept vectors at ``w``.
+
+Prints R@1 / MRR on the dev set's 25 queries per variant (and per kind), the demo's visual
+queries' R@1, a leave-one-out estimate for each family's grid (the setting chosen on 24
+queries, scored on the 25th), and the top frame cosines of the talks' non-visual queries (what
+the calibrated blend would read for a query about nothing seen).
+
+    .venv/bin/python benchmarks/_conse_query.py [--rebuild]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _realmedia  # noqa: E402
+
+CACHE = _realmedia.CACHE / "conse-frames.npz"
+DEMO = "demo/"  # the demo videos' names in the cache
+FACE_WORDS = ("person", "face", "people", "crowd", "close-up of a face")
+
+
+def _frames(paths: list[Path]) -> dict[str, np.ndarray]:
+    """Each sampled frame's video, times, class probabilities and face-word weights."""
+    import torch
+
+    from vifusion.config import Config
+    from vifusion.extract.decode import decode
+    from vifusion.extract.model import Embedder
+    from vifusion.extract.people import PeopleDetector
+    from vifusion.extract.vision import features_and_probs, preprocess
+
+    cfg = Config()
+    emb = Embedder(device=torch.device("cpu"), cache_dir=_realmedia.CACHE / "models")
+    people = PeopleDetector()
+    video, t0, t1, probs, faces = [], [], [], [], []
+    for path in paths:
+        tracker = people.track(cfg.people_backoff_max)
+        for frames, spans in decode(path, cfg.sample_fps, cfg.max_frames, 224, 16):
+            with torch.inference_mode():
+                _, p = features_and_probs(emb.vision, preprocess(frames, emb.device))
+            probs.append(p.float().numpy())
+            for words, weights in tracker.terms(frames):
+                row = np.zeros(len(FACE_WORDS), np.float32)
+                for w, x in zip(words, weights):
+                    row[FACE_WORDS.index(w)] = x
+                faces.append(row)
+            for _, a, b in spans:
+                video.append(DEMO + path.name if path.parent.name == "demo" else path.name)
+                t0.append(a)
+                t1.append(b)
+        print(f"  {path.name}: {len(video)} frames so far", flush=True)
+    return {
+        "video": np.array(video),
+        "t0": np.array(t0, np.float32),
+        "t1": np.array(t1, np.float32),
+        "probs": np.concatenate(probs),
+        "faces": np.stack(faces),
+    }
+
+
+def build(rebuild: bool = False) -> dict[str, np.ndarray]:
+    if CACHE.exists() and not rebuild:
+        return dict(np.load(CACHE))
+    from vifusion.samples import write_demo_set
+
+    paths = _realmedia.build()
+    demo = _realmedia.CACHE / "demo"
+    if not demo.exists():
+        write_demo_set(demo)
+    paths += sorted(demo.glob("*.mp4"))
+    out = _frames(paths)
+    np.savez(CACHE, **out)
+    return out
+
+
+class Space:
+    """The concept vectors (classes, hypernyms, face words) and the frames' ConSE vectors."""
+
+    def __init__(self, data: dict[str, np.ndarray], top_k: int = 10, hyper_w: float = 0.25):
+        from vifusion.extract import _concepts
+        from vifusion.extract.model import CLASS_PROMPT, Embedder
+
+        emb = Embedder(cache_dir=_realmedia.CACHE / "models")
+        self.emb = emb
+        self.classes = emb.class_vectors.numpy()
+        self.hypernyms = emb.hypernym_vectors.numpy()
+        self.faces = emb.embed_text([CLASS_PROMPT.format(w) for w in FACE_WORDS])
+        self.concepts = np.concatenate([self.classes, self.hypernyms, self.faces])
+        member = _concepts.membership()
+        p = data["probs"]
+        self.video, self.t0, self.t1 = data["video"], data["t0"], data["t1"]
+        v = _topk_sum(p, self.classes, top_k)
+        v += hyper_w * _topk_sum(p @ member, self.hypernyms, top_k)
+        v += data["faces"] @ self.faces
+        self.frames = v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def raw(self, texts: list[str]) -> np.ndarray:
+        return self.emb.embed_text(texts)
+
+
+def _topk_sum(weights: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
+    idx = np.argsort(-weights, axis=1)[:, :k]
+    w = np.take_along_axis(weights, idx, axis=1)
+    return np.einsum("bk,bkd->bd", w, vectors[idx])
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def conse(space: Space, q: np.ndarray, t: float, k: int, w: float) -> np.ndarray:
+    s = q @ space.concepts.T
+    idx = np.argsort(-s, axis=1)[:, :k]
+    top = np.take_along_axis(s, idx, axis=1) / t
+    p = np.exp(top - top.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    v = _unit(np.einsum("bk,bkd->bd", p, space.concepts[idx]))
+    return _unit(w * q + (1 - w) * v)
+
+
+def expand(space: Space, q: np.ndarray, k: int, w: float) -> np.ndarray:
+    s = q @ space.concepts.T
+    idx = np.argsort(-s, axis=1)[:, :k]
+    return _unit(q + w * _unit(space.concepts[idx].mean(axis=1)))
+
+
+def ranks(space: Space, qv: np.ndarray, queries, demo: bool = False) -> list[int | None]:
+    """Rank (from 1, top 10) of the first right video per query, each video by its best frame,
+    among the dev set's videos (``demo``: the demo's)."""
+    keep = np.char.startswith(space.video.astype(str), DEMO) == demo
+    scores = qv @ space.frames[keep].T
+    out = []
+    for row, (_, _, answers) in zip(scores, queries):
+        best: dict[str, tuple[float, bool]] = {}
+        for s, v, a, b in zip(row, space.video[keep], space.t0[keep], space.t1[keep]):
+            ok = any(x.holds(str(v), float(a), float(b)) for x in answers)
+            # a video's best frame, as group_by=video; right if that moment answers
+            if v not in best or s > best[v][0]:
+                best[v] = (float(s), ok)
+        order = sorted(best.values(), key=lambda x: -x[0])[:10]
+        out.append(next((i for i, (_, ok) in enumerate(order, 1) if ok), None))
+    return out
+
+
+def figures(r: list[int | None]) -> tuple[float, float]:
+    return sum(x == 1 for x in r) / len(r), sum(1 / x for x in r if x) / len(r)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rebuild", action="store_true")
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from multimodal import TALKS, VISUAL
+
+    data = build(args.rebuild)
+    space = Space(data)
+    dev = _realmedia.QUERIES
+    kinds = [k for _, k, _ in dev]
+    q = space.raw([t for t, _, _ in dev])
+    # the demo's visual queries: right where the frame shows the photo (its scene)
+    demo_q = [(text, "visual", (_scene_answer(name, photo),)) for text, name, photo in VISUAL]
+    qd = space.raw([t for t, _, _ in demo_q])
+    talk_texts = [x for talk in TALKS for x in (*talk[4], *talk[5])]
+    qt = space.raw(talk_texts)
+
+    variants: dict[str, callable] = {"raw": lambda v: v}
+    for t, k, w in product((0.02, 0.05, 0.1, 0.2), (5, 10, 20), (0.0, 0.25, 0.5, 0.75)):
+        variants[f"conse t={t} k={k} w={w}"] = lambda v, t=t, k=k, w=w: conse(space, v, t, k, w)
+    for k, w in product((1, 3, 5, 10), (0.5, 1.0, 2.0)):
+        variants[f"expand k={k} w={w}"] = lambda v, k=k, w=w: expand(space, v, k, w)
+
+    results = {}
+    print(f"{'variant':34} R@1   MRR   obj   scene person demoR@1 talk-cos p50/max")
+    for name, f in variants.items():
+        r = ranks(space, f(q), dev)
+        rd = ranks(space, f(qd), demo_q, demo=True)
+        talk = (f(qt) @ space.frames[np.char.startswith(space.video, DEMO)].T).max(axis=1)
+        results[name] = r
+        r1, mrr = figures(r)
+        per = [
+            figures([x for x, kk in zip(r, kinds) if kk == kind])[0]
+            for kind in ("object", "scene", "person")
+        ]
+        print(
+            f"{name:34} {r1:.2f}  {mrr:.3f} {per[0]:.2f}  {per[1]:.2f}  {per[2]:.2f}   "
+            f"{figures(rd)[0]:.2f}    {np.median(talk):.2f}/{talk.max():.2f}"
+        )
+    # leave-one-out per family: choose by MRR on the other 24, score the left-out one
+    for family in ("conse", "expand"):
+        names = [n for n in variants if n.startswith(family)]
+        got = []
+        for i in range(len(dev)):
+            pick = max(names, key=lambda n: figures(results[n][:i] + results[n][i + 1 :])[1])
+            got.append(results[pick][i])
+        print(f"leave-one-out {family}: R@1 {figures(got)[0]:.2f} MRR {figures(got)[1]:.3f}")
+    print("per query, raw:", results["raw"])
+    return 0
+
+
+def _scene_answer(name: str, photo: str, scene_s: float = 4.0) -> _realmedia.Answer:
+    """The seconds of demo video ``name`` that show ``photo`` (``write_video``'s 4 s scenes)."""
+    from vifusion.samples import DEMO_SET
+
+    i = DEMO_SET[name].index(photo)
+    return _realmedia.Answer(DEMO + name, (i * scene_s, (i + 1) * scene_s))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
