@@ -226,7 +226,7 @@ def _sqlite_7(c: sqlite3.Connection) -> None:
 # Webhooks (``_outbox.py``): the hooks (their secrets as they are: they sign what is sent),
 # the outbox's events (the JSON body as sent) and one delivery row per event and hook.
 _WEBHOOKS = """
-CREATE TABLE webhooks (
+CREATE TABLE IF NOT EXISTS webhooks (
     id TEXT PRIMARY KEY,
     url TEXT NOT NULL,
     events TEXT NOT NULL,
@@ -234,13 +234,13 @@ CREATE TABLE webhooks (
     created_at {real} NOT NULL,
     secret TEXT NOT NULL
 );
-CREATE TABLE hook_events (
+CREATE TABLE IF NOT EXISTS hook_events (
     id TEXT PRIMARY KEY,
     type TEXT NOT NULL,
     created_at {real} NOT NULL,
     body TEXT NOT NULL
 );
-CREATE TABLE hook_deliveries (
+CREATE TABLE IF NOT EXISTS hook_deliveries (
     event_id TEXT NOT NULL REFERENCES hook_events(id),
     hook_id TEXT NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),
@@ -252,8 +252,8 @@ CREATE TABLE hook_deliveries (
     last_error TEXT,
     PRIMARY KEY (event_id, hook_id)
 );
-CREATE INDEX hook_deliveries_due ON hook_deliveries(status, next_at);
-CREATE INDEX hook_deliveries_hook ON hook_deliveries(hook_id, last_at);
+CREATE INDEX IF NOT EXISTS hook_deliveries_due ON hook_deliveries(status, next_at);
+CREATE INDEX IF NOT EXISTS hook_deliveries_hook ON hook_deliveries(hook_id, last_at);
 """
 
 
