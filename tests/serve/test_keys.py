@@ -66,6 +66,8 @@ ROUTES = [
     ("POST", "/v1/webhooks", {"json": {"url": 7}}, "admin"),
     ("GET", "/v1/webhooks", {}, "admin"),
     ("DELETE", "/v1/webhooks/no-such-hook", {}, "admin"),
+    ("GET", "/v1/collections", {}, "search"),
+    ("DELETE", "/v1/collections/no-such-collection", {}, "admin"),
 ]
 RANK = {"search": 0, "ingest": 1, "admin": 2}
 
@@ -77,6 +79,7 @@ def template(path: str) -> str:
         ("no-such-job", "{job_id}"),
         ("000000000000", "{key_id}"),
         ("no-such-hook", "{hook_id}"),
+        ("no-such-collection", "{name}"),
     ):
         path = path.replace(sample, name)
     return path
