@@ -89,27 +89,41 @@ class Client:
     # -- videos ------------------------------------------------------------------------
 
     def upload(
-        self, path: str | Path, title: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        path: str | Path,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        collection: str | None = None,
     ) -> dict:
-        """Upload a video file; returns ``{video_id, job_id, status}``."""
+        """Upload a video file (into ``collection``, else ``default``); returns ``{video_id,
+        job_id, status}``."""
         path = Path(path)
         data: dict[str, str] = {}
         if title is not None:
             data["title"] = title
         if metadata is not None:
             data["metadata"] = json.dumps(metadata)
+        if collection is not None:
+            data["collection"] = collection
         with path.open("rb") as f:
             return self._call("POST", "/v1/videos", files={"file": (path.name, f)}, data=data)
 
     def add_uri(
-        self, uri: str, title: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        uri: str,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        collection: str | None = None,
     ) -> dict:
-        """Index a ``file://`` path under the service's ingest roots, or an http(s) URL."""
+        """Index a ``file://`` path under the service's ingest roots, or an http(s) URL (into
+        ``collection``, else ``default``)."""
         body: dict[str, Any] = {"uri": uri}
         if title is not None:
             body["title"] = title
         if metadata is not None:
             body["metadata"] = metadata
+        if collection is not None:
+            body["collection"] = collection
         return self._call("POST", "/v1/videos", json=body)
 
     def job(self, job_id: str) -> dict:
@@ -146,6 +160,14 @@ class Client:
 
     def delete(self, video_id: int) -> None:
         self._call("DELETE", f"/v1/videos/{video_id}")
+
+    def collections(self) -> list[dict]:
+        """The collections this key may see: ``[{"name", "videos", "frames"}]``."""
+        return self._call("GET", "/v1/collections")["collections"]
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection with its videos, their vectors and media (an admin key)."""
+        self._call("DELETE", f"/v1/collections/{name}")
 
     def retry(self, video_id: int) -> dict:
         """Index a failed video again: ``{"video_id", "job_id", "status": "queued"}`` (``wait``
