@@ -182,15 +182,16 @@ class Searcher:
         """What is seen: (the frame space the visual model's text queries search, the query's
         vector there, what to subtract from its cosines before a blend reads them). ConSE's is
         the text model's own space: ``vec`` taken where frames are by the default embedder's
-        ``project_query`` (``extract/_seen_query.py``: its cosines run ``SHIFT`` higher than the
-        raw vector's, on which the blends were calibrated); a joint model's text tower embeds
-        into ``visual`` (``extract/backbone.py``)."""
+        ``project_query`` (``extract/_seen_query.py``: its cosines run higher than the raw
+        vector's, on which the blends were calibrated, by ``shift``); a joint model's text
+        tower embeds into ``visual`` (``extract/backbone.py``)."""
         space = getattr(self.embedder, "text_space", "semantic")
         if space != "semantic":
             return space, self.embedder.embed_query([query]), 0.0
-        from vifusion.extract._seen_query import SHIFT
+        from vifusion.extract._seen_query import shift
 
-        return space, self.embedder.project_query(vec), SHIFT
+        seen_vec = self.embedder.project_query(vec)
+        return space, seen_vec, float(shift(vec, seen_vec)[0])
 
     def _ranked_lists(self, query, vec, seen, top_k, group_by, videos, modalities):
         """``ranked_lists`` with the query's vectors made: ``vec`` (words) and ``seen``
