@@ -138,6 +138,27 @@ class IndexFields(BaseModel):
     index_nprobe: int = Field(
         32, gt=0, description="inverted lists an IVF search visits (recall against speed)"
     )
+    # Past 100,000 vectors a space's fp16 codes cost 330 MB a shard (both frame spaces) and
+    # PQ trains well (FAISS asks 39 x 256 points a sub-quantizer); training then takes
+    # seconds, in the background (docs/benchmarks.md, "Compressed spaces").
+    index_compress_min: int = Field(
+        100_000,
+        ge=0,
+        description="vectors per shard and space past which a space is compressed "
+        "(IVF-PQ in memory, exact fp16 vectors in a file on disk for re-ranking); 0: never",
+    )
+    index_pq_visual_bytes: int = Field(
+        64, gt=0, description="PQ code bytes a 1280-d visual vector (a divisor of 1280)"
+    )
+    index_pq_text_bytes: int = Field(
+        32, gt=0, description="PQ code bytes a 384-d semantic/text vector (a divisor of 384)"
+    )
+    index_refine: int = Field(
+        10,
+        gt=0,
+        description="a compressed search re-scores k times this many candidates with their "
+        "exact vectors",
+    )
     snapshot_log_bytes: int = Field(
         256 << 20,
         gt=0,

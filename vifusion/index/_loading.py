@@ -4,8 +4,11 @@ this); and how a replica that lacks some of another's operations gets them from 
 log still holds them, else the other's snapshot file and the log after it. Only bytes move
 (through Ray between replicas, ``replica.py``): no replica reads another's directory.
 
+A compressed space's vector file travels with the snapshot (its rows the snapshot counts);
+the rows after them are rebuilt from the log records, as on a restart.
+
 Limits: what is sent is held in memory whole on both sides (the snapshot file, up to the
-index's size, and the log after it, up to ``snapshot_log_bytes``)."""
+index's size, the vector files, and the log after it, up to ``snapshot_log_bytes``)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 from vifusion.index import _snapshot
 from vifusion.index._rows import DIMS
 from vifusion.index._snapshot import SNAPSHOT
+from vifusion.index._vectors import VectorStore, install_file
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.index.wal import LogCorrupt, WriteAheadLog, decode, record_crc, records, replay
 
@@ -35,6 +39,7 @@ class Changes:
     base_seq: int
     records: list[tuple[int, bytes]]
     reset: bool = False
+    vectors: dict[str, bytes] | None = None  # with a snapshot: its compressed spaces' files
 
     @property
     def seq(self) -> int:
@@ -52,6 +57,7 @@ class Loading:
     _wal: WriteAheadLog | None
     _lock: threading.RLock
     _snapshot_lock: threading.Lock
+    _stores: dict[str, VectorStore]
 
     def _reset(self) -> None:
         self._spaces = {s: SpaceIndex(d, self._policy) for s, d in DIMS.items()}
@@ -62,6 +68,14 @@ class Loading:
         self.seq = 0
         self._snapshot_seq = 0
         self._snapshot_size = 0
+        self._snapshot_rows: dict[str, int] = {}  # vector file rows the snapshot counts
+
+    def _settle_stores(self) -> None:
+        """A vector file no compressed space uses (left by a re-training a crash cut short,
+        or from before a reset) is removed."""
+        for space, store in self._stores.items():
+            if self._spaces[space].store is not store:
+                store.clear()
 
     def _load_state(self) -> None:
         """Last snapshot, then the log after it. A reader racing the writer (a snapshot
@@ -71,7 +85,7 @@ class Loading:
             try:
                 path = self.directory / SNAPSHOT
                 if path.exists():
-                    self._take(_snapshot.read(path, self._policy))
+                    self._take(_snapshot.read(path, self._policy, self._stores))
                 gap = False
                 for seq, op in replay(self.directory / WAL_DIR, self.seq):
                     if seq != self.seq + 1:
@@ -81,6 +95,7 @@ class Loading:
             except FileNotFoundError:
                 gap = True
             if not gap:
+                self._settle_stores()
                 return
             if self.writer:
                 raise LogCorrupt(f"{self.directory}: the log has a gap after seq {self.seq}")
@@ -93,6 +108,7 @@ class Loading:
         self._seen = OrderedDict.fromkeys(loaded.seen)
         self.seq = self._snapshot_seq = loaded.seq
         self._snapshot_size = loaded.size
+        self._snapshot_rows = loaded.vector_rows
 
     def position(self) -> tuple[int, int | None]:
         """The last seq held and its record's checksum (None: the log does not hold it, the
@@ -127,9 +143,13 @@ class Loading:
                 after = 0
             elif after == durable:
                 return Changes(None, durable, [])
-            snapshot = None
+            snapshot = vectors = None
             if after < snapshot_seq:  # the log before the snapshot is gone: send the snapshot
                 snapshot, after = (self.directory / SNAPSHOT).read_bytes(), snapshot_seq
+                vectors = {
+                    space: self._stores[space].file_bytes(rows)
+                    for space, rows in self._snapshot_rows.items()
+                }
             found = []
             for seq, payload in records(self.directory / WAL_DIR, after):
                 if seq > durable:
@@ -139,7 +159,7 @@ class Loading:
             raise LogCorrupt(
                 f"{self.directory}: the log lacks records between {after} and {durable}"
             )
-        return Changes(snapshot, after, found, reset)
+        return Changes(snapshot, after, found, reset, vectors)
 
     def install(self, changes: Changes) -> int:
         """Take what another replica sent (``changes_after``): its snapshot where this replica
@@ -150,10 +170,17 @@ class Loading:
                 self._wal.restart_after(0)  # the log first: see ``restart_after``
                 (self.directory / SNAPSHOT).unlink(missing_ok=True)
                 self._reset()
+                self._settle_stores()
             if changes.snapshot is not None and changes.base_seq > self.seq:
                 self._wal.restart_after(changes.base_seq)
+                # The vector files before the snapshot that counts their rows, and never
+                # under an old snapshot, whose rows they need not match.
+                (self.directory / SNAPSHOT).unlink(missing_ok=True)
+                for space, data in (changes.vectors or {}).items():
+                    install_file(self._stores[space].path, data)
                 _snapshot.install(self.directory, changes.snapshot)
-                self._take(_snapshot.read(self.directory / SNAPSHOT, self._policy))
+                self._take(_snapshot.read(self.directory / SNAPSHOT, self._policy, self._stores))
+                self._settle_stores()
             for seq, payload in changes.records:
                 if seq <= self.seq:
                     continue

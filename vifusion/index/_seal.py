@@ -73,7 +73,8 @@ class Seal:
             raise Tampered(f"write {seq}: its MAC does not match: not applied")
 
     def changes(self, changes: Changes) -> bytes:
-        """The MAC of a catch-up: its base, reset flag, every record and the snapshot."""
+        """The MAC of a catch-up: its base, reset flag, every record, the snapshot and the
+        vector files that go with it."""
         mac = hmac.new(self._key, b"changes", hashlib.sha256)
         mac.update(struct.pack("<QB", changes.base_seq, changes.reset))
         for seq, payload in changes.records:
@@ -82,6 +83,9 @@ class Seal:
         if changes.snapshot is not None:
             mac.update(struct.pack("<Q", len(changes.snapshot)))
             mac.update(changes.snapshot)
+        for space, data in sorted((changes.vectors or {}).items()):
+            mac.update(struct.pack("<Q", len(data)) + space.encode())
+            mac.update(data)
         return mac.digest()
 
     def check_changes(self, changes: Changes, tag: bytes) -> None:

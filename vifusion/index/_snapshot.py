@@ -2,6 +2,9 @@
 the batch ids seen, in one ``.npz`` written atomically (temp file, fsync, rename, fsync of
 the directory: a crash leaves the previous snapshot or this one, never a torn file).
 
+A compressed space's entry also holds its vector file's row count and id -> row map
+(``_vectors.py``); reading the snapshot opens the file at that count.
+
 Reads formats 1 (flat indexes, before the log) to 4 (with the speech and screen spaces);
 writes 4. A file that is not a consistent snapshot raises ``ValueError`` naming it.
 """
@@ -20,6 +23,7 @@ import numpy as np
 
 from vifusion._files import fsync_dir
 from vifusion.index._rows import DIMS
+from vifusion.index._vectors import VectorStore
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.types import FRAME_BITS, FRAME_SPACES, KIND_OF_SPACE, TEXT_SPACES, kind_of
 
@@ -40,6 +44,7 @@ class Loaded:
     seen: list[str]
     seq: int
     size: int  # bytes of the file
+    vector_rows: dict[str, int]  # per compressed space: its vector file's rows
 
 
 def pack(
@@ -61,7 +66,17 @@ def pack(
         parts[f"{space}_blobs"] = np.array([len(b) for b in blobs], np.int64)
         parts[f"{space}_factory"] = np.str_(sp.factory)
         parts[f"{space}_trained"] = np.int64(sp.trained_n)
+        if sp.store is not None:
+            map_ids, map_rows = sp.store.ids.arrays()
+            parts[f"{space}_vrows"] = np.int64(sp.store.rows)
+            parts[f"{space}_map_ids"] = map_ids
+            parts[f"{space}_map_rows"] = map_rows
     return parts
+
+
+def vector_rows(parts: dict) -> dict[str, int]:
+    """The vector file rows a packed snapshot counts, per compressed space."""
+    return {k[: -len("_vrows")]: int(v) for k, v in parts.items() if k.endswith("_vrows")}
 
 
 def write(directory: Path, parts: dict) -> int:
@@ -91,8 +106,10 @@ def _write(directory: Path, fill: Callable[[BinaryIO], object]) -> int:
     return path.stat().st_size
 
 
-def read(path: Path, policy: IndexPolicy) -> Loaded:
-    """Load a snapshot, checking that every space holds exactly the ids of its kind."""
+def read(path: Path, policy: IndexPolicy, stores: dict[str, VectorStore]) -> Loaded:
+    """Load a snapshot, checking that every space holds exactly the ids of its kind; a
+    compressed space takes its store from ``stores``, opened at the rows counted here
+    (``VectorFileDamaged`` where the file lacks some)."""
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path}: not a shard snapshot (not an .npz archive)")
     with np.load(path, allow_pickle=False) as z:
@@ -105,6 +122,7 @@ def read(path: Path, policy: IndexPolicy) -> Loaded:
         if fmt >= 4 and (missing := set(TEXT_SPACES) - set(z.files)):
             raise ValueError(f"{path}: not a shard snapshot (missing {sorted(missing)})")
         spaces = {}
+        rows = {}
         for space, d in DIMS.items():
             if space not in z.files:  # before format 4: no text rows yet
                 spaces[space] = SpaceIndex(d, policy)
@@ -118,8 +136,15 @@ def read(path: Path, policy: IndexPolicy) -> Loaded:
             if sum(sizes) != len(blob):
                 raise ValueError(f"{path}: {space} index blobs do not add up")
             blobs = np.split(blob, np.cumsum(sizes)[:-1])
+            store = None
+            if f"{space}_vrows" in z.files:
+                store = stores[space]
+                rows[space] = int(z[f"{space}_vrows"])
+                cut = store.open_at(rows[space], z[f"{space}_map_ids"], z[f"{space}_map_rows"])
+                if cut:
+                    print(f"{store.path}: cut {cut} rows past the snapshot's", flush=True)
             try:
-                spaces[space] = SpaceIndex.deserialize(blobs, d, policy, factory, trained)
+                spaces[space] = SpaceIndex.deserialize(blobs, d, policy, factory, trained, store)
             except RuntimeError as e:  # FAISS reports a bad index blob as RuntimeError
                 raise ValueError(f"{path}: unreadable {space} index: {e}") from e
             except ValueError as e:
@@ -134,7 +159,7 @@ def read(path: Path, policy: IndexPolicy) -> Loaded:
     by_video: Times = {}
     for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
         by_video.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
-    return Loaded(spaces, by_video, seen, seq, path.stat().st_size)
+    return Loaded(spaces, by_video, seen, seq, path.stat().st_size, rows)
 
 
 def remove_stray_temps(directory: Path) -> None:

@@ -34,6 +34,7 @@ from vifusion.index._loading import WAL_DIR, Loading
 from vifusion.index._rows import COLUMNS, DIMS, SPACES_OF_KIND, by_kind, check_batch, check_queries
 from vifusion.index._snapshot import SNAPSHOT
 from vifusion.index._upkeep import Task, Worker
+from vifusion.index._vectors import VectorStore, path_for
 from vifusion.index.model import check_model, model_record
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog
@@ -66,7 +67,15 @@ class Shard(Loading):
         self.directory = Path(directory)
         self.writer = writer
         self.threads = cfg.faiss_threads or cfg.threads
-        self._policy = IndexPolicy(cfg.index_exact_max, cfg.index_nprobe, cfg.index_codec)
+        self._policy = IndexPolicy(
+            cfg.index_exact_max,
+            cfg.index_nprobe,
+            cfg.index_codec,
+            cfg.index_compress_min,
+            cfg.index_pq_visual_bytes,
+            cfg.index_pq_text_bytes,
+            cfg.index_refine,
+        )
         self._snapshot_log_bytes = cfg.snapshot_log_bytes
         self._lock = threading.RLock()
         self._snapshot_lock = threading.Lock()
@@ -75,6 +84,11 @@ class Shard(Loading):
         if writer:
             _snapshot.remove_stray_temps(self.directory)
         self._capture: dict[str, list[tuple]] = {}  # per space being rebuilt: ops since it began
+        # a compressed space's exact vectors (one file per space, used once it compresses)
+        self._stores = {
+            space: VectorStore(path_for(self.directory, space), d, writable=writer)
+            for space, d in DIMS.items()
+        }
         self._load_state()
         # before any write: a shard never takes or answers with vectors of another model
         check_model(self.directory, model_record(cfg.visual_model), self.seq > 0, writer)
@@ -152,10 +166,14 @@ class Shard(Loading):
                     self.shard_no, seq, self._times, list(self._seen), self._spaces
                 )
                 self._wal.rotate()
+            rows = _snapshot.vector_rows(parts)
+            for space in rows:  # the rows the snapshot counts are synced before it
+                self._stores[space].sync()
             size = _snapshot.write(self.directory, parts)
             with self._lock:
                 self._snapshot_seq = seq
                 self._snapshot_size = size
+                self._snapshot_rows = rows
                 self._wal.drop_through(seq)
 
     # -- writes (followers) -----------------------------------------------------------
@@ -251,6 +269,8 @@ class Shard(Loading):
                 "vectors": {space: sp.ntotal for space, sp in self._spaces.items()},
                 "videos": len(self._times),
                 "index": {space: sp.factory for space, sp in self._spaces.items()},
+                "index_bytes": {space: sp.memory_bytes() for space, sp in self._spaces.items()},
+                "training": sorted(self._capture),
                 "seq": self.seq,
                 "snapshot_seq": self._snapshot_seq,
             }
@@ -341,27 +361,38 @@ class Shard(Loading):
             self._rebuild(space)
 
     def _rebuild(self, space: str) -> None:
-        """Rebuild one space's index with the type its size calls for, off the write path."""
+        """Rebuild one space's index with the type its size calls for, off the write path:
+        searches and writes go on meanwhile, and the writes are applied to the new index
+        too before it replaces the old. A compressed space's exact vectors are read from
+        its vector file outside the lock (rows already written never change)."""
         self._use_threads()
+        store = self._stores[space]
         with self._lock:
             old = self._spaces[space]
             if not old.needs_rebuild() or space in self._capture:
                 return
             ids = np.fromiter((i for rows in self._times.values() for i in rows), np.int64)
             ids = ids[kind_of(ids) == KIND_OF_SPACE[space]]
-            vectors = old.reconstruct(ids)
+            rows = store.ids.get(ids) if old.compressed else None
+            vectors = None if old.compressed else old.reconstruct(ids)
             self._capture[space] = []
         try:
-            new = SpaceIndex.build(old.d, self._policy, ids, vectors, seed=self.shard_no)
+            if old.compressed:
+                vectors = store.read_rows(rows)
+            elif self._policy.compresses(len(ids)):
+                store.clear()  # what a re-training cut short left (only it used the file)
+            new = SpaceIndex.build(
+                old.d, self._policy, ids, vectors, self.shard_no, store, stored=old.compressed
+            )
             del vectors
             with self._lock:
                 if self._spaces[space] is not old:  # replaced meanwhile (``install``)
                     return
-                for op in self._capture[
-                    space
-                ]:  # in order: a replaced id's removal precedes its add
+                # in order: a replaced id's removal precedes its add; a store the old index
+                # shares holds the added vectors already
+                for op in self._capture[space]:
                     if op[0] == "add":
-                        new.add(op[1], op[2])
+                        new.add(op[1], op[2], stored=old.compressed and new.compressed)
                     else:
                         new.remove(op[1])
                 self._spaces[space] = new

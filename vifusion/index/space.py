@@ -6,7 +6,12 @@ Past ``exact_max`` vectors: ``IVF{nlist},{codec}`` trained from the shard's own 
 byte), with a hash direct map so vectors can be removed and read back by id. Both types remove ids, so no tombstones are
 needed. Vectors are L2-normalised: inner product is cosine similarity.
 
-Limits: an IVF space stores its vectors in the codec (``reconstruct`` returns them decoded,
+Past ``compress_min`` vectors: ``IVF{nlist},PQ{m}``, a compressed space (``m`` bytes a vector,
+``pq_bytes`` by dimension), with no direct map (removal scans the lists); its exact vectors
+live in the shard's vector file (``_vectors.py``), which the top ``k * refine`` candidates of
+each search are re-scored from, and which ``reconstruct`` reads.
+
+Limits: an SQ space stores its vectors in the codec (``reconstruct`` returns them decoded,
 not the exact input); it is re-trained from those when its size calls for more lists
 (about every 4x of growth). Not thread-safe: the shard serialises calls.
 """
@@ -21,6 +26,7 @@ import numpy as np
 
 from vifusion._limits import within
 from vifusion.index._flat import ChunkedFlat
+from vifusion.index._vectors import VectorStore
 
 FLAT = "IDMap2,Flat"
 _REGROW = 2  # an IVF space is re-trained no sooner than at this many times its training size
@@ -29,6 +35,7 @@ _EXACT_SUBSET = 1 << 16  # a filter selecting at most this many vectors is searc
 
 
 CODECS = ("SQfp16", "SQ8")
+_VISUAL_DIM = 1280
 
 
 @dataclass(frozen=True)
@@ -39,19 +46,30 @@ class IndexPolicy:
     exact_max: int = 50_000  # vectors kept in an exact flat index
     nprobe: int = 32  # inverted lists an IVF search visits
     codec: str = "SQfp16"  # vectors in a trained index: one of CODECS
+    compress_min: int = 0  # past this many vectors, IVF-PQ + re-ranking (0: never)
+    pq_visual: int = 64  # PQ bytes a 1280-d vector
+    pq_text: int = 32  # PQ bytes a 384-d vector
+    refine: int = 10  # a compressed search re-scores k * refine candidates exactly
 
     def __post_init__(self) -> None:
         within("exact_max", self.exact_max, 0)
         within("nprobe", self.nprobe, 1)
+        within("compress_min", self.compress_min, 0)
+        within("refine", self.refine, 1)
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; expected one of {CODECS}")
 
-    def factory_for(self, n: int) -> str:
-        """The FAISS factory string for a space of ``n`` vectors."""
-        if n <= self.exact_max:
+    def factory_for(self, n: int, d: int = 0) -> str:
+        """The FAISS factory string for a space of ``n`` vectors of dimension ``d``."""
+        if n <= self.exact_max and not self.compresses(n):
             return FLAT
         nlist = 1 << max(6, min(16, round(math.log2(2 * math.sqrt(n)))))
+        if self.compresses(n):
+            return f"IVF{nlist},PQ{self.pq_visual if d == _VISUAL_DIM else self.pq_text}"
         return f"IVF{nlist},{self.codec}"
+
+    def compresses(self, n: int) -> bool:
+        return 0 < self.compress_min < n
 
 
 class SpaceIndex:
@@ -64,19 +82,30 @@ class SpaceIndex:
         factory: str = FLAT,
         index: faiss.Index | ChunkedFlat | None = None,
         trained_n: int = 0,
+        store: VectorStore | None = None,
     ) -> None:
         self.d = d
         self.policy = policy
         self.factory = factory
         self.index = index if index is not None else ChunkedFlat(d)
         self.trained_n = trained_n
+        self.store = store  # a compressed space's exact vectors
 
     @classmethod
     def build(
-        cls, d: int, policy: IndexPolicy, ids: np.ndarray, vectors: np.ndarray, seed: int = 0
+        cls,
+        d: int,
+        policy: IndexPolicy,
+        ids: np.ndarray,
+        vectors: np.ndarray,
+        seed: int = 0,
+        store: VectorStore | None = None,
+        stored: bool = False,
     ) -> SpaceIndex:
-        """A new index of the type that suits ``len(ids)`` vectors, holding them."""
-        factory = policy.factory_for(len(ids))
+        """A new index of the type that suits ``len(ids)`` vectors, holding them. A
+        compressed one keeps its exact vectors in ``store``: it writes them there unless
+        ``stored`` (re-training a compressed space, whose store holds them)."""
+        factory = policy.factory_for(len(ids), d)
         if factory == FLAT:
             space = cls(d, policy)
         else:
@@ -92,7 +121,19 @@ class SpaceIndex:
             index.cp.niter = 10
             index.cp.min_points_per_centroid = 1  # silence the "too few points" warning
             index.cp.max_points_per_centroid = _TRAIN_PER_LIST
+            if "PQ" in factory:
+                # the factory turns on polysemous training, which took minutes (annealing
+                # the code order for Hamming filtering, which search does not use)
+                ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+                ivf.do_polysemous_training = False
+                ivf.pq.cp.min_points_per_centroid = 1  # the sample is what there is
             index.train(np.ascontiguousarray(sample, np.float32))
+            if "PQ" in factory:
+                if store is None:
+                    raise ValueError("a compressed space needs a vector store")
+                space = cls(d, policy, factory, index, len(ids), store)
+                space.add(ids, vectors, stored=stored)
+                return space
             index.set_direct_map_type(faiss.DirectMap.Hashtable)
             space = cls(d, policy, factory, index, trained_n=len(ids))
         space.add(ids, vectors)
@@ -106,23 +147,39 @@ class SpaceIndex:
     def is_flat(self) -> bool:
         return self.factory == FLAT
 
+    @property
+    def compressed(self) -> bool:
+        return self.store is not None
+
+    def memory_bytes(self) -> int:
+        """Resident bytes of the index (codes, ids, centroids, codebooks) and, compressed,
+        its id -> row map; the vector file is on disk, paged in as read."""
+        if self.is_flat:
+            return self.ntotal * (4 * self.d + 8)
+        n = int(faiss.serialize_index(self.index).nbytes)
+        if not self.compressed:  # plus the hash direct map: about 40 bytes an id
+            n += 40 * self.ntotal
+        return n + (self.store.ids.nbytes if self.store is not None else 0)
+
     def needs_rebuild(self) -> bool:
         """Whether the index type no longer suits the size: a flat space grown past
         ``exact_max``, or an IVF space grown at least ``_REGROW`` x since training into a
         size that calls for more inverted lists."""
+        n = self.ntotal
         if self.is_flat:
-            return self.ntotal > self.policy.exact_max
-        return (
-            self.ntotal >= _REGROW * self.trained_n
-            and self.policy.factory_for(self.ntotal) != self.factory
-        )
+            return n > self.policy.exact_max or self.policy.compresses(n)
+        if self.policy.compresses(n) and not self.compressed:
+            return True
+        return n >= _REGROW * self.trained_n and self.policy.factory_for(n, self.d) != self.factory
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Add vectors under ids that are not present (the caller removes old ones first)."""
+    def add(self, ids: np.ndarray, vectors: np.ndarray, stored: bool = False) -> None:
+        """Add vectors under ids that are not present (the caller removes old ones first).
+        A compressed space writes them to its vector file too, unless ``stored``."""
         if len(ids):
-            self.index.add_with_ids(
-                np.ascontiguousarray(vectors, np.float32), np.ascontiguousarray(ids, np.int64)
-            )
+            ids = np.ascontiguousarray(ids, np.int64)
+            if self.store is not None and not stored:
+                self.store.append(ids, vectors)
+            self.index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
 
     def remove(self, ids: np.ndarray) -> int:
         """Remove these ids (absent ones are ignored); return how many were removed."""
@@ -131,9 +188,10 @@ class SpaceIndex:
             return 0
         # The hash direct map of an IVF index only removes by an explicit id array; a flat
         # IDMap2 tests every stored id against the selector, so it wants a hash set.
+        # A compressed space has no direct map: its lists are scanned, testing each id too.
         sel = (
             faiss.IDSelectorBatch(ids)
-            if self.is_flat
+            if self.is_flat or self.compressed
             else faiss.IDSelectorArray(len(ids), faiss.swig_ptr(ids))
         )
         return int(self.index.remove_ids(sel))
@@ -143,6 +201,8 @@ class SpaceIndex:
         ids = np.ascontiguousarray(ids, np.int64)
         if not len(ids):
             return np.zeros((0, self.d), np.float32)
+        if self.store is not None:
+            return self.store.read(ids)
         return self.index.reconstruct_batch(ids)
 
     def search(
@@ -151,6 +211,8 @@ class SpaceIndex:
         """Top-k (scores, ids) per query; with ``subset``, only among those ids, without
         losing top-k to the filter (small subsets are searched exactly)."""
         if subset is None:
+            if self.compressed:
+                return self._refined(queries, k, self.policy.nprobe)
             params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.policy.nprobe)
             return self.index.search(queries, k, params=params)
         if self.is_flat:
@@ -170,10 +232,28 @@ class SpaceIndex:
                 )
             return scores, ids
         # A large subset: IVF restricted to it, probing wider since the filter thins each list.
+        if self.compressed:
+            return self._refined(queries, k, 4 * self.policy.nprobe, subset)
         params = faiss.SearchParametersIVF(
             nprobe=4 * self.policy.nprobe, sel=faiss.IDSelectorBatch(subset)
         )
         return self.index.search(queries, k, params=params)
+
+    def _refined(
+        self, queries: np.ndarray, k: int, nprobe: int, subset: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k of a compressed space: the PQ index's top ``k * refine`` candidates,
+        re-scored with their exact vectors from the vector file."""
+        sel = None if subset is None else faiss.IDSelectorBatch(subset)
+        params = faiss.SearchParametersIVF(nprobe=nprobe, sel=sel)
+        _, cand = self.index.search(queries, k * self.policy.refine, params=params)
+        found = cand >= 0
+        scores = np.full(cand.shape, -np.finfo(np.float32).max, np.float32)
+        if found.any():
+            exact = self.store.read(cand[found])
+            scores[found] = np.einsum("nd,nd->n", exact, np.repeat(queries, found.sum(1), axis=0))
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, best, 1), np.take_along_axis(cand, best, 1)
 
     def serialize(self) -> list[np.ndarray]:
         """The index as FAISS blobs: one per chunk of a flat space, one for an IVF space."""
@@ -183,7 +263,13 @@ class SpaceIndex:
 
     @classmethod
     def deserialize(
-        cls, blobs: list[np.ndarray], d: int, policy: IndexPolicy, factory: str, trained_n: int
+        cls,
+        blobs: list[np.ndarray],
+        d: int,
+        policy: IndexPolicy,
+        factory: str,
+        trained_n: int,
+        store: VectorStore | None = None,
     ) -> SpaceIndex:
         if factory == FLAT:
             return cls(d, policy, factory, ChunkedFlat.deserialize(blobs, d), trained_n)
@@ -192,7 +278,7 @@ class SpaceIndex:
         index = faiss.deserialize_index(blobs[0])
         if index.d != d:
             raise ValueError(f"index has dim {index.d}, expected {d}")
-        return cls(d, policy, factory, index, trained_n)
+        return cls(d, policy, factory, index, trained_n, store)
 
     def all_ids(self) -> np.ndarray:
         """Every stored id (order unspecified)."""

@@ -1,0 +1,190 @@
+"""A compressed space: past ``index_compress_min`` vectors a shard's space becomes IVF-PQ,
+trained in the background, and re-ranks its candidates with the exact vectors of its vector
+file; that file survives restarts and crashes, travels to replicas, and is checked."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vifusion.config import Config
+from vifusion.index import Shard
+from vifusion.index import space as space_mod
+from vifusion.index._vectors import HEADER, VectorFileDamaged, path_for
+from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id
+
+FRAMES = 1000  # per video
+CENTRES = 64
+
+
+def _cfg(**kw) -> Config:
+    # exact up to 2,000 frames, then compressed (small codes: a fast test)
+    base = dict(
+        faiss_threads=1,
+        index_exact_max=1_000_000,
+        index_compress_min=2_000,
+        index_pq_visual_bytes=32,
+        index_pq_text_bytes=16,
+    )
+    return Config(**{**base, **kw})
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _features(video: int) -> np.ndarray:
+    """Frames near one of a few shared centres (clear structure, as real frames have)."""
+    rng = np.random.default_rng(video)
+    out = []
+    for d in (VISUAL_DIM, SEMANTIC_DIM):
+        centres = _unit(np.random.default_rng(d).standard_normal((CENTRES, d), np.float32))
+        pick = rng.integers(0, CENTRES, FRAMES)
+        out.append(_unit(centres[pick] + rng.standard_normal((FRAMES, d), np.float32) * 0.05))
+    return np.concatenate(out, axis=1)
+
+
+def _video(video: int) -> FusedBatch:
+    ids = np.array([vector_id(video, f) for f in range(FRAMES)], np.int64)
+    times = np.stack([np.arange(FRAMES), np.arange(FRAMES) + 1], 1).astype(np.float32)
+    return FusedBatch(ids=ids, times=times, features=_features(video))
+
+
+def _queries(videos: list[int], space: str, n: int = 50) -> np.ndarray:
+    """Stored frames with a little noise."""
+    lo, hi = (0, VISUAL_DIM) if space == "visual" else (VISUAL_DIM, VISUAL_DIM + SEMANTIC_DIM)
+    rng = np.random.default_rng(99)
+    x = np.concatenate([_features(v)[:, lo:hi] for v in videos])
+    rows = rng.choice(len(x), n, replace=False)
+    return _unit(x[rows] + rng.standard_normal((n, hi - lo), np.float32) * 0.02)
+
+
+def _recall(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(got, want)]))
+
+
+def _compressed(shard: Shard) -> dict[str, str]:
+    return {s: f for s, f in shard.stats()["index"].items() if "PQ" in f}
+
+
+@pytest.fixture(scope="module")
+def exact(tmp_path_factory) -> Shard:
+    """The same three videos in an exact (flat) shard: the answers to match."""
+    s = Shard(0, tmp_path_factory.mktemp("exact"), _cfg(index_compress_min=0))
+    for v in (1, 2, 3):
+        s.add(_video(v))
+    return s
+
+
+def test_past_the_threshold_a_space_compresses_and_reranking_finds_the_exact_neighbours(
+    tmp_path: Path, exact: Shard
+) -> None:
+    s = Shard(0, tmp_path, _cfg())
+    for v in (1, 2, 3):
+        s.add(_video(v))
+    assert _compressed(s) == {"visual": "IVF128,PQ32", "semantic": "IVF128,PQ16"}
+    assert path_for(tmp_path, "visual").stat().st_size == HEADER + 3 * FRAMES * VISUAL_DIM * 2
+    for space in ("visual", "semantic"):
+        q = _queries([1, 2, 3], space)
+        scores, ids, _ = s.search(space, q, 10)
+        want_scores, want, _ = exact.search(space, q, 10)
+        assert _recall(ids, want) >= 0.95
+        # the scores are the exact vectors' (fp16), not the codes' approximations
+        np.testing.assert_allclose(scores[:, 0], want_scores[:, 0], atol=2e-3)
+    # a filter (a small subset: searched exactly from the vector file)
+    _, ids, _ = s.search("visual", _queries([2], "visual"), 10, videos=[2])
+    assert ((ids >> FRAME_BITS) == 2).all()
+
+
+def test_searches_answer_during_training_and_writes_meanwhile_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    build = space_mod.SpaceIndex.build.__func__
+
+    def held_build(cls, d, policy, *a, **kw):  # the real training, once the test lets it
+        if policy.compresses(len(a[0])):
+            started.set()
+            assert release.wait(60)
+        return build(cls, d, policy, *a, **kw)
+
+    monkeypatch.setattr(space_mod.SpaceIndex, "build", classmethod(held_build))
+    s = Shard(0, tmp_path, _cfg(), background=True)
+    s.add(_video(1))
+    s.add(_video(2))
+    s.add(_video(3))
+    assert started.wait(60)
+    # training: the exact index still answers, and takes writes
+    q = _features(3)[:5, :VISUAL_DIM]
+    _, ids, _ = s.search("visual", q, 1)
+    assert ids[:, 0].tolist() == [vector_id(3, f) for f in range(5)]
+    s.add(_video(4))
+    s.delete_video(1)
+    assert not _compressed(s)
+    release.set()
+    s.wait_idle()
+    assert set(_compressed(s)) == {"visual", "semantic"}
+    _, ids, _ = s.search("visual", _features(4)[:5, :VISUAL_DIM], 1)
+    assert ids[:, 0].tolist() == [vector_id(4, f) for f in range(5)]
+    assert s.stats()["vectors"]["visual"] == 3 * FRAMES
+    _, ids, _ = s.search("visual", _features(1)[:20, :VISUAL_DIM], 10)
+    assert not ((ids >> FRAME_BITS) == 1).any() and 1 not in s.video_ids()
+
+
+def test_a_delete_hides_its_frames_in_a_compressed_space(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, _cfg())
+    for v in (1, 2, 3):
+        s.add(_video(v))
+    assert _compressed(s)
+    q = _features(2)[:20, :VISUAL_DIM]
+    _, ids, _ = s.search("visual", q, 1)
+    assert ids[:, 0].tolist() == [vector_id(2, f) for f in range(20)]
+    s.delete_video(2)
+    _, ids, _ = s.search("visual", q, 10)
+    assert not np.isin(ids, [vector_id(2, f) for f in range(FRAMES)]).any()
+    _, ids, _ = s.search("visual", q, 10, videos=[2])
+    assert (ids == -1).all()
+
+
+def test_a_restart_loads_the_trained_index_and_cuts_a_torn_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = Shard(0, tmp_path, _cfg())
+    for v in (1, 2, 3):
+        s.add(_video(v))
+    s.snapshot()
+    s.add(_video(4))  # in the log only: its rows are written again on replay
+    q = _queries([1, 2, 3, 4], "visual")
+    before = s.search("visual", q, 10)
+    del s
+    vectors = path_for(tmp_path, "visual")
+    with open(vectors, "ab") as f:  # a crash mid-append: half a row
+        f.write(b"\x01" * VISUAL_DIM)
+
+    def no_training(*a, **kw):
+        raise AssertionError("a restart must load the trained index, not train again")
+
+    monkeypatch.setattr(space_mod.SpaceIndex, "build", no_training)
+    s = Shard(0, tmp_path, _cfg())
+    assert _compressed(s)
+    for x, y in zip(before, s.search("visual", q, 10), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert vectors.stat().st_size == HEADER + 4 * FRAMES * VISUAL_DIM * 2
+
+
+def test_a_vector_file_missing_synced_rows_stops_the_shard_naming_it(tmp_path: Path) -> None:
+    s = Shard(0, tmp_path, _cfg())
+    for v in (1, 2, 3):
+        s.add(_video(v))
+    s.snapshot()
+    del s
+    vectors = path_for(tmp_path, "semantic")
+    with open(vectors, "r+b") as f:
+        f.truncate(HEADER + 100 * SEMANTIC_DIM * 2)
+    with pytest.raises(
+        VectorFileDamaged, match="holds 100 whole vector rows, the snapshot counts 3000"
+    ):
+        Shard(0, tmp_path, _cfg())

@@ -1,0 +1,229 @@
+"""A compressed space's exact vectors: an append-only fp16 file on the shard's disk, read
+through a memory map, and the map from vector id to the file's row.
+
+The file: a 16-byte header (``MAGIC``, the dimension) and then one row of ``d`` fp16 values
+per vector added, in order; a replaced or deleted vector's row stays (dead), and the id
+map points at the newest row of each id.
+
+Durability: the file is derived from the write-ahead log. It is synced before each snapshot
+that counts its rows, and the snapshot records that count (and the id map): on loading,
+rows past it (written after the snapshot, maybe torn) are cut and the log's replay writes
+them again; a file shorter than the count lost synced rows, which is damage
+(``VectorFileDamaged``: the shard refuses to start and ``vifusion check`` names it).
+
+A reader (``writable=False``) never writes the file: the rows its log replay adds stay in
+memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"VFVEC001"
+HEADER = 16  # MAGIC, then the dimension (uint32) and 4 reserved bytes
+VECTORS_DIR = "vectors"
+
+
+class VectorFileDamaged(ValueError):
+    """A vector file that lacks rows a snapshot counted, or is not a vector file."""
+
+
+def path_for(directory: Path, space: str) -> Path:
+    return Path(directory) / VECTORS_DIR / f"{space}.f16"
+
+
+class VectorStore:
+    """One space's exact vectors (the file) and where each id's newest row is."""
+
+    def __init__(self, path: Path, d: int, writable: bool = True) -> None:
+        self.path = path
+        self.d = d
+        self.writable = writable
+        self.rows = 0  # rows held (the file's, then a reader's in-memory tail)
+        self._file_rows = 0
+        self._tail: list[np.ndarray] = []  # a reader's rows past the file's
+        self._map: mmap.mmap | None = None
+        self._fd: int | None = None
+        self.ids = RowMap()
+
+    # -- opening ---------------------------------------------------------------------
+
+    def open_at(self, rows: int, map_ids: np.ndarray, map_rows: np.ndarray) -> int:
+        """Take the file as a snapshot left it: ``rows`` rows, ids at ``map_rows``. Returns
+        how many rows past ``rows`` were cut (written after that snapshot, or torn)."""
+        self._close()
+        have = self._file_length_rows()
+        if have < rows:
+            raise VectorFileDamaged(
+                f"{self.path}: holds {max(have, 0)} whole vector rows, the snapshot counts "
+                f"{rows}: synced rows are lost"
+            )
+        cut = have - rows
+        if cut and self.writable:
+            with open(self.path, "r+b") as f:
+                f.truncate(HEADER + rows * self.d * 2)
+                os.fsync(f.fileno())
+        self.rows = self._file_rows = rows
+        self._tail = []
+        self.ids = RowMap(map_ids, map_rows)
+        return cut
+
+    def clear(self) -> None:
+        """Hold nothing: an empty file (a writer) or none at all."""
+        self._close()
+        self.rows = self._file_rows = 0
+        self._tail = []
+        self.ids = RowMap()
+        if self.writable:
+            self.path.unlink(missing_ok=True)
+
+    def _file_length_rows(self) -> int:
+        """Whole rows in the file after a valid header (-1: no file)."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return -1
+        with open(self.path, "rb") as f:
+            head = f.read(HEADER)
+        if len(head) < HEADER or head[:8] != MAGIC:
+            raise VectorFileDamaged(f"{self.path}: not a vector file (bad header)")
+        d = int.from_bytes(head[8:12], "little")
+        if d != self.d:
+            raise VectorFileDamaged(f"{self.path}: vectors of dim {d}, expected {self.d}")
+        return (size - HEADER) // (self.d * 2)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add rows for ``ids`` (their newest), not yet synced."""
+        if not len(ids):
+            return
+        x = np.ascontiguousarray(vectors, np.float16)
+        first = self.rows
+        if self.writable:
+            fd = self._open_fd()
+            os.pwrite(fd, x.tobytes(), HEADER + self._file_rows * self.d * 2)
+            self._file_rows += len(x)
+        else:
+            self._tail.append(x)
+        self.rows += len(x)
+        self.ids.set(np.asarray(ids, np.int64), np.arange(first, self.rows, dtype=np.int64))
+
+    def sync(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not self.path.exists()
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if fresh:
+                head = MAGIC + self.d.to_bytes(4, "little") + bytes(4)
+                os.pwrite(self._fd, head, 0)
+        return self._fd
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        """The exact vectors of these ids (each must be held), (n, d) float32."""
+        return self.read_rows(self.ids.get(np.asarray(ids, np.int64)))
+
+    def read_rows(self, rows: np.ndarray) -> np.ndarray:
+        out = np.empty((len(rows), self.d), np.float32)
+        in_file = rows < self._file_rows
+        if in_file.any():
+            out[in_file] = self._mapped()[rows[in_file]]
+        if not in_file.all():
+            tail = np.concatenate(self._tail)
+            out[~in_file] = tail[rows[~in_file] - self._file_rows]
+        return out
+
+    def _mapped(self) -> np.ndarray:
+        """The file's rows as an (n, d) fp16 array over a memory map, remapped as it grows.
+        The old map is dropped, not closed: a read on another thread (a re-training space's)
+        may still hold a view of it; it closes once the last view goes."""
+        n, m = self._file_rows, self._map
+        if m is None or (len(m) - HEADER) // (self.d * 2) < n:
+            with open(self.path, "rb") as f:
+                m = self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(m, np.float16, n * self.d, HEADER).reshape(n, self.d)
+
+    def file_bytes(self, rows: int) -> bytes:
+        """The file's first ``rows`` rows with its header, for another replica."""
+        with open(self.path, "rb") as f:
+            return f.read(HEADER + rows * self.d * 2)
+
+    def _close(self) -> None:
+        self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def install_file(path: Path, data: bytes) -> None:
+    """Write another replica's vector file as ``path``, synced, replacing any there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class RowMap:
+    """Vector id -> row: a sorted array pair, plus the ids set since (a dict) until they
+    are merged in, past a sixteenth of the sorted part (12 bytes an id once merged)."""
+
+    def __init__(self, ids: np.ndarray | None = None, rows: np.ndarray | None = None) -> None:
+        self._ids = np.zeros(0, np.int64) if ids is None else np.asarray(ids, np.int64)
+        self._rows = np.zeros(0, np.int32) if rows is None else np.asarray(rows, np.int32)
+        self._recent: dict[int, int] = {}
+
+    def set(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        self._recent.update(zip(ids.tolist(), rows.tolist()))
+        if len(self._recent) > max(4096, len(self._ids) // 16):
+            self._merge()
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        out = np.full(len(ids), -1, np.int64)
+        if len(self._ids):
+            at = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+            hit = self._ids[at] == ids
+            out[hit] = self._rows[at[hit]]
+        if self._recent:
+            recent = self._recent
+            for j, i in enumerate(ids.tolist()):
+                r = recent.get(i)
+                if r is not None:
+                    out[j] = r
+        if (out < 0).any():
+            raise KeyError(f"ids with no stored vector: {ids[out < 0][:5].tolist()}")
+        return out
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted ids, their rows), everything merged."""
+        self._merge()
+        return self._ids, self._rows
+
+    @property
+    def nbytes(self) -> int:
+        return self._ids.nbytes + self._rows.nbytes + 100 * len(self._recent)
+
+    def _merge(self) -> None:
+        if not self._recent:
+            return
+        ids = np.concatenate([self._ids, np.fromiter(self._recent, np.int64, len(self._recent))])
+        rows = np.concatenate(
+            [self._rows, np.fromiter(self._recent.values(), np.int32, len(self._recent))]
+        )
+        order = np.argsort(ids, kind="stable")  # an id's newest row is last among its equals
+        ids, rows = ids[order], rows[order]
+        last = np.append(ids[1:] != ids[:-1], True)
+        self._ids, self._rows = ids[last], rows[last]
+        self._recent = {}
