@@ -163,7 +163,8 @@ def ground_truth(
 # -- the index ------------------------------------------------------------------------------
 
 
-def build(shards, n_chunks: int, base, window: int = 8) -> float:
+def build(shards, n_chunks: int, base, window: int = 8, acks: list | None = None) -> float:
+    """Send every batch (``window`` in flight); ``acks`` gets each one's wall time."""
     import ray
 
     t0 = time.perf_counter()
@@ -171,6 +172,8 @@ def build(shards, n_chunks: int, base, window: int = 8) -> float:
     for c in range(n_chunks):
         if len(in_flight) >= window:
             ray.get(in_flight.pop(0))
+            if acks is not None:
+                acks.append(time.time())
         in_flight.append(shards.handle_for(c + 1).add.remote(batch_of(c, base)))
         if (c + 1) % 100 == 0:
             print(
@@ -194,6 +197,51 @@ def recall(shards, queries: dict[str, np.ndarray], truth) -> dict[str, float]:
             )
         )
     return out
+
+
+def training(stats: list[dict], acks: list[float]) -> dict:
+    """Per space, the longest rebuild a shard ran (the last one of each shard: the switch
+    to the compressed index, or its re-training) and frames/s acknowledged while any ran."""
+    spans = [tuple(t) for st in stats for t in st["trained"].values()]
+    out = {
+        f"{space}_s": round(
+            max(
+                (
+                    b - a
+                    for a, b in (st["trained"][space] for st in stats if space in st["trained"])
+                ),
+                default=0,
+            ),
+            1,
+        )
+        for space in ("visual", "semantic")
+    }
+    during = [t for t in acks if any(a <= t <= b for a, b in spans)]
+    busy = sum(b - a for a, b in _union(spans))
+    out["ingest_frames_per_s_during"] = (
+        round(len(during) * FRAMES_PER_VIDEO / busy) if busy else None
+    )
+    return out
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def restart(data: Path, num_shards: int, exact_max: int, compress_min: int, probe) -> float:
+    """Seconds from starting the shard actors on a data dir to every shard answering."""
+    t0 = time.perf_counter()
+    shards = open_shards(data, num_shards, exact_max, compress_min)
+    shards.search("semantic", probe, K)
+    took = time.perf_counter() - t0
+    shards.close()
+    return took
 
 
 def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
@@ -236,7 +284,7 @@ def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
     }
 
 
-def open_shards(data: Path, num_shards: int, exact_max: int):
+def open_shards(data: Path, num_shards: int, exact_max: int, compress_min: int = 0):
     from vifusion.config import Config
     from vifusion.index import ShardSet
 
@@ -245,6 +293,7 @@ def open_shards(data: Path, num_shards: int, exact_max: int):
         num_shards=num_shards,
         faiss_threads=max(1, 2 // num_shards),
         index_exact_max=exact_max,
+        index_compress_min=compress_min,
         snapshot_log_bytes=1 << 30,
     )
     return ShardSet(cfg)
@@ -258,6 +307,11 @@ def main() -> None:
         help="100k frames, short loads: under a minute once features are cached",
     )
     ap.add_argument("--n", type=int, help="frames to index (default 1,000,000; quick 100,000)")
+    ap.add_argument(
+        "--compress-min",
+        type=int,
+        help="index_compress_min (default: the Config's 100,000; quick 20,000; 0: never)",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
     ap.add_argument(
@@ -267,6 +321,9 @@ def main() -> None:
     n = args.n or (100_000 if args.quick else 1_000_000)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     exact_max = 10_000 if args.quick else 50_000
+    compress_min = (
+        args.compress_min if args.compress_min is not None else (20_000 if args.quick else 100_000)
+    )
     scale_n = 30_000 if args.quick else 100_000
     n_chunks = n // FRAMES_PER_VIDEO
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -301,19 +358,30 @@ def main() -> None:
         "seconds": seconds,
     }
     try:
-        shards = open_shards(work / "main", 4, exact_max)
+        shards = open_shards(work / "main", 4, exact_max, compress_min)
         print(f"building {n:,} frames over 4 shards ...", flush=True)
-        report["build_s"] = round(build(shards, n_chunks, base), 1)
+        acks: list[float] = []
+        report["build_s"] = round(build(shards, n_chunks, base, acks=acks), 1)
+        report["ingest_frames_per_s"] = round(n / report["build_s"])
         shards.snapshot()
         stats = shards.stats()
+        report["training"] = training(stats, acks)
         snap = sum(p.stat().st_size for p in (work / "main" / "index").rglob("snapshot.npz"))
+        vec_files = sum(p.stat().st_size for p in (work / "main" / "index").rglob("*.f16"))
         report["index"] = stats[0]["index"]
-        report["bytes_per_frame"] = round(snap / n)
+        # resident index memory (codes, ids, centroids, codebooks, id -> row maps), both spaces
+        resident = sum(st["index_bytes"]["visual"] + st["index_bytes"]["semantic"] for st in stats)
+        report["bytes_per_frame"] = round(resident / n)
+        report["snapshot_bytes_per_frame"] = round(snap / n)
+        report["vector_file_bytes_per_frame"] = round(vec_files / n)
         report["bytes_per_frame_fp32"] = 8 + 8 + 4 * (VISUAL_DIM + SEMANTIC_DIM)
         print("exact ground truth ...", flush=True)
         truth = ground_truth(queries, n_chunks, base)
         report["recall_at_10"] = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
 
+        shards.query_batching = True
+        report["one_client"] = load(shards, text_q, 1, seconds)
+        print(f"  one client: {report['one_client']}", flush=True)
         shards.query_batching = False
         report["one_call_per_query"] = load(shards, text_q, args.clients, seconds)
         print(f"  (a) one call per query: {report['one_call_per_query']}", flush=True)
@@ -321,6 +389,10 @@ def main() -> None:
         report["fused"] = load(shards, text_q, args.clients, seconds)
         print(f"  (b) query fusion:       {report['fused']}", flush=True)
         shards.close()
+        report["restart_to_ready_s"] = round(
+            restart(work / "main", 4, exact_max, compress_min, text_q[:1]), 1
+        )
+        print(f"  restart to ready: {report['restart_to_ready_s']} s", flush=True)
 
         scaling = {}
         for s in (1, 2, 4):
@@ -344,9 +416,12 @@ def main() -> None:
     print(f"ViFusion search benchmark  {report['date']}  {report['machine']}")
     print(f"{n:,} frames x 2 spaces over 4 shards; index {report['index']}")
     print(
-        f"build {report['build_s']} s; {report['bytes_per_frame']} bytes/frame on disk "
-        f"(raw fp32: {report['bytes_per_frame_fp32']})"
+        f"build {report['build_s']} s; {report['bytes_per_frame']} resident index bytes/frame "
+        f"(snapshot {report['snapshot_bytes_per_frame']}, vector files "
+        f"{report['vector_file_bytes_per_frame']}, raw fp32 {report['bytes_per_frame_fp32']})"
     )
+    print(f"training {report['training']}; restart to ready {report['restart_to_ready_s']} s")
+    print(f"one client (query batching on): {report['one_client']}")
     print(f"recall@10 vs exact brute force: {report['recall_at_10']}")
     print(f"{'mode':<28}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}")
     for name, r in (("(a) one call per query", a), ("(b) query fusion", b)):

@@ -4,6 +4,8 @@ file; that file survives restarts and crashes, travels to replicas, and is check
 
 from __future__ import annotations
 
+import functools
+import shutil
 import threading
 from pathlib import Path
 
@@ -15,6 +17,8 @@ from vifusion.index import Shard
 from vifusion.index import space as space_mod
 from vifusion.index._vectors import HEADER, VectorFileDamaged, path_for
 from vifusion.types import FRAME_BITS, SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id
+
+from ._helpers import assert_same_answers
 
 FRAMES = 1000  # per video
 CENTRES = 64
@@ -36,6 +40,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
+@functools.cache
 def _features(video: int) -> np.ndarray:
     """Frames near one of a few shared centres (clear structure, as real frames have)."""
     rng = np.random.default_rng(video)
@@ -79,12 +84,27 @@ def exact(tmp_path_factory) -> Shard:
     return s
 
 
-def test_past_the_threshold_a_space_compresses_and_reranking_finds_the_exact_neighbours(
-    tmp_path: Path, exact: Shard
-) -> None:
-    s = Shard(0, tmp_path, _cfg())
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A shard directory whose spaces compressed (trained once for the module), with a
+    snapshot: each test takes a copy."""
+    directory = tmp_path_factory.mktemp("trained")
+    s = Shard(0, directory, _cfg())
     for v in (1, 2, 3):
         s.add(_video(v))
+    s.snapshot()
+    return directory
+
+
+def _copy(trained: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "shard"))
+
+
+def test_past_the_threshold_a_space_compresses_and_reranking_finds_the_exact_neighbours(
+    trained: Path, exact: Shard
+) -> None:
+    s = Shard(0, trained, _cfg())
+    tmp_path = trained
     assert _compressed(s) == {"visual": "IVF128,PQ32", "semantic": "IVF128,PQ16"}
     assert path_for(tmp_path, "visual").stat().st_size == HEADER + 3 * FRAMES * VISUAL_DIM * 2
     for space in ("visual", "semantic"):
@@ -134,10 +154,8 @@ def test_searches_answer_during_training_and_writes_meanwhile_are_kept(
     assert not ((ids >> FRAME_BITS) == 1).any() and 1 not in s.video_ids()
 
 
-def test_a_delete_hides_its_frames_in_a_compressed_space(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, _cfg())
-    for v in (1, 2, 3):
-        s.add(_video(v))
+def test_a_delete_hides_its_frames_in_a_compressed_space(trained: Path, tmp_path: Path) -> None:
+    s = Shard(0, _copy(trained, tmp_path), _cfg())
     assert _compressed(s)
     q = _features(2)[:20, :VISUAL_DIM]
     _, ids, _ = s.search("visual", q, 1)
@@ -150,12 +168,10 @@ def test_a_delete_hides_its_frames_in_a_compressed_space(tmp_path: Path) -> None
 
 
 def test_a_restart_loads_the_trained_index_and_cuts_a_torn_tail(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    tmp_path = _copy(trained, tmp_path)
     s = Shard(0, tmp_path, _cfg())
-    for v in (1, 2, 3):
-        s.add(_video(v))
-    s.snapshot()
     s.add(_video(4))  # in the log only: its rows are written again on replay
     q = _queries([1, 2, 3, 4], "visual")
     before = s.search("visual", q, 10)
@@ -175,12 +191,10 @@ def test_a_restart_loads_the_trained_index_and_cuts_a_torn_tail(
     assert vectors.stat().st_size == HEADER + 4 * FRAMES * VISUAL_DIM * 2
 
 
-def test_a_vector_file_missing_synced_rows_stops_the_shard_naming_it(tmp_path: Path) -> None:
-    s = Shard(0, tmp_path, _cfg())
-    for v in (1, 2, 3):
-        s.add(_video(v))
-    s.snapshot()
-    del s
+def test_a_vector_file_missing_synced_rows_stops_the_shard_naming_it(
+    trained: Path, tmp_path: Path
+) -> None:
+    tmp_path = _copy(trained, tmp_path)
     vectors = path_for(tmp_path, "semantic")
     with open(vectors, "r+b") as f:
         f.truncate(HEADER + 100 * SEMANTIC_DIM * 2)
@@ -188,3 +202,22 @@ def test_a_vector_file_missing_synced_rows_stops_the_shard_naming_it(tmp_path: P
         VectorFileDamaged, match="holds 100 whole vector rows, the snapshot counts 3000"
     ):
         Shard(0, tmp_path, _cfg())
+
+
+def test_a_replica_catching_up_gets_the_vector_files_with_the_snapshot(
+    trained: Path, tmp_path: Path
+) -> None:
+    source = Shard(0, _copy(trained, tmp_path), _cfg())
+    source.add(_video(4))  # after the snapshot: sent as log records
+    changes = source.changes_after(0)
+    assert sorted(changes.vectors) == ["semantic", "visual"]
+
+    replica = Shard(0, tmp_path / "b", _cfg())
+    replica.install(changes)
+    assert path_for(tmp_path / "b", "visual").stat().st_size == (
+        HEADER + 4 * FRAMES * VISUAL_DIM * 2
+    )
+    q = {s: _queries([1, 2, 3, 4], s) for s in ("visual", "semantic")}
+    assert_same_answers(source, replica, q)
+    del replica
+    assert_same_answers(source, Shard(0, tmp_path / "b", _cfg()), q)

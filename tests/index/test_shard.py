@@ -82,6 +82,13 @@ def test_empty_batch_and_stats(tmp_path: Path) -> None:
         "vectors": {"visual": 7, "semantic": 7, "speech": 0, "screen": 0},
         "videos": 2,
         "index": dict.fromkeys(("visual", "semantic", "speech", "screen"), "IDMap2,Flat"),
+        "index_bytes": {
+            "visual": 7 * (4 * 1280 + 8),
+            "semantic": 7 * (4 * 384 + 8),
+            "speech": 0,
+            "screen": 0,
+        },
+        "trained": {},
         "seq": 3,
         "snapshot_seq": 0,
     }

@@ -23,6 +23,7 @@ Limits: a rebuild or a snapshot briefly holds about twice the index memory.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import faiss
@@ -84,6 +85,7 @@ class Shard(Loading):
         if writer:
             _snapshot.remove_stray_temps(self.directory)
         self._capture: dict[str, list[tuple]] = {}  # per space being rebuilt: ops since it began
+        self._trained: dict[str, tuple[float, float]] = {}  # space -> last rebuild's wall times
         # a compressed space's exact vectors (one file per space, used once it compresses)
         self._stores = {
             space: VectorStore(path_for(self.directory, space), d, writable=writer)
@@ -260,8 +262,9 @@ class Shard(Loading):
         return self._spaces["visual"].ntotal
 
     def stats(self) -> dict:
-        """Counts and state for monitoring: vectors and index type per space (``vectors``
-        ["visual"] are the frames), videos, the last applied log seq and the seq the last
+        """Counts and state for monitoring: vectors, index type and its resident bytes per
+        space (``vectors`` ["visual"] are the frames), the wall times (start, end) of each
+        space's last rebuild here, videos, the last applied log seq and the seq the last
         snapshot holds."""
         with self._lock:
             return {
@@ -270,7 +273,7 @@ class Shard(Loading):
                 "videos": len(self._times),
                 "index": {space: sp.factory for space, sp in self._spaces.items()},
                 "index_bytes": {space: sp.memory_bytes() for space, sp in self._spaces.items()},
-                "training": sorted(self._capture),
+                "trained": dict(self._trained),
                 "seq": self.seq,
                 "snapshot_seq": self._snapshot_seq,
             }
@@ -376,6 +379,7 @@ class Shard(Loading):
             rows = store.ids.get(ids) if old.compressed else None
             vectors = None if old.compressed else old.reconstruct(ids)
             self._capture[space] = []
+            began = time.time()
         try:
             if old.compressed:
                 vectors = store.read_rows(rows)
@@ -396,6 +400,7 @@ class Shard(Loading):
                     else:
                         new.remove(op[1])
                 self._spaces[space] = new
+                self._trained[space] = (began, time.time())
         finally:
             with self._lock:
                 self._capture.pop(space, None)

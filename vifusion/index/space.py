@@ -127,6 +127,7 @@ class SpaceIndex:
                 ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
                 ivf.do_polysemous_training = False
                 ivf.pq.cp.min_points_per_centroid = 1  # the sample is what there is
+                ivf.pq.cp.niter = 10  # as the coarse quantizer's; the re-ranking is exact
             index.train(np.ascontiguousarray(sample, np.float32))
             if "PQ" in factory:
                 if store is None:
@@ -152,14 +153,17 @@ class SpaceIndex:
         return self.store is not None
 
     def memory_bytes(self) -> int:
-        """Resident bytes of the index (codes, ids, centroids, codebooks) and, compressed,
-        its id -> row map; the vector file is on disk, paged in as read."""
+        """Resident bytes of the index, counted from its sizes (cheap: monitoring reads it):
+        codes and ids, coarse centroids and PQ codebooks, the SQ space's hash direct map
+        (about 40 bytes an id), a compressed space's id -> row map. The vector file is on
+        disk, paged in as read."""
         if self.is_flat:
             return self.ntotal * (4 * self.d + 8)
-        n = int(faiss.serialize_index(self.index).nbytes)
-        if not self.compressed:  # plus the hash direct map: about 40 bytes an id
-            n += 40 * self.ntotal
-        return n + (self.store.ids.nbytes if self.store is not None else 0)
+        ivf = faiss.extract_index_ivf(self.index)
+        n = self.ntotal * (ivf.code_size + 8) + ivf.nlist * self.d * 4
+        if self.store is None:
+            return n + 40 * self.ntotal
+        return n + 256 * self.d * 4 + self.store.ids.nbytes
 
     def needs_rebuild(self) -> bool:
         """Whether the index type no longer suits the size: a flat space grown past
