@@ -221,3 +221,31 @@ def test_a_replica_catching_up_gets_the_vector_files_with_the_snapshot(
     assert_same_answers(source, replica, q)
     del replica
     assert_same_answers(source, Shard(0, tmp_path / "b", _cfg()), q)
+
+
+@pytest.mark.slow
+def test_check_names_a_vector_file_that_lost_synced_rows(ray_session, tmp_path, capsys) -> None:
+    import ray
+
+    from vifusion.cli import parser as cli
+    from vifusion.index.router import shard_dir
+    from vifusion.runtime import Runtime
+
+    cfg = _cfg(data_dir=tmp_path / "data")  # two shards, as the CLI opens it
+    with Runtime(cfg, writer=True) as rt:
+        handle = rt.shards.handles[0]
+        for v in (2, 4, 6):
+            ray.get(handle.add.remote(_video(v)))
+        ray.get(handle.wait_idle.remote())
+        ray.get(handle.snapshot.remote())
+        assert "PQ" in ray.get(handle.stats.remote())["index"]["visual"]
+    vectors = path_for(shard_dir(cfg.data_dir, 0), "visual")
+    with open(vectors, "r+b") as f:
+        f.truncate(HEADER + 10 * VISUAL_DIM * 2 + 7)  # and a torn row
+
+    assert cli.main(["check", "--data-dir", str(cfg.data_dir)]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(
+        f"vifusion check: a shard cannot start: VectorFileDamaged: {vectors}: holds 10 whole "
+        "vector rows, the snapshot counts 3000"
+    )

@@ -49,7 +49,7 @@ class IndexPolicy:
     compress_min: int = 0  # past this many vectors, IVF-PQ + re-ranking (0: never)
     pq_visual: int = 64  # PQ bytes a 1280-d vector
     pq_text: int = 32  # PQ bytes a 384-d vector
-    refine: int = 10  # a compressed search re-scores k * refine candidates exactly
+    refine: int = 50  # a compressed search re-scores k * refine candidates exactly
 
     def __post_init__(self) -> None:
         within("exact_max", self.exact_max, 0)
