@@ -404,6 +404,9 @@ class Shard(Loading):
         finally:
             with self._lock:
                 self._capture.pop(space, None)
+        # writes during the rebuild may have grown the space past the next size (they do
+        # not schedule a rebuild of a space being rebuilt)
+        self._upkeep()
 
     # -- helpers ------------------------------------------------------------------------
 
