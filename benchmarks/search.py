@@ -16,16 +16,24 @@ Workload (one run):
 3. **Build**: 4 shard actors (``ShardSet``, one FAISS thread each), batches of 1000 frames
    sent to the primaries with 8 in flight; every batch goes through the write-ahead log
    (fsynced) before it is acknowledged, and each shard turns its exact index into a trained
-   ``IVF,SQfp16`` (the default ``index_codec``) past ``index_exact_max`` (50,000; ``--quick``: 10,000) in the background.
-   Build time = first batch sent to every shard idle (all rebuilds done).
-   Bytes per frame = the snapshot files (both spaces, ids, times) / frames.
+   ``IVF,SQfp16`` past ``index_exact_max`` (50,000; ``--quick``: 10,000) and into a
+   compressed ``IVF,PQ`` with exact re-ranking from its vector files past
+   ``index_compress_min`` (100,000; ``--quick``: 20,000; ``--compress-min``), in the
+   background. Build time = first batch sent to every shard idle (all rebuilds done).
+   ``bytes_per_frame`` = the shards' resident index memory, both spaces (codes, ids,
+   centroids, codebooks, id -> row maps; ``Shard.stats()["index_bytes"]``) / frames; the
+   snapshot files and the vector files per frame are printed beside it. Training: the
+   longest last rebuild of a shard per space, and the frames/s acknowledged while any ran.
 4. **Recall@10** through ``ShardSet.search`` (fan-out, merge) against exact brute force over
    all N, for 200 text queries (semantic: MiniLM embeddings of "a photo of a <ImageNet
    class>") and 200 image queries (visual: real frames with fresh noise).
 5. **Closed-loop load**: C client threads each send one text query at a time
    (``ShardSet.search("semantic", q, 10)``, precomputed query vectors: the index, not the
    text model, is measured) for D seconds: (a) query fusion off, one actor call and one
-   FAISS call per query per shard (the baseline); (b) query fusion on. QPS, p50, p99.
+   FAISS call per query per shard (the baseline); (b) query fusion on. QPS, p50, p99; and
+   one client alone (query batching on) for its p50.
+   Then the shards are closed and started again on the same directories: restart-to-ready
+   is the time until every shard answers a search (snapshot loaded, no re-training).
 6. **Shards**: the fused load again on ``--scale-n`` frames (100,000; quick: 30,000) split
    over 1, 2 and 4 shards (the same data each time, IVF in every shard), to show how QPS changes with the shard
    count on this machine.
