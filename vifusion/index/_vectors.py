@@ -26,6 +26,7 @@ import numpy as np
 MAGIC = b"VFVEC001"
 HEADER = 16  # MAGIC, then the dimension (uint32) and 4 reserved bytes
 VECTORS_DIR = "vectors"
+_PIECE = 1 << 14  # rows converted to fp16 and written at a time
 
 
 class VectorFileDamaged(ValueError):
@@ -102,15 +103,17 @@ class VectorStore:
         """Add rows for ``ids`` (their newest), not yet synced."""
         if not len(ids):
             return
-        x = np.ascontiguousarray(vectors, np.float16)
         first = self.rows
         if self.writable:
             fd = self._open_fd()
-            os.pwrite(fd, x.tobytes(), HEADER + self._file_rows * self.d * 2)
-            self._file_rows += len(x)
+            # in pieces: a whole space written at a switch would otherwise be copied whole
+            for at in range(0, len(vectors), _PIECE):
+                x = np.ascontiguousarray(vectors[at : at + _PIECE], np.float16)
+                os.pwrite(fd, memoryview(x).cast("B"), HEADER + self._file_rows * self.d * 2)
+                self._file_rows += len(x)
         else:
-            self._tail.append(x)
-        self.rows += len(x)
+            self._tail.append(np.asarray(vectors, np.float16))
+        self.rows += len(vectors)
         self.ids.set(np.asarray(ids, np.int64), np.arange(first, self.rows, dtype=np.int64))
 
     def sync(self) -> None:
