@@ -318,7 +318,7 @@ def main() -> None:
     ap.add_argument(
         "--compress-min",
         type=int,
-        help="index_compress_min (default: the Config's 100,000; quick 20,000; 0: never)",
+        help="index_compress_min (default 100,000; quick 20,000; 0: never, the Config default)",
     )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")

@@ -141,11 +141,14 @@ class IndexFields(BaseModel):
     # Past 100,000 vectors a space's fp16 codes cost 330 MB a shard (both frame spaces) and
     # PQ trains well (FAISS asks 39 x 256 points a sub-quantizer); training then takes
     # seconds, in the background (docs/benchmarks.md, "Compressed spaces").
+    # Off by default until measured at a million frames and more (docs/benchmarks.md,
+    # "Compressed spaces"); 100,000 is where PQ trains well and its memory starts to count.
     index_compress_min: int = Field(
-        100_000,
+        0,
         ge=0,
         description="vectors per shard and space past which a space is compressed "
-        "(IVF-PQ in memory, exact fp16 vectors in a file on disk for re-ranking); 0: never",
+        "(IVF-PQ in memory, exact fp16 vectors in a file on disk for re-ranking), say "
+        "100000; 0: never",
     )
     index_pq_visual_bytes: int = Field(
         64, gt=0, description="PQ code bytes a 1280-d visual vector (a divisor of 1280)"

@@ -109,7 +109,7 @@ class VectorStore:
             # in pieces: a whole space written at a switch would otherwise be copied whole
             for at in range(0, len(vectors), _PIECE):
                 x = np.ascontiguousarray(vectors[at : at + _PIECE], np.float16)
-                os.pwrite(fd, memoryview(x).cast("B"), HEADER + self._file_rows * self.d * 2)
+                _write_all(fd, memoryview(x).cast("B"), HEADER + self._file_rows * self.d * 2)
                 self._file_rows += len(x)
         else:
             self._tail.append(np.asarray(vectors, np.float16))
@@ -166,6 +166,13 @@ class VectorStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    """``pwrite`` until every byte is written: one call may write fewer."""
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
 
 
 def install_file(path: Path, data: bytes) -> None:
