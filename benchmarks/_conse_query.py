@@ -11,7 +11,8 @@ Variants of the query's vector (the frames' stay as indexed):
 - ``conse t k w``: the query's cosine to every concept vector (classes, hypernyms, face words),
   a softmax at temperature ``t`` over its ``k`` nearest, the same weighted sum of concept
   vectors a frame gets, mixed with the raw vector at ``w`` (both unit length);
-- ``expand k w``: the raw vector plus the mean of its ``k`` nearest concept vectors at ``w``.
+- ``expand k w``: the raw vector plus the mean of its ``k`` nearest concept vectors at ``w``;
+- ``built``: what search uses (``vifusion/extract/_seen_query.py``).
 
 Prints R@1 / MRR on the dev set's 25 queries per variant (and per kind), the demo's visual
 queries' R@1, a leave-one-out estimate for each family's grid (the setting chosen on 24
@@ -169,7 +170,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rebuild", action="store_true")
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from multimodal import TALKS, VISUAL
 
     data = build(args.rebuild)
@@ -183,7 +183,15 @@ def main() -> int:
     talk_texts = [x for talk in TALKS for x in (*talk[4], *talk[5])]
     qt = space.raw(talk_texts)
 
-    variants: dict[str, callable] = {"raw": lambda v: v}
+    from vifusion.extract import _seen_query
+
+    built = _seen_query.concept_vectors(
+        np.concatenate([space.classes, space.hypernyms]), space.faces
+    )
+    variants: dict[str, callable] = {
+        "raw": lambda v: v,
+        "built (_seen_query.project)": lambda v: _seen_query.project(v, built),
+    }
     for t, k, w in product((0.02, 0.05, 0.1, 0.2), (5, 10, 20), (0.0, 0.25, 0.5, 0.75)):
         variants[f"conse t={t} k={k} w={w}"] = lambda v, t=t, k=k, w=w: conse(space, v, t, k, w)
     for k, w in product((1, 3, 5, 10), (0.5, 1.0, 2.0)):
@@ -206,7 +214,7 @@ def main() -> int:
             f"{figures(rd)[0]:.2f}    {np.median(talk):.2f}/{talk.max():.2f}"
         )
     # leave-one-out per family: choose by MRR on the other 24, score the left-out one
-    for family in ("conse", "expand"):
+    for family in ("conse ", "expand"):
         names = [n for n in variants if n.startswith(family)]
         got = []
         for i in range(len(dev)):
