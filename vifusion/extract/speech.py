@@ -6,12 +6,7 @@ the Hugging Face hub. VAD keeps Whisper away from silence and music, where it in
 segments the model rates as likely non-speech, or holding no word, are dropped; segments
 split at pauses.
 
-English first: where English is transcribed by tiny.en, a window (after silence or English)
-is first heard by tiny.en alone, and kept as English where every segment is sure
-(``ENGLISH_SURE``) and every voiced stretch has words in it. Asking the multilingual model
-which language is spoken costs as much CPU as transcribing English; most libraries speak it.
-
-Otherwise, which language: the voiced audio (VAD) is cut into chunks of about ``CHUNK_S`` of speech,
+Which language: the voiced audio (VAD) is cut into chunks of about ``CHUNK_S`` of speech,
 and Whisper names each chunk's language. The first chunk's is the video's; a later chunk
 switches language only when the model is sure of it (``SWITCH_CONFIDENCE``), so a short or
 mumbled stretch never flips a talk's language. Each run of one language is transcribed in
@@ -40,13 +35,6 @@ _WORD = re.compile(r"\w")
 PAUSE_S = 1.0  # a silence this long between two words ends a segment
 CHUNK_S = 30.0  # voiced audio per language decision: what Whisper's encoder hears at once
 SWITCH_CONFIDENCE = 0.8  # a chunk changes the language only where the model is this sure
-# tiny.en's English is taken without asking the multilingual model which language it is
-# where every segment's mean token log-probability is at least this: English speech scored
-# -0.37 to -0.54 here, six other languages -0.98 or nothing at all (docs/benchmarks.md)
-ENGLISH_SURE = -0.75
-SPAN_HEARD_S = (
-    1.0  # a voiced stretch this long with no English heard in it sends audio to detection
-)
 
 
 @dataclass(frozen=True)
@@ -186,15 +174,8 @@ class Transcriber:
             return []  # nothing to hear: skip the model
         samples = np.ascontiguousarray(samples, np.float32)
         out: list[Segment] = []
-        english = self._surely_english(samples, language_before)
-        runs = (
-            [(Run(0, len(samples), "en"), english)]
-            if english is not None
-            else [(run, None) for run in self.languages(samples, language_before)]
-        )
-        for run, heard in runs:
-            if heard is None:
-                heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
+        for run in self.languages(samples, language_before):
+            heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
             english: list[list[str]] = [[] for _ in heard]
             if run.language != "en" and self.cfg.speech_translate and heard:
                 said = self._segments(samples[run.start : run.end], run.language, "translate")
@@ -213,29 +194,6 @@ class Transcriber:
                     )
                 )
         return out
-
-    def _surely_english(
-        self, samples: np.ndarray, language_before: str | None
-    ) -> list[tuple] | None:
-        """What tiny.en hears in ``samples`` where it is surely all English (module
-        docstring), as ``_segments`` gives it; None where the language must be asked."""
-        cfg = self.cfg
-        tiny_english = cfg.speech_english_tiny and not cfg.speech_model_dir
-        if cfg.speech_language or not tiny_english or not self.multilingual:
-            return None
-        if language_before not in (None, "en"):
-            return None
-        heard = self._segments(samples, "en", "transcribe")
-        if not heard or any(s.avg_logprob < ENGLISH_SURE for *_, s in heard):
-            return None
-        from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-        spans = [(start, end) for start, end, *_ in heard]
-        for v in get_speech_timestamps(samples, VadOptions()):
-            a, b = v["start"] / SAMPLE_RATE, v["end"] / SAMPLE_RATE
-            if b - a >= SPAN_HEARD_S and not any(s < b and e > a for s, e in spans):
-                return None  # speech tiny.en found no words in: maybe another language
-        return heard
 
     def languages(self, samples: np.ndarray, language_before: str | None = None) -> list[Run]:
         """``samples`` cut into runs of one language (SWITCH_CONFIDENCE, module docstring).
