@@ -160,6 +160,31 @@ def test_english_is_not_translated(transcriber, tmp_path):
     assert all(s.english is None for s in out.segments)
 
 
+@pytest.mark.slow
+@needs_espeak
+def test_english_is_heard_without_asking_the_language_and_spanish_is_asked(
+    transcriber, tmp_path, monkeypatch
+):
+    """English is kept from tiny.en where it is sure of every word, without running the
+    multilingual model's language detection (as much CPU again); Spanish, which tiny.en
+    cannot hear surely, is still detected and transcribed in Spanish."""
+    asked = []
+    detect = transcriber.model.detect_language
+
+    def counted(*a, **kw):
+        asked.append(1)
+        return detect(*a, **kw)
+
+    monkeypatch.setattr(transcriber.model, "detect_language", counted)
+    out = transcriber.transcribe_file(
+        write_talk(tmp_path / "en.mp4", 7.0, [(0.5, SENTENCES["en"][1])], fps=2).path
+    )
+    assert out.language == "en" and "station" in " ".join(s.text for s in out.segments).lower()
+    assert asked == []
+    out = transcriber.transcribe_file(_talk(tmp_path, "es").path)
+    assert out.language == "es" and asked
+
+
 # Clear, long sentences: a language decision hears ~30 s of speech (speech.CHUNK_S), and a
 # later chunk switches only where the model is sure (SWITCH_CONFIDENCE).
 MORE = {

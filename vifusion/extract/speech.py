@@ -6,7 +6,12 @@ the Hugging Face hub. VAD keeps Whisper away from silence and music, where it in
 segments the model rates as likely non-speech, or holding no word, are dropped; segments
 split at pauses.
 
-Which language: the voiced audio (VAD) is cut into chunks of about ``CHUNK_S`` of speech,
+English first: where English is transcribed by tiny.en, a window (after silence or English)
+is first heard by tiny.en alone, and kept as English where every segment is sure
+(``ENGLISH_SURE``) and every voiced stretch has words in it. Asking the multilingual model
+which language is spoken costs as much CPU as transcribing English; most libraries speak it.
+
+Otherwise, which language: the voiced audio (VAD) is cut into chunks of about ``CHUNK_S`` of speech,
 and Whisper names each chunk's language. The first chunk's is the video's; a later chunk
 switches language only when the model is sure of it (``SWITCH_CONFIDENCE``), so a short or
 mumbled stretch never flips a talk's language. Each run of one language is transcribed in
@@ -35,6 +40,13 @@ _WORD = re.compile(r"\w")
 PAUSE_S = 1.0  # a silence this long between two words ends a segment
 CHUNK_S = 30.0  # voiced audio per language decision: what Whisper's encoder hears at once
 SWITCH_CONFIDENCE = 0.8  # a chunk changes the language only where the model is this sure
+# tiny.en's English is taken without asking the multilingual model which language it is
+# where every segment's mean token log-probability is at least this: English speech scored
+# -0.37 to -0.54 here, six other languages -0.98 or nothing (docs/benchmarks.md, "English first")
+ENGLISH_SURE = -0.75
+_REPEATING = 2.4  # a text this compressible (gzip) is a loop, as faster-whisper judges it
+# a voiced stretch this long with no English heard in it sends the audio to detection
+SPAN_HEARD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -174,8 +186,15 @@ class Transcriber:
             return []  # nothing to hear: skip the model
         samples = np.ascontiguousarray(samples, np.float32)
         out: list[Segment] = []
-        for run in self.languages(samples, language_before):
-            heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
+        english = self._surely_english(samples, language_before)
+        runs = (
+            [(Run(0, len(samples), "en"), english)]
+            if english is not None
+            else [(run, None) for run in self.languages(samples, language_before)]
+        )
+        for run, heard in runs:
+            if heard is None:
+                heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
             english: list[list[str]] = [[] for _ in heard]
             if run.language != "en" and self.cfg.speech_translate and heard:
                 said = self._segments(samples[run.start : run.end], run.language, "translate")
@@ -194,6 +213,31 @@ class Transcriber:
                     )
                 )
         return out
+
+    def _surely_english(
+        self, samples: np.ndarray, language_before: str | None
+    ) -> list[tuple] | None:
+        """What tiny.en hears in ``samples`` where it is surely all English (module
+        docstring), as ``_segments`` gives it; None where the language must be asked."""
+        cfg = self.cfg
+        tiny_english = cfg.speech_english_tiny and not cfg.speech_model_dir
+        if cfg.speech_language or not tiny_english or not self.multilingual:
+            return None
+        if language_before not in (None, "en"):
+            return None
+        heard = self._segments(samples, "en", "transcribe", once=True)
+        if not heard or any(
+            s.avg_logprob < ENGLISH_SURE or s.compression_ratio > _REPEATING for *_, s in heard
+        ):
+            return None
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        spans = [(start, end) for start, end, *_ in heard]
+        for v in get_speech_timestamps(samples, VadOptions()):
+            a, b = v["start"] / SAMPLE_RATE, v["end"] / SAMPLE_RATE
+            if b - a >= SPAN_HEARD_S and not any(s < b and e > a for s, e in spans):
+                return None  # speech tiny.en found no words in: maybe another language
+        return heard
 
     def languages(self, samples: np.ndarray, language_before: str | None = None) -> list[Run]:
         """``samples`` cut into runs of one language (SWITCH_CONFIDENCE, module docstring).
@@ -233,10 +277,14 @@ class Transcriber:
             self._english = self._load(tiny_en_dir())
         return self._english
 
-    def _segments(self, samples: np.ndarray, language: str, task: str) -> list[tuple]:
+    def _segments(
+        self, samples: np.ndarray, language: str, task: str, once: bool = False
+    ) -> list[tuple]:
         """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
         ``language`` (task "transcribe") or in English ("translate"), split at pauses;
-        segments the model thinks hold no speech, or holding no word, left out."""
+        segments the model thinks hold no speech, or holding no word, left out. ``once``:
+        one greedy decoding a window, not again at higher temperatures where it is unsure
+        (English first: an unsure window is asked its language instead)."""
         model = self._model_for(language) if task == "transcribe" else self.model
         pieces, _ = model.transcribe(
             samples,
@@ -247,6 +295,7 @@ class Transcriber:
             # Whisper's repetition loops start.
             condition_on_previous_text=False,
             word_timestamps=True,
+            **({"temperature": 0.0} if once else {}),
         )
         return [
             (start, end, text, s)
