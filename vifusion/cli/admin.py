@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from vifusion import datadir
 from vifusion.catalog import Catalog, Job, Video, open_catalog
+from vifusion.cli._catalog_admin import local_time
 from vifusion.config import Config
 from vifusion.index.layout import built_shards, refuse_other_count, shard_dir, shard_for
 
@@ -42,13 +42,9 @@ def video_row(v: Video) -> dict[str, Any]:
         "frames": v.frames_indexed,
         "title": v.title,
         "source": v.source,
-        "added": _when(v.created_at),
+        "added": local_time(v.created_at),
         "error": v.error,
     }
-
-
-def _when(t: float | None) -> str | None:
-    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 # -- delete ---------------------------------------------------------------------------
@@ -119,7 +115,7 @@ class ShardState:
             "rows": self.rows,
             "videos": self.videos,
             "log_bytes": self.log_bytes,
-            "snapshot_at": _when(self.snapshot_at),
+            "snapshot_at": local_time(self.snapshot_at),
             "seq": self.seq,
             "snapshot_seq": self.snapshot_seq,
         }
@@ -185,5 +181,5 @@ def _job(j: Job) -> dict[str, Any]:
         "stage": j.stage,
         "progress": round(j.progress, 3),
         "error": j.error,
-        "updated": _when(j.updated_at),
+        "updated": local_time(j.updated_at),
     }

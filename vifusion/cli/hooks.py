@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Sequence
 
-from vifusion import datadir
-from vifusion.catalog import Catalog, Hook, NoCatalog, open_catalog
+from vifusion.catalog import Hook
+from vifusion.cli._catalog_admin import existing_catalog, local_time
 from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from vifusion.config import Config
 from vifusion.hooks import events
 from vifusion.ingest.sources import SourceError
-
-
-def _catalog(cfg: Config) -> Catalog:
-    """The catalog, opened to write (one from before webhooks gains their tables), but never
-    made where there is no data dir: a mistyped one is said as such."""
-    if not datadir.has_catalog(cfg) and not cfg.data_dir.is_dir():
-        raise NoCatalog(f"no data dir at {cfg.data_dir}")
-    return open_catalog(cfg)
-
-
-def _when(t: float | None) -> str | None:
-    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def hook_row(h: Hook) -> dict:
@@ -39,9 +26,9 @@ def hook_row(h: Hook) -> dict:
         "url": h.url,
         "events": list(h.events),
         "collection": h.collection,
-        "created": _when(h.created_at),
+        "created": local_time(h.created_at),
         "pending": h.pending,
-        "last": _when(h.last_at),
+        "last": local_time(h.last_at),
         "last_state": h.last_state,
         "last_status": h.last_status,
         "last_error": h.last_error,
@@ -52,7 +39,7 @@ def hook_row(h: Hook) -> dict:
 def cmd_hooks_add(
     cfg: Config, url: str, event_names: Sequence[str] | None, collection: str | None
 ) -> int:
-    catalog = _catalog(cfg)
+    catalog = existing_catalog(cfg)
     try:
         hook = events.register(catalog, cfg, url, event_names or None, collection)
     except (SourceError, ValueError) as e:
@@ -68,7 +55,7 @@ def cmd_hooks_add(
 
 
 def cmd_hooks_list(cfg: Config, as_json: bool) -> int:
-    catalog = _catalog(cfg)
+    catalog = existing_catalog(cfg)
     try:
         rows = [hook_row(h) for h in catalog.hooks()]
     finally:
@@ -91,7 +78,7 @@ def cmd_hooks_list(cfg: Config, as_json: bool) -> int:
 
 
 def cmd_hooks_remove(cfg: Config, hook_id: str) -> int:
-    catalog = _catalog(cfg)
+    catalog = existing_catalog(cfg)
     try:
         removed = catalog.delete_hook(hook_id)
     finally:

@@ -8,26 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
-from vifusion import datadir
-from vifusion.catalog import ApiKey, NoCatalog, open_catalog
+from vifusion.catalog import ApiKey
+from vifusion.cli._catalog_admin import existing_catalog, local_time
 from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from vifusion.config import Config
 
 _DAY_S = 86400.0
-
-
-def _catalog(cfg: Config):
-    """The catalog, opened to write (a catalog from before keys gains their table), but never
-    made where there is no data dir: a mistyped one is said as such."""
-    if not datadir.has_catalog(cfg) and not cfg.data_dir.is_dir():
-        raise NoCatalog(f"no data dir at {cfg.data_dir}")
-    return open_catalog(cfg)
-
-
-def _when(t: float | None) -> str | None:
-    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def key_row(k: ApiKey) -> dict:
@@ -36,9 +23,9 @@ def key_row(k: ApiKey) -> dict:
         "id": k.id,
         "name": k.name,
         "scope": k.scope,
-        "created": _when(k.created_at),
-        "expires": _when(k.expires_at),
-        "revoked": _when(k.revoked_at),
+        "created": local_time(k.created_at),
+        "expires": local_time(k.expires_at),
+        "revoked": local_time(k.revoked_at),
         "collections": None if k.collections is None else list(k.collections),
     }
 
@@ -53,7 +40,7 @@ def cmd_keys_create(
     if expires_in_days is not None and not expires_in_days > 0:
         print("vifusion keys create: --expires-in takes a number of days over 0", file=sys.stderr)
         return EXIT_USAGE
-    catalog = _catalog(cfg)
+    catalog = existing_catalog(cfg)
     try:
         expires_in_s = None if expires_in_days is None else expires_in_days * _DAY_S
         record, key = catalog.create_key(scope, name, expires_in_s, collections)
@@ -62,7 +49,7 @@ def cmd_keys_create(
         return EXIT_USAGE
     finally:
         catalog.close()
-    expires = _when(record.expires_at) or "never"
+    expires = local_time(record.expires_at) or "never"
     reach = "every collection" if record.collections is None else ", ".join(record.collections)
     print(
         f"key id {record.id} (scope {scope}, expires {expires}, reaches {reach}); "
@@ -73,7 +60,7 @@ def cmd_keys_create(
 
 
 def cmd_keys_list(cfg: Config, as_json: bool) -> int:
-    catalog = _catalog(cfg)
+    catalog = existing_catalog(cfg)
     try:
         rows = [key_row(k) for k in catalog.api_keys()]
     finally:
@@ -91,7 +78,7 @@ def cmd_keys_list(cfg: Config, as_json: bool) -> int:
 
 
 def cmd_keys_revoke(cfg: Config, key_id: str) -> int:
-    catalog = _catalog(cfg)
+    catalog = existing_catalog(cfg)
     try:
         record = catalog.revoke_key(key_id)
     finally:
@@ -99,5 +86,5 @@ def cmd_keys_revoke(cfg: Config, key_id: str) -> int:
     if record is None:
         print(f"vifusion keys revoke: no key {key_id!r}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"key {key_id} revoked {_when(record.revoked_at)}")
+    print(f"key {key_id} revoked {local_time(record.revoked_at)}")
     return EXIT_OK
