@@ -1,10 +1,11 @@
 """What the OpenAPI schema says that a handler's signature does not: the error statuses a
-route answers, the range of a video id in a path, and the bodies of the two routes that read
+route answers, the range of a video id in a path, and the bodies of the routes that read
 their own (an upload and a search each take JSON or a multipart form)."""
 
 from typing import Any
 
 from fastapi import Path as PathParam
+from pydantic import BaseModel
 
 from serve.schema import COLLECTION, MAX_VIDEO_ID, Error, SearchRequest, VideoByUri
 from vifusion.ingest.sources import MAX_TITLE_CHARS
@@ -16,6 +17,12 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 VideoId = PathParam(ge=1, le=MAX_VIDEO_ID)  # the default of a route's ``video_id`` parameter
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra=`` for a route that reads its JSON body itself (to bound its size)."""
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 UPLOAD_BODY = {

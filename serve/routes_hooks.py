@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from serve import _bodies, _collections
 from serve._errors import ApiError
-from serve._openapi import errors
+from serve._openapi import errors, json_body
 from serve._replica import Serving
 from serve._views import utc_time
 from vifusion.catalog import Hook
@@ -89,19 +89,12 @@ def hook_out(h: Hook) -> dict:
 
 router = APIRouter()
 
-_HOOK_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": HookRequest.model_json_schema()}},
-    }
-}
-
 
 @router.post(
     "/v1/webhooks",
     status_code=201,
     response_model=HookCreated,
-    openapi_extra=_HOOK_BODY,
+    openapi_extra=json_body(HookRequest),
     responses=errors(400, 403, 413),
 )
 async def create_hook(replica: Serving, request: Request) -> dict:

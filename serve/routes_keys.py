@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from serve import _bodies, _collections
 from serve._errors import ApiError
-from serve._openapi import errors
+from serve._openapi import errors, json_body
 from serve._replica import Serving
 from serve._views import utc_time
 from serve.schema import CollectionName
@@ -69,19 +69,11 @@ def key_out(k: ApiKey) -> dict:
 router = APIRouter()
 
 
-_KEY_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": KeyRequest.model_json_schema()}},
-    }
-}
-
-
 @router.post(
     "/v1/keys",
     status_code=201,
     response_model=KeyCreated,
-    openapi_extra=_KEY_BODY,
+    openapi_extra=json_body(KeyRequest),
     responses=errors(400, 403, 413),
 )
 async def create_key(replica: Serving, request: Request) -> dict:
