@@ -6,15 +6,15 @@ Exit codes: 0 success; 1 some inputs failed (each listed with its reason); 2 usa
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from vifusion.catalog import JOB_STATES, CatalogUnreachable, NoCatalog
+from vifusion.cli._admin_parsers import add_admin_commands
 from vifusion.cli.commands import EXIT_USAGE
 from vifusion.config import Config
-from vifusion.query.ranking import ALIASES, MODALITIES
+from vifusion.query.ranking import MODALITIES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,65 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--json", action="store_true", help="print one JSON object")
 
-    keys = sub.add_parser(
-        "keys",
-        help="API keys with scopes: create, list, revoke",
-        description="The data dir's API keys, with or without a running service (every replica "
-        "sees a change within a second). Scopes: search (search and read videos), ingest (also "
-        "add videos and read jobs), admin (everything: delete, keys). The bootstrap key "
-        "(VIFUSION_API_KEY or DATA_DIR/api_key) is an admin key.",
-    ).add_subparsers(dest="keys_command", required=True)
-    kc = keys.add_parser("create", parents=[common], help="make a key; it is printed once")
-    kc.add_argument("--scope", required=True, choices=("search", "ingest", "admin"))
-    kc.add_argument("--name", default="", help="what the key is for, as listed")
-    kc.add_argument("--expires-in", type=float, metavar="DAYS", help="expire after DAYS days")
-    kc.add_argument(
-        "--collection",
-        dest="collections",
-        action="append",
-        metavar="NAME",
-        help="limit the key to this collection; repeat for several (default: every one)",
-    )
-    kl = keys.add_parser("list", parents=[common], help="every key (never the key itself)")
-    kl.add_argument("--json", action="store_true", help="print a JSON list")
-    kr = keys.add_parser("revoke", parents=[common], help="revoke a key by its id")
-    kr.add_argument("key_id", metavar="ID")
-
-    hooks = sub.add_parser(
-        "hooks",
-        help="webhooks: add, list, remove",
-        description="URLs sent job.ready, job.failed and video.deleted events, each signed with "
-        "the hook's secret (X-ViFusion-Signature), retried for a day until a 2xx; with or "
-        "without a running service. A URL follows ingest's rules: a public address unless "
-        "allow_private_urls.",
-    ).add_subparsers(dest="hooks_command", required=True)
-    ha = hooks.add_parser(
-        "add", parents=[common], help="register a URL; its secret is printed once"
-    )
-    ha.add_argument("url", metavar="URL")
-    ha.add_argument(
-        "--event",
-        action="append",
-        choices=("job.ready", "job.failed", "video.deleted"),
-        help="an event to send (again for more); default: all",
-    )
-    ha.add_argument("--collection", metavar="NAME", help="only videos in this collection")
-    hl = hooks.add_parser("list", parents=[common], help="every hook and its last delivery")
-    hl.add_argument("--json", action="store_true", help="print a JSON list")
-    hr = hooks.add_parser("remove", parents=[common], help="remove a hook by its id")
-    hr.add_argument("hook_id", metavar="ID")
-
-    co = command(
-        "collections",
-        help="the collections: videos and frames in each; delete one with its videos",
-        description="List the data dir's collections (each video is in one; `default` unless "
-        "added with --collection), or delete one: every video in it, its vectors and its "
-        "stored media, as `vifusion delete` does.",
-    )
-    co.add_argument("--json", action="store_true", help="print a JSON list")
-    co_sub = co.add_subparsers(dest="collections_command")
-    co_del = co_sub.add_parser("delete", parents=[common], help="delete a collection's videos")
-    co_del.add_argument("name", metavar="NAME")
+    add_admin_commands(sub, common)
 
     pl = command(
         "plan",
@@ -356,60 +298,9 @@ def _dispatch(args: argparse.Namespace, cfg: Config) -> int:
             return EXIT_USAGE
         return cmd_index(cfg, args.paths, quiet=args.quiet, collection=args.collection)
     if args.command == "search":
-        given = [x for x in (args.text, args.image, args.clip) if x is not None]
-        if len(given) != 1:
-            print(
-                "vifusion search: give exactly one of TEXT, --image FILE, --clip FILE",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        if not 1 <= args.top_k <= 1000:
-            print("vifusion search: --top-k must be between 1 and 1000", file=sys.stderr)
-            return EXIT_USAGE
-        modalities = [
-            ALIASES.get(m.strip(), m.strip()) for m in args.modalities.split(",") if m.strip()
-        ]
-        if not modalities or any(m not in MODALITIES for m in modalities):
-            print(
-                f"vifusion search: --in takes a comma-separated list of {', '.join(MODALITIES)} (or text for screen); "
-                f"got {args.modalities!r}",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        if args.text is None and "visual" not in modalities:
-            print(
-                "vifusion search: an image or a clip searches what is seen: --in must include visual",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        languages = [x.strip().lower() for x in args.languages] if args.languages else None
-        if languages is not None and not all(re.fullmatch(r"[a-z]{2,3}", x) for x in languages):
-            print(
-                f"vifusion search: --language takes an ISO 639-1 code (es, fr, ...); got {args.languages}",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        from vifusion.catalog import check_collections
+        from vifusion.cli.search_commands import cmd_search_args
 
-        try:
-            collections = None if args.collections is None else check_collections(args.collections)
-        except ValueError as e:
-            print(f"vifusion search: --collection: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        from vifusion.cli.search_commands import cmd_search
-
-        return cmd_search(
-            cfg,
-            args.text,
-            args.image,
-            args.clip,
-            args.top_k,
-            args.json,
-            modalities,
-            args.group_by,
-            languages,
-            None if collections is None else list(collections),
-        )
+        return cmd_search_args(cfg, args)
     if args.command == "transcript":
         from vifusion.cli.search_commands import cmd_transcript
 

@@ -3,16 +3,74 @@ data dir read in this process) and ``transcript``."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from vifusion._files import StorageError
+from vifusion.catalog import check_collections
 from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _clock
 from vifusion.config import Config
 from vifusion.datadir import MODELS
-from vifusion.query.ranking import MODALITIES, Moment, bracketed, snippet_fields
+from vifusion.query.ranking import ALIASES, MODALITIES, Moment, bracketed, snippet_fields
+
+
+def cmd_search_args(cfg: Config, args: argparse.Namespace) -> int:
+    """`vifusion search` from its parsed arguments: each checked (one line and exit 2 where
+    one is wrong), then ``cmd_search``."""
+    given = [x for x in (args.text, args.image, args.clip) if x is not None]
+    if len(given) != 1:
+        print(
+            "vifusion search: give exactly one of TEXT, --image FILE, --clip FILE",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if not 1 <= args.top_k <= 1000:
+        print("vifusion search: --top-k must be between 1 and 1000", file=sys.stderr)
+        return EXIT_USAGE
+    modalities = [
+        ALIASES.get(m.strip(), m.strip()) for m in args.modalities.split(",") if m.strip()
+    ]
+    if not modalities or any(m not in MODALITIES for m in modalities):
+        print(
+            f"vifusion search: --in takes a comma-separated list of {', '.join(MODALITIES)} (or text for screen); "
+            f"got {args.modalities!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.text is None and "visual" not in modalities:
+        print(
+            "vifusion search: an image or a clip searches what is seen: --in must include visual",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    languages = [x.strip().lower() for x in args.languages] if args.languages else None
+    if languages is not None and not all(re.fullmatch(r"[a-z]{2,3}", x) for x in languages):
+        print(
+            f"vifusion search: --language takes an ISO 639-1 code (es, fr, ...); got {args.languages}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        collections = None if args.collections is None else check_collections(args.collections)
+    except ValueError as e:
+        print(f"vifusion search: --collection: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return cmd_search(
+        cfg,
+        args.text,
+        args.image,
+        args.clip,
+        args.top_k,
+        args.json,
+        modalities,
+        args.group_by,
+        languages,
+        None if collections is None else list(collections),
+    )
 
 
 def _load_image(path: Path):
