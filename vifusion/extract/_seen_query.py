@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from vifusion.extract import _concepts
+from vifusion.extract.people import WEIGHTS
 
 TEMPERATURE = 0.1
 TOP_K = 5
@@ -36,7 +37,7 @@ MIN_COSINE = 0.4
 # 25 real-footage and 80 talk queries (r 0.88, residual sd 0.02; a constant 0.11 left the talk
 # queries' top frames 0.07 too high and cost a spoken query in multimodal.py's calibrated blend)
 SHIFT_BASE, SHIFT_PER_MOVE = 0.047, 3.74
-FACE_WORDS = ("person", "face", "people", "crowd", "close-up of a face")  # people.WEIGHTS'
+FACE_WORDS = tuple(WEIGHTS)  # the words a frame's faces add (people.py)
 CLASS_PROMPT = "a photo of a {}"  # how a concept's name is embedded, for frames and queries
 
 

@@ -40,7 +40,8 @@ def pick_device(prefer_gpu: bool = True) -> torch.device:
 class Embedder:
     """Frames and text into ViFusion's two vector spaces. Not thread-safe; one per actor.
     The default visual model (``backbone.load_backbone``): a text query searches the
-    ``semantic`` space, the text model's, so ``embed_query`` is ``embed_text``."""
+    ``semantic`` space, the text model's, so ``embed_query`` is ``embed_text`` taken where
+    frames are (``project_query``)."""
 
     text_space = "semantic"
     record = model_record(DEFAULT)

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from vifusion.extract._mtcnn import FaceDetector
-
 CROWD = 6  # faces that make a crowd
 BACKOFF_LOOKS = 4  # empty looks in a row before the back-off's step doubles
 CLOSE_UP = 0.15  # a face's share of the frame's area that makes a close-up
@@ -42,6 +40,8 @@ class PeopleDetector:
     """Frames -> each frame's people and face concepts. One per extractor actor."""
 
     def __init__(self) -> None:
+        from vifusion.extract._mtcnn import FaceDetector  # OpenCV and ONNX Runtime: only here
+
         self.faces = FaceDetector(MIN_FACE)
 
     def terms(self, frames: np.ndarray) -> list[Terms]:
@@ -58,14 +58,13 @@ class PeopleDetector:
 
 
 class PeopleTracker:
-    """One video's frames, batch after batch, looked at as the back-off says. ``looked`` and
-    ``skipped`` count frames."""
+    """One video's frames, batch after batch, looked at as the back-off says. ``looked``
+    counts the frames the detector saw."""
 
     def __init__(self, detector: PeopleDetector, backoff_max: int) -> None:
         self.detector = detector
         self.backoff_max = backoff_max
         self.looked = 0
-        self.skipped = 0
         # a video starts sparse, as if no face had been seen for long: most footage has none
         self._empty_looks = BACKOFF_LOOKS * backoff_max.bit_length()
         self._since_look = 0  # frames skipped since the last look
@@ -93,8 +92,6 @@ class PeopleTracker:
                 for j in skipped:
                     out[j] = self.detector.look(frames[j])
                 self.looked += len(skipped)
-            else:
-                self.skipped += len(skipped)
             skipped = []
         return out
 
