@@ -186,12 +186,17 @@ class Transcriber:
             return []  # nothing to hear: skip the model
         samples = np.ascontiguousarray(samples, np.float32)
         out: list[Segment] = []
-        english = self._surely_english(samples, language_before)
-        runs = (
-            [(Run(0, len(samples), "en"), english)]
-            if english is not None
-            else [(run, None) for run in self.languages(samples, language_before)]
-        )
+        forced = self.cfg.speech_language or (None if self.multilingual else "en")
+        if forced is not None:
+            runs: list[tuple[Run, list[tuple] | None]] = [(Run(0, len(samples), forced), None)]
+        else:
+            voiced = _voiced(samples)  # once: English first and the language runs both read it
+            sure = self._surely_english(samples, voiced, language_before)
+            runs = (
+                [(Run(0, len(samples), "en"), sure)]
+                if sure is not None
+                else [(run, None) for run in self.languages(samples, voiced, language_before)]
+            )
         for run, heard in runs:
             if heard is None:
                 heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
@@ -215,39 +220,32 @@ class Transcriber:
         return out
 
     def _surely_english(
-        self, samples: np.ndarray, language_before: str | None
+        self, samples: np.ndarray, voiced: list[dict], language_before: str | None
     ) -> list[tuple] | None:
-        """What tiny.en hears in ``samples`` where it is surely all English (module
-        docstring), as ``_segments`` gives it; None where the language must be asked."""
+        """What tiny.en hears in ``samples`` (``voiced``: the VAD's spans of it) where it is
+        surely all English (module docstring), as ``_segments`` gives it; None where the
+        language must be asked."""
         cfg = self.cfg
         tiny_english = cfg.speech_english_tiny and not cfg.speech_model_dir
-        if cfg.speech_language or not tiny_english or not self.multilingual:
-            return None
-        if language_before not in (None, "en"):
+        if not tiny_english or language_before not in (None, "en"):
             return None
         heard = self._segments(samples, "en", "transcribe", once=True)
         if not heard or any(
             s.avg_logprob < ENGLISH_SURE or s.compression_ratio > _REPEATING for *_, s in heard
         ):
             return None
-        from faster_whisper.vad import VadOptions, get_speech_timestamps
-
         spans = [(start, end) for start, end, *_ in heard]
-        for v in get_speech_timestamps(samples, VadOptions()):
+        for v in voiced:
             a, b = v["start"] / SAMPLE_RATE, v["end"] / SAMPLE_RATE
             if b - a >= SPAN_HEARD_S and not any(s < b and e > a for s, e in spans):
                 return None  # speech tiny.en found no words in: maybe another language
         return heard
 
-    def languages(self, samples: np.ndarray, language_before: str | None = None) -> list[Run]:
-        """``samples`` cut into runs of one language (SWITCH_CONFIDENCE, module docstring).
-        One run where the language is forced or the model knows only English."""
-        forced = self.cfg.speech_language or (None if self.multilingual else "en")
-        if forced is not None:
-            return [Run(0, len(samples), forced)]
-        from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-        voiced = get_speech_timestamps(samples, VadOptions())
+    def languages(
+        self, samples: np.ndarray, voiced: list[dict], language_before: str | None = None
+    ) -> list[Run]:
+        """``samples`` (``voiced``: the VAD's spans of it) cut into runs of one language, as
+        the multilingual model names them (SWITCH_CONFIDENCE, module docstring)."""
         runs: list[Run] = []
         for chunk in _chunks(voiced):
             audio = np.concatenate([samples[v["start"] : v["end"]] for v in chunk])
@@ -309,6 +307,13 @@ class Transcriber:
         """Decode ``path``'s first audio track (up to ``audio_max_s``) and transcribe it, window by
         window. Never raises for bad audio: that is in the transcript's ``audio`` report."""
         return transcribe_audio(AudioReader(Path(path), self.cfg.audio_max_s), lambda: self)
+
+
+def _voiced(samples: np.ndarray) -> list[dict]:
+    """The VAD's (Silero's) spans of speech in ``samples``: sample ranges, in order."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    return get_speech_timestamps(samples, VadOptions())
 
 
 def _chunks(voiced: list[dict]) -> list[list[dict]]:
