@@ -20,8 +20,9 @@ Workload (one run):
    compressed ``IVF,PQ`` with exact re-ranking from its vector files past
    ``index_compress_min`` (100,000; ``--quick``: 20,000; ``--compress-min``), in the
    background. Build time = first batch sent to every shard idle (all rebuilds done).
-   ``bytes_per_frame`` = the shards' resident index memory, both spaces (codes, ids,
-   centroids, codebooks, id -> row maps; ``Shard.stats()["index_bytes"]``) / frames; the
+   ``bytes_per_frame`` = the shards' resident memory, both spaces (codes, ids,
+   centroids, codebooks, id -> row maps; ``Shard.stats()["index_bytes"]``) and the id ->
+   time table (``times_bytes``) / frames; the
    snapshot files and the vector files per frame are printed beside it. Training: the
    longest last rebuild of a shard per space, and the frames/s acknowledged while any ran.
 4. **Recall@10** through ``ShardSet.search`` (fan-out, merge) against exact brute force over
@@ -377,9 +378,13 @@ def main() -> None:
         snap = sum(p.stat().st_size for p in (work / "main" / "index").rglob("snapshot.npz"))
         vec_files = sum(p.stat().st_size for p in (work / "main" / "index").rglob("*.f16"))
         report["index"] = stats[0]["index"]
-        # resident index memory (codes, ids, centroids, codebooks, id -> row maps), both spaces
-        resident = sum(st["index_bytes"]["visual"] + st["index_bytes"]["semantic"] for st in stats)
-        report["bytes_per_frame"] = round(resident / n)
+        # resident shard memory: both spaces' indexes (codes, ids, centroids, codebooks,
+        # id -> row maps) and the id -> time table
+        index = sum(st["index_bytes"]["visual"] + st["index_bytes"]["semantic"] for st in stats)
+        times = sum(st["times_bytes"] for st in stats)
+        report["bytes_per_frame"] = round((index + times) / n)
+        report["index_bytes_per_frame"] = round(index / n)
+        report["times_bytes_per_frame"] = round(times / n)
         report["snapshot_bytes_per_frame"] = round(snap / n)
         report["vector_file_bytes_per_frame"] = round(vec_files / n)
         report["bytes_per_frame_fp32"] = 8 + 8 + 4 * (VISUAL_DIM + SEMANTIC_DIM)

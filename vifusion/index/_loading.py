@@ -20,6 +20,7 @@ from pathlib import Path
 from vifusion.index import _snapshot
 from vifusion.index._rows import DIMS
 from vifusion.index._snapshot import SNAPSHOT
+from vifusion.index._times import TimeTable
 from vifusion.index._vectors import VectorStore, install_file
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.index.wal import LogCorrupt, WriteAheadLog, decode, record_crc, records, replay
@@ -61,9 +62,7 @@ class Loading:
 
     def _reset(self) -> None:
         self._spaces = {s: SpaceIndex(d, self._policy) for s, d in DIMS.items()}
-        # video_id -> {vector id -> (t_start, t_end)}, rows of every kind: per video so deletes
-        # and counts are cheap.
-        self._times: dict[int, dict[int, tuple[float, float]]] = {}
+        self._times = TimeTable()  # every row's span, by video
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.seq = 0
         self._snapshot_seq = 0

@@ -23,16 +23,15 @@ import numpy as np
 
 from vifusion._files import fsync_dir
 from vifusion.index._rows import DIMS
+from vifusion.index._times import TimeTable
 from vifusion.index._vectors import VectorStore
 from vifusion.index.space import IndexPolicy, SpaceIndex
-from vifusion.types import FRAME_BITS, FRAME_SPACES, KIND_OF_SPACE, TEXT_SPACES, kind_of
+from vifusion.types import FRAME_SPACES, KIND_OF_SPACE, TEXT_SPACES, kind_of
 
 SNAPSHOT = "snapshot.npz"
 _TMP_PREFIX = ".snapshot-"
 _TMP_SUFFIX = ".tmp"
 _FORMAT = 4  # 4: the speech and screen spaces (older snapshots load with them empty)
-
-Times = dict[int, dict[int, tuple[float, float]]]  # video_id -> {vector id -> (t_start, t_end)}
 
 
 @dataclass
@@ -40,7 +39,7 @@ class Loaded:
     """What a snapshot holds, ready for a shard to take over."""
 
     spaces: dict[str, SpaceIndex]
-    times: Times
+    times: TimeTable
     seen: list[str]
     seq: int
     size: int  # bytes of the file
@@ -48,10 +47,10 @@ class Loaded:
 
 
 def pack(
-    shard_no: int, seq: int, times: Times, seen: list[str], spaces: dict[str, SpaceIndex]
+    shard_no: int, seq: int, times: TimeTable, seen: list[str], spaces: dict[str, SpaceIndex]
 ) -> dict:
     """The arrays of a snapshot (taken under the shard's lock, written outside it)."""
-    ids, flat = _flat_times(times)
+    ids, flat = times.arrays()
     parts = {
         "format": np.int64(_FORMAT),
         "shard": np.int64(shard_no),
@@ -156,26 +155,11 @@ def read(path: Path, policy: IndexPolicy, stores: dict[str, VectorStore]) -> Loa
     for space, sp in spaces.items():
         if not np.array_equal(np.sort(sp.all_ids()), np.sort(ids[kinds == KIND_OF_SPACE[space]])):
             raise ValueError(f"{path}: {space} index ids do not match the stored times")
-    by_video: Times = {}
-    for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
-        by_video.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
-    return Loaded(spaces, by_video, seen, seq, path.stat().st_size, rows)
+    table = TimeTable.from_arrays(ids, times)
+    return Loaded(spaces, table, seen, seq, path.stat().st_size, rows)
 
 
 def remove_stray_temps(directory: Path) -> None:
     """Delete temp files a crash mid-snapshot left, never renamed into place."""
     for p in directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
         p.unlink(missing_ok=True)
-
-
-def _flat_times(times: Times) -> tuple[np.ndarray, np.ndarray]:
-    n = sum(len(v) for v in times.values())
-    ids = np.empty(n, dtype=np.int64)
-    flat = np.empty((n, 2), dtype=np.float32)
-    pos = 0
-    for frames in times.values():
-        m = len(frames)
-        ids[pos : pos + m] = np.fromiter(frames.keys(), np.int64, m)
-        flat[pos : pos + m] = np.array(list(frames.values()), dtype=np.float32).reshape(m, 2)
-        pos += m
-    return ids, flat

@@ -39,7 +39,7 @@ from vifusion.index._vectors import VectorStore, path_for
 from vifusion.index.model import check_model, model_record
 from vifusion.index.space import IndexPolicy, SpaceIndex
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog
-from vifusion.types import FRAME_BITS, KIND_OF_SPACE, KIND_SHIFT, SPACES, FusedBatch, kind_of
+from vifusion.types import KIND_OF_SPACE, SPACES, FusedBatch, kind_of
 
 __all__ = ["DIMS", "SNAPSHOT", "WAL_DIR", "Shard", "check_queries"]
 
@@ -146,7 +146,7 @@ class Shard(Loading):
         """Remove all rows of a video (every kind) from every space; return how many were
         removed. Durable when it returns."""
         with self._lock:
-            n = len(self._times.get(video_id, ()))
+            n = self._times.count(video_id)
             if n:
                 self._apply(self._log(Delete(video_id)), Delete(video_id))
             seq = self.seq
@@ -220,8 +220,7 @@ class Shard(Loading):
             times = np.zeros(ids.shape + (2,), dtype=np.float32)
             found = ids >= 0
             if found.any():
-                vt = self._times
-                times[found] = [vt[i >> FRAME_BITS][i] for i in ids[found].tolist()]
+                times[found] = self._times.get(ids[found])
         return scores, ids, times
 
     def frames(
@@ -242,19 +241,19 @@ class Shard(Loading):
             raise ValueError(f"limit must be positive, got {limit}")
         kind = KIND_OF_SPACE[space]
         with self._lock:
-            rows = list(self._times.get(video_id, {}).items())
-        picked = sorted(
-            (t, i)
-            for i, t in rows
-            if t[1] > start_s and t[0] < end_s and (i >> KIND_SHIFT) & 3 == kind
-        )
-        if limit is not None and len(picked) > limit:
-            picked = [picked[j] for j in np.linspace(0, len(picked) - 1, limit).round().astype(int)]
+            ids, spans = self._times.of_video(video_id)
+        keep = (spans[:, 1] > start_s) & (spans[:, 0] < end_s) & (kind_of(ids) == kind)
+        ids, spans = ids[keep], spans[keep]
+        order = np.lexsort((ids, spans[:, 1], spans[:, 0]))  # by time, then id
+        if limit is not None and len(order) > limit:
+            order = order[np.linspace(0, len(order) - 1, limit).round().astype(int)]
+        ids, spans = ids[order], spans[order]
         with self._lock:
-            held = self._times.get(video_id, {})
-            picked = [(t, i) for t, i in picked if held.get(i) == t]  # not deleted meanwhile
-            vectors = self._spaces[space].reconstruct(np.array([i for _, i in picked], np.int64))
-        return np.array([t for t, _ in picked], dtype=np.float32).reshape(-1, 2), vectors
+            held, now = self._times.find(ids)
+            same = held & (now == spans).all(axis=1)  # not deleted or replaced meanwhile
+            ids, spans = ids[same], spans[same]
+            vectors = self._spaces[space].reconstruct(ids)
+        return spans.reshape(-1, 2), vectors
 
     @property
     def ntotal(self) -> int:
@@ -270,9 +269,10 @@ class Shard(Loading):
             return {
                 "shard": self.shard_no,
                 "vectors": {space: sp.ntotal for space, sp in self._spaces.items()},
-                "videos": len(self._times),
+                "videos": self._times.video_count,
                 "index": {space: sp.factory for space, sp in self._spaces.items()},
                 "index_bytes": {space: sp.memory_bytes() for space, sp in self._spaces.items()},
+                "times_bytes": self._times.nbytes,
                 "trained": dict(self._trained),
                 "seq": self.seq,
                 "snapshot_seq": self._snapshot_seq,
@@ -281,7 +281,7 @@ class Shard(Loading):
     def video_ids(self) -> list[int]:
         """The distinct videos held, ascending."""
         with self._lock:
-            return sorted(self._times)
+            return self._times.videos()
 
     def wait_idle(self) -> None:
         """Return once the background work scheduled so far is done (for tests and shutdown)."""
@@ -297,8 +297,7 @@ class Shard(Loading):
 
     def _apply(self, seq: int, op: Op) -> None:
         if isinstance(op, Delete):
-            ids = np.fromiter(self._times.pop(op.video_id, {}).keys(), np.int64)
-            self._remove(ids)
+            self._remove(self._times.pop_video(op.video_id))
         else:
             self._apply_add(op)
             self._seen[op.batch_id] = None
@@ -316,7 +315,7 @@ class Shard(Loading):
         _, last_rev = np.unique(ids[::-1], return_index=True)
         keep = np.sort(n - 1 - last_rev)
         ids, times = ids[keep], np.asarray(batch.times, np.float32)[keep]
-        present = np.fromiter((self._has(int(i)) for i in ids), bool, len(ids))
+        present, _ = self._times.find(ids)
         self._remove(ids[present])
         for kind, mine in by_kind(ids):
             rows = keep if mine is None else keep[mine]
@@ -326,8 +325,7 @@ class Shard(Loading):
                 self._spaces[space].add(kind_ids, vecs)
                 if space in self._capture:
                     self._capture[space].append(("add", kind_ids, vecs))
-        for i, (t0, t1) in zip(ids.tolist(), times.tolist()):
-            self._times.setdefault(i >> FRAME_BITS, {})[i] = (t0, t1)
+        self._times.set(ids, times)
 
     def _remove(self, ids: np.ndarray) -> None:
         for kind, mine in by_kind(ids):
@@ -374,7 +372,7 @@ class Shard(Loading):
             old = self._spaces[space]
             if not old.needs_rebuild() or space in self._capture:
                 return
-            ids = np.fromiter((i for rows in self._times.values() for i in rows), np.int64)
+            ids = self._times.ids_of(self._times.videos())
             ids = ids[kind_of(ids) == KIND_OF_SPACE[space]]
             rows = store.ids.get(ids) if old.compressed else None
             vectors = None if old.compressed else old.reconstruct(ids)
@@ -416,9 +414,5 @@ class Shard(Loading):
         faiss.omp_set_num_threads(self.threads)
 
     def _ids_of(self, videos: list[int], kind: int) -> np.ndarray:
-        ids = np.array([i for v in videos for i in self._times.get(int(v), ())], dtype=np.int64)
+        ids = self._times.ids_of(videos)
         return ids[kind_of(ids) == kind]
-
-    def _has(self, vector_id: int) -> bool:
-        frames = self._times.get(vector_id >> FRAME_BITS)
-        return frames is not None and vector_id in frames
