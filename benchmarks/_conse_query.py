@@ -14,18 +14,29 @@ Variants of the query's vector (the frames' stay as indexed):
 - ``expand k w``: the raw vector plus the mean of its ``k`` nearest concept vectors at ``w``;
 - ``built``: what search uses (``vifusion/extract/_seen_query.py``).
 
+With ``--frames``, variants of the frames' vectors instead (a re-index in the product), each
+searched by the built query projection over the variant's concepts:
+- ``faces s``: the face words at ``s`` beside the class mix made unit length (today they sit
+  at fixed weights beside class probabilities whose top-k sum runs 0.3-0.8 a frame);
+- ``centre a``: the concepts' mean direction taken out of the query (``q``) or of the query and
+  the frames (``both``) at ``a`` of its component (the part every query shares with diffuse
+  frames, which rank high for many queries);
+- ``senses``: each hypernym named with its own nearest hypernym ("bar (ridge)"), since a
+  hypernym word is a lemma without its sense.
+
 Prints R@1 / MRR on the dev set's 25 queries per variant (and per kind), the demo's visual
 queries' R@1, a leave-one-out estimate for each family's grid (the setting chosen on 24
 queries, scored on the 25th), and the top frame cosines of the talks' non-visual queries (what
 the calibrated blend would read for a query about nothing seen).
 
-    .venv/bin/python benchmarks/_conse_query.py [--rebuild]
+    .venv/bin/python benchmarks/_conse_query.py [--rebuild] [--frames]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from itertools import product
 from pathlib import Path
 
@@ -37,6 +48,7 @@ import _realmedia  # noqa: E402
 CACHE = _realmedia.CACHE / "conse-frames.npz"
 DEMO = "demo/"  # the demo videos' names in the cache
 FACE_WORDS = ("person", "face", "people", "crowd", "close-up of a face")
+KINDS = ("object", "scene", "person")
 
 
 def _frames(paths: list[Path]) -> dict[str, np.ndarray]:
@@ -97,7 +109,6 @@ class Space:
     """The concept vectors (classes, hypernyms, face words) and the frames' ConSE vectors."""
 
     def __init__(self, data: dict[str, np.ndarray], top_k: int = 10, hyper_w: float = 0.25):
-        from vifusion.extract import _concepts
         from vifusion.extract.model import CLASS_PROMPT, Embedder
 
         emb = Embedder(cache_dir=_realmedia.CACHE / "models")
@@ -106,13 +117,19 @@ class Space:
         self.hypernyms = emb.hypernym_vectors.numpy()
         self.faces = emb.embed_text([CLASS_PROMPT.format(w) for w in FACE_WORDS])
         self.concepts = np.concatenate([self.classes, self.hypernyms, self.faces])
-        member = _concepts.membership()
-        p = data["probs"]
+        self.probs, self.face_weights = data["probs"], data["faces"]
+        self.top_k, self.hyper_w = top_k, hyper_w
         self.video, self.t0, self.t1 = data["video"], data["t0"], data["t1"]
-        v = _topk_sum(p, self.classes, top_k)
-        v += hyper_w * _topk_sum(p @ member, self.hypernyms, top_k)
-        v += data["faces"] @ self.faces
-        self.frames = v / np.linalg.norm(v, axis=1, keepdims=True)
+        self.frames = _unit(self.class_mix(self.hypernyms) + self.face_weights @ self.faces)
+
+    def class_mix(self, hypernyms: np.ndarray) -> np.ndarray:
+        """Each frame's classes and (``hypernyms``' vectors at ``hyper_w``) hypernyms, as
+        ``Embedder.concepts`` sums them (not normalised)."""
+        from vifusion.extract import _concepts
+
+        p = self.probs
+        v = _topk_sum(p, self.classes, self.top_k)
+        return v + self.hyper_w * _topk_sum(p @ _concepts.membership(), hypernyms, self.top_k)
 
     def raw(self, texts: list[str]) -> np.ndarray:
         return self.emb.embed_text(texts)
@@ -166,9 +183,79 @@ def figures(r: list[int | None]) -> tuple[float, float]:
     return sum(x == 1 for x in r) / len(r), sum(1 / x for x in r if x) / len(r)
 
 
+def frame_variants(space: Space) -> dict[str, tuple[np.ndarray, Callable]]:
+    """name -> (the frames' unit vectors, raw query vectors -> the query's) per ``--frames``
+    variant; each query is projected (``_seen_query.project``) onto the variant's concepts."""
+    from vifusion.extract import _concepts, _seen_query
+    from vifusion.extract.model import CLASS_PROMPT
+
+    def seen(hypernyms: np.ndarray, centre: np.ndarray | None = None, a: float = 0.0):
+        names = np.concatenate([space.classes, hypernyms])
+        concepts = _seen_query.concept_vectors(names, space.faces)
+
+        def query(q: np.ndarray) -> np.ndarray:
+            v = _seen_query.project(q, concepts)
+            return v if centre is None else _unit(v - a * (v @ centre)[:, None] * centre)
+
+        return query
+
+    mix, faces = space.class_mix(space.hypernyms), space.face_weights @ space.faces
+    built = seen(space.hypernyms)
+    out = {"as built": (space.frames, built)}
+    for s in (0.25, 0.5, 1.0):
+        out[f"faces {s}"] = (_unit(_unit(mix) + s * faces), built)
+    concepts = _seen_query.concept_vectors(
+        np.concatenate([space.classes, space.hypernyms]), space.faces
+    )
+    centre = _unit(concepts.mean(axis=0))
+    for a in (0.25, 0.5, 1.0):
+        out[f"centre {a} q"] = (space.frames, seen(space.hypernyms, centre, a))
+        both = _unit(space.frames - a * (space.frames @ centre)[:, None] * centre)
+        out[f"centre {a} both"] = (both, seen(space.hypernyms, centre, a))
+    parent: dict[str, str] = {}
+    for _, words in _concepts._table()["classes"]:
+        for word, above in zip(words, words[1:]):
+            parent.setdefault(word, above)
+    named = [f"{w} ({parent[w]})" if w in parent else w for w in _concepts.hypernym_words()]
+    senses = space.emb.embed_text([CLASS_PROMPT.format(w) for w in named])
+    out["senses"] = (_unit(space.class_mix(senses) + faces), seen(senses))
+    return out
+
+
+def frames_main(space: Space, dev, demo_q, talk_texts: list[str]) -> None:
+    """``--frames``: R@1 / MRR per variant of the frames' vectors, the demo's visual R@1, the
+    talks' (unrelated) queries' top frame less the shift (what the calibrated blend reads), and
+    a leave-one-out estimate over the variants."""
+    from vifusion.extract import _seen_query
+
+    kinds = [k for _, k, _ in dev]
+    q, qd, qt = (space.raw([t for t, *_ in qs]) for qs in (dev, demo_q, [(t,) for t in talk_texts]))
+    demo_frames = np.char.startswith(space.video.astype(str), DEMO)
+    built_frames, results = space.frames, {}
+    print(f"{'frames':18} R@1   MRR   obj   scene person demoR@1 talk top-shift p50/max")
+    for name, (frames, seen) in frame_variants(space).items():
+        space.frames = frames
+        r, rd = ranks(space, seen(q), dev), ranks(space, seen(qd), demo_q, demo=True)
+        vt = seen(qt)
+        talk = (vt @ frames[demo_frames].T).max(axis=1) - _seen_query.shift(qt, vt)
+        results[name] = r
+        per = [figures([x for x, k in zip(r, kinds) if k == kind])[0] for kind in KINDS]
+        print(
+            f"{name:18} {figures(r)[0]:.2f}  {figures(r)[1]:.3f} {per[0]:.2f}  {per[1]:.2f}  "
+            f"{per[2]:.2f}   {figures(rd)[0]:.2f}    {np.median(talk):.3f}/{talk.max():.3f}  {r}"
+        )
+    space.frames = built_frames
+    got = [
+        results[max(results, key=lambda n: figures(results[n][:i] + results[n][i + 1 :])[1])][i]
+        for i in range(len(dev))
+    ]
+    print(f"leave-one-out over the variants: R@1 {figures(got)[0]:.2f} MRR {figures(got)[1]:.3f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--frames", action="store_true", help="variants of the frames' vectors")
     args = ap.parse_args()
     from multimodal import TALKS, VISUAL
 
@@ -181,6 +268,9 @@ def main() -> int:
     demo_q = [(text, "visual", (_scene_answer(name, photo),)) for text, name, photo in VISUAL]
     qd = space.raw([t for t, _, _ in demo_q])
     talk_texts = [x for talk in TALKS for x in (*talk[4], *talk[5])]
+    if args.frames:
+        frames_main(space, dev, demo_q, talk_texts)
+        return 0
     qt = space.raw(talk_texts)
 
     from vifusion.extract import _seen_query
@@ -205,10 +295,7 @@ def main() -> int:
         talk = (f(qt) @ space.frames[np.char.startswith(space.video, DEMO)].T).max(axis=1)
         results[name] = r
         r1, mrr = figures(r)
-        per = [
-            figures([x for x, kk in zip(r, kinds) if kk == kind])[0]
-            for kind in ("object", "scene", "person")
-        ]
+        per = [figures([x for x, kk in zip(r, kinds) if kk == kind])[0] for kind in KINDS]
         print(
             f"{name:34} {r1:.2f}  {mrr:.3f} {per[0]:.2f}  {per[1]:.2f}  {per[2]:.2f}   "
             f"{figures(rd)[0]:.2f}    {np.median(talk):.2f}/{talk.max():.2f}"
