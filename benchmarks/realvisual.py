@@ -10,9 +10,11 @@ query (and, in a long video, its time overlaps the labelled seconds).
 
 Prints the rank of the first right moment per query and way, then R@1, R@5 and MRR (top
 10) per way, overall and per kind of query (object, scene, person), the after / before
-ratio of R@1, and one JSON line.
+ratio of R@1, and one JSON line. ``--explain``: for each query some way does not put right
+first (after), the top 3 of each ranked list it was blended from, with their raw scores
+(which video outranks the right one, and by which list).
 
-    .venv/bin/python benchmarks/realvisual.py
+    .venv/bin/python benchmarks/realvisual.py [--explain]
 """
 
 from __future__ import annotations
@@ -46,9 +48,12 @@ def _rank(found, answers, names: dict[int, str]) -> int | None:
     )
 
 
-def ranks(paths: list[Path], data_dir: Path, hypernyms: float) -> tuple[dict, float]:
+def ranks(
+    paths: list[Path], data_dir: Path, hypernyms: float, explain: bool = False
+) -> tuple[dict, float]:
     """Index ``paths`` into ``data_dir`` with ``concept_hypernyms`` = ``hypernyms``: each way's
-    rank per query (``_realmedia.QUERIES`` order), and the ingest's wall seconds."""
+    rank per query (``_realmedia.QUERIES`` order), and the ingest's wall seconds. ``explain``:
+    print the lists of each query some way misses (``--explain``)."""
     from vifusion.runtime import Runtime
 
     with Runtime(Config(data_dir=data_dir, concept_hypernyms=hypernyms), writer=True) as rt:
@@ -67,7 +72,22 @@ def ranks(paths: list[Path], data_dir: Path, hypernyms: float) -> tuple[dict, fl
             for blend in BLENDS:
                 found = searcher.text(text, TOP_K, group_by="video", blend=blend)
                 out[blend].append(_rank(found, answers, names))
+            if explain and any(out[way][-1] != 1 for way in out):
+                _explain(searcher, text, answers, names, {w: r[-1] for w, r in out.items()})
     return out, seconds
+
+
+def _explain(searcher, text: str, answers, names: dict[int, str], got: dict) -> None:
+    """The top 3 of each list ``text`` is blended from (raw scores), right ones marked *."""
+    lists, _ = searcher.ranked_lists(text, TOP_K, group_by="video")
+    print(f"{text!r}: " + ", ".join(f"{w} {r or '-'}" for w, r in got.items()))
+    for source, ranked in lists:
+        top = [
+            f"{'*' if any(a.holds(names[c.video_id], c.start_s, c.end_s) for a in answers) else ''}"
+            f"{names[c.video_id]}@{c.start_s:.0f}s {c.score:.3f}"
+            for c in ranked[:3]
+        ]
+        print(f"    {source:15} {', '.join(top) or '(none)'}")
 
 
 def figures(got: list[int | None], kinds: list[str], kind: str | None = None) -> dict:
@@ -83,12 +103,13 @@ def figures(got: list[int | None], kinds: list[str], kind: str | None = None) ->
 def main() -> int:
     ap = arguments(__doc__)
     ap.add_argument("--cache", type=Path, default=_realmedia.CACHE)
+    ap.add_argument("--explain", action="store_true", help="each missed query's lists (after)")
     args = ap.parse_args()
     paths = _realmedia.build(args.cache)
     kinds = [k for _, k, _ in _realmedia.QUERIES]
     with tempfile.TemporaryDirectory(prefix="vifusion-realvisual-") as tmp:
         before, s_before = ranks(paths, Path(tmp) / "before", 0.0)
-        after, s_after = ranks(paths, Path(tmp) / "after", Config().concept_hypernyms)
+        after, s_after = ranks(paths, Path(tmp) / "after", Config().concept_hypernyms, args.explain)
     show = lambda r: "-" if r is None else str(r)  # noqa: E731
     ways = list(before)
     print(
