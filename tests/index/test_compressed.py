@@ -123,15 +123,14 @@ def test_searches_answer_during_training_and_writes_meanwhile_are_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started, release = threading.Event(), threading.Event()
-    build = space_mod.SpaceIndex.build.__func__
+    build = space_mod.SpaceIndex.build_compressed.__func__
 
-    def held_build(cls, d, policy, *a, **kw):  # the real training, once the test lets it
-        if policy.compresses(len(a[0])):
-            started.set()
-            assert release.wait(60)
-        return build(cls, d, policy, *a, **kw)
+    def held_build(cls, *a, **kw):  # the real training, once the test lets it
+        started.set()
+        assert release.wait(60)
+        return build(cls, *a, **kw)
 
-    monkeypatch.setattr(space_mod.SpaceIndex, "build", classmethod(held_build))
+    monkeypatch.setattr(space_mod.SpaceIndex, "build_compressed", classmethod(held_build))
     s = Shard(0, tmp_path, _cfg(), background=True)
     s.add(_video(1))
     s.add(_video(2))
@@ -249,3 +248,38 @@ def test_check_names_a_vector_file_that_lost_synced_rows(ray_session, tmp_path, 
         f"vifusion check: a shard cannot start: VectorFileDamaged: {vectors}: holds 10 whole "
         "vector rows, the snapshot counts 3000"
     )
+
+
+def test_shards_side_by_side_train_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-training holds floats beside two indexes: shards of one machine take turns."""
+    build = space_mod.SpaceIndex.build_compressed.__func__
+    running, most, calls, other_started = [0], [0], [0], threading.Event()
+    count = threading.Lock()
+
+    def watched(cls, *a, **kw):
+        with count:
+            running[0] += 1
+            calls[0] += 1
+            first = calls[0] == 1
+            most[0] = max(most[0], running[0])
+            if running[0] > 1:
+                other_started.set()
+        if first:  # long enough for another shard's training to start, if it may
+            other_started.wait(2)
+        try:
+            return build(cls, *a, **kw)
+        finally:
+            with count:
+                running[0] -= 1
+
+    monkeypatch.setattr(space_mod.SpaceIndex, "build_compressed", classmethod(watched))
+    shards = [Shard(n, tmp_path / f"shard-{n}", _cfg(), background=True) for n in (0, 1)]
+    for v in (1, 2, 3):
+        for s in shards:
+            s.add(_video(v))
+    for s in shards:
+        s.wait_idle()
+        assert set(_compressed(s)) == {"visual", "semantic"}
+    assert most[0] == 1

@@ -2,15 +2,34 @@
 
 A task already queued is not queued twice. A task that fails is reported on stdout and
 dropped: the shard keeps serving, and its next write schedules the task again.
+
+Rebuilds of the shards beside each other in one index folder (one machine's) take turns
+(``one_rebuild_at_a_time``): a rebuild holds a sample and a piece of its space as floats
+beside both indexes, and four at once ran a 24 GiB machine out of memory.
 """
 
 from __future__ import annotations
 
+import fcntl
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 Task = tuple[str, "str | None"]  # ("snapshot", None) or ("rebuild", space)
+TURNS = ".rebuild-turns.lock"  # beside the shard directories
+
+
+@contextmanager
+def one_rebuild_at_a_time(shard_directory: Path) -> Iterator[None]:
+    """Hold the turn of the shards beside ``shard_directory`` (waits for it)."""
+    with open(Path(shard_directory).parent / TURNS, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class Worker:

@@ -19,6 +19,7 @@ not the exact input); it is re-trained from those when its size calls for more l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import faiss
@@ -31,6 +32,8 @@ from vifusion.index._vectors import VectorStore
 FLAT = "IDMap2,Flat"
 _REGROW = 2  # an IVF space is re-trained no sooner than at this many times its training size
 _TRAIN_PER_LIST = 64  # training points per inverted list (k-means cost bound)
+_TRAIN_MAX = 1 << 17  # and at most this many in all (k-means over 1280-d grows with both)
+_FILL_PIECE = 1 << 16  # vectors read from the file and encoded at a time
 _EXACT_SUBSET = 1 << 16  # a filter selecting at most this many vectors is searched exactly
 
 
@@ -93,52 +96,42 @@ class SpaceIndex:
 
     @classmethod
     def build(
-        cls,
-        d: int,
-        policy: IndexPolicy,
-        ids: np.ndarray,
-        vectors: np.ndarray,
-        seed: int = 0,
-        store: VectorStore | None = None,
-        stored: bool = False,
+        cls, d: int, policy: IndexPolicy, ids: np.ndarray, vectors: np.ndarray, seed: int = 0
     ) -> SpaceIndex:
-        """A new index of the type that suits ``len(ids)`` vectors, holding them. A
-        compressed one keeps its exact vectors in ``store``: it writes them there unless
-        ``stored`` (re-training a compressed space, whose store holds them)."""
+        """A new uncompressed index (flat, or IVF with ``policy.codec``) of the type that
+        suits ``len(ids)`` vectors, holding them."""
         factory = policy.factory_for(len(ids), d)
+        if policy.compresses(len(ids)):
+            raise ValueError("a compressed space is built from its vector file: build_compressed")
         if factory == FLAT:
             space = cls(d, policy)
         else:
-            index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
-            nlist = faiss.extract_index_ivf(index).nlist
-            rng = np.random.default_rng(seed)
-            take = min(len(ids), nlist * _TRAIN_PER_LIST)
-            sample = (
-                vectors[np.sort(rng.choice(len(ids), take, replace=False))]
-                if take < len(ids)
-                else vectors
-            )
-            index.cp.niter = 10
-            index.cp.min_points_per_centroid = 1  # silence the "too few points" warning
-            index.cp.max_points_per_centroid = _TRAIN_PER_LIST
-            if "PQ" in factory:
-                # the factory turns on polysemous training, which took minutes (annealing
-                # the code order for Hamming filtering, which search does not use)
-                ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-                ivf.do_polysemous_training = False
-                ivf.pq.cp.min_points_per_centroid = 1  # the sample is what there is
-                ivf.pq.cp.niter = 10  # as the coarse quantizer's; the re-ranking is exact
-            index.train(np.ascontiguousarray(sample, np.float32))
-            if "PQ" in factory:
-                if store is None:
-                    raise ValueError("a compressed space needs a vector store")
-                space = cls(d, policy, factory, index, len(ids), store)
-                space.add(ids, vectors, stored=stored)
-                return space
+            index = _trained(d, factory, len(ids), lambda take: vectors[take], seed)
             index.set_direct_map_type(faiss.DirectMap.Hashtable)
             space = cls(d, policy, factory, index, trained_n=len(ids))
         space.add(ids, vectors)
         return space
+
+    @classmethod
+    def build_compressed(
+        cls,
+        d: int,
+        policy: IndexPolicy,
+        ids: np.ndarray,
+        rows: np.ndarray,
+        store: VectorStore,
+        seed: int = 0,
+    ) -> SpaceIndex:
+        """A compressed index of the vectors ``store`` holds at ``rows`` (``ids[i]``'s at
+        ``rows[i]``): trained on a sample read from the file, then filled a piece at a
+        time, so it holds the sample and one piece beside the codes, never the whole space
+        as floats (at millions of vectors a shard, that copy ran machines out of memory)."""
+        factory = policy.factory_for(len(ids), d)
+        index = _trained(d, factory, len(ids), lambda take: store.read_rows(rows[take]), seed)
+        for at in range(0, len(ids), _FILL_PIECE):
+            piece = slice(at, at + _FILL_PIECE)
+            index.add_with_ids(store.read_rows(rows[piece]), np.ascontiguousarray(ids[piece]))
+        return cls(d, policy, factory, index, len(ids), store)
 
     @property
     def ntotal(self) -> int:
@@ -295,3 +288,26 @@ class SpaceIndex:
             if invlists.list_size(i)
         ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _trained(
+    d: int, factory: str, n: int, sample_of: Callable[[np.ndarray], np.ndarray], seed: int
+) -> faiss.Index:
+    """An empty IVF index of ``factory``, trained on a random sample of the ``n`` vectors
+    (``sample_of(positions)`` reads them)."""
+    index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    take = min(n, ivf.nlist * _TRAIN_PER_LIST, _TRAIN_MAX)
+    rng = np.random.default_rng(seed)
+    positions = np.sort(rng.choice(n, take, replace=False)) if take < n else np.arange(n)
+    index.cp.niter = 10
+    index.cp.min_points_per_centroid = 1  # silence the "too few points" warning
+    index.cp.max_points_per_centroid = _TRAIN_PER_LIST
+    if "PQ" in factory:
+        # the factory turns on polysemous training, which took minutes (annealing the code
+        # order for Hamming filtering, which search does not use)
+        ivf.do_polysemous_training = False
+        ivf.pq.cp.min_points_per_centroid = 1  # the sample is what there is
+        ivf.pq.cp.niter = 10  # as the coarse quantizer's; the re-ranking is exact
+    index.train(np.ascontiguousarray(sample_of(positions), np.float32))
+    return index
