@@ -22,7 +22,9 @@ searched by the built query projection over the variant's concepts:
   the frames (``both``) at ``a`` of its component (the part every query shares with diffuse
   frames, which rank high for many queries);
 - ``senses``: each hypernym named with its own nearest hypernym ("bar (ridge)"), since a
-  hypernym word is a lemma without its sense.
+  hypernym word is a lemma without its sense;
+- ``smooth r``: each frame's class probabilities averaged with its ``r`` neighbours each side
+  in its video (a clip's frames spread their probability differently from frame to frame).
 
 Prints R@1 / MRR on the dev set's 25 queries per variant (and per kind), the demo's visual
 queries' R@1, a leave-one-out estimate for each family's grid (the setting chosen on 24
@@ -122,12 +124,12 @@ class Space:
         self.video, self.t0, self.t1 = data["video"], data["t0"], data["t1"]
         self.frames = _unit(self.class_mix(self.hypernyms) + self.face_weights @ self.faces)
 
-    def class_mix(self, hypernyms: np.ndarray) -> np.ndarray:
+    def class_mix(self, hypernyms: np.ndarray, probs: np.ndarray | None = None) -> np.ndarray:
         """Each frame's classes and (``hypernyms``' vectors at ``hyper_w``) hypernyms, as
-        ``Embedder.concepts`` sums them (not normalised)."""
+        ``Embedder.concepts`` sums them (not normalised), from ``probs`` (default: the frames')."""
         from vifusion.extract import _concepts
 
-        p = self.probs
+        p = self.probs if probs is None else probs
         v = _topk_sum(p, self.classes, self.top_k)
         return v + self.hyper_w * _topk_sum(p @ _concepts.membership(), hypernyms, self.top_k)
 
@@ -219,6 +221,20 @@ def frame_variants(space: Space) -> dict[str, tuple[np.ndarray, Callable]]:
     named = [f"{w} ({parent[w]})" if w in parent else w for w in _concepts.hypernym_words()]
     senses = space.emb.embed_text([CLASS_PROMPT.format(w) for w in named])
     out["senses"] = (_unit(space.class_mix(senses) + faces), seen(senses))
+    for radius in (1, 2):
+        smooth = _smoothed(space.probs, space.video, radius)
+        out[f"smooth {radius}"] = (_unit(space.class_mix(space.hypernyms, smooth) + faces), built)
+    return out
+
+
+def _smoothed(probs: np.ndarray, video: np.ndarray, radius: int) -> np.ndarray:
+    """Each frame's class probabilities averaged with its ``radius`` neighbours each side in
+    the same video (the cache holds each video's frames in order)."""
+    out = probs.copy()
+    for v in np.unique(video):
+        idx = np.flatnonzero(video == v)
+        for j, i in enumerate(idx):
+            out[i] = probs[idx[max(0, j - radius) : j + radius + 1]].mean(axis=0)
     return out
 
 
