@@ -21,6 +21,11 @@ def test_upsert_keeps_the_newest_span_and_each_id_once() -> None:
     assert ids.tolist() == _ids(3, [0, 1, 2, 5]).tolist()
     assert spans.tolist() == [[0, 1], [9, 9], [2, 3], [7, 8]]
     assert len(t) == 4 and t.count(3) == 4
+    t.arrays()  # merged: the same rows
+    assert [a.tolist() for a in t.of_video(3)] == [ids.tolist(), spans.tolist()]
+    t.set(_ids(3, [2]), [[4, 4]])  # a merged row replaced
+    assert t.get(_ids(3, [2])).tolist() == [[4, 4]] and len(t) == 4
+    assert t.arrays()[1].tolist() == [[0, 1], [9, 9], [4, 4], [7, 8]]
 
 
 def test_rows_of_every_kind_and_video_are_found_and_deleted_by_video() -> None:
@@ -49,10 +54,12 @@ def test_a_snapshots_arrays_rebuild_the_same_table() -> None:
     assert np.array_equal(t.get(ids), times)
 
 
-def test_a_million_rows_take_about_twelve_bytes_each() -> None:
+def test_a_million_rows_take_about_sixteen_bytes_each() -> None:
     # a dict of tuples took ~170 bytes a row: at millions of frames most of a shard's memory
     t = TimeTable()
     for v in range(1000):
         t.set(_ids(v, range(1000)), np.zeros((1000, 2), np.float32))
     assert len(t) == 1_000_000
-    assert t.nbytes < 13 * len(t)
+    assert t.nbytes < 17 * len(t)
+    t.arrays()  # the recent rows merged in
+    assert t.nbytes < 17 * len(t)

@@ -1,37 +1,49 @@
-"""Each row's time span, by video: the shard's id -> (start, end) table.
+"""Each row's time span: the shard's id -> (start, end) table.
 
-Per video, two arrays: the rows' numbers within the video (an id's low ``FRAME_BITS`` bits,
-uint32), sorted, and their spans (float32 pairs): 12 bytes a row, against ~170 for a dict
-of tuples, which at millions of frames a shard was most of its memory. Grouping by video
-keeps a delete by video and a video's rows one lookup. Arrays are replaced, never changed
-in place, so ``of_video`` hands them out without a copy.
+Two sorted arrays (ids int64, spans float32 pairs: 16 bytes a row, against ~170 for a dict
+of tuples, which at millions of frames a shard was most of its memory), plus the rows set
+since, per video in a dict, merged in once they pass a small share of the arrays. A search's
+lookup is one ``searchsorted`` over all its ids. A video's ids are one contiguous range
+(``types``), so its rows and its delete are a slice. The arrays are replaced, never changed
+in place, so a snapshot may write them outside the shard's lock.
 """
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 
 from vifusion.types import FRAME_BITS
 
-_LOW = (1 << FRAME_BITS) - 1
-_EMPTY_IDS = np.zeros(0, np.int64)
-_EMPTY_TIMES = np.zeros((0, 2), np.float32)
-_PER_VIDEO = 120  # the dict entry, key and pair of one video, beside its arrays' own sizes
+_MERGE_MIN = 4096  # recent rows merged in past this, or past 1/_MERGE_SHARE of the arrays
+_MERGE_SHARE = 64
+_RECENT_ROW = 170  # resident bytes of one recent row (dict entry, int key, tuple of floats)
+_PER_VIDEO = 100  # a video's row count entry
 
 
 class TimeTable:
     """Vector id -> (t_start, t_end) for the rows of every kind a shard holds."""
 
     def __init__(self) -> None:
-        self._videos: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # video -> (rows, spans)
+        self._ids = np.zeros(0, np.int64)
+        self._spans = np.zeros((0, 2), np.float32)
+        self._recent: dict[int, dict[int, tuple[float, float]]] = {}  # video -> {id: span}
+        self._recent_n = 0
+        self._counts: dict[int, int] = {}  # video -> rows
         self._n = 0
 
     @classmethod
     def from_arrays(cls, ids: np.ndarray, times: np.ndarray) -> TimeTable:
+        """A table of these rows (a repeated id keeps its last occurrence)."""
         table = cls()
-        table.set(ids, times)
+        ids = np.asarray(ids, np.int64)
+        times = np.asarray(times, np.float32).reshape(-1, 2)
+        order = np.argsort(ids, kind="stable")
+        ids, times = ids[order], times[order]
+        last = np.r_[ids[1:] != ids[:-1], True] if len(ids) else np.zeros(0, bool)
+        table._ids, table._spans = ids[last], np.ascontiguousarray(times[last])
+        videos, counts = np.unique(table._ids >> FRAME_BITS, return_counts=True)
+        table._counts = dict(zip(videos.tolist(), counts.tolist()))
+        table._n = len(table._ids)
         return table
 
     def __len__(self) -> int:
@@ -40,14 +52,16 @@ class TimeTable:
 
     @property
     def video_count(self) -> int:
-        return len(self._videos)
+        return len(self._counts)
 
     @property
     def nbytes(self) -> int:
-        """Resident bytes: the arrays and each video's entry."""
-        return sum(
-            sys.getsizeof(rows) + sys.getsizeof(spans) + _PER_VIDEO
-            for rows, spans in self._videos.values()
+        """Resident bytes: the arrays, the recent rows and the per-video counts."""
+        return (
+            self._ids.nbytes
+            + self._spans.nbytes
+            + _RECENT_ROW * self._recent_n
+            + _PER_VIDEO * len(self._counts)
         )
 
     # -- writes ------------------------------------------------------------------------
@@ -58,83 +72,102 @@ class TimeTable:
         if not len(ids):
             return
         times = np.asarray(times, np.float32).reshape(-1, 2)
-        order = np.argsort(ids, kind="stable")
-        ids, times = ids[order], times[order]
-        videos = ids >> FRAME_BITS
-        starts = np.flatnonzero(np.r_[True, videos[1:] != videos[:-1]])
-        for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(ids)]):
-            self._set_video(int(videos[a]), (ids[a:b] & _LOW).astype(np.uint32), times[a:b])
-
-    def _set_video(self, video: int, rows: np.ndarray, spans: np.ndarray) -> None:
-        """``rows`` sorted (stably, so the last of equal rows is the newest)."""
-        old_rows, old_spans = self._videos.get(video, (None, None))
-        if old_rows is not None and len(old_rows) and rows[0] > old_rows[-1]:
-            rows, spans = np.concatenate([old_rows, rows]), np.concatenate([old_spans, spans])
-        else:
-            if old_rows is not None:
-                rows = np.concatenate([old_rows, rows])
-                spans = np.concatenate([old_spans, spans])
-                order = np.argsort(rows, kind="stable")  # old before new among equals
-                rows, spans = rows[order], spans[order]
-            last = np.r_[rows[1:] != rows[:-1], True]
-            if not last.all():
-                rows, spans = rows[last], spans[last]
-        self._n += len(rows) - (0 if old_rows is None else len(old_rows))
-        self._videos[video] = (rows, spans)
+        held, _ = self.find(ids)
+        for i, span, was in zip(ids.tolist(), map(tuple, times.tolist()), held.tolist()):
+            rows = self._recent.setdefault(i >> FRAME_BITS, {})
+            if i not in rows:
+                self._recent_n += 1
+                if not was:  # a new row (a repeat within this call finds it in ``rows``)
+                    self._counts[i >> FRAME_BITS] = self._counts.get(i >> FRAME_BITS, 0) + 1
+                    self._n += 1
+            rows[i] = span
+        if self._recent_n > max(_MERGE_MIN, len(self._ids) // _MERGE_SHARE):
+            self._merge()
 
     def pop_video(self, video: int) -> np.ndarray:
         """Remove a video's rows; return their ids."""
-        rows, _ = self._videos.pop(video, (None, None))
-        if rows is None:
-            return _EMPTY_IDS
-        self._n -= len(rows)
-        return (video << FRAME_BITS) | rows.astype(np.int64)
+        n = self._counts.pop(video, 0)
+        if not n:
+            return np.zeros(0, np.int64)
+        self._n -= n
+        lo, hi = self._range(video)
+        recent = self._recent.pop(video, {})
+        self._recent_n -= len(recent)
+        ids = self._ids[lo:hi]
+        if hi > lo:
+            self._ids = np.concatenate([self._ids[:lo], self._ids[hi:]])
+            self._spans = np.concatenate([self._spans[:lo], self._spans[hi:]])
+        fresh = np.fromiter(recent, np.int64, len(recent))
+        return np.union1d(ids, fresh)
+
+    def _merge(self) -> None:
+        """Fold the recent rows into new sorted arrays (a replaced id takes its new span)."""
+        if not self._recent_n:
+            return
+        rows = [r for by_video in self._recent.values() for r in by_video.items()]
+        ids = np.fromiter((i for i, _ in rows), np.int64, len(rows))
+        spans = np.array([s for _, s in rows], np.float32).reshape(-1, 2)
+        order = np.argsort(ids)
+        ids, spans = ids[order], spans[order]
+        at = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
+        known = self._ids[at] == ids if len(self._ids) else np.zeros(len(ids), bool)
+        merged = self._spans.copy() if known.any() else self._spans
+        merged[at[known]] = spans[known]
+        where = np.searchsorted(self._ids, ids[~known])
+        self._ids = np.insert(self._ids, where, ids[~known])
+        self._spans = np.insert(merged, where, spans[~known], axis=0)
+        self._recent, self._recent_n = {}, 0
 
     # -- reads -------------------------------------------------------------------------
 
     def count(self, video: int) -> int:
-        rows, _ = self._videos.get(video, (_EMPTY_IDS, None))
-        return len(rows)
+        return self._counts.get(video, 0)
 
     def videos(self) -> list[int]:
         """The videos held, ascending."""
-        return sorted(self._videos)
+        return sorted(self._counts)
 
     def of_video(self, video: int) -> tuple[np.ndarray, np.ndarray]:
-        """A video's ids (ascending) and spans: (n,) int64 and (n, 2) float32."""
-        rows, spans = self._videos.get(video, (None, None))
-        if rows is None:
-            return _EMPTY_IDS, _EMPTY_TIMES
-        return (video << FRAME_BITS) | rows.astype(np.int64), spans
+        """A video's ids (ascending) and spans: (n,) int64 and (n, 2) float32, copies."""
+        lo, hi = self._range(video)
+        ids, spans = self._ids[lo:hi], self._spans[lo:hi]
+        recent = self._recent.get(video)
+        if not recent:
+            return ids.copy(), spans.copy()
+        fresh = np.fromiter(recent, np.int64, len(recent))
+        fresh_spans = np.array(list(recent.values()), np.float32).reshape(-1, 2)
+        old = ~np.isin(ids, fresh)
+        ids = np.concatenate([ids[old], fresh])
+        spans = np.concatenate([spans[old], fresh_spans])
+        order = np.argsort(ids)
+        return ids[order], spans[order]
 
     def ids_of(self, videos: list[int]) -> np.ndarray:
         """The ids of these videos' rows (absent videos add none)."""
-        parts = [self.of_video(int(v))[0] for v in videos]
-        return np.concatenate(parts) if parts else _EMPTY_IDS
+        parts = [self.of_video(int(v))[0] for v in videos if int(v) in self._counts]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every id and its span, by video (for a snapshot)."""
-        if not self._videos:
-            return _EMPTY_IDS, _EMPTY_TIMES
-        ids = np.concatenate([self.of_video(v)[0] for v in self._videos])
-        return ids, np.concatenate([spans for _, spans in self._videos.values()])
+        """Every id and its span, ascending (for a snapshot; never changed in place)."""
+        self._merge()
+        return self._ids, self._spans
 
     def find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each id: whether it is held, and its span ((0, 0) where not)."""
         ids = np.asarray(ids, np.int64)
-        held = np.zeros(len(ids), bool)
         out = np.zeros((len(ids), 2), np.float32)
-        videos = ids >> FRAME_BITS
-        for video in np.unique(videos).tolist():
-            rows, spans = self._videos.get(video, (None, None))
-            if rows is None or not len(rows):
-                continue
-            mine = np.flatnonzero(videos == video)
-            want = ids[mine] & _LOW
-            at = np.minimum(np.searchsorted(rows, want), len(rows) - 1)
-            hit = rows[at] == want
-            held[mine[hit]] = True
-            out[mine[hit]] = spans[at[hit]]
+        held = np.zeros(len(ids), bool)
+        if len(self._ids):
+            at = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+            held = self._ids[at] == ids
+            out[held] = self._spans[at[held]]
+        if self._recent:
+            recent = self._recent
+            for j, i in enumerate(ids.tolist()):
+                rows = recent.get(i >> FRAME_BITS)
+                if rows is not None and (span := rows.get(i)) is not None:
+                    held[j] = True
+                    out[j] = span
         return held, out
 
     def get(self, ids: np.ndarray) -> np.ndarray:
@@ -143,3 +176,7 @@ class TimeTable:
         if not held.all():
             raise KeyError(f"ids with no time span: {np.asarray(ids)[~held][:5].tolist()}")
         return out
+
+    def _range(self, video: int) -> tuple[int, int]:
+        lo, hi = np.searchsorted(self._ids, [video << FRAME_BITS, (video + 1) << FRAME_BITS])
+        return int(lo), int(hi)
