@@ -156,10 +156,10 @@ class IndexFields(BaseModel):
     index_pq_text_bytes: int = Field(
         32, gt=0, description="PQ code bytes a 384-d semantic/text vector (a divisor of 384)"
     )
-    # At 100,000 augmented real frames, PQ64 visual recall@10 was 0.67 / 0.93 / 0.99
-    # re-ranking 10 / 30 / 100 candidates per result (docs/benchmarks.md).
+    # Recall@10 is bound by how deep the re-ranking reaches, not by nprobe
+    # (docs/benchmarks.md, "Compressed spaces at a million frames").
     index_refine: int = Field(
-        50,
+        100,
         gt=0,
         description="a compressed search re-scores k times this many candidates with their "
         "exact vectors",

@@ -52,7 +52,7 @@ class IndexPolicy:
     compress_min: int = 0  # past this many vectors, IVF-PQ + re-ranking (0: never)
     pq_visual: int = 64  # PQ bytes a 1280-d vector
     pq_text: int = 32  # PQ bytes a 384-d vector
-    refine: int = 50  # a compressed search re-scores k * refine candidates exactly
+    refine: int = 100  # a compressed search re-scores k * refine candidates exactly
 
     def __post_init__(self) -> None:
         within("exact_max", self.exact_max, 0)
@@ -244,11 +244,7 @@ class SpaceIndex:
         sel = None if subset is None else faiss.IDSelectorBatch(subset)
         params = faiss.SearchParametersIVF(nprobe=nprobe, sel=sel)
         _, cand = self.index.search(queries, k * self.policy.refine, params=params)
-        found = cand >= 0
-        scores = np.full(cand.shape, -np.finfo(np.float32).max, np.float32)
-        if found.any():
-            exact = self.store.read(cand[found])
-            scores[found] = np.einsum("nd,nd->n", exact, np.repeat(queries, found.sum(1), axis=0))
+        scores = self.store.inner_products(queries, cand)
         best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(scores, best, 1), np.take_along_axis(cand, best, 1)
 
