@@ -319,7 +319,7 @@ def main() -> None:
     ap.add_argument(
         "--compress-min",
         type=int,
-        help="index_compress_min (default 100,000; quick 20,000; 0: never, the Config default)",
+        help="index_compress_min (default 100,000; quick 20,000; 0: never)",
     )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
