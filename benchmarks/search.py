@@ -13,7 +13,8 @@ Workload (one run):
    chunk, so the exact ground truth is recomputed chunk by chunk instead of held.
    Frames are grouped 1000 to a synthetic video and routed to shards as ViFusion routes
    videos (``video_id % shards``).
-3. **Build**: 4 shard actors (``ShardSet``, one FAISS thread each), batches of 1000 frames
+3. **Build**: 4 shard actors (``--shards``; ``ShardSet``, 2 // shards FAISS threads each, at
+   least one), batches of 1000 frames
    sent to the primaries with 8 in flight; every batch goes through the write-ahead log
    (fsynced) before it is acknowledged, and each shard turns its exact index into a trained
    ``IVF,SQfp16`` past ``index_exact_max`` (50,000; ``--quick``: 10,000) and into a
@@ -42,6 +43,8 @@ Workload (one run):
 Aims (the issue's): recall@10 >= 0.95; (b) >= 4x (a)'s QPS at equal or lower p50.
 
 Run:  .venv/bin/python benchmarks/search.py [--quick]
+One shard of ten million (about an hour here; 33 GB of vector files on /tmp's disk):
+      .venv/bin/python benchmarks/search.py --n 10000000 --shards 1 --settle 1000000
 It ends with one line of JSON holding every figure.
 """
 
@@ -172,13 +175,21 @@ def ground_truth(
 # -- the index ------------------------------------------------------------------------------
 
 
-def build(shards, n_chunks: int, base, window: int = 8, acks: list | None = None) -> float:
-    """Send every batch (``window`` in flight); ``acks`` gets each one's wall time."""
+def build(
+    shards, n_chunks: int, base, window: int = 8, acks: list | None = None, settle: int = 0
+) -> float:
+    """Send every batch (``window`` in flight); ``acks`` gets each one's wall time. With
+    ``settle``, every that many videos the build waits for the shards' background work (a
+    space's first compression), so its uncompressed index does not grow meanwhile."""
     import ray
 
     t0 = time.perf_counter()
     in_flight: list = []
     for c in range(n_chunks):
+        if settle and c and c % settle == 0:
+            ray.get(in_flight)
+            in_flight = []
+            ray.get([h.wait_idle.remote() for group in shards.replicas for h in group])
         if len(in_flight) >= window:
             ray.get(in_flight.pop(0))
             if acks is not None:
@@ -321,6 +332,13 @@ def main() -> None:
         type=int,
         help="index_compress_min (default 100,000; quick 20,000; 0: never)",
     )
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument(
+        "--settle",
+        type=int,
+        default=0,
+        help="wait for the shards' trainings every this many frames (0: never)",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
     ap.add_argument(
@@ -362,15 +380,16 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
         "frames": n,
-        "shards": 4,
+        "shards": args.shards,
         "clients": args.clients,
         "seconds": seconds,
     }
     try:
-        shards = open_shards(work / "main", 4, exact_max, compress_min)
-        print(f"building {n:,} frames over 4 shards ...", flush=True)
+        shards = open_shards(work / "main", args.shards, exact_max, compress_min)
+        print(f"building {n:,} frames over {args.shards} shards ...", flush=True)
         acks: list[float] = []
-        report["build_s"] = round(build(shards, n_chunks, base, acks=acks), 1)
+        settle = args.settle // FRAMES_PER_VIDEO
+        report["build_s"] = round(build(shards, n_chunks, base, acks=acks, settle=settle), 1)
         report["ingest_frames_per_s"] = round(n / report["build_s"])
         shards.snapshot()
         stats = shards.stats()
@@ -403,7 +422,7 @@ def main() -> None:
         print(f"  (b) query fusion:       {report['fused']}", flush=True)
         shards.close()
         report["restart_to_ready_s"] = round(
-            restart(work / "main", 4, exact_max, compress_min, text_q[:1]), 1
+            restart(work / "main", args.shards, exact_max, compress_min, text_q[:1]), 1
         )
         print(f"  restart to ready: {report['restart_to_ready_s']} s", flush=True)
 
@@ -427,7 +446,7 @@ def main() -> None:
     report["p50_ratio"] = round(b["p50_ms"] / a["p50_ms"], 3)
     print()
     print(f"ViFusion search benchmark  {report['date']}  {report['machine']}")
-    print(f"{n:,} frames x 2 spaces over 4 shards; index {report['index']}")
+    print(f"{n:,} frames x 2 spaces over {args.shards} shards; index {report['index']}")
     print(
         f"build {report['build_s']} s; {report['bytes_per_frame']} resident index bytes/frame "
         f"(snapshot {report['snapshot_bytes_per_frame']}, vector files "
