@@ -7,9 +7,9 @@ it is applied, and synced before it is acknowledged. A snapshot (``_snapshot.py`
 written when the log has grown past ``cfg.snapshot_log_bytes`` (and half the last
 snapshot's size); the log it covers is then deleted. Start-up (``_loading.py``) = last
 snapshot + replay of the log after it. Index types change with size (``space.py``); rebuilds
-run off the write path, with the writes that arrive meanwhile re-applied to the new index
-before it replaces the old one. With ``background``, snapshots and rebuilds run on a worker
-thread (``_upkeep.py``).
+run off the write path (``_rebuilding.py``), with the writes that arrive meanwhile
+re-applied to the new index before it replaces the old one. With ``background``, snapshots
+and rebuilds run on a worker thread (``_upkeep.py``).
 
 A shard directory has one writer (``writer=True``): each replica of a shard has its own
 directory. The primary numbers the operations; a follower logs and applies each at the
@@ -23,7 +23,6 @@ Limits: a rebuild or a snapshot briefly holds about twice the index memory.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import faiss
@@ -32,12 +31,13 @@ import numpy as np
 from vifusion.config import Config
 from vifusion.index import _snapshot
 from vifusion.index._loading import WAL_DIR, Loading
+from vifusion.index._rebuilding import Rebuilding
 from vifusion.index._rows import COLUMNS, DIMS, SPACES_OF_KIND, by_kind, check_batch, check_queries
 from vifusion.index._snapshot import SNAPSHOT
-from vifusion.index._upkeep import Task, Worker, one_rebuild_at_a_time
+from vifusion.index._upkeep import Task, Worker
 from vifusion.index._vectors import VectorStore, path_for
 from vifusion.index.model import check_model, model_record
-from vifusion.index.space import IndexPolicy, SpaceIndex
+from vifusion.index.space import IndexPolicy
 from vifusion.index.wal import Delete, LogCorrupt, Op, WriteAheadLog
 from vifusion.types import KIND_OF_SPACE, SPACES, FusedBatch, kind_of
 
@@ -46,10 +46,9 @@ __all__ = ["DIMS", "SNAPSHOT", "WAL_DIR", "Shard", "check_queries"]
 # Batch ids remembered for idempotent re-sends (kept in snapshots too): senders keep only a
 # few batches in flight, and a re-applied batch is an upsert of the same ids anyway.
 _SEEN_BATCHES = 1 << 14
-_FILL_PIECE = 1 << 16  # vectors copied into a vector file under the lock at a time
 
 
-class Shard(Loading):
+class Shard(Loading, Rebuilding):
     """The vectors of the videos routed to one shard, every space.
 
     Re-adding an id replaces its vectors and time span (re-indexing a video is an upsert).
@@ -361,76 +360,6 @@ class Shard(Loading):
             self.snapshot()
         else:
             self._rebuild(space)
-
-    def _rebuild(self, space: str) -> None:
-        """Rebuild one space's index with the type its size calls for, off the write path:
-        searches and writes go on meanwhile, and the writes are applied to the new index
-        too before it replaces the old. A compressed index is built from the vector file,
-        read outside the lock (rows already written never change); the shards of a machine
-        take turns (``one_rebuild_at_a_time``)."""
-        self._use_threads()
-        with one_rebuild_at_a_time(self.directory):
-            self._rebuild_now(space)
-        # writes during the rebuild may have grown the space past the next size (they do
-        # not schedule a rebuild of a space being rebuilt)
-        self._upkeep()
-
-    def _rebuild_now(self, space: str) -> None:
-        store = self._stores[space]
-        with self._lock:
-            old = self._spaces[space]
-            if not old.needs_rebuild() or space in self._capture:
-                return
-            ids = self._times.ids_of(self._times.videos())
-            ids = ids[kind_of(ids) == KIND_OF_SPACE[space]]
-            compress = old.compressed or self._policy.compresses(len(ids))
-            rows = store.ids.get(ids) if old.compressed else None
-            vectors = None if compress else old.reconstruct(ids)
-            self._capture[space] = []
-            began = time.time()
-        try:
-            if compress and not old.compressed:
-                store.clear()  # what a re-training cut short left (only it used the file)
-                ids, rows = self._fill_store(space, old, ids)
-            if compress:
-                new = SpaceIndex.build_compressed(
-                    old.d, self._policy, ids, rows, store, self.shard_no
-                )
-            else:
-                new = SpaceIndex.build(old.d, self._policy, ids, vectors, self.shard_no)
-            del vectors
-            with self._lock:
-                if self._spaces[space] is not old:  # replaced meanwhile (``install``)
-                    return
-                # in order: a replaced id's removal precedes its add; a store the old index
-                # shares holds the added vectors already
-                for op in self._capture[space]:
-                    if op[0] == "add":
-                        new.add(op[1], op[2], stored=old.compressed)
-                    else:
-                        new.remove(op[1])
-                self._spaces[space] = new
-                self._trained[space] = (began, time.time())
-        finally:
-            with self._lock:
-                self._capture.pop(space, None)
-
-    def _fill_store(
-        self, space: str, old: SpaceIndex, ids: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Write an uncompressed space's vectors to its empty vector file a piece at a time,
-        each read from the index under the lock; ids deleted meanwhile are left out (their
-        removal is captured). Returns the ids written and their rows."""
-        store, kept = self._stores[space], []
-        for at in range(0, len(ids), _FILL_PIECE):
-            piece = ids[at : at + _FILL_PIECE]
-            with self._lock:
-                piece = piece[self._times.find(piece)[0]]
-                vectors = old.reconstruct(piece)
-            store.append(piece, vectors)
-            kept.append(piece)
-        ids = np.concatenate(kept) if kept else ids[:0]
-        return ids, store.ids.get(ids)
 
     # -- helpers ------------------------------------------------------------------------
 
