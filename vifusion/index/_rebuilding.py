@@ -52,7 +52,7 @@ class Rebuilding:
             old = self._spaces[space]
             if not old.needs_rebuild() or space in self._capture:
                 return
-            ids = self._times.ids_of(self._times.videos())
+            ids, _ = self._times.arrays()  # merged: no copy per video
             ids = ids[kind_of(ids) == KIND_OF_SPACE[space]]
             compress = old.compressed or self._policy.compresses(len(ids))
             rows = store.ids.get(ids) if old.compressed else None

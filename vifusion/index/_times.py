@@ -66,11 +66,12 @@ class TimeTable:
 
     # -- writes ------------------------------------------------------------------------
 
-    def set(self, ids: np.ndarray, times: np.ndarray) -> None:
-        """Add or replace the spans of ``ids``; a repeated id keeps its last occurrence."""
+    def set(self, ids: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Add or replace the spans of ``ids``; a repeated id keeps its last occurrence.
+        Returns which ids were held before (replaced, not added)."""
         ids = np.asarray(ids, np.int64)
         if not len(ids):
-            return
+            return np.zeros(0, bool)
         times = np.asarray(times, np.float32).reshape(-1, 2)
         held, _ = self.find(ids)
         for i, span, was in zip(ids.tolist(), map(tuple, times.tolist()), held.tolist()):
@@ -83,6 +84,7 @@ class TimeTable:
             rows[i] = span
         if self._recent_n > max(_MERGE_MIN, len(self._ids) // _MERGE_SHARE):
             self._merge()
+        return held
 
     def pop_video(self, video: int) -> np.ndarray:
         """Remove a video's rows; return their ids."""
@@ -133,7 +135,7 @@ class TimeTable:
         ids, spans = self._ids[lo:hi], self._spans[lo:hi]
         recent = self._recent.get(video)
         if not recent:
-            return ids.copy(), spans.copy()
+            return ids.copy(), spans.copy()  # copies: a merge may replace the arrays
         fresh = np.fromiter(recent, np.int64, len(recent))
         fresh_spans = np.array(list(recent.values()), np.float32).reshape(-1, 2)
         old = ~np.isin(ids, fresh)

@@ -153,11 +153,11 @@ class VectorStore:
         return scores
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
-        out = np.empty((len(rows), self.d), np.float32)
         in_file = rows < self._file_rows
-        if in_file.all() and len(rows):  # the usual case: decoded by FAISS (SIMD), no copy
+        if in_file.all() and len(rows):  # the usual case: decoded by FAISS
             codes = self._mapped()[rows].view(np.uint8)
             return self._decoder().sa_decode(codes)
+        out = np.empty((len(rows), self.d), np.float32)
         if in_file.any():
             out[in_file] = self._mapped()[rows[in_file]]
         if not in_file.all():

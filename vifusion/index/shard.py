@@ -315,7 +315,7 @@ class Shard(Loading, Rebuilding):
         _, last_rev = np.unique(ids[::-1], return_index=True)
         keep = np.sort(n - 1 - last_rev)
         ids, times = ids[keep], np.asarray(batch.times, np.float32)[keep]
-        present, _ = self._times.find(ids)
+        present = self._times.set(ids, times)
         self._remove(ids[present])
         for kind, mine in by_kind(ids):
             rows = keep if mine is None else keep[mine]
@@ -325,7 +325,6 @@ class Shard(Loading, Rebuilding):
                 self._spaces[space].add(kind_ids, vecs)
                 if space in self._capture:
                     self._capture[space].append(("add", kind_ids, vecs))
-        self._times.set(ids, times)
 
     def _remove(self, ids: np.ndarray) -> None:
         for kind, mine in by_kind(ids):
