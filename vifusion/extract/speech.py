@@ -6,6 +6,11 @@ the Hugging Face hub. VAD keeps Whisper away from silence and music, where it in
 segments the model rates as likely non-speech, or holding no word, are dropped; segments
 split at pauses.
 
+One decoding a window: greedy (temperature 0), at most ``TOKENS_PER_S`` tokens a second of
+voice, and a segment that loops (``_REPEATING``) dropped. Whisper's own cure for a loop,
+decoding again at rising temperatures, cost up to six decodings a window on speech it hears
+badly and rarely changed the words.
+
 English first: where English is transcribed by tiny.en, a window (after silence or English)
 is first heard by tiny.en alone, and kept as English where every segment is sure
 (``ENGLISH_SURE``) and every voiced stretch has words in it. Asking the multilingual model
@@ -47,6 +52,11 @@ ENGLISH_SURE = -0.75
 _REPEATING = 2.4  # a text this compressible (gzip) is a loop, as faster-whisper judges it
 # a voiced stretch this long with no English heard in it sends the audio to detection
 SPAN_HEARD_S = 1.0
+# tokens a window may decode: this many a second of voice (fast speech makes about 5) and
+# _TOKENS_MIN, so a loop ends at about twice the length of what was said
+TOKENS_PER_S = 10
+_TOKENS_MIN = 16
+_WINDOW_S = 30.0  # what Whisper hears at once; its limit of tokens applies per window
 
 
 @dataclass(frozen=True)
@@ -198,11 +208,13 @@ class Transcriber:
                 else [(run, None) for run in self.languages(samples, voiced, language_before)]
             )
         for run, heard in runs:
+            part = samples[run.start : run.end]
+            voice_s = _voiced_s(voiced, run) if forced is None else len(part) / SAMPLE_RATE
             if heard is None:
-                heard = self._segments(samples[run.start : run.end], run.language, "transcribe")
+                heard = self._segments(part, run.language, "transcribe", voice_s)
             english: list[list[str]] = [[] for _ in heard]
             if run.language != "en" and self.cfg.speech_translate and heard:
-                said = self._segments(samples[run.start : run.end], run.language, "translate")
+                said = self._segments(part, run.language, "translate", voice_s)
                 english = _words_over(heard, said)
             shift = offset_s + run.start / SAMPLE_RATE
             for (start, end, text, s), words in zip(heard, english):
@@ -229,7 +241,8 @@ class Transcriber:
         tiny_english = cfg.speech_english_tiny and not cfg.speech_model_dir
         if not tiny_english or language_before not in (None, "en"):
             return None
-        heard = self._segments(samples, "en", "transcribe", once=True)
+        voice_s = _voiced_s(voiced, Run(0, len(samples), "en"))
+        heard = self._segments(samples, "en", "transcribe", voice_s, keep_loops=True)
         if not heard or any(
             s.avg_logprob < ENGLISH_SURE or s.compression_ratio > _REPEATING for *_, s in heard
         ):
@@ -276,13 +289,18 @@ class Transcriber:
         return self._english
 
     def _segments(
-        self, samples: np.ndarray, language: str, task: str, once: bool = False
+        self,
+        samples: np.ndarray,
+        language: str,
+        task: str,
+        voice_s: float,
+        keep_loops: bool = False,
     ) -> list[tuple]:
         """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
         ``language`` (task "transcribe") or in English ("translate"), split at pauses;
-        segments the model thinks hold no speech, or holding no word, left out. ``once``:
-        one greedy decoding a window, not again at higher temperatures where it is unsure
-        (English first: an unsure window is asked its language instead)."""
+        segments the model thinks hold no speech, that loop (unless ``keep_loops``: English
+        first reads a loop as doubt) or hold no word, left out. ``voice_s``: seconds of
+        voice in ``samples``, which bound the tokens decoded (module docstring)."""
         model = self._model_for(language) if task == "transcribe" else self.model
         pieces, _ = model.transcribe(
             samples,
@@ -293,12 +311,14 @@ class Transcriber:
             # Whisper's repetition loops start.
             condition_on_previous_text=False,
             word_timestamps=True,
-            **({"temperature": 0.0} if once else {}),
+            temperature=0.0,
+            max_new_tokens=_token_limit(voice_s),
         )
         return [
             (start, end, text, s)
             for s in pieces
             if s.no_speech_prob <= self.cfg.speech_max_no_speech_prob
+            and (keep_loops or s.compression_ratio <= _REPEATING)
             for start, end, text in _split_at_pauses(s)
             if _WORD.search(text)
         ]
@@ -314,6 +334,17 @@ def _voiced(samples: np.ndarray) -> list[dict]:
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
     return get_speech_timestamps(samples, VadOptions())
+
+
+def _voiced_s(voiced: list[dict], run: Run) -> float:
+    """Seconds of ``voiced`` (the VAD's sample ranges) inside ``run``."""
+    inside = sum(max(0, min(v["end"], run.end) - max(v["start"], run.start)) for v in voiced)
+    return inside / SAMPLE_RATE
+
+
+def _token_limit(voice_s: float) -> int:
+    """The tokens one window may decode, for ``voice_s`` seconds of voice (TOKENS_PER_S)."""
+    return _TOKENS_MIN + round(TOKENS_PER_S * min(voice_s, _WINDOW_S))
 
 
 def _chunks(voiced: list[dict]) -> list[list[dict]]:
