@@ -18,6 +18,12 @@ the talk's own language and in English, and what does speech cost ingest.
 5. English on tiny.en (the default, ``speech_english_tiny``) against base: seconds to
    transcribe the English talk (``Transcriber.transcribe_file``, median of ``--repeats``
    after a warm-up), and what each heard.
+6. Real voices (not in ``--quick``): per language, a talk of the words people recorded for
+   KDE's ktuberling (``_realspeech.py``: the parts and things of a face, 1.2 s apart, ~20 s),
+   indexed into the same library after the timed runs. ``real_detected``: the language
+   named; each word is asked in the talk's language and in English (its name, "nose"), as a
+   search filtered to the talk's language (every language says "nose"; the filter is the
+   product's, on the detected language, so a misnamed talk is missed).
 
 The last line is one JSON object.
 
@@ -39,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import arguments, report_head, run_benchmark  # noqa: E402
+from _realspeech import recordings  # noqa: E402
 
 from vifusion.config import Config  # noqa: E402
 from vifusion.samples import talks as _talks  # noqa: E402
@@ -169,6 +176,45 @@ def corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list[Quer
     return paths, queries
 
 
+REAL_GAP_S = 1.2  # silence between recorded words: over the 1 s pause that splits segments
+
+
+def real_corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list[Query]]:
+    """Per language, its recorded words as one talk (a real file), and for each word a query
+    in the language and one in English, each with the word's moment."""
+    paths, queries = [], []
+    for i, lang in enumerate(languages):
+        words, at = [], 1.0
+        for r in recordings(lang, _talks.AUDIO_RATE):
+            words.append((at, r))
+            at += len(r.samples) / _talks.AUDIO_RATE + REAL_GAP_S
+        talk = _talks.write_talk(
+            directory / f"real-{lang}{SUFFIXES[i % len(SUFFIXES)]}",
+            at,
+            recorded=[(t, r.samples, r.written) for t, r in words],
+            fps=5,
+        )
+        paths.append(talk.path)
+        for (_, r), said in zip(words, talk.said):
+            for text, asked_in in ((r.written, "own"), (r.english, "english")):
+                queries.append(
+                    Query(text, asked_in, lang, talk.path.name, said.start_s, said.end_s)
+                )
+    return paths, queries
+
+
+def rank_of(found, video_id: int, q: Query) -> int | None:
+    """Where the right moment (``q``'s, in ``video_id``) is in ``found`` (None: not there)."""
+    return next(
+        (
+            i
+            for i, m in enumerate(found, start=1)
+            if m.video_id == video_id and m.start_s < q.end_s and q.start_s < m.end_s
+        ),
+        None,
+    )
+
+
 def main() -> int:
     ap = arguments(__doc__, quick=f"{', '.join(QUICK)} only, 1 repeat")
     ap.add_argument("--repeats", type=int, default=None)
@@ -179,6 +225,8 @@ def main() -> int:
         )
         return 2
     languages = list(QUICK if args.quick else TALKS)
+    foreign = [x for x in languages if x != "en"]
+    real: dict = {}
     repeats = args.repeats or (1 if args.quick else 3)
     from vifusion.runtime import Runtime
 
@@ -202,21 +250,9 @@ def main() -> int:
                 detected = {p.stem: rt.catalog.get_video(ids[p.name]).language for p in paths}
                 heard = {p.stem: rt.catalog.texts(ids[p.name], "speech") for p in paths}
                 rt.searcher.text("warm-up")
-                ranks = []
-                for q in queries:
-                    found = rt.searcher.text(q.text, TOP_K)
-                    ranks.append(
-                        next(
-                            (
-                                i
-                                for i, m in enumerate(found, start=1)
-                                if m.video_id == ids[q.video]
-                                and m.start_s < q.end_s
-                                and q.start_s < m.end_s
-                            ),
-                            None,
-                        )
-                    )
+                ranks = [rank_of(rt.searcher.text(q.text, TOP_K), ids[q.video], q) for q in queries]
+                if not args.quick:
+                    real = real_voices(rt, tmp / "real", foreign)
         english = paths[languages.index("en")]
         english_times = english_tiny_vs_base(tmp / "speech", english, repeats)
 
@@ -228,7 +264,6 @@ def main() -> int:
         ]
         return round(sum(r == 1 for r in got) / len(got), 3) if got else None
 
-    foreign = [x for x in languages if x != "en"]
     print(f"corpus: {len(paths)} talks of 20 s ({', '.join(languages)}), {len(queries)} queries")
     print(f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7}  heard (English rendering)")
     for lang in languages:
@@ -265,6 +300,7 @@ def main() -> int:
         "ingest_ratio": round(fps["speech"] / fps["visual_only"], 3),
         **english_times,
         "repeats": repeats,
+        **real,
     }
     print(
         f"over {len(foreign)} languages besides English: detected right {detected_right_foreign:.3f}, "
@@ -281,6 +317,59 @@ def main() -> int:
     )
     print(json.dumps(report, ensure_ascii=False))
     return 0
+
+
+def real_voices(rt, directory: Path, languages: list[str]) -> dict:
+    """Index the real-voice talks into ``rt``'s library (timed apart) and ask their words
+    (item 6); prints a table, returns the report's ``real_`` fields."""
+    paths, queries = real_corpus(directory, languages)
+    t0 = time.perf_counter()
+    results = rt.indexer.index_files(paths)
+    seconds = time.perf_counter() - t0
+    bad = [r for r in results if r.status != "ready"]
+    if bad:
+        raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
+    ids = {Path(r.path).name: r.video_id for r in results}
+    detected = {
+        lang: rt.catalog.get_video(ids[p.name]).language for lang, p in zip(languages, paths)
+    }
+    ranks = []
+    for q in queries:
+        videos = sorted(rt.catalog.ready_ids(None, None, [q.language]))
+        found = rt.searcher.text(q.text, TOP_K, "segment", videos)
+        ranks.append(rank_of(found, ids[q.video], q))
+
+    def r1(asked_in: str, lang: str | None = None) -> float:
+        got = [
+            r
+            for r, q in zip(ranks, queries)
+            if q.asked_in == asked_in and (lang is None or q.language == lang)
+        ]
+        return round(sum(r == 1 for r in got) / len(got), 3)
+
+    print(
+        f"real voices: {len(paths)} talks of recorded words, {len(queries)} queries, "
+        f"indexed in {seconds:.1f} s"
+    )
+    print(f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7}  heard (English rendering)")
+    for lang, p in zip(languages, paths):
+        rows = rt.catalog.texts(ids[p.name], "speech")
+        said = " | ".join(r.text + (f" ({r.english})" if r.english else "") for r in rows)
+        print(
+            f"{lang:5} {detected[lang] or '-':9} {r1('own', lang):>8.3f} {r1('english', lang):>7.3f}  {said[:300]}"
+        )
+    right = sum(detected[x] == x for x in languages) / len(languages)
+    print(
+        f"real voices over {len(languages)} languages: detected right {right:.3f}, "
+        f"R@1 own-language word {r1('own'):.3f}, R@1 English word {r1('english'):.3f}"
+    )
+    return {
+        "real_detected": detected,
+        "real_detected_right": round(right, 3),
+        "real_r1_own_language": r1("own"),
+        "real_r1_english_query": r1("english"),
+        "real_queries": len(queries),
+    }
 
 
 def english_tiny_vs_base(data_dir: Path, path: Path, repeats: int) -> dict:

@@ -167,12 +167,12 @@ def test_loads_and_transcribes_with_the_network_cut_off(media: Path) -> None:
 def test_tokens_decoded_are_bounded_by_the_voice_in_a_run() -> None:
     """A loop ends at about twice what fast speech says: the bound counts only the voice inside
     the run, and stops growing at what one window of Whisper hears."""
-    from vifusion.extract.speech import _WINDOW_S, TOKENS_PER_S, Run, _token_limit, _voiced_s
+    from vifusion.extract._decoding import TOKENS_PER_S, WINDOW_S, token_limit, voiced_s
 
     voiced = [
         {"start": 0, "end": 2 * SAMPLE_RATE},
         {"start": 5 * SAMPLE_RATE, "end": 9 * SAMPLE_RATE},
     ]
-    assert _voiced_s(voiced, Run(SAMPLE_RATE, 6 * SAMPLE_RATE, "fr")) == 2.0
-    assert _token_limit(2.0) - _token_limit(0.0) == 2 * TOKENS_PER_S
-    assert _token_limit(10 * _WINDOW_S) == _token_limit(_WINDOW_S)
+    assert voiced_s(voiced, SAMPLE_RATE, 6 * SAMPLE_RATE) == 2.0
+    assert token_limit(2.0) - token_limit(0.0) == 2 * TOKENS_PER_S
+    assert token_limit(10 * WINDOW_S) == token_limit(WINDOW_S)

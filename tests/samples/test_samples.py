@@ -105,3 +105,17 @@ def test_write_clip_size_and_duration(demo: list[samples.SampleVideo], tmp_path:
     assert np.abs(frames[0].astype(float) - small).mean() < 8
     with pytest.raises(ValueError, match="no frame"):
         samples.write_clip(kitchen.path, tmp_path / "none.mp4", 20.0, 25.0, (160, 120))
+
+
+def test_a_talk_places_recorded_sound_at_its_time(tmp_path: Path) -> None:
+    """A recording handed to a talk is heard where it was placed, and listed as said there."""
+    from vifusion.extract.audio import SAMPLE_RATE, read_audio
+    from vifusion.samples import talks
+
+    rate = talks.AUDIO_RATE
+    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(rate // 2) / rate)).astype(np.float32)
+    talk = talks.write_talk(tmp_path / "t.mkv", 4.0, recorded=[(2.0, tone, "a tone")], fps=5)
+    assert [(s.start_s, s.end_s, s.text) for s in talk.said] == [(2.0, 2.5, "a tone")]
+    heard = np.abs(read_audio(talk.path, 10.0)[1])
+    loud = np.flatnonzero(heard > 0.1) / SAMPLE_RATE
+    assert 1.95 < loud.min() and loud.max() < 2.55

@@ -6,23 +6,17 @@ the Hugging Face hub. VAD keeps Whisper away from silence and music, where it in
 segments the model rates as likely non-speech, or holding no word, are dropped; segments
 split at pauses.
 
-One decoding a window: greedy (temperature 0), at most ``TOKENS_PER_S`` tokens a second of
-voice, and a segment that loops (``_REPEATING``) dropped. Whisper's own cure for a loop,
-decoding again at rising temperatures, cost up to six decodings a window on speech it hears
-badly and rarely changed the words.
+One decoding a window (``_decoding``): greedy, its tokens bounded by the voice heard, loops
+dropped.
 
 English first: where English is transcribed by tiny.en, a window (after silence or English)
 is first heard by tiny.en alone, and kept as English where every segment is sure
 (``ENGLISH_SURE``) and every voiced stretch has words in it. Asking the multilingual model
 which language is spoken costs as much CPU as transcribing English; most libraries speak it.
-
-Otherwise, which language: the voiced audio (VAD) is cut into chunks of about ``CHUNK_S`` of speech,
-and Whisper names each chunk's language. The first chunk's is the video's; a later chunk
-switches language only when the model is sure of it (``SWITCH_CONFIDENCE``), so a short or
-mumbled stretch never flips a talk's language. Each run of one language is transcribed in
-it (``speech_language`` forces one), and a non-English run is also rendered in English by
-Whisper's own translate task (``speech_translate``), each segment getting the English words
-said over its span.
+Otherwise the multilingual model cuts the window into runs of one language (``_language``).
+Each run is transcribed in its language (``speech_language`` forces one), and a non-English
+run is also rendered in English by Whisper's own translate task (``speech_translate``), each
+segment getting the English words said over its span.
 """
 
 from __future__ import annotations
@@ -38,25 +32,19 @@ import numpy as np
 
 from vifusion.config import Config
 from vifusion.datadir import MODELS
+from vifusion.extract._decoding import REPEATING, token_limit, vad_spans, voiced_s
+from vifusion.extract._language import Run, language_runs
 from vifusion.extract.audio import SAMPLE_RATE, SILENCE_PEAK, AudioReader, AudioReport
 
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w")
 PAUSE_S = 1.0  # a silence this long between two words ends a segment
-CHUNK_S = 30.0  # voiced audio per language decision: what Whisper's encoder hears at once
-SWITCH_CONFIDENCE = 0.8  # a chunk changes the language only where the model is this sure
 # tiny.en's English is taken without asking the multilingual model which language it is
 # where every segment's mean token log-probability is at least this: English speech scored
 # -0.37 to -0.54 here, six other languages -0.98 or nothing (docs/benchmarks.md, "English first")
 ENGLISH_SURE = -0.75
-_REPEATING = 2.4  # a text this compressible (gzip) is a loop, as faster-whisper judges it
 # a voiced stretch this long with no English heard in it sends the audio to detection
 SPAN_HEARD_S = 1.0
-# tokens a window may decode: this many a second of voice (fast speech makes about 5) and
-# _TOKENS_MIN, so a loop ends at about twice the length of what was said
-TOKENS_PER_S = 10
-_TOKENS_MIN = 16
-_WINDOW_S = 30.0  # what Whisper hears at once; its limit of tokens applies per window
 
 
 @dataclass(frozen=True)
@@ -86,15 +74,6 @@ class Transcript:
     def language(self) -> str | None:
         """The video's language: that of its first words (None: nothing was said)."""
         return self.segments[0].language if self.segments else None
-
-
-@dataclass(frozen=True)
-class Run:
-    """Samples [start, end) of a window, spoken in ``language``."""
-
-    start: int
-    end: int
-    language: str
 
 
 def default_model_dir(models: Path) -> Path:
@@ -200,16 +179,21 @@ class Transcriber:
         if forced is not None:
             runs: list[tuple[Run, list[tuple] | None]] = [(Run(0, len(samples), forced), None)]
         else:
-            voiced = _voiced(samples)  # once: English first and the language runs both read it
+            voiced = vad_spans(samples)  # once: English first and the language runs both read it
             sure = self._surely_english(samples, voiced, language_before)
             runs = (
                 [(Run(0, len(samples), "en"), sure)]
                 if sure is not None
-                else [(run, None) for run in self.languages(samples, voiced, language_before)]
+                else [
+                    (run, None)
+                    for run in language_runs(self.model, samples, voiced, language_before)
+                ]
             )
         for run, heard in runs:
             part = samples[run.start : run.end]
-            voice_s = _voiced_s(voiced, run) if forced is None else len(part) / SAMPLE_RATE
+            voice_s = (
+                voiced_s(voiced, run.start, run.end) if forced is None else len(part) / SAMPLE_RATE
+            )
             if heard is None:
                 heard = self._segments(part, run.language, "transcribe", voice_s)
             english: list[list[str]] = [[] for _ in heard]
@@ -241,10 +225,10 @@ class Transcriber:
         tiny_english = cfg.speech_english_tiny and not cfg.speech_model_dir
         if not tiny_english or language_before not in (None, "en"):
             return None
-        voice_s = _voiced_s(voiced, Run(0, len(samples), "en"))
+        voice_s = voiced_s(voiced, 0, len(samples))
         heard = self._segments(samples, "en", "transcribe", voice_s, keep_loops=True)
         if not heard or any(
-            s.avg_logprob < ENGLISH_SURE or s.compression_ratio > _REPEATING for *_, s in heard
+            s.avg_logprob < ENGLISH_SURE or s.compression_ratio > REPEATING for *_, s in heard
         ):
             return None
         spans = [(start, end) for start, end, *_ in heard]
@@ -253,30 +237,6 @@ class Transcriber:
             if b - a >= SPAN_HEARD_S and not any(s < b and e > a for s, e in spans):
                 return None  # speech tiny.en found no words in: maybe another language
         return heard
-
-    def languages(
-        self, samples: np.ndarray, voiced: list[dict], language_before: str | None = None
-    ) -> list[Run]:
-        """``samples`` (``voiced``: the VAD's spans of it) cut into runs of one language, as
-        the multilingual model names them (SWITCH_CONFIDENCE, module docstring)."""
-        runs: list[Run] = []
-        for chunk in _chunks(voiced):
-            audio = np.concatenate([samples[v["start"] : v["end"]] for v in chunk])
-            found, p, _ = self.model.detect_language(audio=audio)
-            current = runs[-1].language if runs else language_before
-            language = found if current is None or p >= SWITCH_CONFIDENCE else current
-            start = runs[-1].end if runs else 0
-            if runs and runs[-1].language == language:
-                runs[-1] = Run(runs[-1].start, chunk[-1]["end"], language)
-            else:
-                if runs:  # the earlier run ends where this chunk's speech begins
-                    runs[-1] = Run(runs[-1].start, chunk[0]["start"], runs[-1].language)
-                    start = chunk[0]["start"]
-                runs.append(Run(start, chunk[-1]["end"], language))
-        if not runs:
-            return [Run(0, len(samples), language_before or "en")]  # VAD heard nothing
-        runs[-1] = Run(runs[-1].start, len(samples), runs[-1].language)
-        return runs
 
     def _model_for(self, language: str):  # -> faster_whisper.WhisperModel
         """The model transcribing ``language``: tiny.en for English where
@@ -312,13 +272,13 @@ class Transcriber:
             condition_on_previous_text=False,
             word_timestamps=True,
             temperature=0.0,
-            max_new_tokens=_token_limit(voice_s),
+            max_new_tokens=token_limit(voice_s),
         )
         return [
             (start, end, text, s)
             for s in pieces
             if s.no_speech_prob <= self.cfg.speech_max_no_speech_prob
-            and (keep_loops or s.compression_ratio <= _REPEATING)
+            and (keep_loops or s.compression_ratio <= REPEATING)
             for start, end, text in _split_at_pauses(s)
             if _WORD.search(text)
         ]
@@ -327,40 +287,6 @@ class Transcriber:
         """Decode ``path``'s first audio track (up to ``audio_max_s``) and transcribe it, window by
         window. Never raises for bad audio: that is in the transcript's ``audio`` report."""
         return transcribe_audio(AudioReader(Path(path), self.cfg.audio_max_s), lambda: self)
-
-
-def _voiced(samples: np.ndarray) -> list[dict]:
-    """The VAD's (Silero's) spans of speech in ``samples``: sample ranges, in order."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-    return get_speech_timestamps(samples, VadOptions())
-
-
-def _voiced_s(voiced: list[dict], run: Run) -> float:
-    """Seconds of ``voiced`` (the VAD's sample ranges) inside ``run``."""
-    inside = sum(max(0, min(v["end"], run.end) - max(v["start"], run.start)) for v in voiced)
-    return inside / SAMPLE_RATE
-
-
-def _token_limit(voice_s: float) -> int:
-    """The tokens one window may decode, for ``voice_s`` seconds of voice (TOKENS_PER_S)."""
-    return _TOKENS_MIN + round(TOKENS_PER_S * min(voice_s, _WINDOW_S))
-
-
-def _chunks(voiced: list[dict]) -> list[list[dict]]:
-    """The VAD's voiced spans (sample ranges, in order) grouped into chunks of about CHUNK_S
-    of speech each, the last one joining its predecessor where it is under half of that."""
-    chunks: list[list[dict]] = []
-    size = limit = int(CHUNK_S * SAMPLE_RATE)
-    for v in voiced:
-        if size >= limit:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(v)
-        size += v["end"] - v["start"]
-    if len(chunks) > 1 and size < limit // 2:
-        chunks[-2] += chunks.pop()
-    return chunks
 
 
 def _words_over(heard: list[tuple], said: list[tuple]) -> list[list[str]]:

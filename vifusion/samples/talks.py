@@ -184,15 +184,23 @@ class Talk:
 
 
 def _soundtrack(
-    audio: Audio, duration_s: float, said: Sequence[tuple], voice: str, wpm: int
+    audio: Audio,
+    duration_s: float,
+    said: Sequence[tuple],
+    voice: str,
+    wpm: int,
+    recorded: Sequence[tuple[float, np.ndarray, str]] = (),
 ) -> tuple[np.ndarray, tuple[Said, ...]]:
     track = np.zeros(round(duration_s * AUDIO_RATE), np.float32)
     placed: list[Said] = []
     if audio == "music":
         track = music(duration_s)
     elif audio in ("speech", "broken"):
-        for start_s, text, *language in said:
-            pcm = speak(text, voice_of(language[0]) if language else voice, wpm)
+        spoken = [
+            (start_s, speak(text, voice_of(language[0]) if language else voice, wpm), text)
+            for start_s, text, *language in said
+        ]
+        for start_s, pcm, text in sorted([*spoken, *recorded], key=lambda x: x[0]):
             at = round(start_s * AUDIO_RATE)
             if at + len(pcm) > len(track):
                 raise ValueError(f"{text!r} at {start_s} s runs past the end ({duration_s} s)")
@@ -213,13 +221,15 @@ def write_talk(
     wpm: int = 150,
     audio_start_s: float = 0.0,
     language: str | None = None,
+    recorded: Sequence[tuple[float, np.ndarray, str]] = (),
 ) -> Talk:
     """Write a talk: phrases ``said`` as (start_s, text[, language]), slides ``shown`` as (start_s, end_s,
     lines) over a blank slide; ``audio`` picks the soundtrack (``said`` is spoken only for
     "speech"; "broken": AAC packets of random bytes, in mp4 or mkv). The audio track starts
     ``audio_start_s`` after the video (its phrases' times are on the audio's clock).
     ``language`` (ISO 639-1) speaks it in that language's voice (``VOICES``) over ``voice``;
-    a phrase's own language (a talk that switches) speaks that phrase in its voice."""
+    a phrase's own language (a talk that switches) speaks that phrase in its voice.
+    ``recorded`` places real recordings as (start_s, samples at AUDIO_RATE, what they say)."""
     path = Path(path)
     if path.suffix not in _CODECS:
         raise ValueError(f"{path.name}: suffix must be one of {', '.join(_CODECS)}")
@@ -231,7 +241,7 @@ def write_talk(
             raise ValueError(f"{path.name}: broken audio is written as AAC, which webm cannot hold")
         acodec = "aac"
     spoken_by = voice_of(language) if language is not None else voice
-    track, placed = _soundtrack(audio, duration_s, said, spoken_by, wpm)
+    track, placed = _soundtrack(audio, duration_s, said, spoken_by, wpm, recorded)
     slides = [Shown(t0, t1, tuple(lines)) for t0, t1, lines in shown]
     blank = slide([], size)
     pictures = {s: slide(s.lines, size) for s in slides}
