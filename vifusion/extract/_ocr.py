@@ -31,6 +31,10 @@ _GATE_MIN_ASPECT = 1.5
 # where these find them on 22, 14-px ones on 18 where these do on 20, and no more boxes on
 # 48 frames of photos without text (2026-11-28, docs/benchmarks.md "Screen text that pays").
 _GATE_THRESH, _GATE_BOX_THRESH = 0.2, 0.4
+# A reading detects text with the picture's short side scaled up to at least this (RapidOCR's
+# 736 doubled a 360-line frame, and detection was two thirds of a reading's CPU); larger
+# pictures are read at their own size. Captions of 10-20 px read the same at 480 as at 736.
+READ_SIDE = 480
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ class LineReader:
         from rapidocr_onnxruntime import RapidOCR
 
         self.engine = RapidOCR(
+            det_limit_side_len=READ_SIDE,
             intra_op_num_threads=threads,
             inter_op_num_threads=1,
             det_use_cuda=cuda,
@@ -189,7 +194,7 @@ class LineReader:
     def sees_text(self, rgb: np.ndarray, side: int) -> bool:
         """Whether the text detector, run on the picture scaled to short side ``side``, finds a
         box shaped like a line of text: a look at a fraction of the cost of ``read`` (which
-        detects at 736 or more), that misses text too small at that size, and a lone word of
+        detects at READ_SIDE or more), that misses text too small at that size, and a lone word of
         one or two letters."""
         import cv2
         from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess

@@ -64,8 +64,12 @@ _UNSURE_CHAR = 0.5
 
 
 def foreign(line: Line) -> bool:
-    """Whether ``line`` reads as a script the reader does not know (see the constants)."""
-    return any(c < _UNSURE_CHAR for c in line.char_confidences)
+    """Whether ``line`` reads as a script the reader does not know: a character read unsure
+    (see the constants), or a letter of a script besides the two it reads (its look-alike
+    guesses at Greek or Cyrillic include a few Greek letters, "Tplμnvlaiα")."""
+    return any(c < _UNSURE_CHAR for c in line.char_confidences) or any(
+        _script(ch) not in (None, "LATIN", "CJK") for ch in line.text
+    )
 
 
 def readable(line: Line, min_confidence: float) -> bool:
