@@ -218,8 +218,10 @@ def test_a_late_ack_after_a_failed_send_does_not_count_for_the_next_run(ray_sess
 
 def test_speech_and_screen_text_rows_travel_with_the_frames_to_the_videos_shard(tmp_path, shards):
     """Text rows handed over beside a video's frames (another extractor, interleaved) reach
-    the video's shard exactly, in their own spaces; the frames' still scene still merges."""
-    agg = aggregator(tmp_path, shards, dedup_cosine=0.98)
+    the video's shard exactly, in their own spaces; the frames' still scene still merges.
+    (A run is closed after a quarter of the latency target: a long one here, so that a
+    loaded machine's gaps between hand-overs do not end the scene.)"""
+    agg = aggregator(tmp_path, shards, dedup_cosine=0.98, fusion_latency_target_s=60.0)
     still = frames(21, 1)
     run = rows(21, np.repeat(still.space("visual"), 6, 0), np.repeat(still.space("semantic"), 6, 0))
     rng = np.random.default_rng(3)
