@@ -307,3 +307,16 @@ def run_benchmark(main: Callable[[], int], name: str) -> None:
         print(f"{name}: interrupted; what it had set up is torn down", file=sys.stderr)
         code = 130
     raise SystemExit(code)
+
+
+def rank_of(found, video_id: int, start_s: float, end_s: float) -> int | None:
+    """The rank (from 1) of the first moment in ``found`` of ``video_id`` that overlaps
+    [start_s, end_s) (None: none is)."""
+    return next(
+        (
+            i
+            for i, m in enumerate(found, start=1)
+            if m.video_id == video_id and m.start_s < end_s and start_s < m.end_s
+        ),
+        None,
+    )

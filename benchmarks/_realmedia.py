@@ -113,16 +113,21 @@ def fetch(cache: Path = CACHE) -> Path:
         return root
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        for name in DEBS:
-            subprocess.run(["apt-get", "download", name], cwd=tmp, check=True)
-        for deb in Path(tmp).glob("*.deb"):
-            subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+        unpack_debs(DEBS, Path(tmp), root)
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
         subprocess.run([*pip, "-d", tmp, *PIP], check=True)
         for sdist in Path(tmp).glob("*.tar.gz"):
             shutil.unpack_archive(sdist, root)
     done.touch()
     return root
+
+
+def unpack_debs(names: tuple[str, ...], tmp: Path, root: Path) -> None:
+    """Download Debian packages ``names`` into ``tmp`` and unpack them under ``root`` (no install)."""
+    for name in names:
+        subprocess.run(["apt-get", "download", name], cwd=tmp, check=True)
+    for deb in tmp.glob("*.deb"):
+        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
 
 
 def _still(image: np.ndarray, path: Path, max_side: int = 480) -> None:

@@ -15,15 +15,14 @@ Run ``python benchmarks/_realspeech.py`` to fetch and print what each file says.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _realmedia import CACHE, unpack_debs
 
-CACHE = Path.home() / ".cache" / "vifusion-dev"
 DEB = "ktuberling-data"
 SOUNDS = "usr/share/ktuberling/sounds"
 
@@ -109,9 +108,7 @@ def fetch(cache: Path = CACHE) -> Path:
         return root
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        subprocess.run(["apt-get", "download", DEB], cwd=tmp, check=True)
-        for deb in Path(tmp).glob("*.deb"):
-            subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+        unpack_debs((DEB,), Path(tmp), root)
     done.touch()
     return root
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import arguments, report_head, run_benchmark  # noqa: E402
+from _common import arguments, rank_of, report_head, run_benchmark  # noqa: E402
 from _realspeech import recordings  # noqa: E402
 
 from vifusion.config import Config  # noqa: E402
@@ -203,18 +203,6 @@ def real_corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list
     return paths, queries
 
 
-def rank_of(found, video_id: int, q: Query) -> int | None:
-    """Where the right moment (``q``'s, in ``video_id``) is in ``found`` (None: not there)."""
-    return next(
-        (
-            i
-            for i, m in enumerate(found, start=1)
-            if m.video_id == video_id and m.start_s < q.end_s and q.start_s < m.end_s
-        ),
-        None,
-    )
-
-
 def main() -> int:
     ap = arguments(__doc__, quick=f"{', '.join(QUICK)} only, 1 repeat")
     ap.add_argument("--repeats", type=int, default=None)
@@ -237,12 +225,7 @@ def main() -> int:
         for way, speech in (("visual_only", False), ("speech", True)):
             cfg = Config(data_dir=tmp / way, speech=speech, screen_text=False)
             with Runtime(cfg, writer=True) as rt:
-                t0 = time.perf_counter()
-                results = rt.indexer.index_files(paths)
-                seconds = time.perf_counter() - t0
-                bad = [r for r in results if r.status != "ready"]
-                if bad:
-                    raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
+                results, seconds = index_timed(rt, paths)
                 fps[way] = sum(r.frames for r in results) / seconds
                 if not speech:
                     continue
@@ -250,7 +233,10 @@ def main() -> int:
                 detected = {p.stem: rt.catalog.get_video(ids[p.name]).language for p in paths}
                 heard = {p.stem: rt.catalog.texts(ids[p.name], "speech") for p in paths}
                 rt.searcher.text("warm-up")
-                ranks = [rank_of(rt.searcher.text(q.text, TOP_K), ids[q.video], q) for q in queries]
+                ranks = [
+                    rank_of(rt.searcher.text(q.text, TOP_K), ids[q.video], q.start_s, q.end_s)
+                    for q in queries
+                ]
                 if not args.quick:
                     real = real_voices(rt, tmp / "real", foreign)
         english = paths[languages.index("en")]
@@ -319,16 +305,22 @@ def main() -> int:
     return 0
 
 
-def real_voices(rt, directory: Path, languages: list[str]) -> dict:
-    """Index the real-voice talks into ``rt``'s library (timed apart) and ask their words
-    (item 6); prints a table, returns the report's ``real_`` fields."""
-    paths, queries = real_corpus(directory, languages)
+def index_timed(rt, paths: list[Path]) -> tuple[list, float]:
+    """Index ``paths`` through ``rt``: the results and the wall seconds; raises if one failed."""
     t0 = time.perf_counter()
     results = rt.indexer.index_files(paths)
     seconds = time.perf_counter() - t0
     bad = [r for r in results if r.status != "ready"]
     if bad:
         raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
+    return results, seconds
+
+
+def real_voices(rt, directory: Path, languages: list[str]) -> dict:
+    """Index the real-voice talks into ``rt``'s library (timed apart) and ask their words
+    (item 6); prints a table, returns the report's ``real_`` fields."""
+    paths, queries = real_corpus(directory, languages)
+    results, seconds = index_timed(rt, paths)
     ids = {Path(r.path).name: r.video_id for r in results}
     detected = {
         lang: rt.catalog.get_video(ids[p.name]).language for lang, p in zip(languages, paths)
@@ -337,7 +329,7 @@ def real_voices(rt, directory: Path, languages: list[str]) -> dict:
     for q in queries:
         videos = sorted(rt.catalog.ready_ids(None, None, [q.language]))
         found = rt.searcher.text(q.text, TOP_K, "segment", videos)
-        ranks.append(rank_of(found, ids[q.video], q))
+        ranks.append(rank_of(found, ids[q.video], q.start_s, q.end_s))
 
     def r1(asked_in: str, lang: str | None = None) -> float:
         got = [

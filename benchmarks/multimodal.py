@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import arguments, machine, run_benchmark, talks_missing  # noqa: E402
+from _common import arguments, machine, rank_of, run_benchmark, talks_missing  # noqa: E402
 
 from vifusion.config import Config  # noqa: E402
 from vifusion.extract.audio import read_audio  # noqa: E402
@@ -295,18 +295,6 @@ def _corpus(directory: Path, talks: int) -> tuple[list[Path], list[Query]]:
     return paths, queries
 
 
-def _rank(found, q: Query, video_id: int) -> int | None:
-    """The rank (from 1) of the first right moment among ``found``, None if none is."""
-    return next(
-        (
-            i
-            for i, m in enumerate(found, start=1)
-            if m.video_id == video_id and m.start_s < q.end_s and q.start_s < m.end_s
-        ),
-        None,
-    )
-
-
 def retrieval(talks: int) -> dict:
     """Index the corpus by real ingest and rank every query every way (see the docstring)."""
     from vifusion.query.searcher import BLEND
@@ -328,10 +316,20 @@ def retrieval(talks: int) -> dict:
             for q in queries:
                 for way in BLENDS:
                     ranks[way].append(
-                        _rank(searcher.text(q.text, TOP_K, blend=way), q, ids[q.video])
+                        rank_of(
+                            searcher.text(q.text, TOP_K, blend=way),
+                            ids[q.video],
+                            q.start_s,
+                            q.end_s,
+                        )
                     )
                 ranks["visual_only"].append(
-                    _rank(searcher.text(q.text, TOP_K, modalities=["visual"]), q, ids[q.video])
+                    rank_of(
+                        searcher.text(q.text, TOP_K, modalities=["visual"]),
+                        ids[q.video],
+                        q.start_s,
+                        q.end_s,
+                    )
                 )
             heard = {
                 Path(p).name: rt.catalog.texts(ids[Path(p).name], "speech") for p in paths[:talks]
