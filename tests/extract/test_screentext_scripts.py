@@ -58,3 +58,18 @@ def test_latin_text_alone_gives_no_warning(reader):
         "Ca coute tres cher a Besancon",
     ]
     assert (tracker.lines_foreign, tracker.warning()) == (0, None)
+
+
+def test_a_line_with_a_letter_of_a_script_not_read_is_foreign_even_when_read_surely():
+    """The reader's look-alike guess at Greek can hold a Greek letter and no unsure one
+    ("Tplμnvlaiα" at 480 px): that letter alone marks the line; Latin with accents and
+    Chinese do not."""
+    from vifusion.extract._ocr import Line
+    from vifusion.extract.screentext import foreign
+
+    def surely(text: str) -> Line:
+        return Line(text, 0.9, tuple(0.9 for ch in text if ch != " "))
+
+    assert foreign(surely("Tplμnvlaiα αvαokotnon"))
+    assert not foreign(surely("Ça coûte très cher"))
+    assert not foreign(surely("会议 agenda 2026"))
