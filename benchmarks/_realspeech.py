@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _realmedia import CACHE, unpack_debs
+from _realmedia import CACHE, fetch_once
 
 DEB = "ktuberling-data"
 SOUNDS = "usr/share/ktuberling/sounds"
@@ -102,15 +101,7 @@ class Recording:
 
 def fetch(cache: Path = CACHE) -> Path:
     """The unpacked package under ``cache``/speech-pkg, downloaded once."""
-    root = cache / "speech-pkg"
-    done = root / ".done"
-    if done.exists():
-        return root
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        unpack_debs((DEB,), Path(tmp), root)
-    done.touch()
-    return root
+    return fetch_once(cache / "speech-pkg", (DEB,))
 
 
 def recordings(language: str, rate: int, cache: Path = CACHE) -> list[Recording]:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import arguments, rank_of, report_head, run_benchmark  # noqa: E402
+from _common import arguments, index_timed, rank_of, report_head, run_benchmark  # noqa: E402
 from _realspeech import recordings  # noqa: E402
 
 from vifusion.config import Config  # noqa: E402
@@ -303,17 +303,6 @@ def main() -> int:
     )
     print(json.dumps(report, ensure_ascii=False))
     return 0
-
-
-def index_timed(rt, paths: list[Path]) -> tuple[list, float]:
-    """Index ``paths`` through ``rt``: the results and the wall seconds; raises if one failed."""
-    t0 = time.perf_counter()
-    results = rt.indexer.index_files(paths)
-    seconds = time.perf_counter() - t0
-    bad = [r for r in results if r.status != "ready"]
-    if bad:
-        raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
-    return results, seconds
 
 
 def real_voices(rt, directory: Path, languages: list[str]) -> dict:

@@ -45,7 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import arguments, machine, rank_of, run_benchmark, talks_missing  # noqa: E402
+from _common import (  # noqa: E402
+    arguments,
+    index_timed,
+    machine,
+    rank_of,
+    run_benchmark,
+    talks_missing,
+)
 
 from vifusion.config import Config  # noqa: E402
 from vifusion.extract.audio import read_audio  # noqa: E402
@@ -305,10 +312,12 @@ def retrieval(talks: int) -> dict:
         with Runtime(
             Config(data_dir=Path(tmp) / "visual", speech=False, screen_text=False), writer=True
         ) as rt:
-            visual_fps, _ = _ingest(rt, paths)
+            results, seconds = index_timed(rt, paths)
+            visual_fps = sum(r.frames for r in results) / seconds
         cfg = Config(data_dir=Path(tmp) / "data")
         with Runtime(cfg, writer=True) as rt:
-            all_fps, results = _ingest(rt, paths)
+            results, seconds = index_timed(rt, paths)
+            all_fps = sum(r.frames for r in results) / seconds
             ids = {Path(r.path).name: r.video_id for r in results}
             searcher = rt.searcher
             searcher.text("warm-up")
@@ -379,17 +388,6 @@ def retrieval(talks: int) -> dict:
         "fps_all": round(all_fps, 2),
         "fps_visual_only": round(visual_fps, 2),
     }
-
-
-def _ingest(rt, paths: list[Path]) -> tuple[float, list]:
-    """Index ``paths`` by real ingest: (sampled frames per wall second, the results)."""
-    t0 = time.perf_counter()
-    results = rt.indexer.index_files(paths)
-    seconds = time.perf_counter() - t0
-    bad = [r for r in results if r.status != "ready"]
-    if bad:
-        raise RuntimeError(f"ingest failed: {[(r.path, r.error) for r in bad]}")
-    return sum(r.frames for r in results) / seconds, results
 
 
 def _measure(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
