@@ -45,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import arguments, index_timed, rank_of, report_head, run_benchmark  # noqa: E402
+from _dictionaries import fetch as fetch_dictionaries  # noqa: E402
 from _realspeech import recordings  # noqa: E402
 
 from vifusion.config import Config  # noqa: E402
@@ -223,7 +224,7 @@ def main() -> int:
         paths, queries = corpus(tmp / "videos", languages)
         fps: dict[str, float] = {}
         for way, speech in (("visual_only", False), ("speech", True)):
-            cfg = Config(data_dir=tmp / way, speech=speech, screen_text=False)
+            cfg = Config(data_dir=tmp / way, speech=speech, screen_text=False, dictionaries=())
             with Runtime(cfg, writer=True) as rt:
                 results, seconds = index_timed(rt, paths)
                 fps[way] = sum(r.frames for r in results) / seconds
@@ -233,16 +234,20 @@ def main() -> int:
                 detected = {p.stem: rt.catalog.get_video(ids[p.name]).language for p in paths}
                 heard = {p.stem: rt.catalog.texts(ids[p.name], "speech") for p in paths}
                 rt.searcher.text("warm-up")
-                ranks = [
-                    rank_of(rt.searcher.text(q.text, TOP_K), ids[q.video], q.start_s, q.end_s)
-                    for q in queries
-                ]
+                lexical = with_dictionaries(rt)
+                ranks, ranks_dict = (
+                    [
+                        rank_of(s.text(q.text, TOP_K), ids[q.video], q.start_s, q.end_s)
+                        for q in queries
+                    ]
+                    for s in (rt.searcher, lexical)
+                )
                 if not args.quick:
-                    real = real_voices(rt, tmp / "real", foreign)
+                    real = real_voices(rt, lexical, tmp / "real", foreign)
         english = paths[languages.index("en")]
         english_times = english_tiny_vs_base(tmp / "speech", english, repeats)
 
-    def r1(asked_in: str, lang: str | None = None) -> float | None:
+    def r1(asked_in: str, lang: str | None = None, ranks=ranks) -> float | None:
         got = [
             r
             for r, q in zip(ranks, queries)
@@ -251,25 +256,30 @@ def main() -> int:
         return round(sum(r == 1 for r in got) / len(got), 3) if got else None
 
     print(f"corpus: {len(paths)} talks of 20 s ({', '.join(languages)}), {len(queries)} queries")
-    print(f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7}  heard (English rendering)")
+    print(
+        f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7} {'+dict':>6}  "
+        "heard (English rendering)"
+    )
     for lang in languages:
         rows = heard[lang]
         said = " | ".join(r.text + (f" ({r.english})" if r.english else "") for r in rows)
-        en = r1("english", lang)
+        en, en_dict = r1("english", lang), r1("english", lang, ranks_dict)
         print(
             f"{lang:5} {detected[lang] or '-':9} {r1('own', lang):>8.3f} "
-            f"{'-' if en is None else f'{en:.3f}':>7}  {said}"
+            f"{'-' if en is None else f'{en:.3f}':>7} "
+            f"{'-' if en_dict is None else f'{en_dict:.3f}':>6}  {said}"
         )
     show = lambda r: "-" if r is None else str(r)  # noqa: E731
-    print(f"ranks of the right moment in the top {TOP_K} (- not there):")
-    for q, r in zip(queries, ranks):
-        print(f"  {q.language} {q.asked_in:7} {show(r):>3}  {q.text!r}")
+    print(f"ranks of the right moment in the top {TOP_K} (- not there; with dictionaries):")
+    for q, r, rd in zip(queries, ranks, ranks_dict):
+        print(f"  {q.language} {q.asked_in:7} {show(r):>3} {show(rd):>3}  {q.text!r}")
     detected_right = sum(detected[x] == x for x in languages) / len(languages)
     detected_right_foreign = sum(detected[x] == x for x in foreign) / len(foreign)
     r1_own_foreign = [
         r for r, q in zip(ranks, queries) if q.asked_in == "own" and q.language != "en"
     ]
     r1_english = [r for r, q in zip(ranks, queries) if q.asked_in == "english"]
+    r1_english_dict = [r for r, q in zip(ranks_dict, queries) if q.asked_in == "english"]
     report = report_head("multilingual", args.quick) | {
         "languages": languages,
         "talks": len(paths),
@@ -279,6 +289,9 @@ def main() -> int:
         "detected_right_foreign": round(detected_right_foreign, 3),
         "r1_own_language": round(sum(r == 1 for r in r1_own_foreign) / len(r1_own_foreign), 3),
         "r1_english_query": round(sum(r == 1 for r in r1_english) / len(r1_english), 3),
+        "r1_english_query_dictionaries": round(
+            sum(r == 1 for r in r1_english_dict) / len(r1_english_dict), 3
+        ),
         "r1_own_by_language": {x: r1("own", x) for x in languages},
         "r1_english_by_language": {x: r1("english", x) for x in foreign},
         "fps_visual_only": round(fps["visual_only"], 2),
@@ -291,7 +304,8 @@ def main() -> int:
     print(
         f"over {len(foreign)} languages besides English: detected right {detected_right_foreign:.3f}, "
         f"R@1 own-language query {report['r1_own_language']:.3f}, "
-        f"R@1 English query {report['r1_english_query']:.3f}"
+        f"R@1 English query {report['r1_english_query']:.3f}, "
+        f"with dictionaries {report['r1_english_query_dictionaries']:.3f}"
     )
     print(
         f"ingest frames/s: visual only {fps['visual_only']:.2f}, speech on {fps['speech']:.2f}: "
@@ -305,22 +319,42 @@ def main() -> int:
     return 0
 
 
-def real_voices(rt, directory: Path, languages: list[str]) -> dict:
+def with_dictionaries(rt):
+    """A searcher over ``rt``'s library whose English queries also look for their words in
+    FreeDict's dictionaries (``_dictionaries.py``); ``rt``'s own has none."""
+    from vifusion.query.searcher import Searcher
+
+    s = rt.searcher
+    cfg = s.cfg.model_copy(update={"dictionaries": (fetch_dictionaries(),)})
+    return Searcher(cfg, s.shards, s.embedder, s.catalog)
+
+
+def real_voices(rt, lexical, directory: Path, languages: list[str]) -> dict:
     """Index the real-voice talks into ``rt``'s library (timed apart) and ask their words
-    (item 6); prints a table, returns the report's ``real_`` fields."""
+    (item 6), English ones also through ``lexical`` (dictionaries); prints a table, returns
+    the report's ``real_`` fields."""
     paths, queries = real_corpus(directory, languages)
     results, seconds = index_timed(rt, paths)
     ids = {Path(r.path).name: r.video_id for r in results}
     detected = {
         lang: rt.catalog.get_video(ids[p.name]).language for lang, p in zip(languages, paths)
     }
-    ranks = []
+    ranks, ranks_dict = [], []
+    ms: dict[str, list[float]] = {"plain": [], "dictionaries": []}
     for q in queries:
         videos = sorted(rt.catalog.ready_ids(None, None, [q.language]))
-        found = rt.searcher.text(q.text, TOP_K, "segment", videos)
-        ranks.append(rank_of(found, ids[q.video], q.start_s, q.end_s))
+        for searcher, out, way in (
+            (rt.searcher, ranks, "plain"),
+            (lexical, ranks_dict, "dictionaries"),
+        ):
+            t0 = time.perf_counter()
+            found = searcher.text(q.text, TOP_K, "segment", videos)
+            if q.asked_in == "english":
+                ms[way].append(1000 * (time.perf_counter() - t0))
+            out.append(rank_of(found, ids[q.video], q.start_s, q.end_s))
+    p50 = {way: statistics.median(v) for way, v in ms.items()}
 
-    def r1(asked_in: str, lang: str | None = None) -> float:
+    def r1(asked_in: str, lang: str | None = None, ranks=ranks) -> float:
         got = [
             r
             for r, q in zip(ranks, queries)
@@ -332,23 +366,36 @@ def real_voices(rt, directory: Path, languages: list[str]) -> dict:
         f"real voices: {len(paths)} talks of recorded words, {len(queries)} queries, "
         f"indexed in {seconds:.1f} s"
     )
-    print(f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7}  heard (English rendering)")
+    print(
+        f"{'lang':5} {'detected':9} {'R@1 own':>8} {'R@1 en':>7} {'+dict':>6}  "
+        "heard (English rendering)"
+    )
     for lang, p in zip(languages, paths):
         rows = rt.catalog.texts(ids[p.name], "speech")
         said = " | ".join(r.text + (f" ({r.english})" if r.english else "") for r in rows)
         print(
-            f"{lang:5} {detected[lang] or '-':9} {r1('own', lang):>8.3f} {r1('english', lang):>7.3f}  {said[:300]}"
+            f"{lang:5} {detected[lang] or '-':9} {r1('own', lang):>8.3f} "
+            f"{r1('english', lang):>7.3f} {r1('english', lang, ranks_dict):>6.3f}  {said[:300]}"
         )
     right = sum(detected[x] == x for x in languages) / len(languages)
     print(
         f"real voices over {len(languages)} languages: detected right {right:.3f}, "
-        f"R@1 own-language word {r1('own'):.3f}, R@1 English word {r1('english'):.3f}"
+        f"R@1 own-language word {r1('own'):.3f}, R@1 English word {r1('english'):.3f}, "
+        f"with dictionaries {r1('english', None, ranks_dict):.3f}"
+    )
+    print(
+        f"English query p50, filtered to its language: {p50['plain']:.1f} ms, "
+        f"with dictionaries {p50['dictionaries']:.1f} ms (the first of each language reads "
+        "its dictionaries)"
     )
     return {
         "real_detected": detected,
         "real_detected_right": round(right, 3),
         "real_r1_own_language": r1("own"),
         "real_r1_english_query": r1("english"),
+        "real_r1_english_query_dictionaries": r1("english", None, ranks_dict),
+        "real_english_p50_ms": round(p50["plain"], 1),
+        "real_english_p50_ms_dictionaries": round(p50["dictionaries"], 1),
         "real_queries": len(queries),
     }
 

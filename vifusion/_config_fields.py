@@ -4,6 +4,7 @@ one flat ``Config``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -210,6 +211,13 @@ class IndexFields(BaseModel):
         "fraction of its best moment's score (a tail of weak look-alikes); 0: none "
         "dropped. 0.3 never cut a right moment on the benchmark corpora "
         "(benchmarks/cutoff.py)",
+    )
+    dictionaries: tuple[Path, ...] = Field(
+        (Path("/usr/share/dictd"),),
+        description="directories of English -> other language dictionaries (FreeDict's "
+        "dictd files, as Debian's dict-freedict-eng-* packages install them, or en-XX.tsv): an "
+        "English query also finds speech that says its words in those languages "
+        "(query/lexicon.py); none found: by the English rendering only",
     )
     segment_drop: float = Field(
         0.25,

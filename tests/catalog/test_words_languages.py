@@ -100,6 +100,15 @@ def test_an_english_query_finds_the_spanish_sentence_by_its_english_rendering(ca
     assert marked.snippet_english == "See you [tomorrow] at the north station."
 
 
+def test_the_languages_spoken_are_each_videos_first(cat):
+    assert cat.spoken_languages() == set()
+    for video_id, language in ((1, "es"), (2, "de"), (3, "es"), (4, None)):
+        cat.set_video_language(video_id, language)
+    assert cat.spoken_languages() == {"es", "de"}
+    assert cat.spoken_languages([2, 4]) == {"de"}
+    assert cat.spoken_languages([]) == set()
+
+
 def test_the_language_and_the_rendering_come_back_in_the_transcript(cat):
     (row,) = cat.texts(1)
     assert (row.language, row.english) == ("es", SPANISH_EN)

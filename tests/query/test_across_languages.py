@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.query._dictionaries import write_dictd
 from vifusion.catalog import open_catalog
 from vifusion.cli.parser import main
 from vifusion.config import Config
@@ -36,6 +37,8 @@ SAID = {  # video id -> its speech rows (start, end, text, language, english)
         ),
     ],
     2: [(0.0, 5.0, "The weather in the mountains was cold all week.", "en", None)],
+    # Words said alone, as Whisper base renders them: "Olho" as "Oil".
+    3: [(0.0, 1.5, "Olho.", "pt", "Oil."), (2.0, 3.5, "Nariz.", "pt", "Nariz.")],
 }
 
 
@@ -58,7 +61,8 @@ def library(tmp_path_factory) -> SimpleNamespace:
         shards[shard_for(video_id, cfg.num_shards)].add(batch)
         catalog.update_job(job, "ready")
     read = LocalShards(cfg)  # as ``vifusion search`` reads them
-    yield SimpleNamespace(cfg=cfg, searcher=Searcher(cfg, read, embedder, catalog))
+    searcher = Searcher(cfg.model_copy(update={"dictionaries": ()}), read, embedder, catalog)
+    yield SimpleNamespace(cfg=cfg, searcher=searcher)
     read.close()
     catalog.close()
 
@@ -122,3 +126,37 @@ def test_the_command_line_shows_the_language_and_the_english_rendering(library, 
     out = capsys.readouterr().out
     assert "(es) El tren sale de la estación a las ocho." in out
     assert "(en) The [train] [leaves] the [station] at eight." in out
+
+
+def with_dictionaries(library, directory) -> Searcher:
+    s = library.searcher
+    return Searcher(
+        s.cfg.model_copy(update={"dictionaries": (directory,)}), s.shards, s.embedder, s.catalog
+    )
+
+
+def test_an_english_word_finds_a_word_said_alone_through_a_dictionary(library, tmp_path):
+    """No word of the query is said in English, and the rendering's meaning is noise (0.25
+    cosines): a dictionary puts the query in Portuguese, and the word said comes first."""
+    lists = dict(library.searcher.ranked_lists("the nose", modalities=["speech"])[0])
+    assert lists["speech_keyword"] == []
+    write_dictd(tmp_path, "freedict-eng-por", {"eye": "olho", "nose": "nariz"})
+    searcher = with_dictionaries(library, tmp_path)
+    for query, start in (("the nose", 2.0), ("eyes", 0.0)):
+        top = searcher.text(query, top_k=5, modalities=["speech"])[0]
+        assert (top.video_id, top.start_s, top.language) == (3, start, "pt")
+        assert shown(top.snippet, None)[0] == ("[Nariz]." if start else "[Olho].")
+
+
+def test_a_translation_counts_only_in_the_language_it_is_in(library, tmp_path):
+    """ "tren" in a German dictionary finds nothing in the Spanish talk; the English words
+    still find what they did."""
+    write_dictd(tmp_path, "freedict-eng-deu", {"train": "tren", "weather": "Wetter"})
+    searcher = with_dictionaries(library, tmp_path)
+    query = ("the train", "cold weather")
+    for q in query:
+        got = searcher.text(q, top_k=3, modalities=["speech"], blend="rrf")
+        before = library.searcher.text(q, top_k=3, modalities=["speech"], blend="rrf")
+        assert [(m.video_id, m.start_s, m.score) for m in got] == [
+            (m.video_id, m.start_s, m.score) for m in before
+        ]

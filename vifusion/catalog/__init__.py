@@ -31,7 +31,7 @@ from vifusion.catalog._records import (
 )
 from vifusion.catalog._schema import CatalogTooNew
 from vifusion.catalog._sqlite import SqliteCatalog
-from vifusion.catalog._words import FUZZY_WEIGHT, METADATA_KEY, TEXT_KINDS, max_edits
+from vifusion.catalog._words import FUZZY_WEIGHT, METADATA_KEY, TEXT_KINDS, edits, fold, max_edits
 
 if TYPE_CHECKING:
     from vifusion.config import Config
@@ -59,6 +59,8 @@ __all__ = [
     "Video",
     "check_collection",
     "check_collections",
+    "edits",
+    "fold",
     "max_edits",
     "open_catalog",
     "parse_key",

@@ -105,6 +105,17 @@ class Catalog(Leases, Texts, Keys, Collections, Outbox):
         """Record the language a video's speech is in (ISO 639-1; None: nothing was said)."""
         self._write("UPDATE videos SET language=? WHERE id=?", (language, video_id))
 
+    def spoken_languages(self, video_ids: Sequence[int] | None = None) -> set[str]:
+        """The languages (ISO 639-1) the videos (``video_ids``, or all) are spoken in, each
+        video's first."""
+        sql, args = "SELECT DISTINCT language FROM videos WHERE language IS NOT NULL", []
+        if video_ids is not None:
+            if not video_ids:
+                return set()
+            clause, args = self._any_of("id", [int(v) for v in video_ids])
+            sql = f"{sql} AND {clause}"
+        return {r["language"] for r in self._rows(sql, args)}
+
     def get_video(self, video_id: int) -> Video | None:
         row = self._row("SELECT * FROM videos WHERE id=?", (video_id,))
         return video_from_row(row) if row else None

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vifusion.catalog import Catalog
+from vifusion.catalog import Catalog, TextRow
 from vifusion.config import Config
 from vifusion.index.segments import group_segments, group_videos
 from vifusion.query.clips import MAX_CLIP_FRAMES, align_clip, decode_clip
+from vifusion.query.lexicon import Lexicon, coverage
 from vifusion.query.ranking import (
     ALIASES,
     BLENDS,
@@ -108,6 +109,7 @@ class Searcher:
         self.shards = shards
         self.embedder = embedder
         self.catalog = catalog
+        self.lexicon = Lexicon(cfg.dictionaries)
 
     def _frames_to_fetch(self, top_k: int) -> int:
         return min(max(top_k * 20, 200), 2000)
@@ -245,6 +247,8 @@ class Searcher:
             found = self.catalog.keyword_search(
                 words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS
             )
+            if kind == "speech":
+                found = self._across(words, found, videos, depth)
             lists.append(
                 (
                     f"{kind}_keyword",
@@ -264,6 +268,40 @@ class Searcher:
                 )
             )
         return lists, missing
+
+    def _across(self, words: str, found: list[TextRow], videos, depth: int) -> list[TextRow]:
+        """``found`` (speech rows holding the query's words) with the rows that say them in
+        another language (``Lexicon``: its translations, searched in the rows of that
+        language), each scored by its ``coverage`` of the query's words in its own language;
+        the best coverage first where any were added."""
+        languages = self.lexicon.languages
+        if not languages or not (languages := languages & self.catalog.spoken_languages(videos)):
+            return found
+        english = list(dict.fromkeys(words.split()))
+        best = {(r.video_id, r.n): r for r in found}
+        added = False
+        for language in sorted(languages):
+            slots = self.lexicon.slots(english, language)
+            if not any(len(slot) > 1 for slot in slots):
+                continue
+            # Each word's commonest translation first: a query past the catalog's term
+            # limit loses rare senses, not whole words.
+            terms = [s[i] for i in range(max(map(len, slots))) for s in slots if i < len(s)]
+            rows = self.catalog.keyword_search(
+                " ".join(dict.fromkeys(terms)),
+                kinds=["speech"],
+                video_ids=videos,
+                limit=depth,
+                marks=MARKS,
+            )
+            for r in rows:
+                share = coverage(slots, r.text)
+                key = (r.video_id, r.n)
+                if r.language == language and share > (best[key].coverage if key in best else 0):
+                    best[key], added = replace(r, coverage=share), True
+        if not added:
+            return found
+        return sorted(best.values(), key=lambda r: (-(r.coverage or 0.0), -r.score))
 
     def image(
         self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None
