@@ -11,7 +11,9 @@ the talk's own language and in English, and what does speech cost ingest.
 3. Retrieval: per sentence, a query in the talk's language (a few of its words, typed without
    accents) and one in English (the same meaning in other words); a result is right when it is
    the talk's and overlaps the sentence. R@1 over the top ``TOP_K`` of ``Searcher.text``
-   (every modality, the default blend), no language filter, per language and over all.
+   (every modality, the default blend), no language filter, per language and over all;
+   English queries also through FreeDict's dictionaries (``_dictionaries.py``), in the same
+   library (``+dict``, ``*_dictionaries``).
 4. ``ingest_ratio``: the same talks indexed in a fresh data dir with speech off (visual only)
    and with speech on (on-screen text off in both, so the ratio is speech's): sampled frames
    per wall second, each run's model loads included, speech on over off.
@@ -23,7 +25,8 @@ the talk's own language and in English, and what does speech cost ingest.
    indexed into the same library after the timed runs. ``real_detected``: the language
    named; each word is asked in the talk's language and in English (its name, "nose"), as a
    search filtered to the talk's language (every language says "nose"; the filter is the
-   product's, on the detected language, so a misnamed talk is missed).
+   product's, on the detected language, so a misnamed talk is missed); English words with
+   and without the dictionaries, and their p50 search times.
 
 The last line is one JSON object.
 
