@@ -33,6 +33,7 @@ import numpy as np
 from vifusion.config import Config
 from vifusion.datadir import MODELS
 from vifusion.extract._decoding import REPEATING, token_limit, vad_spans, voiced_s
+from vifusion.extract._encoded import Encoded
 from vifusion.extract._language import Run, language_runs
 from vifusion.extract.audio import SAMPLE_RATE, SILENCE_PEAK, AudioReader, AudioReport
 
@@ -146,7 +147,7 @@ class Transcriber:
     def _load(self, model_dir: Path | None = None):  # -> faster_whisper.WhisperModel
         from faster_whisper import WhisperModel
 
-        return WhisperModel(
+        model = WhisperModel(
             str(model_dir or self.model_dir),
             device=self.device,
             compute_type=self._compute_type(),
@@ -154,6 +155,8 @@ class Transcriber:
             num_workers=1,
             local_files_only=True,
         )
+        model.encode = Encoded(model.encode)  # a window heard again is not encoded again
+        return model
 
     def _compute_type(self) -> str:
         if self.cfg.speech_compute_type != "auto":
