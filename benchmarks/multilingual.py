@@ -414,6 +414,7 @@ def english_tiny_vs_base(data_dir: Path, path: Path, repeats: int) -> dict:
         heard = transcriber.transcribe_file(path)
         times = []
         for _ in range(repeats):
+            transcriber.forget_encodings()
             t0 = time.perf_counter()
             transcriber.transcribe_file(path)
             times.append(time.perf_counter() - t0)

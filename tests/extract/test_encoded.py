@@ -45,3 +45,13 @@ def test_only_the_last_windows_are_kept():
     assert len(calls) == _encoded.KEPT + 1
     cached(windows[0])  # dropped: encoded again
     assert len(calls) == _encoded.KEPT + 2
+
+
+def test_forgotten_windows_are_encoded_again():
+    encode, calls = counting()
+    cached = Encoded(encode)
+    window = np.ones((2, 4), np.float32)
+    cached(window)
+    cached.clear()
+    cached(window)
+    assert len(calls) == 2

@@ -19,11 +19,7 @@ class Heard:
     def __init__(self, ranked, fluency, looped=()) -> None:
         self.ranked, self.fluency, self.looped, self.decoded = ranked, fluency, looped, []
 
-    @staticmethod
-    def feature_extractor(audio):
-        return np.zeros((80, len(audio) // 160 + 1), np.float32)
-
-    def detect_language(self, features):
+    def detect_language(self, audio):
         return self.ranked[0][0], self.ranked[0][1], self.ranked
 
     def transcribe(self, audio, language, **_):

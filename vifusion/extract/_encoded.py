@@ -42,3 +42,8 @@ class Encoded:
             while len(self._kept) > KEPT:
                 self._kept.popitem(last=False)
         return out
+
+    def clear(self) -> None:
+        """Forget every encoding kept."""
+        with self._lock:
+            self._kept.clear()

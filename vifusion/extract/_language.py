@@ -43,9 +43,7 @@ def language_runs(
     runs: list[Run] = []
     for chunk in _chunks(voiced):
         audio = np.concatenate([samples[v["start"] : v["end"]] for v in chunk])
-        # The features as a hearing of ``audio`` encodes them (without the extractor's last,
-        # partial frame), so that the encoding is kept for it (``_encoded``).
-        found, p, ranked = model.detect_language(features=model.feature_extractor(audio)[..., :-1])
+        found, p, ranked = model.detect_language(audio=audio)
         current = runs[-1].language if runs else language_before
         if current is None:
             language = _likeliest(model, audio, found, p, ranked)

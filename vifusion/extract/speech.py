@@ -158,6 +158,13 @@ class Transcriber:
         model.encode = Encoded(model.encode)  # a window heard again is not encoded again
         return model
 
+    def forget_encodings(self) -> None:
+        """Drop the windows' encodings kept (``_encoded``): the next hearing of a file heard
+        before costs what its first did (a benchmark's repeats)."""
+        for model in (self.model, self._english):
+            if model is not None:
+                model.encode.clear()
+
     def _compute_type(self) -> str:
         if self.cfg.speech_compute_type != "auto":
             return self.cfg.speech_compute_type
