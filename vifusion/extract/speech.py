@@ -282,6 +282,9 @@ class Transcriber:
             condition_on_previous_text=False,
             word_timestamps=True,
             temperature=0.0,
+            # The rendering greedily: beam search rendered no better (docs/benchmarks.md),
+            # and a rendering that loops ran to its token bound five beams wide.
+            beam_size=1 if task == "translate" else 5,
             max_new_tokens=token_limit(voice_s),
         )
         return [
