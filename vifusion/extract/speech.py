@@ -208,7 +208,11 @@ class Transcriber:
                 heard = self._segments(part, run.language, "transcribe", voice_s)
             english: list[list[str]] = [[] for _ in heard]
             if run.language != "en" and self.cfg.speech_translate and heard:
-                said = self._segments(part, run.language, "translate", voice_s)
+                # Rendered greedily; where that loops throughout, by beam search once, which
+                # renders some such speech (docs/benchmarks.md).
+                said = self._segments(part, run.language, "translate", voice_s, beam_size=1)
+                if not said:
+                    said = self._segments(part, run.language, "translate", voice_s)
                 english = _words_over(heard, said)
             shift = offset_s + run.start / SAMPLE_RATE
             for (start, end, text, s), words in zip(heard, english):
@@ -265,10 +269,11 @@ class Transcriber:
         task: str,
         voice_s: float,
         keep_loops: bool = False,
+        beam_size: int = 5,
     ) -> list[tuple]:
         """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
-        ``language`` (task "transcribe") or in English ("translate"), split at pauses;
-        segments the model thinks hold no speech, that loop (unless ``keep_loops``: English
+        ``language`` (task "transcribe") or in English ("translate"), decoded ``beam_size``
+        wide, split at pauses; segments the model thinks hold no speech, that loop (unless ``keep_loops``: English
         first reads a loop as doubt) or hold no word, left out. ``voice_s``: seconds of
         voice in ``samples``, which bound the tokens decoded (module docstring)."""
         model = self._model_for(language) if task == "transcribe" else self.model
@@ -282,9 +287,7 @@ class Transcriber:
             condition_on_previous_text=False,
             word_timestamps=True,
             temperature=0.0,
-            # The rendering greedily: beam search rendered no better (docs/benchmarks.md),
-            # and a rendering that loops ran to its token bound five beams wide.
-            beam_size=1 if task == "translate" else 5,
+            beam_size=beam_size,
             max_new_tokens=token_limit(voice_s),
         )
         return [
