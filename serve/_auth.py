@@ -67,6 +67,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/webhooks/{hook_id}"): "admin",
     ("GET", "/v1/collections"): "search",
     ("DELETE", "/v1/collections/{name}"): "admin",
+    ("GET", "/v1/languages"): "search",
 }
 
 

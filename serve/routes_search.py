@@ -1,4 +1,5 @@
-"""Routes: search, by text, an image, a clip (uploaded, or a stretch of an indexed video)."""
+"""Routes: search, by text, an image, a clip (uploaded, or a stretch of an indexed video); the
+languages a search may be limited to."""
 
 import asyncio
 import base64
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
 
 from serve import _bodies, _collections, _metrics
 from serve._cursors import search_cursor, search_offset
@@ -19,6 +21,7 @@ from serve._views import moments
 from serve.schema import SearchRequest, SearchResults
 from vifusion._files import fd_path, storage_writes
 from vifusion.query.clips import ClipRefused
+from vifusion.query.lexicon import Lexicon
 
 # The request's fields that the service's search takes as they are (the cursor becomes an offset).
 _OPTIONS = {
@@ -151,4 +154,35 @@ def _search(replica: Replica, query: dict, clip_file, options: dict, kind: str) 
         "next_cursor": search_cursor(page.next_offset),
         "partial": bool(page.missing_shards),
         "missing_shards": list(page.missing_shards),
+    }
+
+
+class LanguageOut(BaseModel):
+    code: str = Field(description="ISO 639-1, as a search's ``languages`` names it")
+    videos: int = Field(
+        description="its ready videos (a video counts in the language it starts in)"
+    )
+    dictionary: bool = Field(
+        description="whether an English query also finds its words through a bilingual "
+        "dictionary installed on the server (``dictionaries``); otherwise through the "
+        "English rendering only"
+    )
+
+
+class LanguageList(BaseModel):
+    languages: list[LanguageOut]
+
+
+@router.get("/v1/languages", response_model=LanguageList)
+def languages(replica: Serving, request: Request) -> dict:
+    """The languages spoken in the videos the key reaches, by code."""
+    counts = replica.service.catalog.spoken_languages(
+        collections=_collections.searched(request, None)
+    )
+    reached = Lexicon(replica.cfg.dictionaries).languages
+    return {
+        "languages": [
+            {"code": code, "videos": n, "dictionary": code in reached}
+            for code, n in sorted(counts.items())
+        ]
     }

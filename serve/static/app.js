@@ -78,6 +78,7 @@
       $("key-dialog").hidden = true;
       clearError();
       loadCollections().catch(showError);
+      loadLanguages().catch(showError);
     } catch (err) {
       $("key-error").textContent = err.status === 401 ? "That key was not accepted: " + err.message
         : "Could not check the key: " + err.message;
@@ -143,12 +144,32 @@
   $("collection").onfocus = () => loadCollections().catch(showError);
   $("collection").onchange = () => lastQuery && search(lastQuery);
 
+  // Which language's videos a search looks in: the picker's, filled from GET /v1/languages
+  // (those spoken in the videos the key reaches); "" is every video.
+  async function loadLanguages() {
+    const picker = $("language");
+    const chosen = picker.value;
+    const listed = (await (await api("/v1/languages")).json()).languages;
+    picker.replaceChildren(el("option", "", "All languages"));
+    picker.firstChild.value = "";
+    listed.forEach((l) => {
+      const option = el("option", "", `${l.code} (${l.videos} video${l.videos === 1 ? "" : "s"})`);
+      option.value = l.code;
+      picker.append(option);
+    });
+    picker.value = listed.some((l) => l.code === chosen) ? chosen : "";
+  }
+  $("language").onfocus = () => loadLanguages().catch(showError);
+  $("language").onchange = () => lastQuery && search(lastQuery);
+
   function searchBody(q, more) {
     const topK = $("top-k").value;
     const collection = $("collection").value;
+    const language = $("language").value;
     if (q.text !== undefined) {
       const body = { text: q.text, top_k: Number(topK), modalities: q.modalities };
       if (collection) body.collections = [collection];
+      if (language) body.languages = [language];
       if (more) body.cursor = more;
       return { body: JSON.stringify(body), headers: { "Content-Type": "application/json" } };
     }
@@ -156,6 +177,7 @@
     form.append(q.file.type.startsWith("video/") ? "clip" : "image", q.file);
     form.append("top_k", topK);
     if (collection) form.append("collections", collection);
+    if (language) form.append("languages", language);
     if (more) form.append("cursor", more);
     return { body: form };
   }
@@ -768,5 +790,5 @@
 
   // -- start ----------------------------------------------------------------------------
   if (!key) askKey("");
-  else loadCollections().catch(showError); // asks again if the stored key went stale
+  else Promise.all([loadCollections(), loadLanguages()]).catch(showError); // asks again if the stored key went stale
 })();

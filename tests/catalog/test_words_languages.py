@@ -100,13 +100,17 @@ def test_an_english_query_finds_the_spanish_sentence_by_its_english_rendering(ca
     assert marked.snippet_english == "See you [tomorrow] at the north station."
 
 
-def test_the_languages_spoken_are_each_videos_first(cat):
-    assert cat.spoken_languages() == set()
-    for video_id, language in ((1, "es"), (2, "de"), (3, "es"), (4, None)):
+def test_the_languages_spoken_are_counted_over_ready_videos(cat):
+    assert cat.spoken_languages() == {}
+    for video_id, language in ((1, "es"), (2, "de"), (3, "es"), (4, None), (5, "fr")):
         cat.set_video_language(video_id, language)
-    assert cat.spoken_languages() == {"es", "de"}
-    assert cat.spoken_languages([2, 4]) == {"de"}
-    assert cat.spoken_languages([]) == set()
+    for job in cat.latest_jobs([1, 2, 3, 4]).values():
+        cat.update_job(job.id, "ready")
+    assert cat.spoken_languages() == {"es": 2, "de": 1}  # video 5 is not ready
+    assert cat.spoken_languages([2, 4]) == {"de": 1}
+    assert cat.spoken_languages([]) == {}
+    assert cat.spoken_languages(collections=["default"]) == {"es": 2, "de": 1}
+    assert cat.spoken_languages(collections=["other"]) == {}
 
 
 def test_the_language_and_the_rendering_come_back_in_the_transcript(cat):

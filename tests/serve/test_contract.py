@@ -64,6 +64,8 @@ CONTRACT = {
         {"403", "404", "507"},
         ["name"],
     ),
+    # The languages a search can keep to (issue 55): additive.
+    ("GET", "/v1/languages"): ({"200"}, "LanguageList", set(), []),
 }
 # Served but left out of the schema: the web page, its files, the docs, signed media.
 UNDOCUMENTED = {
@@ -90,6 +92,8 @@ SCHEMAS = {
     "KeyCreated",
     "KeyList",
     "KeyOut",
+    "LanguageList",
+    "LanguageOut",
     "MediaUrl",
     "Moment",
     "SearchResults",

@@ -68,6 +68,7 @@ ROUTES = [
     ("DELETE", "/v1/webhooks/no-such-hook", {}, "admin"),
     ("GET", "/v1/collections", {}, "search"),
     ("DELETE", "/v1/collections/no-such-collection", {}, "admin"),
+    ("GET", "/v1/languages", {}, "search"),
 ]
 RANK = {"search": 0, "ingest": 1, "admin": 2}
 

@@ -105,16 +105,21 @@ class Catalog(Leases, Texts, Keys, Collections, Outbox):
         """Record the language a video's speech is in (ISO 639-1; None: nothing was said)."""
         self._write("UPDATE videos SET language=? WHERE id=?", (language, video_id))
 
-    def spoken_languages(self, video_ids: Sequence[int] | None = None) -> set[str]:
-        """The languages (ISO 639-1) the videos (``video_ids``, or all) are spoken in, each
-        video's first."""
-        sql, args = "SELECT DISTINCT language FROM videos WHERE language IS NOT NULL", []
-        if video_ids is not None:
-            if not video_ids:
-                return set()
-            clause, args = self._any_of("id", [int(v) for v in video_ids])
-            sql = f"{sql} AND {clause}"
-        return {r["language"] for r in self._rows(sql, args)}
+    def spoken_languages(
+        self, video_ids: Sequence[int] | None = None, collections: Sequence[str] | None = None
+    ) -> dict[str, int]:
+        """Ready videos per language spoken (ISO 639-1, each video's first), among
+        ``video_ids`` and in ``collections`` where given."""
+        sql, args = "SELECT language, count(*) AS n FROM videos WHERE status='ready'", []
+        sql += " AND language IS NOT NULL"
+        for column, values in (("id", video_ids), ("collection", collections)):
+            if values is None:
+                continue
+            if not values:
+                return {}
+            clause, more = self._any_of(column, list(values))
+            sql, args = f"{sql} AND {clause}", args + more
+        return {r["language"]: r["n"] for r in self._rows(f"{sql} GROUP BY language", args)}
 
     def get_video(self, video_id: int) -> Video | None:
         row = self._row("SELECT * FROM videos WHERE id=?", (video_id,))

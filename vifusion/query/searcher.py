@@ -275,7 +275,9 @@ class Searcher:
         language), each scored by its ``coverage`` of the query's words in its own language;
         the best coverage first where any were added."""
         languages = self.lexicon.languages
-        if not languages or not (languages := languages & self.catalog.spoken_languages(videos)):
+        if not languages or not (
+            languages := languages & self.catalog.spoken_languages(videos).keys()
+        ):
             return found
         english = list(dict.fromkeys(words.split()))
         best = {(r.video_id, r.n): r for r in found}
