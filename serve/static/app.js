@@ -126,39 +126,31 @@
     if (!preview.hidden) { preview.onerror = () => { preview.hidden = true; }; preview.src = URL.createObjectURL(file); }
   }
 
-  // Which collection a search looks in: the picker's, filled from GET /v1/collections (those
-  // the key reaches); "" is every one.
-  async function loadCollections() {
-    const picker = $("collection");
+  // The collection and language pickers, filled from a listing of what the key reaches
+  // (GET /v1/collections, GET /v1/languages), each keeping its choice while still listed;
+  // "" is every one.
+  async function fillPicker(id, path, field, all, valueOf) {
+    const picker = $(id);
     const chosen = picker.value;
-    const listed = (await (await api("/v1/collections")).json()).collections;
-    picker.replaceChildren(el("option", "", "All collections"));
+    const listed = (await (await api(path)).json())[field];
+    picker.replaceChildren(el("option", "", all));
     picker.firstChild.value = "";
-    listed.forEach((c) => {
-      const option = el("option", "", `${c.name} (${c.videos} video${c.videos === 1 ? "" : "s"})`);
-      option.value = c.name;
+    listed.forEach((x) => {
+      const option = el("option", "", `${valueOf(x)} (${x.videos} video${x.videos === 1 ? "" : "s"})`);
+      option.value = valueOf(x);
       picker.append(option);
     });
-    picker.value = listed.some((c) => c.name === chosen) ? chosen : "";
+    picker.value = listed.some((x) => valueOf(x) === chosen) ? chosen : "";
+  }
+  function loadCollections() {
+    return fillPicker("collection", "/v1/collections", "collections", "All collections", (c) => c.name);
+  }
+  function loadLanguages() {
+    return fillPicker("language", "/v1/languages", "languages", "All languages", (l) => l.code);
   }
   $("collection").onfocus = () => loadCollections().catch(showError);
   $("collection").onchange = () => lastQuery && search(lastQuery);
 
-  // Which language's videos a search looks in: the picker's, filled from GET /v1/languages
-  // (those spoken in the videos the key reaches); "" is every video.
-  async function loadLanguages() {
-    const picker = $("language");
-    const chosen = picker.value;
-    const listed = (await (await api("/v1/languages")).json()).languages;
-    picker.replaceChildren(el("option", "", "All languages"));
-    picker.firstChild.value = "";
-    listed.forEach((l) => {
-      const option = el("option", "", `${l.code} (${l.videos} video${l.videos === 1 ? "" : "s"})`);
-      option.value = l.code;
-      picker.append(option);
-    });
-    picker.value = listed.some((l) => l.code === chosen) ? chosen : "";
-  }
   $("language").onfocus = () => loadLanguages().catch(showError);
   $("language").onchange = () => lastQuery && search(lastQuery);
 

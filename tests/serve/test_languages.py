@@ -6,11 +6,15 @@ sends the chosen language and shows only its videos (a real browser, as tests/se
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.serve.test_page import browser, enter_key, page, search_text, searches  # noqa: F401
+from tests.serve.test_page import (  # noqa: F401
+    browser,
+    page,
+    picker_with,
+    search_picked,
+    shown_videos,
+)
 from vifusion.catalog import open_catalog
 from vifusion.query.lexicon import Lexicon
 
@@ -49,17 +53,6 @@ def test_a_key_limited_to_a_collection_sees_only_its_languages(live, spanish):
 
 
 def test_the_page_picker_lists_languages_and_a_search_keeps_to_the_chosen_one(page, live, spanish):  # noqa: F811
-    enter_key(page, KEY)
-    page.locator("#key-dialog").wait_for(state="hidden")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('#language option')].some(o => o.value === 'es')"
-    )
-    assert page.locator("#language option").evaluate_all("os => os.map(o => o.value)")[0] == ""
-    sent = searches(page)
-    search_text(page, "a cat")
-    assert "languages" not in json.loads(sent[-1].post_data)
-    page.select_option("#language", "es")
-    search_text(page, "a cat")
-    assert json.loads(sent[-1].post_data)["languages"] == ["es"]
-    shown = page.locator("#results .result").evaluate_all("rs => rs.map(r => r.dataset.videoId)")
-    assert shown and set(shown) == {str(spanish)}
+    assert picker_with(page, KEY, "language", "es")[0] == ""
+    search_picked(page, "language", "es", "languages")
+    assert shown_videos(page) == {str(spanish)}

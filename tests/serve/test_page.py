@@ -423,6 +423,35 @@ def searches(page) -> list:
     return sent
 
 
+def picker_with(page, key: str, picker: str, value: str) -> list[str]:
+    """Enter ``key``, wait until the ``picker`` select (its id) offers ``value``, and return
+    the values it offers."""
+    enter_key(page, key)
+    page.locator("#key-dialog").wait_for(state="hidden")
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('#{picker} option')].some(o => o.value === {value!r})"
+    )
+    return page.locator(f"#{picker} option").evaluate_all("os => os.map(o => o.value)")
+
+
+def search_picked(page, picker: str, value: str, field: str) -> None:
+    """A text search sends ``field`` only once the ``picker`` select (its id) is set to
+    ``value``, then as [``value``]."""
+    sent = searches(page)
+    search_text(page, "a cat")
+    assert field not in json.loads(sent[-1].post_data)
+    page.select_option(f"#{picker}", value)
+    search_text(page, "a cat")
+    assert json.loads(sent[-1].post_data)[field] == [value]
+
+
+def shown_videos(page) -> set[str]:
+    """The video ids of the results shown."""
+    return set(
+        page.locator("#results .result").evaluate_all("rs => rs.map(r => r.dataset.videoId)")
+    )
+
+
 def search_text(page, text: str) -> None:
     page.fill("#search-input", text)
     page.click("#search-button")
