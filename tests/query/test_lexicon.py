@@ -88,3 +88,15 @@ def test_a_word_heard_in_a_near_spelling_counts_as_keyword_search_counts_it():
     slots = [("eyebrow", "sobrancelha"), ("nose", "nariz")]
     assert coverage(slots, "Subrancelha. Nariz.") == (FUZZY_WEIGHT + 1) / 2
     assert coverage(slots, "Sabrencolho.") == 0.0  # too far
+
+
+def test_a_damaged_dictionary_costs_its_words_not_the_search(tmp_path, caplog):
+    write_dictd(tmp_path, "freedict-eng-spa", SPANISH)
+    (tmp_path / "freedict-eng-fra.index").write_text("nose\tA\tZ\n", "utf-8")
+    (tmp_path / "freedict-eng-fra.dict.dz").write_bytes(b"not gzip at all")
+    (tmp_path / "en-it.tsv").write_bytes(b"\xff\xfe\tbad\nnose\tnaso\n")
+    words = Lexicon([tmp_path])
+    assert words.translations("nose", "fr") == ()
+    assert "freedict-eng-fra" in caplog.text
+    assert words.translations("eye", "es") == ("ojo",)
+    assert words.translations("nose", "it") == ("naso",)  # undecodable bytes replaced

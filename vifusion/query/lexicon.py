@@ -15,13 +15,18 @@ needs them (a second, once, for FreeDict's 460,000-entry English-German).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from vifusion.catalog import FUZZY_WEIGHT, edits, fold, max_edits
 from vifusion.query import _dictd
+
+log = logging.getLogger(__name__)
 
 # Translations kept per English word, in the dictionary's order (its common senses first):
 # the rest are rare senses, and each is one more word a keyword query scans for.
@@ -131,19 +136,35 @@ def _read(files: dict[str, list[Path]]) -> dict[str, tuple[str, ...]]:
                 kept.append(w)
 
     for index in files.get("forward", []):
-        for head, words in _dictd.entries(index):
+        for head, words in _readable(index, _dictd.entries):
             add(head, words)
     for tsv in files.get("tsv", []):
-        for line in tsv.read_text(encoding="utf-8", errors="replace").splitlines():
-            english, _, word = line.partition("\t")
-            if english.strip() and word.strip() and " " not in word.strip():
-                add(english.strip(), [word.strip()])
+        for english, word in _readable(tsv, _tsv):
+            add(english, [word])
     if len(table) < REVERSE_BELOW:
         for index in files.get("reverse", []):
-            for head, words in _dictd.entries(index):
+            for head, words in _readable(index, _dictd.entries):
                 for english in words:
                     add(english, [head])
     return {k: tuple(v) for k, v in table.items() if v}
+
+
+def _readable(path: Path, read: Callable[[Path], Iterable[Any]]) -> list[Any]:
+    """What ``read`` makes of ``path``, or nothing (with a warning) where it is damaged or
+    unreadable: a broken dictionary costs its words, never a search."""
+    try:
+        return list(read(path))
+    except (OSError, EOFError, ValueError, zlib.error) as e:  # gzip's BadGzipFile is an OSError
+        log.warning("dictionary %s not read: %s", path, e)
+        return []
+
+
+def _tsv(path: Path) -> Iterable[tuple[str, str]]:
+    """(English word, word) of a tab-separated file; lines of another shape left out."""
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        english, _, word = line.partition("\t")
+        if english.strip() and word.strip() and " " not in word.strip():
+            yield english.strip(), word.strip()
 
 
 def _code(name: str) -> str | None:
