@@ -6,13 +6,14 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+from vifusion.query._dictd import ALPHABET
 
 
 def b64(n: int) -> str:
-    out = _B64[n % 64]
+    """``n`` as dictd writes an offset (what ``_dictd`` reads back)."""
+    out = ALPHABET[n % 64]
     while n := n // 64:
-        out = _B64[n % 64] + out
+        out = ALPHABET[n % 64] + out
     return out
 
 

@@ -6,8 +6,9 @@ the Hugging Face hub. VAD keeps Whisper away from silence and music, where it in
 segments the model rates as likely non-speech, or holding no word, are dropped; segments
 split at pauses.
 
-One decoding a window (``_decoding``): greedy, its tokens bounded by the voice heard, loops
-dropped.
+One decoding a window (``_decoding``), at temperature 0, its tokens bounded by the voice
+heard, loops dropped: beam 5 for the words said; greedy for their English rendering, and
+beam 5 once more where greedy loops throughout.
 
 English first: where English is transcribed by tiny.en, a window (after silence or English)
 is first heard by tiny.en alone, and kept as English where every segment is sure
@@ -208,8 +209,7 @@ class Transcriber:
                 heard = self._segments(part, run.language, "transcribe", voice_s)
             english: list[list[str]] = [[] for _ in heard]
             if run.language != "en" and self.cfg.speech_translate and heard:
-                # Rendered greedily; where that loops throughout, by beam search once, which
-                # renders some such speech (docs/benchmarks.md).
+                # Greedy, then beam search where greedy kept nothing (module docstring).
                 said = self._segments(part, run.language, "translate", voice_s, beam_size=1)
                 if not said:
                     said = self._segments(part, run.language, "translate", voice_s)
@@ -272,9 +272,10 @@ class Transcriber:
         beam_size: int = 5,
     ) -> list[tuple]:
         """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
-        ``language`` (task "transcribe") or in English ("translate"), decoded ``beam_size``
-        wide, split at pauses; segments the model thinks hold no speech, that loop (unless ``keep_loops``: English
-        first reads a loop as doubt) or hold no word, left out. ``voice_s``: seconds of
+        ``language`` (task "transcribe") or in English ("translate"), decoded
+        ``beam_size`` wide, split at pauses; segments the model thinks hold no speech, that
+        loop (unless ``keep_loops``: English first reads a loop as doubt) or hold no word,
+        left out. ``voice_s``: seconds of
         voice in ``samples``, which bound the tokens decoded (module docstring)."""
         model = self._model_for(language) if task == "transcribe" else self.model
         pieces, _ = model.transcribe(

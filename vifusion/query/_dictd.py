@@ -15,9 +15,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-_B64 = {
-    c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
-}
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"  # offsets' digits
+_B64 = {c: i for i, c in enumerate(ALPHABET)}
 _NOTES = re.compile(r"<[^>]*>|\[[^\]]*\]|\([^)]*\)|\{[^}]*\}|^\d+\.\s*")
 
 

@@ -43,7 +43,7 @@ ISO3 = {
     "rus": "ru", "slk": "sk", "slv": "sl", "spa": "es", "srp": "sr", "swe": "sv", "swh": "sw",
     "tha": "th", "tur": "tr", "ukr": "uk", "vie": "vi", "zho": "zh",
 }  # fmt: skip
-PUNCTUATION = ".,;:!?\"'()[]"
+PUNCTUATION = ".,;:!?\"'()[]"  # stripped from a query word's ends (searcher.keywords too)
 _FORWARD = re.compile(r"(?:.*-)?eng-([a-z]{3})\.index")
 _REVERSE = re.compile(r"(?:.*-)?([a-z]{3})-eng\.index")
 _TSV = re.compile(r"(?:en|eng)-([a-z]{2,3})\.tsv")
@@ -163,8 +163,9 @@ def _tsv(path: Path) -> Iterable[tuple[str, str]]:
     """(English word, word) of a tab-separated file; lines of another shape left out."""
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         english, _, word = line.partition("\t")
-        if english.strip() and word.strip() and " " not in word.strip():
-            yield english.strip(), word.strip()
+        english, word = english.strip(), word.strip()
+        if english and word and " " not in word:
+            yield english, word
 
 
 def _code(name: str) -> str | None:

@@ -21,7 +21,7 @@ from vifusion.catalog import Catalog, TextRow
 from vifusion.config import Config
 from vifusion.index.segments import group_segments, group_videos
 from vifusion.query.clips import MAX_CLIP_FRAMES, align_clip, decode_clip
-from vifusion.query.lexicon import Lexicon, coverage
+from vifusion.query.lexicon import PUNCTUATION, Lexicon, coverage
 from vifusion.query.ranking import (
     ALIASES,
     BLENDS,
@@ -85,7 +85,7 @@ def keywords(query: str) -> str:
     """The words of ``query`` a keyword search looks for: all but ``STOPWORDS``, or all of
     them when that leaves none."""
     words = query.split()
-    kept = [w for w in words if w.strip(".,;:!?\"'()[]").casefold() not in STOPWORDS]
+    kept = [w for w in words if w.strip(PUNCTUATION).casefold() not in STOPWORDS]
     return " ".join(kept or words)
 
 
@@ -275,9 +275,9 @@ class Searcher:
         language), each scored by its ``coverage`` of the query's words in its own language;
         the best coverage first where any were added."""
         languages = self.lexicon.languages
-        if not languages or not (
-            languages := languages & self.catalog.spoken_languages(videos).keys()
-        ):
+        if languages:  # the catalog is asked only where a dictionary is installed
+            languages &= self.catalog.spoken_languages(videos).keys()
+        if not languages:
             return found
         english = list(dict.fromkeys(words.split()))
         best = {(r.video_id, r.n): r for r in found}
