@@ -16,7 +16,10 @@ the talk's own language and in English, and what does speech cost ingest.
    library (``+dict``, ``*_dictionaries``).
 4. ``ingest_ratio``: the same talks indexed in a fresh data dir with speech off (visual only)
    and with speech on (on-screen text off in both, so the ratio is speech's): sampled frames
-   per wall second, each run's model loads included, speech on over off.
+   per wall second, each run's model loads included, speech on over off. A 20-s talk pays
+   every cost of a video's first words (English first, the language's candidates) for 20
+   frames; ``ingest_ratio_long`` does the same on talks of ``LONG_S`` (es, de, it; not in
+   ``--quick``), their sentences said one after another, as in a lecture.
 5. English on tiny.en (the default, ``speech_english_tiny``) against base: seconds to
    transcribe the English talk (``Transcriber.transcribe_file``, median of ``--repeats``
    after a warm-up), and what each heard.
@@ -180,6 +183,42 @@ def corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list[Quer
     return paths, queries
 
 
+LONG = ("es", "de", "it")  # the languages base names right in espeak's voices
+LONG_S = 120.0  # a lecture's length: a video's first-words costs spread over its windows
+SAID_EVERY_S = 7.5  # a sentence of 4-6 s at espeak's pace, then a breath: ~70% voiced
+
+
+def long_corpus(directory: Path, languages: list[str]) -> list[Path]:
+    """Per language, a talk of ``LONG_S`` saying its sentences in turn, as a real file."""
+    paths = []
+    for i, lang in enumerate(languages):
+        sentences = [said for said, *_ in TALKS[lang]] + list(_talks.SENTENCES[lang])
+        said = [
+            (0.5 + k * SAID_EVERY_S, sentences[k % len(sentences)])
+            for k in range(int(LONG_S / SAID_EVERY_S))
+        ]
+        talk = _talks.write_talk(
+            directory / f"long-{lang}{SUFFIXES[i % len(SUFFIXES)]}",
+            LONG_S,
+            said=said,
+            fps=5,
+            language=lang,
+        )
+        paths.append(talk.path)
+    return paths
+
+
+def ingest_fps(directory: Path, paths: list[Path], speech: bool) -> float:
+    """Sampled frames per wall second indexing ``paths`` into a fresh data dir, speech on or
+    off (on-screen text off: the difference is speech's)."""
+    from vifusion.runtime import Runtime
+
+    cfg = Config(data_dir=directory, speech=speech, screen_text=False, dictionaries=())
+    with Runtime(cfg, writer=True) as rt:
+        results, seconds = index_timed(rt, paths)
+    return sum(r.frames for r in results) / seconds
+
+
 REAL_GAP_S = 1.2  # silence between recorded words: over the 1 s pause that splits segments
 
 
@@ -249,6 +288,11 @@ def main() -> int:
                     real = real_voices(rt, lexical, tmp / "real", foreign)
         english = paths[languages.index("en")]
         english_times = english_tiny_vs_base(tmp / "speech", english, repeats)
+        long_fps = {}
+        if not args.quick:
+            long_paths = long_corpus(tmp / "long", [x for x in LONG if x in languages])
+            for way, speech in (("visual_only", False), ("speech", True)):
+                long_fps[way] = ingest_fps(tmp / f"long-{way}", long_paths, speech)
 
     def r1(asked_in: str, lang: str | None = None, ranks=ranks) -> float | None:
         got = [
@@ -300,6 +344,16 @@ def main() -> int:
         "fps_visual_only": round(fps["visual_only"], 2),
         "fps_speech": round(fps["speech"], 2),
         "ingest_ratio": round(fps["speech"] / fps["visual_only"], 3),
+        **(
+            {
+                "long_talks": f"{len(LONG)} x {LONG_S:.0f} s",
+                "fps_visual_only_long": round(long_fps["visual_only"], 2),
+                "fps_speech_long": round(long_fps["speech"], 2),
+                "ingest_ratio_long": round(long_fps["speech"] / long_fps["visual_only"], 3),
+            }
+            if long_fps
+            else {}
+        ),
         **english_times,
         "repeats": repeats,
         **real,
@@ -314,6 +368,12 @@ def main() -> int:
         f"ingest frames/s: visual only {fps['visual_only']:.2f}, speech on {fps['speech']:.2f}: "
         f"ratio {report['ingest_ratio']:.2f}"
     )
+    if long_fps:
+        print(
+            f"ingest frames/s on {report['long_talks']} talks ({', '.join(LONG)}): visual only "
+            f"{long_fps['visual_only']:.2f}, speech on {long_fps['speech']:.2f}: "
+            f"ratio {report['ingest_ratio_long']:.2f}"
+        )
     print(
         f"English talk transcribed: tiny.en {english_times['english_tiny_s']:.2f} s, "
         f"base {english_times['english_base_s']:.2f} s"

@@ -176,3 +176,86 @@ def test_tokens_decoded_are_bounded_by_the_voice_in_a_run() -> None:
     assert voiced_s(voiced, SAMPLE_RATE, 6 * SAMPLE_RATE) == 2.0
     assert token_limit(2.0) - token_limit(0.0) == 2 * TOKENS_PER_S
     assert token_limit(10 * WINDOW_S) == token_limit(WINDOW_S)
+
+
+class _Heard:
+    """A faster-whisper segment as ``Transcriber`` reads it."""
+
+    def __init__(self, start: float, text: str, compression_ratio: float = 1.5) -> None:
+        self.start, self.end, self.text = start, start + 2.0, text
+        self.compression_ratio, self.avg_logprob, self.no_speech_prob = compression_ratio, -0.4, 0.0
+        self.words = None
+
+
+class _Whisper:
+    """Stands in for faster-whisper's model: greedy decoding of ``looping`` tasks loops in its
+    second segment (3-5 s), or in every one (``only_loops``), as base's greedy decoding does
+    on some speech; beam search does not. ``pulled``: the segments each call's decoding
+    reached."""
+
+    def __init__(self, looping: set[str] = frozenset(), logprob: float = -0.4) -> None:
+        self.looping, self.logprob, self.only_loops = looping, logprob, False
+        self.calls, self.pulled = [], []
+
+    def transcribe(self, samples, *, task: str, beam_size: int, **_):
+        self.calls.append((task, beam_size))
+        loops = beam_size == 1 and task in self.looping
+        loop = "the one who will be the one who will be"
+        heard = [_Heard(0.0, "hola"), _Heard(3.0, loop if loops else f"{task} {beam_size}")]
+        heard += [_Heard(6.0 + 3 * i, f"more {i}") for i in range(3)]
+        for h in heard:
+            h.avg_logprob = self.logprob
+            if loops and (self.only_loops or h.text == loop):
+                h.text, h.compression_ratio = loop, 7.0
+        self.pulled.append(0)
+        return self._decoded(heard), None
+
+    def _decoded(self, heard):
+        for h in heard:
+            self.pulled[-1] += 1
+            yield h
+
+
+_LONG = 16 * SAMPLE_RATE  # a window of the stand-in's five segments
+
+
+def _transcriber_on(model: _Whisper, language: str | None) -> Transcriber:
+    tr = object.__new__(Transcriber)
+    tr.cfg = Config(speech_language=language, speech_model_dir=Path("/nonexistent"))
+    tr.model, tr._english = model, None
+    return tr
+
+
+def test_a_rendering_that_loops_keeps_what_greedy_decoding_heard_around_the_loop() -> None:
+    """The English rendering (for the meaning search) is decoded again with beam search only
+    where greedy decoding kept nothing: a loop loses its own segment's rendering, no other."""
+    model = _Whisper({"translate"})
+    out = _transcriber_on(model, "es").transcribe(np.full(_LONG, 0.1, np.float32))
+    assert model.calls == [("transcribe", 5), ("translate", 1)]
+    assert [s.text for s in out] == ["hola", "transcribe 5", "more 0", "more 1", "more 2"]
+    assert out[0].english == "hola" and out[1].english is None and out[2].english == "more 0"
+
+
+def test_a_rendering_that_loops_throughout_is_decoded_again_with_beam_search() -> None:
+    model = _Whisper({"translate"})
+    model.only_loops = True
+    out = _transcriber_on(model, "es").transcribe(np.full(_LONG, 0.1, np.float32))
+    assert model.calls == [("transcribe", 5), ("translate", 1), ("translate", 5)]
+    assert out[1].english == "translate 5"
+
+
+def test_english_first_stops_decoding_at_the_first_piece_it_is_unsure_of() -> None:
+    """tiny.en hears a window first; where its first 30 s are not surely English, the rest of
+    the window (up to 5 minutes) is not decoded by it: the multilingual model takes over."""
+    tiny, base = _Whisper(logprob=-1.2), _Whisper()
+    tr = _transcriber_on(base, None)
+    tr.cfg = Config(speech_english_tiny=True)
+    tr._english = tiny
+    assert tr._surely_english(np.full(_LONG, 0.1, np.float32), [], None) is None
+    assert tiny.pulled == [1]
+    tiny.logprob = -0.4  # sure of every piece: all of them heard, and kept as English
+    heard = tr._surely_english(np.full(_LONG, 0.1, np.float32), [], None)
+    assert tiny.pulled == [1, 5] and [text for _, _, text, _ in heard][:2] == [
+        "hola",
+        "transcribe 5",
+    ]

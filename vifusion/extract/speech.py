@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,7 +209,7 @@ class Transcriber:
                 heard = self._segments(part, run.language, "transcribe", voice_s)
             english: list[list[str]] = [[] for _ in heard]
             if run.language != "en" and self.cfg.speech_translate and heard:
-                # Greedy, then beam search where greedy kept nothing (module docstring).
+                # Greedy; beam search only where greedy kept nothing (module docstring).
                 said = self._segments(part, run.language, "translate", voice_s, beam_size=1)
                 if not said:
                     said = self._segments(part, run.language, "translate", voice_s)
@@ -240,10 +240,18 @@ class Transcriber:
         if not tiny_english or language_before not in (None, "en"):
             return None
         voice_s = voiced_s(voiced, 0, len(samples))
-        heard = self._segments(samples, "en", "transcribe", voice_s, keep_loops=True)
-        if not heard or any(
-            s.avg_logprob < ENGLISH_SURE or s.compression_ratio > REPEATING for *_, s in heard
-        ):
+        heard = []
+        # Every piece is seen (none skipped as silence), and the first unsure one ends the
+        # decoding: the rest of a long window would be decoded in vain.
+        for s in self._decode(samples, "en", "transcribe", voice_s, 5, no_speech_threshold=None):
+            if (
+                s.avg_logprob < ENGLISH_SURE
+                or s.compression_ratio > REPEATING
+                or s.no_speech_prob > cfg.speech_max_no_speech_prob
+            ):
+                return None
+            heard += [(a, b, text, s) for a, b, text in _split_at_pauses(s) if _WORD.search(text)]
+        if not heard:
             return None
         spans = [(start, end) for start, end, *_ in heard]
         for v in voiced:
@@ -268,15 +276,34 @@ class Transcriber:
         language: str,
         task: str,
         voice_s: float,
-        keep_loops: bool = False,
         beam_size: int = 5,
     ) -> list[tuple]:
         """(start_s, end_s, text, faster-whisper segment) of what ``samples`` say, in
         ``language`` (task "transcribe") or in English ("translate"), decoded
         ``beam_size`` wide, split at pauses; segments the model thinks hold no speech, that
-        loop (unless ``keep_loops``: English first reads a loop as doubt) or hold no word,
-        left out. ``voice_s``: seconds of
-        voice in ``samples``, which bound the tokens decoded (module docstring)."""
+        loop or hold no word, left out. ``voice_s``: seconds of voice in ``samples``, which
+        bound the tokens decoded (module docstring)."""
+        return [
+            (start, end, text, s)
+            for s in self._decode(samples, language, task, voice_s, beam_size)
+            if s.no_speech_prob <= self.cfg.speech_max_no_speech_prob
+            and s.compression_ratio <= REPEATING
+            for start, end, text in _split_at_pauses(s)
+            if _WORD.search(text)
+        ]
+
+    def _decode(
+        self,
+        samples: np.ndarray,
+        language: str,
+        task: str,
+        voice_s: float,
+        beam_size: int,
+        **options,
+    ) -> Iterator:  # of faster_whisper Segment
+        """faster-whisper's segments of ``samples``, decoded as they are read (30 s of voice at
+        a time: a caller that stops early leaves the rest undecoded). ``options``: more of
+        ``WhisperModel.transcribe``'s."""
         model = self._model_for(language) if task == "transcribe" else self.model
         pieces, _ = model.transcribe(
             samples,
@@ -290,15 +317,9 @@ class Transcriber:
             temperature=0.0,
             beam_size=beam_size,
             max_new_tokens=token_limit(voice_s),
+            **options,
         )
-        return [
-            (start, end, text, s)
-            for s in pieces
-            if s.no_speech_prob <= self.cfg.speech_max_no_speech_prob
-            and (keep_loops or s.compression_ratio <= REPEATING)
-            for start, end, text in _split_at_pauses(s)
-            if _WORD.search(text)
-        ]
+        return pieces
 
     def transcribe_file(self, path: Path) -> Transcript:
         """Decode ``path``'s first audio track (up to ``audio_max_s``) and transcribe it, window by
