@@ -35,7 +35,7 @@ The last line is one JSON object.
 
 Run (from the repository root):
 
-    .venv/bin/python benchmarks/multilingual.py           # 7 talks, 3 repeats: ~10 min on 2 busy cores
+    .venv/bin/python benchmarks/multilingual.py           # 7 talks, 3 repeats, long talks: ~8 min quiet
     .venv/bin/python benchmarks/multilingual.py --quick   # es, fr and en, 1 repeat
 """
 
