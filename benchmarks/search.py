@@ -410,6 +410,7 @@ def main() -> None:
         print("exact ground truth ...", flush=True)
         truth = ground_truth(queries, n_chunks, base)
         report["recall_at_10"] = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
+        print(f"  recall@10: {report['recall_at_10']}", flush=True)
 
         shards.query_batching = True
         report["one_client"] = load(shards, text_q, 1, seconds)
