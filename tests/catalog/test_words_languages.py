@@ -148,3 +148,16 @@ def test_a_catalog_indexed_before_languages_is_indexed_again_when_opened(tmp_pat
         (1, "我们明天在[北京]大学见面。")
     ]
     cat.close()
+
+
+def test_text_of_the_videos_speaking_a_language(cat):
+    """``spoken_in`` keeps the rows of videos whose language is the one asked: how on-screen
+    text, which carries no language of its own, is searched in its video's."""
+    cat.put_texts(2, "screen", [(0.0, 3.0, "Bahnhof Nord")])
+    cat.put_texts(7, "screen", [(0.0, 3.0, "Bahnhof Nord")])
+    cat.set_video_language(2, "de")
+    cat.set_video_language(7, "en")
+    assert sorted(found(cat, "bahnhof")) == [2, 7]
+    assert [r.video_id for r in cat.keyword_search("bahnhof", spoken_in="de")] == [2]
+    assert cat.keyword_search("bahnhof", spoken_in="es") == []
+    assert [r.video_id for r in cat.keyword_search("bahnhof", [], spoken_in="de")] == []

@@ -40,6 +40,10 @@ SAID = {  # video id -> its speech rows (start, end, text, language, english)
     # Words said alone, as Whisper base renders them: "Olho" as "Oil".
     3: [(0.0, 1.5, "Olho.", "pt", "Oil."), (2.0, 3.5, "Nariz.", "pt", "Nariz.")],
 }
+SHOWN = {  # video id -> its on-screen text (start, end, text): the reader gives no language
+    1: [(4.0, 9.0, "Horario del tren")],
+    3: [(0.0, 3.5, "Horario del tren")],  # the same Spanish words, in a Portuguese talk
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +63,12 @@ def library(tmp_path_factory) -> SimpleNamespace:
         spans = np.array([r[:2] for r in rows], np.float32)
         batch = FusedBatch.of_texts(video_id, "speech", 0, spans, embedder.embed_text(said))
         shards[shard_for(video_id, cfg.num_shards)].add(batch)
+        if video_id in SHOWN:
+            catalog.put_texts(video_id, "screen", SHOWN[video_id])
+            spans = np.array([r[:2] for r in SHOWN[video_id]], np.float32)
+            vectors = embedder.embed_text([text for *_, text in SHOWN[video_id]])
+            batch = FusedBatch.of_texts(video_id, "screen", 0, spans, vectors)
+            shards[shard_for(video_id, cfg.num_shards)].add(batch)
         catalog.update_job(job, "ready")
     read = LocalShards(cfg)  # as ``vifusion search`` reads them
     searcher = Searcher(cfg.model_copy(update={"dictionaries": ()}), read, embedder, catalog)
@@ -160,3 +170,19 @@ def test_a_translation_counts_only_in_the_language_it_is_in(library, tmp_path):
         assert [(m.video_id, m.start_s, m.score) for m in got] == [
             (m.video_id, m.start_s, m.score) for m in before
         ]
+
+
+def test_an_english_query_finds_on_screen_text_in_the_language_its_video_speaks(library, tmp_path):
+    """The reader does not know a line's language: a slide is taken to be in the language its
+    video speaks. "train schedule" finds "Horario del tren" on screen in the Spanish talk
+    through an English-Spanish dictionary, and not the same words on screen in the
+    Portuguese talk."""
+    keyword = dict(library.searcher.ranked_lists("train schedule", modalities=["screen"])[0])
+    assert keyword["screen_keyword"] == []
+    write_dictd(tmp_path, "freedict-eng-spa", {"train": "tren", "schedule": "horario"})
+    searcher = with_dictionaries(library, tmp_path)
+    keyword = dict(searcher.ranked_lists("train schedule", modalities=["screen"])[0])
+    assert [(c.video_id, c.start_s) for c in keyword["screen_keyword"]] == [(1, 4.0)]
+    top = searcher.text("train schedule", top_k=3, modalities=["screen"])[0]
+    assert (top.video_id, top.start_s) == (1, 4.0)
+    assert shown(top.snippet, None)[0] == "[Horario] del [tren]"

@@ -101,9 +101,11 @@ class Texts(Database):
         limit: int = 50,
         marks: tuple[str, str] = ("[", "]"),
         fuzzy: bool = True,
+        spoken_in: str | None = None,
     ) -> list[TextRow]:
         """Text rows holding any of the query's words (stemmed), best BM25 first, at most
-        ``limit``; only ``kinds``, and only ``video_ids`` when given. Each carries its BM25
+        ``limit``; only ``kinds``, only ``video_ids`` when given, and only rows of videos
+        whose language (the one spoken first) is ``spoken_in`` when given. Each carries its BM25
         score, a snippet with the matched words between ``marks``, and its ``coverage``.
         With ``fuzzy``, a word no row holds is looked for by its near spellings
         (``max_edits``: a speech model spells an unknown name as it hears it), a near match
@@ -121,6 +123,9 @@ class Texts(Database):
         if video_ids is not None:
             clause, more = self._any_of("t.video_id", [int(v) for v in video_ids])
             where, args = f"{where} AND {clause}", args + more
+        if spoken_in is not None:
+            where += " AND t.video_id IN (SELECT id FROM videos WHERE language = ?)"
+            args = [*args, spoken_in]
         with self._connection() as c:
             q = self._query(c, words, fuzzy)
             scores = self._rank(c, q, where, args, limit)

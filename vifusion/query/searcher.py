@@ -247,8 +247,7 @@ class Searcher:
             found = self.catalog.keyword_search(
                 words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS
             )
-            if kind == "speech":
-                found = self._across(words, found, videos, depth)
+            found = self._across(words, kind, found, videos, depth)
             lists.append(
                 (
                     f"{kind}_keyword",
@@ -269,11 +268,15 @@ class Searcher:
             )
         return lists, missing
 
-    def _across(self, words: str, found: list[TextRow], videos, depth: int) -> list[TextRow]:
-        """``found`` (speech rows holding the query's words) with the rows that say them in
+    def _across(
+        self, words: str, kind: str, found: list[TextRow], videos, depth: int
+    ) -> list[TextRow]:
+        """``found`` (``kind`` rows holding the query's words) with the rows that say them in
         another language (``Lexicon``: its translations, searched in the rows of that
         language), each scored by its ``coverage`` of the query's words in its own language;
-        the best coverage first where any were added."""
+        the best coverage first where any were added. A speech row's language is its own;
+        on-screen text is taken to be in the language its video speaks (the reader does not
+        know a line's language; a talk's slides are mostly in its speaker's)."""
         languages = self.lexicon.languages
         if languages:  # the catalog is asked only where a dictionary is installed
             languages &= self.catalog.spoken_languages(videos).keys()
@@ -291,15 +294,17 @@ class Searcher:
             terms = [s[i] for i in range(max(map(len, slots))) for s in slots if i < len(s)]
             rows = self.catalog.keyword_search(
                 " ".join(dict.fromkeys(terms)),
-                kinds=["speech"],
+                kinds=[kind],
                 video_ids=videos,
                 limit=depth,
                 marks=MARKS,
+                spoken_in=language if kind == "screen" else None,
             )
             for r in rows:
                 share = coverage(slots, r.text)
                 key = (r.video_id, r.n)
-                if r.language == language and share > (best[key].coverage if key in best else 0):
+                said_in = r.language if kind == "speech" else language
+                if said_in == language and share > (best[key].coverage if key in best else 0):
                     best[key], added = replace(r, coverage=share), True
         if not added:
             return found
