@@ -23,7 +23,9 @@ the talk's own language and in English, and what does speech cost ingest.
 5. English on tiny.en (the default, ``speech_english_tiny``) against base: seconds to
    transcribe the English talk (``Transcriber.transcribe_file``, median of ``--repeats``
    after a warm-up), and what each heard.
-6. Real voices (not in ``--quick``): per language, a talk of the words people recorded for
+6. The library's languages named (not in ``--quick``): the talks indexed again with
+   ``speech_languages`` naming the corpus's seven, and the same queries (``among_*``).
+7. Real voices (not in ``--quick``): per language, a talk of the words people recorded for
    KDE's ktuberling (``_realspeech.py``: the parts and things of a face, 1.2 s apart, ~20 s),
    indexed into the same library after the timed runs. ``real_detected``: the language
    named; each word is asked in the talk's language and in English (its name, "nose"), as a
@@ -288,8 +290,9 @@ def main() -> int:
                     real = real_voices(rt, lexical, tmp / "real", foreign)
         english = paths[languages.index("en")]
         english_times = english_tiny_vs_base(tmp / "speech", english, repeats)
-        long_fps = {}
+        long_fps, among = {}, {}
         if not args.quick:
+            among = named_among(tmp / "among", paths, queries, tuple(languages))
             long_paths = long_corpus(tmp / "long", [x for x in LONG if x in languages])
             for way, speech in (("visual_only", False), ("speech", True)):
                 long_fps[way] = ingest_fps(tmp / f"long-{way}", long_paths, speech)
@@ -355,6 +358,7 @@ def main() -> int:
             else {}
         ),
         **english_times,
+        **among,
         "repeats": repeats,
         **real,
     }
@@ -368,6 +372,14 @@ def main() -> int:
         f"ingest frames/s: visual only {fps['visual_only']:.2f}, speech on {fps['speech']:.2f}: "
         f"ratio {report['ingest_ratio']:.2f}"
     )
+    if among:
+        print(
+            f"with the library's languages named ({', '.join(languages)}): detected right "
+            f"{among['among_detected_right_foreign']:.3f}, R@1 own-language query "
+            f"{among['among_r1_own_language']:.3f}, R@1 English query "
+            f"{among['among_r1_english_query']:.3f}, with dictionaries "
+            f"{among['among_r1_english_query_dictionaries']:.3f}"
+        )
     if long_fps:
         print(
             f"ingest frames/s on {report['long_talks']} talks ({', '.join(LONG)}): visual only "
@@ -380,6 +392,45 @@ def main() -> int:
     )
     print(json.dumps(report, ensure_ascii=False))
     return 0
+
+
+def named_among(
+    directory: Path, paths: list[Path], queries: list[Query], languages: tuple[str, ...]
+) -> dict:
+    """The talks indexed again with ``speech_languages`` naming the corpus's languages (a
+    library that knows what it speaks): the languages named, and R@1 of the same queries."""
+    from vifusion.runtime import Runtime
+
+    cfg = Config(
+        data_dir=directory,
+        screen_text=False,
+        dictionaries=(),
+        speech_languages=languages,
+    )
+    with Runtime(cfg, writer=True) as rt:
+        results, _ = index_timed(rt, paths)
+        ids = {Path(r.path).name: r.video_id for r in results}
+        detected = {p.stem: rt.catalog.get_video(ids[p.name]).language for p in paths}
+        lexical = with_dictionaries(rt)
+        ranks = {
+            way: [
+                rank_of(s.text(q.text, TOP_K), ids[q.video], q.start_s, q.end_s)
+                for q in queries
+                if q.language != "en" and (q.asked_in == "own") == (way == "own")
+            ]
+            for way, s in (("own", rt.searcher), ("english", rt.searcher), ("dict", lexical))
+        }
+    foreign = [x for x in languages if x != "en"]
+    share = lambda got: round(sum(r == 1 for r in got) / len(got), 3)  # noqa: E731
+    return {
+        "among_detected": detected,
+        "among_detected_right_foreign": round(
+            sum(detected[x] == x for x in foreign) / len(foreign), 3
+        ),
+        "among_r1_own_language": share(ranks["own"]),
+        "among_r1_english_query": share(ranks["english"]),
+        "among_r1_english_query_dictionaries": share(ranks["dict"]),
+    }
 
 
 def with_dictionaries(rt):

@@ -6,13 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from vifusion._config_fields import threads_field as _threads
 
 
 class ExtractFields(BaseModel):
     """extract/: frames, the models, speech and on-screen text."""
+
+    @field_validator("speech_languages", mode="before")
+    @classmethod
+    def _languages(cls, v: object) -> object:
+        # From the environment: VIFUSION_SPEECH_LANGUAGES=es,fr,en
+        if isinstance(v, str):
+            return tuple(code.strip().lower() for code in v.split(",") if code.strip())
+        return v
 
     sample_fps: float = Field(1.0, gt=0, description="frames kept per second of video")
     max_frames: int = Field(
@@ -157,6 +165,12 @@ class ExtractFields(BaseModel):
         None,
         description="spoken language (ISO 639-1 code) of every video; None: "
         "detected per video, and per stretch where a video switches (multilingual models only)",
+    )
+    speech_languages: tuple[str, ...] = Field(
+        (),
+        description="the languages a library speaks (ISO 639-1 codes; from the environment "
+        "comma-separated): a video's language is named among these alone, by the model's "
+        "probabilities over them; empty: any of the model's 99",
     )
     speech_english_tiny: bool = Field(
         True,

@@ -259,3 +259,29 @@ def test_english_first_stops_decoding_at_the_first_piece_it_is_unsure_of() -> No
         "hola",
         "transcribe 5",
     ]
+
+
+class _Named:
+    """Stands in for Whisper's language detection: espeak's French as base hears it."""
+
+    def detect_language(self, audio):
+        ranked = [("hu", 0.37), ("nn", 0.14), ("la", 0.12), ("fr", 0.10), ("en", 0.05)]
+        return ranked[0][0], ranked[0][1], ranked
+
+
+def test_a_language_is_named_among_the_librarys_alone() -> None:
+    from vifusion.extract._language import named
+
+    assert named(_Named(), np.zeros(10, np.float32))[:2] == ("hu", 0.37)
+    found, p, ranked = named(_Named(), np.zeros(10, np.float32), ("fr", "en", "es"))
+    assert (found, round(p, 3)) == ("fr", 0.667)
+    assert [lang for lang, _ in ranked] == ["fr", "en"]
+
+
+def test_the_librarys_languages_from_the_environment_and_checked() -> None:
+    from vifusion.extract.speech import tiny_en_dir
+
+    cfg = Config.load(env={"VIFUSION_SPEECH_LANGUAGES": "es, FR,en"})
+    assert cfg.speech_languages == ("es", "fr", "en")
+    with pytest.raises(ValueError, match="xx not among Whisper's languages"):
+        Transcriber(Config(speech_languages=("es", "xx"), speech_model_dir=tiny_en_dir()))

@@ -151,6 +151,26 @@ def test_a_forced_language_is_transcribed_in_it(transcriber, tmp_path):
 
 @pytest.mark.slow
 @needs_espeak
+def test_a_library_that_names_its_languages_has_french_heard_as_french(transcriber, tmp_path):
+    """Base names this espeak-ng French Latin (Hungarian its likeliest); among the languages a
+    library says it speaks, French is the likeliest, and the talk is transcribed in it."""
+    talk = write_talk(tmp_path / "fr.webm", 12.0, [(0.5, MUSEUM)], fps=2, language="fr").path
+    assert transcriber.transcribe_file(talk).language != "fr"
+    cfg = transcriber.cfg
+    transcriber.cfg = cfg.model_copy(update={"speech_languages": ("en", "fr", "es", "de")})
+    try:
+        out = transcriber.transcribe_file(talk)
+    finally:
+        transcriber.cfg = cfg
+    assert out.language == "fr" and {s.language for s in out.segments} == {"fr"}
+    assert "des" in " ".join(s.text for s in out.segments).lower().split()  # French words
+
+
+MUSEUM = "Le musée des beaux-arts présente une nouvelle exposition de peintures impressionnistes."
+
+
+@pytest.mark.slow
+@needs_espeak
 def test_english_is_not_translated(transcriber, tmp_path):
     out = transcriber.transcribe_file(
         write_talk(tmp_path / "en.mp4", 7.0, [(0.5, SENTENCES["en"][1])], fps=2).path

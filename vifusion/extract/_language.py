@@ -6,7 +6,9 @@ unsure of it (``LANGUAGE_SURE``), the chunk is heard in each of its likeliest la
 the one heard most fluently (the highest mean token log-probability, no loop) is taken: a
 model that half-hears Spanish as Greek writes Greek letters with less confidence than Spanish
 words. A later chunk switches language only when the model is sure of it
-(``SWITCH_CONFIDENCE``), so a short or mumbled stretch never flips a talk's language.
+(``SWITCH_CONFIDENCE``), so a short or mumbled stretch never flips a talk's language. Where
+the library's languages are named (``speech_languages``), the model's probabilities are taken
+over those alone.
 """
 
 from __future__ import annotations
@@ -35,15 +37,20 @@ class Run:
 
 
 def language_runs(
-    model, samples: np.ndarray, voiced: list[dict], language_before: str | None = None
+    model,
+    samples: np.ndarray,
+    voiced: list[dict],
+    language_before: str | None = None,
+    among: tuple[str, ...] = (),
 ) -> list[Run]:
     """``samples`` (``voiced``: the VAD's spans of it) cut into runs of one language, as
-    ``model`` (a multilingual faster_whisper.WhisperModel) names them; ``language_before``:
-    that of the audio just before, which an unsure chunk keeps."""
+    ``model`` (a multilingual faster_whisper.WhisperModel) names them, ``among`` those
+    languages where given; ``language_before``: that of the audio just before, which an
+    unsure chunk keeps."""
     runs: list[Run] = []
     for chunk in _chunks(voiced):
         audio = np.concatenate([samples[v["start"] : v["end"]] for v in chunk])
-        found, p, ranked = model.detect_language(audio=audio)
+        found, p, ranked = named(model, audio, among)
         current = runs[-1].language if runs else language_before
         if current is None:
             language = _likeliest(model, audio, found, p, ranked)
@@ -61,6 +68,18 @@ def language_runs(
         return [Run(0, len(samples), language_before or "en")]  # VAD heard nothing
     runs[-1] = Run(runs[-1].start, len(samples), runs[-1].language)
     return runs
+
+
+def named(model, audio: np.ndarray, among: tuple[str, ...] = ()) -> tuple[str, float, list]:
+    """``model``'s (language, probability, every language ranked) for voiced ``audio``;
+    ``among`` given, only those languages, their probabilities scaled to sum to 1."""
+    found, p, ranked = model.detect_language(audio=audio)
+    if not among:
+        return found, p, ranked
+    kept = [(lang, q) for lang, q in ranked if lang in among]
+    total = sum(q for _, q in kept) or 1.0
+    kept = [(lang, q / total) for lang, q in kept]
+    return kept[0][0], kept[0][1], kept
 
 
 def _likeliest(
