@@ -23,8 +23,11 @@ the talk's own language and in English, and what does speech cost ingest.
 5. English on tiny.en (the default, ``speech_english_tiny``) against base: seconds to
    transcribe the English talk (``Transcriber.transcribe_file``, median of ``--repeats``
    after a warm-up), and what each heard.
-6. The library's languages named (not in ``--quick``): the talks indexed again with
-   ``speech_languages`` naming the corpus's seven, and the same queries (``among_*``).
+6. The library's languages named (not in ``--quick``): the talks written again with each
+   sentence's words on a slide, indexed with screen text on and ``speech_languages`` naming
+   the corpus's seven: the languages named and the same queries over speech alone
+   (``among_*``); the English queries over screen text alone, with and without dictionaries
+   (``slides_*``: es, fr, de, it, pt; the reader reads Latin letters).
 7. Real voices (not in ``--quick``): per language, a talk of the words people recorded for
    KDE's ktuberling (``_realspeech.py``: the parts and things of a face, 1.2 s apart, ~20 s),
    indexed into the same library after the timed runs. ``real_detected``: the language
@@ -163,15 +166,21 @@ class Query:
     end_s: float
 
 
-def corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list[Query]]:
-    """The talks as real files, and every query with its right moment."""
+def corpus(
+    directory: Path, languages: list[str], slides: bool = False
+) -> tuple[list[Path], list[Query]]:
+    """The talks as real files, and every query with its right moment. ``slides``: each
+    sentence's words also shown over its half of the talk (``slide_spans``), as its
+    own-language query reads, capitalised."""
     paths, queries = [], []
     for i, lang in enumerate(languages):
-        (first, *_), (second, *_) = TALKS[lang]
+        (first, own_a, _), (second, own_b, _) = TALKS[lang]
+        shown = [(a, b, [own.capitalize()]) for (a, b), own in zip(SLIDES, (own_a, own_b))]
         talk = _talks.write_talk(
             directory / f"{lang}{SUFFIXES[i % len(SUFFIXES)]}",
             20.0,
             said=[(1.0, first), (11.0, second)],
+            shown=shown if slides else (),
             fps=5,
             language=lang,
         )
@@ -184,6 +193,9 @@ def corpus(directory: Path, languages: list[str]) -> tuple[list[Path], list[Quer
                     )
     return paths, queries
 
+
+SLIDES = ((0.0, 10.0), (10.0, 20.0))  # each sentence's slide, over its half of the talk
+READ = ("es", "fr", "de", "it", "pt")  # the slides the reader reads (Latin letters)
 
 LONG = ("es", "de", "it")  # the languages base names right in espeak's voices
 LONG_S = 120.0  # a lecture's length: a video's first-words costs spread over its windows
@@ -292,7 +304,7 @@ def main() -> int:
         english_times = english_tiny_vs_base(tmp / "speech", english, repeats)
         long_fps, among = {}, {}
         if not args.quick:
-            among = named_among(tmp / "among", paths, queries, tuple(languages))
+            among = named_among(tmp / "among", tuple(languages))
             long_paths = long_corpus(tmp / "long", [x for x in LONG if x in languages])
             for way, speech in (("visual_only", False), ("speech", True)):
                 long_fps[way] = ingest_fps(tmp / f"long-{way}", long_paths, speech)
@@ -378,7 +390,9 @@ def main() -> int:
             f"{among['among_detected_right_foreign']:.3f}, R@1 own-language query "
             f"{among['among_r1_own_language']:.3f}, R@1 English query "
             f"{among['among_r1_english_query']:.3f}, with dictionaries "
-            f"{among['among_r1_english_query_dictionaries']:.3f}"
+            f"{among['among_r1_english_query_dictionaries']:.3f} (speech alone); English query "
+            f"for a slide ({', '.join(READ)}) {among['slides_r1_english_query']:.3f}, with "
+            f"dictionaries {among['slides_r1_english_query_dictionaries']:.3f}"
         )
     if long_fps:
         print(
@@ -394,32 +408,39 @@ def main() -> int:
     return 0
 
 
-def named_among(
-    directory: Path, paths: list[Path], queries: list[Query], languages: tuple[str, ...]
-) -> dict:
-    """The talks indexed again with ``speech_languages`` naming the corpus's languages (a
-    library that knows what it speaks): the languages named, and R@1 of the same queries."""
+def named_among(directory: Path, languages: tuple[str, ...]) -> dict:
+    """The talks again, each sentence's words also on a slide, indexed with screen text on and
+    ``speech_languages`` naming the corpus's languages (a library that knows what it
+    speaks): the languages named; R@1 of the same queries over speech alone; and of the
+    English queries over screen text alone, whose slides are read as in the talk's language
+    (those in Latin letters: ``READ``), with and without dictionaries."""
     from vifusion.runtime import Runtime
 
-    cfg = Config(
-        data_dir=directory,
-        screen_text=False,
-        dictionaries=(),
-        speech_languages=languages,
-    )
+    paths, queries = corpus(directory / "videos", list(languages), slides=True)
+    cfg = Config(data_dir=directory / "data", dictionaries=(), speech_languages=languages)
     with Runtime(cfg, writer=True) as rt:
         results, _ = index_timed(rt, paths)
         ids = {Path(r.path).name: r.video_id for r in results}
         detected = {p.stem: rt.catalog.get_video(ids[p.name]).language for p in paths}
         lexical = with_dictionaries(rt)
-        ranks = {
-            way: [
-                rank_of(s.text(q.text, TOP_K), ids[q.video], q.start_s, q.end_s)
-                for q in queries
-                if q.language != "en" and (q.asked_in == "own") == (way == "own")
-            ]
-            for way, s in (("own", rt.searcher), ("english", rt.searcher), ("dict", lexical))
-        }
+
+        def ranks(searcher, asked_in: str, kind: str) -> list[int | None]:
+            out = []
+            for q in queries:
+                if q.language == "en" or q.asked_in != asked_in:
+                    continue
+                if kind == "screen" and q.language not in READ:
+                    continue
+                start, end = (
+                    SLIDES[q.start_s > SLIDES[0][1]] if kind == "screen" else (q.start_s, q.end_s)
+                )
+                found = searcher.text(q.text, TOP_K, modalities=[kind])
+                out.append(rank_of(found, ids[q.video], start, end))
+            return out
+
+        speech_own = ranks(rt.searcher, "own", "speech")
+        speech_en, speech_dict = (ranks(s, "english", "speech") for s in (rt.searcher, lexical))
+        screen_en, screen_dict = (ranks(s, "english", "screen") for s in (rt.searcher, lexical))
     foreign = [x for x in languages if x != "en"]
     share = lambda got: round(sum(r == 1 for r in got) / len(got), 3)  # noqa: E731
     return {
@@ -427,9 +448,11 @@ def named_among(
         "among_detected_right_foreign": round(
             sum(detected[x] == x for x in foreign) / len(foreign), 3
         ),
-        "among_r1_own_language": share(ranks["own"]),
-        "among_r1_english_query": share(ranks["english"]),
-        "among_r1_english_query_dictionaries": share(ranks["dict"]),
+        "among_r1_own_language": share(speech_own),
+        "among_r1_english_query": share(speech_en),
+        "among_r1_english_query_dictionaries": share(speech_dict),
+        "slides_r1_english_query": share(screen_en),
+        "slides_r1_english_query_dictionaries": share(screen_dict),
     }
 
 
