@@ -216,8 +216,8 @@ class IndexFields(BaseModel):
         (Path("/usr/share/dictd"),),
         description="directories of English -> other language dictionaries (FreeDict's "
         "dictd files, as Debian's dict-freedict-eng-* packages install them, or en-XX.tsv): an "
-        "English query also finds speech that says its words in those languages "
-        "(query/lexicon.py); none found: by the English rendering only",
+        "English query also finds speech, and on-screen text of videos speaking them, that "
+        "says its words in those languages (query/lexicon.py); none found: by meaning only",
     )
     segment_drop: float = Field(
         0.25,
