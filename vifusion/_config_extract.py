@@ -22,6 +22,21 @@ class ExtractFields(BaseModel):
             return tuple(code.strip().lower() for code in v.split(",") if code.strip())
         return v
 
+    @field_validator("speech_languages")
+    @classmethod
+    def _whisper_knows(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # Refused where the service starts, not at the first video with sound.
+        if v:
+            from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+            unknown = sorted(set(v) - set(_LANGUAGE_CODES))
+            if unknown:
+                raise ValueError(
+                    f"{', '.join(unknown)} not among Whisper's languages "
+                    "(ISO 639-1 codes such as es, fr, de, zh)"
+                )
+        return v
+
     sample_fps: float = Field(1.0, gt=0, description="frames kept per second of video")
     max_frames: int = Field(
         3600,

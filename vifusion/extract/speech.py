@@ -128,7 +128,6 @@ class Transcriber:
                     f"{self.model_dir}: not a CTranslate2 Whisper model directory (no {name})"
                 )
         self._english = None  # tiny.en, for English (``_model_for``)
-        self._check_languages()
         self.device = device or speech_device()
         if self.device != "cpu":
             try:
@@ -145,20 +144,6 @@ class Transcriber:
                 log.warning("speech model on %s failed (%s); using the CPU", self.device, e)
                 self.device = "cpu"
         self.model = self._load()
-
-    def _check_languages(self) -> None:
-        """ValueError where ``speech_languages`` names a language the model does not know
-        (read from its tokenizer, without loading it)."""
-        if not self.cfg.speech_languages:
-            return
-        from faster_whisper.tokenizer import _LANGUAGE_CODES
-
-        unknown = sorted(set(self.cfg.speech_languages) - set(_LANGUAGE_CODES))
-        if unknown:
-            raise ValueError(
-                f"speech_languages: {', '.join(unknown)} not among Whisper's languages "
-                "(ISO 639-1 codes such as es, fr, de, zh)"
-            )
 
     def _load(self, model_dir: Path | None = None):  # -> faster_whisper.WhisperModel
         from faster_whisper import WhisperModel
