@@ -12,10 +12,11 @@ beam 5 once more where greedy loops throughout.
 
 English first: where English is transcribed by tiny.en, a window (after silence or English)
 is first heard by tiny.en alone, and kept as English where every segment is sure
-(``ENGLISH_SURE``) and every voiced stretch has words in it. Asking the multilingual model
-which language is spoken costs as much CPU as transcribing English; most libraries speak it.
-Otherwise the multilingual model cuts the window into runs of one language (``_language``).
-Each run is transcribed in its language (``speech_language`` forces one), and a non-English
+(``ENGLISH_SURE``) and every voiced stretch has words in it; its first unsure segment ends
+the hearing. Asking the multilingual model which language is spoken costs as much CPU as
+transcribing English; most libraries speak it. Otherwise the multilingual model cuts the
+window into runs of one language (``_language``; ``speech_languages`` names those it may
+be). Each run is transcribed in its language (``speech_language`` forces one), and a non-English
 run is also rendered in English by Whisper's own translate task (``speech_translate``), each
 segment getting the English words said over its span.
 """
