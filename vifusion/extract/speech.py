@@ -16,9 +16,9 @@ is first heard by tiny.en alone, and kept as English where every segment is sure
 the hearing. Asking the multilingual model which language is spoken costs as much CPU as
 transcribing English; most libraries speak it. Otherwise the multilingual model cuts the
 window into runs of one language (``_language``; ``speech_languages`` names those it may
-be). Each run is transcribed in its language (``speech_language`` forces one), and a non-English
-run is also rendered in English by Whisper's own translate task (``speech_translate``), each
-segment getting the English words said over its span.
+be). Each run is transcribed in its language (``speech_language`` forces one), and a
+non-English run is also rendered in English by Whisper's own translate task
+(``speech_translate``), each segment getting the English words said over its span.
 """
 
 from __future__ import annotations
@@ -115,6 +115,11 @@ def _split_at_pauses(segment) -> list[tuple[float, float, str]]:  # segment: fas
     return [
         (run[0].start, run[-1].end, " ".join("".join(w.word for w in run).split())) for run in runs
     ]
+
+
+def _worded(segment) -> list[tuple]:  # segment: faster_whisper Segment
+    """(start_s, end_s, text, segment) of ``segment``'s parts between pauses that hold a word."""
+    return [(a, b, text, segment) for a, b, text in _split_at_pauses(segment) if _WORD.search(text)]
 
 
 class Transcriber:
@@ -254,7 +259,7 @@ class Transcriber:
                 or s.no_speech_prob > cfg.speech_max_no_speech_prob
             ):
                 return None
-            heard += [(a, b, text, s) for a, b, text in _split_at_pauses(s) if _WORD.search(text)]
+            heard += _worded(s)
         if not heard:
             return None
         spans = [(start, end) for start, end, *_ in heard]
@@ -288,12 +293,11 @@ class Transcriber:
         loop or hold no word, left out. ``voice_s``: seconds of voice in ``samples``, which
         bound the tokens decoded (module docstring)."""
         return [
-            (start, end, text, s)
+            piece
             for s in self._decode(samples, language, task, voice_s, beam_size)
             if s.no_speech_prob <= self.cfg.speech_max_no_speech_prob
             and s.compression_ratio <= REPEATING
-            for start, end, text in _split_at_pauses(s)
-            if _WORD.search(text)
+            for piece in _worded(s)
         ]
 
     def _decode(

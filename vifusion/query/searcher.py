@@ -218,7 +218,9 @@ class Searcher:
             ]
             lists.append(("visual", seen))
         words = keywords(query)
-        for kind in (m for m in ("speech", "screen") if m in modalities):
+        kinds = [m for m in ("speech", "screen") if m in modalities]
+        translated = self._translated(words, videos) if kinds else []
+        for kind in kinds:
             hits = self.shards.search(kind, vec, depth, videos)
             missing.update(hits.missing)
             near = [h for h in hits[0] if h.score >= TEXT_MIN_COSINE]
@@ -247,7 +249,7 @@ class Searcher:
             found = self.catalog.keyword_search(
                 words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS
             )
-            found = self._across(words, kind, found, videos, depth)
+            found = self._across(kind, found, translated, videos, depth)
             lists.append(
                 (
                     f"{kind}_keyword",
@@ -268,23 +270,16 @@ class Searcher:
             )
         return lists, missing
 
-    def _across(
-        self, words: str, kind: str, found: list[TextRow], videos, depth: int
-    ) -> list[TextRow]:
-        """``found`` (``kind`` rows holding the query's words) with the rows that say them in
-        another language (``Lexicon``: its translations, searched in the rows of that
-        language), each scored by its ``coverage`` of the query's words in its own language;
-        the best coverage first where any were added. A speech row's language is its own;
-        on-screen text is taken to be in the language its video speaks (the reader does not
-        know a line's language; a talk's slides are mostly in its speaker's)."""
+    def _translated(self, words: str, videos) -> list[tuple[str, list, str]]:
+        """For each language a searched video speaks and a dictionary reaches: (language,
+        each query word's slot of itself and its translations (``Lexicon.slots``), the
+        keyword query of them). Empty where no dictionary is installed (the catalog is then
+        not asked)."""
         languages = self.lexicon.languages
-        if languages:  # the catalog is asked only where a dictionary is installed
+        if languages:
             languages &= self.catalog.spoken_languages(videos).keys()
-        if not languages:
-            return found
         english = list(dict.fromkeys(words.split()))
-        best = {(r.video_id, r.n): r for r in found}
-        added = False
+        out = []
         for language in sorted(languages):
             slots = self.lexicon.slots(english, language)
             if not any(len(slot) > 1 for slot in slots):
@@ -292,8 +287,23 @@ class Searcher:
             # Each word's commonest translation first: a query past the catalog's term
             # limit loses rare senses, not whole words.
             terms = [s[i] for i in range(max(map(len, slots))) for s in slots if i < len(s)]
+            out.append((language, slots, " ".join(dict.fromkeys(terms))))
+        return out
+
+    def _across(
+        self, kind: str, found: list[TextRow], translated: list, videos, depth: int
+    ) -> list[TextRow]:
+        """``found`` (``kind`` rows holding the query's words) with the rows that say them in
+        another language (``translated``: the query put into each language), each scored by
+        its ``coverage`` of the query's words in its own language; the best coverage first
+        where any were added. A speech row's language is its own; on-screen text is taken to
+        be in the language its video speaks (the reader does not know a line's language; a
+        talk's slides are mostly in its speaker's)."""
+        best = {(r.video_id, r.n): r for r in found}
+        added = False
+        for language, slots, query in translated:
             rows = self.catalog.keyword_search(
-                " ".join(dict.fromkeys(terms)),
+                query,
                 kinds=[kind],
                 video_ids=videos,
                 limit=depth,
