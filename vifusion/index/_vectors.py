@@ -13,6 +13,12 @@ them again; a file shorter than the count lost synced rows, which is damage
 
 A reader (``writable=False``) never writes the file: the rows its log replay adds stay in
 memory.
+
+Reading: re-ranking reads about a thousand rows a query scattered over the file, so the map
+is advised random: a page fault reads its page, not the kernel's read-ahead around it (up
+to ``read_ahead_kb``, 8 MB on this machine's disk), which on a file larger than the page
+cache read megabytes a row and evicted the rows other searches had just read. A re-training
+space's pass through the file in order reads through a second map left to the read-ahead.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ class VectorStore:
         self.rows = 0  # rows held (the file's, then a reader's in-memory tail)
         self._file_rows = 0
         self._tail: list[np.ndarray] = []  # a reader's rows past the file's
-        self._map: mmap.mmap | None = None
+        self._maps: dict[bool, mmap.mmap] = {}  # in order (a pass) or not -> the file's map
         self._fd: int | None = None
         self.ids = RowMap()
         self._fp16: faiss.IndexScalarQuantizer | None = None  # decodes rows to float32
@@ -152,10 +158,12 @@ class VectorStore:
             scores[found] = exact[found]
         return scores
 
-    def read_rows(self, rows: np.ndarray) -> np.ndarray:
+    def read_rows(self, rows: np.ndarray, in_order: bool = False) -> np.ndarray:
+        """The vectors at ``rows``, (n, d) float32. ``in_order``: the rows are a piece of a
+        pass through the file in order (a re-training's), read with the kernel's read-ahead."""
         in_file = rows < self._file_rows
         if in_file.all() and len(rows):  # the usual case: decoded by FAISS
-            codes = self._mapped()[rows].view(np.uint8)
+            codes = self._mapped(in_order)[rows].view(np.uint8)
             return self._decoder().sa_decode(codes)
         out = np.empty((len(rows), self.d), np.float32)
         if in_file.any():
@@ -172,14 +180,17 @@ class VectorStore:
             )
         return self._fp16
 
-    def _mapped(self) -> np.ndarray:
-        """The file's rows as an (n, d) fp16 array over a memory map, remapped as it grows.
-        The old map is dropped, not closed: a read on another thread (a re-training space's)
+    def _mapped(self, in_order: bool = False) -> np.ndarray:
+        """The file's rows as an (n, d) fp16 array over a memory map, remapped as it grows:
+        advised random, or, ``in_order``, left to the kernel's read-ahead (module docstring).
+        An old map is dropped, not closed: a read on another thread (a re-training space's)
         may still hold a view of it; it closes once the last view goes."""
-        n, m = self._file_rows, self._map
+        n, m = self._file_rows, self._maps.get(in_order)
         if m is None or (len(m) - HEADER) // (self.d * 2) < n:
             with open(self.path, "rb") as f:
-                m = self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                m = self._maps[in_order] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if not in_order:
+                m.madvise(mmap.MADV_RANDOM)
         return np.frombuffer(m, np.float16, n * self.d, HEADER).reshape(n, self.d)
 
     def file_bytes(self, rows: int) -> bytes:
@@ -188,7 +199,7 @@ class VectorStore:
             return f.read(HEADER + rows * self.d * 2)
 
     def _close(self) -> None:
-        self._map = None
+        self._maps = {}
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -127,10 +127,14 @@ class SpaceIndex:
         time, so it holds the sample and one piece beside the codes, never the whole space
         as floats (at millions of vectors a shard, that copy ran machines out of memory)."""
         factory = policy.factory_for(len(ids), d)
+        order = np.argsort(rows, kind="stable")  # one pass through the file, in its order
+        ids, rows = ids[order], rows[order]
         index = _trained(d, factory, len(ids), lambda take: store.read_rows(rows[take]), seed)
         for at in range(0, len(ids), _FILL_PIECE):
             piece = slice(at, at + _FILL_PIECE)
-            index.add_with_ids(store.read_rows(rows[piece]), np.ascontiguousarray(ids[piece]))
+            index.add_with_ids(
+                store.read_rows(rows[piece], in_order=True), np.ascontiguousarray(ids[piece])
+            )
         return cls(d, policy, factory, index, len(ids), store)
 
     @property
