@@ -129,3 +129,27 @@ def test_rebuild_is_due_when_the_type_no_longer_suits(data) -> None:
 def test_policy_refuses_limits_out_of_range(args: dict, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         IndexPolicy(**args)
+
+
+def test_a_compressed_space_built_from_a_file_written_out_of_id_order(data, tmp_path) -> None:
+    """Videos arrive interleaved, so the file's rows are not in id order, and a replaced
+    vector's old row stays (dead): the space built from it re-ranks each id with its own
+    newest vector."""
+    from vifusion.index._vectors import VectorStore
+
+    ids, base, queries = data
+    store = VectorStore(tmp_path / "semantic.f16", D)
+    shuffled = np.random.default_rng(1).permutation(len(ids))
+    stale = np.roll(base[:100], 1, axis=0)  # rows 0..99 later replaced by the true ones
+    store.append(ids[:100], stale)
+    store.append(ids[shuffled], base[shuffled])
+    held = np.sort(ids)
+    space = SpaceIndex.build_compressed(
+        D, IndexPolicy(100, nprobe=16, compress_min=1000), held, store.ids.get(held), store
+    )
+    assert space.compressed and space.ntotal == len(ids)
+    np.testing.assert_array_equal(space.reconstruct(ids[:5]), base[:5].astype(np.float16))
+    scores, got = space.search(base[:100], 1)
+    assert (got[:, 0] == ids[:100]).all()  # each finds itself, scored by its newest row
+    assert np.allclose(scores[:, 0], 1.0, atol=2e-3)
+    assert _recall(space.search(queries, 10)[1], _exact(base, ids, queries, 10)) >= 0.95
