@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
 
-from vifusion.index._vectors import VectorStore  # noqa: E402
+from vifusion.index._vectors import HEADER, VectorStore  # noqa: E402
 
 D = 1280
 CANDIDATES = 1000  # k 10 x refine 100, the policy's default
@@ -49,10 +49,10 @@ CGROUP = "vifusion-bench-rerank"
 
 def write_file(path: Path, rows: int) -> None:
     """``rows`` random unit vectors, fp16, as a shard writes them (kept between runs)."""
-    store = VectorStore(path, D)
-    if path.exists() and store._file_length_rows() == rows:
+    if path.exists() and path.stat().st_size == HEADER + rows * D * 2:
         return
     path.unlink(missing_ok=True)
+    store = VectorStore(path, D)
     rng = np.random.default_rng(0)
     for at in range(0, rows, PIECE):
         x = rng.standard_normal((min(PIECE, rows - at), D), dtype=np.float32)
@@ -181,12 +181,7 @@ def main() -> None:
         "rows": args.rows,
         "file_gb": round(size / 1e9, 2),
         "memory_cap_gb": round(memory / 1e9, 2),
-        "read_ahead_kb": Path("/sys/block")
-        .joinpath(_disk_of(path), "queue/read_ahead_kb")
-        .read_text()
-        .strip()
-        if _disk_of(path)
-        else None,
+        "read_ahead_kb": _read_ahead_kb(path),
         "queries": args.queries,
         "candidates": CANDIDATES,
     }
@@ -217,16 +212,13 @@ def main() -> None:
     print(json.dumps(report))
 
 
-def _disk_of(path: Path) -> str | None:
-    """The block device (sysfs name) holding ``path``, for its read-ahead setting."""
+def _read_ahead_kb(path: Path) -> int | None:
+    """The read-ahead of the disk holding ``path`` (a partition's is its disk's)."""
     dev = os.stat(path).st_dev
-    name = f"{os.major(dev)}:{os.minor(dev)}"
-    for block in Path("/sys/block").iterdir():
-        if (block / "dev").read_text().strip() == name:
-            return block.name
-        for part in block.glob(f"{block.name}*"):
-            if (part / "dev").is_file() and (part / "dev").read_text().strip() == name:
-                return block.name
+    block = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for queue in (block / "queue", block / ".." / "queue"):
+        if (queue / "read_ahead_kb").is_file():
+            return int((queue / "read_ahead_kb").read_text())
     return None
 
 

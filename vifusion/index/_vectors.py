@@ -16,9 +16,9 @@ memory.
 
 Reading: re-ranking reads about a thousand rows a query scattered over the file, so the map
 is advised random: a page fault reads its page, not the kernel's read-ahead around it (up
-to ``read_ahead_kb``, 8 MB on this machine's disk), which on a file larger than the page
-cache read megabytes a row and evicted the rows other searches had just read. A re-training
-space's pass through the file in order reads through a second map left to the read-ahead.
+to the disk's ``read_ahead_kb``), which on a file larger than the page cache read megabytes
+a row and evicted the rows other searches had just read. A re-training space's pass through
+the file in order reads through a second map left to the read-ahead.
 """
 
 from __future__ import annotations
