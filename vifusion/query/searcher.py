@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vifusion.catalog import Catalog, TextRow
+from vifusion.catalog import Catalog
 from vifusion.config import Config
 from vifusion.index.segments import group_segments, group_videos
+from vifusion.query._across import across, translations
 from vifusion.query.clips import MAX_CLIP_FRAMES, align_clip, decode_clip
-from vifusion.query.lexicon import PUNCTUATION, Lexicon, coverage
+from vifusion.query.lexicon import PUNCTUATION, Lexicon
 from vifusion.query.ranking import (
     ALIASES,
     BLENDS,
@@ -219,7 +220,7 @@ class Searcher:
             lists.append(("visual", seen))
         words = keywords(query)
         kinds = [m for m in ("speech", "screen") if m in modalities]
-        translated = self._translated(words, videos) if kinds else []
+        translated = translations(self.lexicon, self.catalog, words, videos) if kinds else []
         for kind in kinds:
             hits = self.shards.search(kind, vec, depth, videos)
             missing.update(hits.missing)
@@ -249,7 +250,7 @@ class Searcher:
             found = self.catalog.keyword_search(
                 words, kinds=[kind], video_ids=videos, limit=depth, marks=MARKS
             )
-            found = self._across(kind, found, translated, videos, depth)
+            found = across(self.catalog, kind, found, translated, videos, depth)
             lists.append(
                 (
                     f"{kind}_keyword",
@@ -269,56 +270,6 @@ class Searcher:
                 )
             )
         return lists, missing
-
-    def _translated(self, words: str, videos) -> list[tuple[str, list, str]]:
-        """For each language a searched video speaks and a dictionary reaches: (language,
-        each query word's slot of itself and its translations (``Lexicon.slots``), the
-        keyword query of them). Empty where no dictionary is installed (the catalog is then
-        not asked)."""
-        languages = self.lexicon.languages
-        if languages:
-            languages &= self.catalog.spoken_languages(videos).keys()
-        english = list(dict.fromkeys(words.split()))
-        out = []
-        for language in sorted(languages):
-            slots = self.lexicon.slots(english, language)
-            if not any(len(slot) > 1 for slot in slots):
-                continue
-            # Each word's commonest translation first: a query past the catalog's term
-            # limit loses rare senses, not whole words.
-            terms = [s[i] for i in range(max(map(len, slots))) for s in slots if i < len(s)]
-            out.append((language, slots, " ".join(dict.fromkeys(terms))))
-        return out
-
-    def _across(
-        self, kind: str, found: list[TextRow], translated: list, videos, depth: int
-    ) -> list[TextRow]:
-        """``found`` (``kind`` rows holding the query's words) with the rows that say them in
-        another language (``translated``: the query put into each language), each scored by
-        its ``coverage`` of the query's words in its own language; the best coverage first
-        where any were added. A speech row's language is its own; on-screen text is taken to
-        be in the language its video speaks (the reader does not know a line's language; a
-        talk's slides are mostly in its speaker's)."""
-        best = {(r.video_id, r.n): r for r in found}
-        added = False
-        for language, slots, query in translated:
-            rows = self.catalog.keyword_search(
-                query,
-                kinds=[kind],
-                video_ids=videos,
-                limit=depth,
-                marks=MARKS,
-                spoken_in=language if kind == "screen" else None,
-            )
-            for r in rows:
-                share = coverage(slots, r.text)
-                key = (r.video_id, r.n)
-                said_in = r.language if kind == "speech" else language
-                if said_in == language and share > (best[key].coverage if key in best else 0):
-                    best[key], added = replace(r, coverage=share), True
-        if not added:
-            return found
-        return sorted(best.values(), key=lambda r: (-(r.coverage or 0.0), -r.score))
 
     def image(
         self, image: np.ndarray, top_k: int = 10, group_by: str = "segment", videos=None
