@@ -7,10 +7,12 @@ Workload (one run):
    zoomed, and moving shapes) are decoded at 4 frames/s and embedded by ViFusion's
    extractor model (EfficientNet-Lite0 + ConSE): the ``visual`` (1280-d) and ``semantic``
    (384-d) vectors of a few thousand real frames. Cached in ``--cache``.
-2. **Augmented to N frames** (1,000,000; ``--quick``: 100,000): frame g is a random mix
-   a*x_i + (1-a)*x_j of a real frame and the next frame of the same video (a uniform in
-   [0, 1]), plus Gaussian noise of norm 0.3, re-normalised, per space; deterministic per
-   chunk, so the exact ground truth is recomputed chunk by chunk instead of held.
+2. **Augmented to N frames** (1,000,000; ``--quick``: 100,000), per space, deterministic per
+   chunk, so the exact ground truth is recomputed chunk by chunk instead of held
+   (``--workload``): ``mixes``, frame g a random mix a*x_i + (1-a)*x_j of a real frame and
+   the next frame of its video (a uniform in [0, 1]) plus Gaussian noise of norm 0.3,
+   re-normalised (``Mixes``: near copies past a million); ``scenes``, distinct 10-frame
+   scenes drawn from a Gaussian fitted to the real frames (``Scenes``).
    Frames are grouped 1000 to a synthetic video and routed to shards as ViFusion routes
    videos (``video_id % shards``).
 3. **Build**: 4 shard actors (``--shards``; ``ShardSet``, 2 // shards FAISS threads each, at
@@ -67,6 +69,7 @@ from _common import machine  # noqa: E402
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM, FusedBatch, vector_id  # noqa: E402
 
 FRAMES_PER_VIDEO = 1000
+SCENE_FRAMES = 10
 K = 10
 NOISE = 0.3
 
@@ -121,31 +124,86 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def synth(chunk: int, base: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """The (FRAMES_PER_VIDEO, 1664) features of synthetic video ``chunk`` (deterministic)."""
-    visual, semantic, next_row = base
-    rng = np.random.default_rng(1_000_003 * chunk + 11)
-    i = rng.integers(0, len(visual), FRAMES_PER_VIDEO)
-    j = next_row[i]
-    a = rng.random((FRAMES_PER_VIDEO, 1), dtype=np.float32)
-    out = np.empty((FRAMES_PER_VIDEO, VISUAL_DIM + SEMANTIC_DIM), np.float32)
-    for lo, hi, x in ((0, VISUAL_DIM, visual), (VISUAL_DIM, VISUAL_DIM + SEMANTIC_DIM, semantic)):
-        d = hi - lo
-        noise = rng.standard_normal((FRAMES_PER_VIDEO, d), dtype=np.float32) * (NOISE / np.sqrt(d))
-        out[:, lo:hi] = _unit(a * x[i] + (1 - a) * x[j] + noise)
-    return out
+class Mixes:
+    """Frame g: a random mix of a real frame and the next frame of its video, plus noise
+    (``NOISE``). 1,536 real frames stretched to ten million are ~6,500 near copies each: past
+    a million, the exact top 10 of a query is set by the noise among them."""
+
+    def __init__(self, base: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self.base = base
+
+    def features(self, chunk: int) -> np.ndarray:
+        """The (FRAMES_PER_VIDEO, 1664) features of synthetic video ``chunk`` (deterministic)."""
+        visual, semantic, next_row = self.base
+        rng = np.random.default_rng(1_000_003 * chunk + 11)
+        i = rng.integers(0, len(visual), FRAMES_PER_VIDEO)
+        j = next_row[i]
+        a = rng.random((FRAMES_PER_VIDEO, 1), dtype=np.float32)
+        out = np.empty((FRAMES_PER_VIDEO, VISUAL_DIM + SEMANTIC_DIM), np.float32)
+        for lo, hi, x in _spaces(visual, semantic):
+            d = hi - lo
+            noise = rng.standard_normal((FRAMES_PER_VIDEO, d), dtype=np.float32)
+            out[:, lo:hi] = _unit(a * x[i] + (1 - a) * x[j] + noise * (NOISE / np.sqrt(d)))
+        return out
 
 
-def batch_of(chunk: int, base) -> FusedBatch:
+class Scenes:
+    """Frames in scenes of ``SCENE_FRAMES`` (10 s at 1 frame/s), every scene distinct: its
+    centre drawn from a Gaussian with the real frames' mean and covariance, its frames the
+    centre plus a deviation with the covariance of real frames one second apart (twice
+    that of the real neighbours 0.25 s apart, as a random walk's), re-normalised, per
+    space. Ten million frames are a million scenes, as 10,000 hours of footage would be."""
+
+    def __init__(self, base: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        visual, semantic, next_row = base
+        moved = next_row != np.arange(len(next_row))
+        self.fits = []
+        for lo, hi, x in _spaces(visual, semantic):
+            x = x.astype(np.float32)
+            mean = x.mean(axis=0)
+            spread = _basis((x - mean) / np.sqrt(len(x) - 1))
+            diff = x[next_row[moved]] - x[moved]
+            drift = _basis(diff * np.sqrt(4 / 2 / len(diff)))  # 1 s = 4 steps; half: from centre
+            self.fits.append((lo, hi, mean, spread, drift))
+
+    def features(self, chunk: int) -> np.ndarray:
+        rng = np.random.default_rng(2_000_003 * chunk + 17)
+        scenes = FRAMES_PER_VIDEO // SCENE_FRAMES
+        out = np.empty((FRAMES_PER_VIDEO, VISUAL_DIM + SEMANTIC_DIM), np.float32)
+        for lo, hi, mean, spread, drift in self.fits:
+            z = rng.standard_normal((scenes, len(spread)), dtype=np.float32)
+            centres = np.repeat(mean + z @ spread, SCENE_FRAMES, axis=0)
+            w = rng.standard_normal((FRAMES_PER_VIDEO, len(drift)), dtype=np.float32)
+            out[:, lo:hi] = _unit(centres + w @ drift)
+        return out
+
+
+def _basis(rows: np.ndarray, share: float = 0.99) -> np.ndarray:
+    """B with z @ B (z standard normal) distributed as z' @ ``rows`` (covariance rows.T @
+    rows), keeping the principal directions that hold ``share`` of its variance (a fifth
+    to a half of the rows), so ten million frames are drawn in minutes."""
+    _, sv, vt = np.linalg.svd(rows, full_matrices=False)
+    keep = int(np.searchsorted(np.cumsum(sv**2) / np.sum(sv**2), share)) + 1
+    return (sv[:keep, None] * vt[:keep]).astype(np.float32)
+
+
+def _spaces(visual: np.ndarray, semantic: np.ndarray):
+    return ((0, VISUAL_DIM, visual), (VISUAL_DIM, VISUAL_DIM + SEMANTIC_DIM, semantic))
+
+
+WORKLOADS = {"mixes": Mixes, "scenes": Scenes}
+
+
+def batch_of(chunk: int, workload) -> FusedBatch:
     video = chunk + 1
     frames = np.arange(FRAMES_PER_VIDEO)
     ids = np.array([vector_id(video, int(f)) for f in frames], np.int64)
     times = np.stack([frames, frames + 1], axis=1).astype(np.float32)
-    return FusedBatch(ids=ids, times=times, features=synth(chunk, base))
+    return FusedBatch(ids=ids, times=times, features=workload.features(chunk))
 
 
 def ground_truth(
-    queries: dict[str, np.ndarray], n_chunks: int, base
+    queries: dict[str, np.ndarray], n_chunks: int, workload
 ) -> dict[str, list[list[tuple[int, int]]]]:
     """Exact top-K (video, frame) per query and space, by brute force over every frame."""
     best = {
@@ -153,7 +211,7 @@ def ground_truth(
         for s, q in queries.items()
     }
     for c in range(n_chunks):
-        feats = synth(c, base)
+        feats = workload.features(c)
         for space, q in queries.items():
             x = feats[:, :VISUAL_DIM] if space == "visual" else feats[:, VISUAL_DIM:]
             scores = q @ x.T
@@ -176,7 +234,7 @@ def ground_truth(
 
 
 def build(
-    shards, n_chunks: int, base, window: int = 8, acks: list | None = None, settle: int = 0
+    shards, n_chunks: int, workload, window: int = 8, acks: list | None = None, settle: int = 0
 ) -> float:
     """Send every batch (``window`` in flight); ``acks`` gets each one's wall time. With
     ``settle``, every that many videos the build waits for the shards' background work (a
@@ -194,7 +252,7 @@ def build(
             ray.get(in_flight.pop(0))
             if acks is not None:
                 acks.append(time.time())
-        in_flight.append(shards.handle_for(c + 1).add.remote(batch_of(c, base)))
+        in_flight.append(shards.handle_for(c + 1).add.remote(batch_of(c, workload)))
         if (c + 1) % 100 == 0:
             print(
                 f"  built {c + 1}/{n_chunks} videos ({time.perf_counter() - t0:.0f} s)", flush=True
@@ -339,6 +397,18 @@ def main() -> None:
         default=0,
         help="wait for the shards' trainings every this many frames (0: never)",
     )
+    ap.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="mixes",
+        help="mixes: real frames mixed with their neighbours (near copies past a million); "
+        "scenes: distinct 10-frame scenes fitted to the real frames' spread",
+    )
+    ap.add_argument(
+        "--recall-only",
+        action="store_true",
+        help="stop after build, size and recall (no loads, restart or shard scaling)",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
     ap.add_argument(
@@ -360,6 +430,7 @@ def main() -> None:
     t0 = time.perf_counter()
     base = real_features(args.cache, 6 if args.quick else 12)
     print(f"real features: {len(base[0])} frames ({time.perf_counter() - t0:.0f} s)", flush=True)
+    workload = WORKLOADS[args.workload](base)
     rng = np.random.default_rng(3)
     from vifusion.extract.model import Embedder, imagenet_class_names
 
@@ -380,6 +451,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
         "frames": n,
+        "workload": args.workload,
         "shards": args.shards,
         "clients": args.clients,
         "seconds": seconds,
@@ -389,7 +461,7 @@ def main() -> None:
         print(f"building {n:,} frames over {args.shards} shards ...", flush=True)
         acks: list[float] = []
         settle = args.settle // FRAMES_PER_VIDEO
-        report["build_s"] = round(build(shards, n_chunks, base, acks=acks, settle=settle), 1)
+        report["build_s"] = round(build(shards, n_chunks, workload, acks=acks, settle=settle), 1)
         report["ingest_frames_per_s"] = round(n / report["build_s"])
         shards.snapshot()
         stats = shards.stats()
@@ -408,9 +480,12 @@ def main() -> None:
         report["vector_file_bytes_per_frame"] = round(vec_files / n)
         report["bytes_per_frame_fp32"] = 8 + 8 + 4 * (VISUAL_DIM + SEMANTIC_DIM)
         print("exact ground truth ...", flush=True)
-        truth = ground_truth(queries, n_chunks, base)
+        truth = ground_truth(queries, n_chunks, workload)
         report["recall_at_10"] = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
         print(f"  recall@10: {report['recall_at_10']}", flush=True)
+        if args.recall_only:
+            print(json.dumps(report))
+            return
 
         shards.query_batching = True
         report["one_client"] = load(shards, text_q, 1, seconds)
@@ -430,7 +505,7 @@ def main() -> None:
         scaling = {}
         for s in (1, 2, 4):
             sh = open_shards(work / f"scale-{s}", s, scale_n // 8)  # IVF at every shard count
-            build(sh, scale_n // FRAMES_PER_VIDEO, base)
+            build(sh, scale_n // FRAMES_PER_VIDEO, workload)
             scaling[s] = load(sh, text_q, args.clients, seconds / 2)
             sh.close()
             print(f"  {s} shard(s), {scale_n:,} frames, fused: {scaling[s]}", flush=True)

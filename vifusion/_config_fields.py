@@ -139,13 +139,9 @@ class IndexFields(BaseModel):
     index_nprobe: int = Field(
         32, gt=0, description="inverted lists an IVF search visits (recall against speed)"
     )
-    # Past 100,000 vectors a space's fp16 codes cost 330 MB a shard (both frame spaces) and
-    # PQ trains well (FAISS asks 39 x 256 points a sub-quantizer); training then takes
-    # seconds, in the background (docs/benchmarks.md, "Compressed spaces").
-    # Off by default until measured at a million frames and more (docs/benchmarks.md,
-    # "Compressed spaces"); 100,000 is where PQ trains well and its memory starts to count.
-    # Past 250,000 frames a shard's fp16 index holds 0.85 GB; compressed, the same shard
-    # held 186 bytes a frame at recall@10 0.97 (docs/benchmarks.md, a million frames).
+    # PQ trains well from 100,000 vectors (FAISS asks 39 x 256 points a sub-quantizer); past
+    # 250,000 frames a shard's fp16 index holds 0.85 GB, and compressed the same shard held
+    # 186 bytes a frame at recall@10 0.97 (docs/benchmarks.md, "Compressed spaces").
     index_compress_min: int = Field(
         250_000,
         ge=0,
