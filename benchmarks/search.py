@@ -323,8 +323,10 @@ def restart(data: Path, num_shards: int, exact_max: int, compress_min: int, prob
 
 
 def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
-    """C threads, each one query at a time, for ``seconds``; latencies in ms."""
+    """C threads, each one query at a time, for ``seconds``; latencies in ms, and how many
+    answers were partial (a shard left out after ``search_shard_timeout_s``)."""
     lat: list[list[float]] = [[] for _ in range(clients)]
+    partial = [0] * clients
     stop = threading.Event()
     errors: list[BaseException] = []
     for i in range(clients * 2):  # warm-up
@@ -336,8 +338,9 @@ def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
             while not stop.is_set():
                 q = queries[[i % len(queries)]]
                 t = time.perf_counter()
-                shards.search("semantic", q, K)
+                found = shards.search("semantic", q, K)
                 lat[c].append((time.perf_counter() - t) * 1000)
+                partial[c] += bool(found.missing)
                 i += 1
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
@@ -359,6 +362,8 @@ def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
         "qps": round(len(all_lat) / wall, 1),
         "p50_ms": round(float(np.percentile(all_lat, 50)), 2),
         "p99_ms": round(float(np.percentile(all_lat, 99)), 2),
+        "max_ms": round(float(all_lat.max()), 2),
+        "partial": sum(partial),
     }
 
 
