@@ -414,6 +414,11 @@ def main() -> None:
         action="store_true",
         help="stop after build, size and recall (no loads, restart or shard scaling)",
     )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        help="build the shards in this (new) folder and leave them there, to search again",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
     ap.add_argument(
@@ -450,7 +455,9 @@ def main() -> None:
     queries = {"semantic": text_q, "visual": img_q}
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    work = Path(tempfile.mkdtemp(prefix="vifusion-search-bench-"))
+    if args.keep:
+        args.keep.mkdir(parents=True)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="vifusion-search-bench-"))
     report: dict = {
         "benchmark": "search",
         "date": time.strftime("%Y-%m-%d"),
@@ -520,7 +527,8 @@ def main() -> None:
         }
     finally:
         ray.shutdown()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
     a, b = report["one_call_per_query"], report["fused"]
     report["qps_ratio"] = round(b["qps"] / a["qps"], 2)
