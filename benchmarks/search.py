@@ -45,8 +45,9 @@ Workload (one run):
 Aims (the issue's): recall@10 >= 0.95; (b) >= 4x (a)'s QPS at equal or lower p50.
 
 Run:  .venv/bin/python benchmarks/search.py [--quick]
-One shard of ten million (about 100 minutes here; 33 GB of vector files on /tmp's disk):
-      .venv/bin/python benchmarks/search.py --n 10000000 --shards 1 --settle 1000000
+One shard of ten million (about two hours here; 33 GB of vector files on /tmp's disk):
+      .venv/bin/python benchmarks/search.py --n 10000000 --shards 1 --settle 1000000 \
+          --workload scenes
 It ends with one line of JSON holding every figure.
 """
 
