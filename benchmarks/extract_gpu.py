@@ -15,6 +15,10 @@ measures both on the same frames in one run:
    actors on one node run it, each on its own videos with one torch thread; on the CPU and on
    one shared GPU. Total sampled frames over the wall time from a common start.
 
+Device ``nvdec`` is ``cuda`` with the video decoded on the GPU's video engine
+(``open_sampled(gpu=True)``, as the extractor does where its model is on CUDA); ``cuda`` then
+decodes on the CPU. ``decode only`` times decoding alone, on the CPU and on NVDEC.
+
 It prints a table (what, device, frames, seconds, frames/s), the ratios CUDA / CPU, and last
 one line of JSON. Without CUDA it measures the CPU alone and says so.
 
@@ -25,6 +29,7 @@ extractor").
 
     python3 benchmarks/extract_gpu.py                 # 4 videos x 30 s, 640x360, 30 fps
     python3 benchmarks/extract_gpu.py --quick         # 1 video x 10 s
+    python3 benchmarks/extract_gpu.py --size 1280x720 --workers 1,15
 """
 
 from __future__ import annotations
@@ -43,13 +48,13 @@ import torch
 from _common import machine  # benchmarks/ is on sys.path when a script here runs
 
 from vifusion.config import Config
+from vifusion.extract import _nvdec
 from vifusion.extract._prefetch import prefetch
 from vifusion.extract.decode import open_sampled
 from vifusion.extract.model import Embedder
 from vifusion.extract.vision import features_and_probs, preprocess
 from vifusion.samples import MOTION, PHOTOS, write_video
 
-SIZE = (640, 360)
 FPS = 30
 EMBED_SIDE = 224  # the extractor's (ExtractorActor's EMBED_SIDE)
 BATCHES = (16, 64, 256)
@@ -61,14 +66,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def make_videos(folder: Path, count: int, seconds: float) -> list[Path]:
+def make_videos(folder: Path, count: int, seconds: float, size: tuple[int, int]) -> list[Path]:
     scene_s = 5.0
     per_video = max(1, round(seconds / scene_s))
     videos = []
     for v in range(count):
         photos = [SCENES[(v * per_video + j) % len(SCENES)] for j in range(per_video)]
         path = folder / f"video{v}.mp4"
-        write_video(path, photos, scene_s=seconds / per_video, fps=FPS, size=SIZE)
+        write_video(path, photos, scene_s=seconds / per_video, fps=FPS, size=size)
         videos.append(path)
     return videos
 
@@ -95,13 +100,28 @@ def model_only(embedder: Embedder, frames: np.ndarray, batch: int, min_frames: i
     return {"frames": len(work), "seconds": round(seconds, 4), "fps": round(len(work) / seconds, 1)}
 
 
-def extractor_loop(embedder: Embedder, videos: list[Path], cfg: Config) -> dict:
+def decode_only(videos: list[Path], cfg: Config, gpu: bool) -> dict:
+    """frames/s of the extractor's decoding alone (``gpu``: on NVDEC), every video in turn."""
+    frames = 0
+    t0 = time.perf_counter()
+    for path in videos:
+        _, _, batches = open_sampled(
+            path, cfg.sample_fps, cfg.max_frames, EMBED_SIDE, cfg.embed_batch, gpu=gpu
+        )
+        frames += sum(len(batch) for batch, _ in batches)
+    seconds = time.perf_counter() - t0
+    return {"frames": frames, "seconds": round(seconds, 4), "fps": round(frames / seconds, 1)}
+
+
+def extractor_loop(
+    embedder: Embedder, videos: list[Path], cfg: Config, gpu_decode: bool = False
+) -> dict:
     """The extractor's per-video loop: decode (in a thread) -> embed, every video in turn."""
     frames = 0
     t0 = time.perf_counter()
     for path in videos:
         _, _, batches = open_sampled(
-            path, cfg.sample_fps, cfg.max_frames, EMBED_SIDE, cfg.embed_batch
+            path, cfg.sample_fps, cfg.max_frames, EMBED_SIDE, cfg.embed_batch, gpu=gpu_decode
         )
         for batch, _ in prefetch(batches):
             embedder.embed_frames(batch)
@@ -113,14 +133,16 @@ def extractor_loop(embedder: Embedder, videos: list[Path], cfg: Config) -> dict:
 def _worker(device: str, videos: list[str], cache: str, cfg: Config, start, out) -> None:
     """One extractor process: load, wait for the others, run the loop, report."""
     torch.set_num_threads(1)  # as an extractor actor on a node of many (Config.threads)
-    emb = Embedder(cfg.conse_top_k, torch.device(device), Path(cache))
+    nvdec = device == "nvdec"
+    emb = Embedder(cfg.conse_top_k, torch.device("cuda" if nvdec else device), Path(cache))
     emb.embed_frames(np.zeros((cfg.embed_batch, EMBED_SIDE, EMBED_SIDE, 3), np.uint8))
     start.wait()
-    out.put(extractor_loop(emb, [Path(v) for v in videos], cfg)["frames"])
+    out.put(extractor_loop(emb, [Path(v) for v in videos], cfg, nvdec)["frames"])
 
 
 def node(device: str, workers: int, videos: list[Path], cache: Path, cfg: Config) -> dict:
-    """``workers`` extractor processes on this node, each on ``len(videos)`` videos."""
+    """``workers`` extractor processes on this node, each on ``len(videos)`` videos; device
+    ``nvdec``: the model on CUDA, the video decoded on NVDEC."""
     ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
     start, out = ctx.Barrier(workers + 1), ctx.Queue()
     procs = [
@@ -166,7 +188,14 @@ def main() -> None:
     ap.add_argument(
         "--workers", default="", help="extractor processes on one node, e.g. 1,4,15 (none: skip)"
     )
+    ap.add_argument("--size", default="640x360", help="the videos' width x height")
+    ap.add_argument(
+        "--nodes-only",
+        action="store_true",
+        help="only the --workers rows, on the GPU (decoding on the CPU and on NVDEC)",
+    )
     args = ap.parse_args()
+    size = tuple(int(x) for x in args.size.split("x"))
     if args.quick:
         args.videos, args.seconds = 1, 10.0
     cfg = Config(sample_fps=args.sample_fps)
@@ -177,23 +206,40 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="vifusion-gpu-") as tmp:
         t0 = time.perf_counter()
-        videos = make_videos(Path(tmp), args.videos, args.seconds)
+        videos = make_videos(Path(tmp), args.videos, args.seconds, size)
         print(f"wrote {len(videos)} videos in {time.perf_counter() - t0:.1f} s", flush=True)
         frames = decoded(videos, cfg)
         min_frames = 1024 if args.quick else 4096
         devices = [torch.device("cpu")] + ([torch.device("cuda")] if cuda else [])
         embedders = {d.type: Embedder(cfg.conse_top_k, d, cache) for d in devices}
+        nvdec = cuda and _nvdec.hwaccel(True) is not None
+        print(f"NVDEC through PyAV: {'yes' if nvdec else 'no'}", flush=True)
+        loops = list(embedders) + (["nvdec"] if nvdec else [])
         rows: list[tuple[str, str, dict]] = []
         for d, emb in embedders.items():
+            if args.nodes_only:
+                break
             for b in BATCHES:
                 work = min_frames if d == "cuda" else min(min_frames, 4 * b)
                 rows.append((f"model only, batch {b}", d, model_only(emb, frames, b, work)))
-            rows.append(("extractor loop", d, extractor_loop(emb, videos, cfg)))
+        for d in ["cpu"] + (["nvdec"] if nvdec else []):
+            rows.append(("decode only", d, decode_only(videos, cfg, d == "nvdec")))
+        for d in loops:
+            if args.nodes_only:
+                break
+            emb = embedders["cuda" if d == "nvdec" else d]
+            rows.append(("extractor loop", d, extractor_loop(emb, videos, cfg, d == "nvdec")))
+        if args.nodes_only and cuda:
+            loops.remove("cpu")
         for n in [int(w) for w in args.workers.split(",") if w]:
-            for d in embedders:
+            for d in loops:
                 rows.append((f"{n} extractors", d, node(d, n, videos[:2], cache, cfg)))
         sample = frames[:: max(1, len(frames) // 128)]
-        agree = agreement(embedders["cpu"], embedders["cuda"], sample) if cuda else None
+        agree = (
+            agreement(embedders["cpu"], embedders["cuda"], sample)
+            if cuda and not args.nodes_only
+            else None
+        )
 
     print(f"\n{'what':<24} {'device':<6} {'frames':>7} {'seconds':>9} {'frames/s':>10}")
     for what, d, r in rows:
@@ -201,9 +247,13 @@ def main() -> None:
     ratios = {}
     if cuda:
         by = {(w, d): r["fps"] for w, d, r in rows}
-        ratios = {w: round(by[(w, "cuda")] / by[(w, "cpu")], 2) for w, d, _ in rows if d == "cpu"}
+        ratios = {
+            f"{d} / cpu, {w}": round(by[(w, d)] / by[(w, "cpu")], 2)
+            for w, d, _ in rows
+            if d != "cpu" and (w, "cpu") in by
+        }
         for w, x in ratios.items():
-            print(f"cuda / cpu, {w}: {x}x")
+            print(f"{w}: {x}x")
         print(f"agreement: {agree}")
     else:
         print("no CUDA device: the CPU alone was measured")
@@ -217,11 +267,12 @@ def main() -> None:
                 "torch": torch.__version__,
                 "cpu_threads": threads,
                 "videos": len(videos),
+                "size": args.size,
                 "seconds_each": args.seconds,
                 "sample_fps": cfg.sample_fps,
                 "embed_batch": cfg.embed_batch,
                 "rows": [{"what": w, "device": d, **r} for w, d, r in rows],
-                "cuda_over_cpu": ratios,
+                "over_cpu": ratios,
                 "agreement": agree,
             }
         )

@@ -45,9 +45,10 @@ Workload (one run):
 Aims (the issue's): recall@10 >= 0.95; (b) >= 4x (a)'s QPS at equal or lower p50.
 
 Run:  .venv/bin/python benchmarks/search.py [--quick]
-One shard of ten million (about two hours here; 33 GB of vector files on /tmp's disk):
+One shard of ten million (about two and a half hours here; 33 GB of vector files on disk),
+kept to search again without building (``--reuse DIR``, the same other options):
       .venv/bin/python benchmarks/search.py --n 10000000 --shards 1 --settle 1000000 \
-          --workload scenes
+          --workload scenes --keep /var/tmp/vf10m
 It ends with one line of JSON holding every figure.
 """
 
@@ -425,12 +426,20 @@ def main() -> None:
         type=Path,
         help="build the shards in this (new) folder and leave them there, to search again",
     )
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        help="search the shards a --keep run left in this folder (run with the same --n, "
+        "--shards and --workload) instead of building them",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
     ap.add_argument(
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "vifusion-bench" / "search"
     )
     args = ap.parse_args()
+    if args.keep and args.reuse:
+        ap.error("--keep builds a new folder, --reuse searches an old one: name one")
     n = args.n or (100_000 if args.quick else 1_000_000)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     exact_max = 10_000 if args.quick else 50_000
@@ -463,7 +472,9 @@ def main() -> None:
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     if args.keep:
         args.keep.mkdir(parents=True)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="vifusion-search-bench-"))
+    work = args.keep or args.reuse or Path(tempfile.mkdtemp(prefix="vifusion-search-bench-"))
+    # shards of the scaling step are built afresh, never added to a reused folder's
+    scratch = Path(tempfile.mkdtemp(prefix="vifusion-search-bench-")) if args.reuse else work
     report: dict = {
         "benchmark": "search",
         "date": time.strftime("%Y-%m-%d"),
@@ -476,14 +487,23 @@ def main() -> None:
     }
     try:
         shards = open_shards(work / "main", args.shards, exact_max, compress_min)
-        print(f"building {n:,} frames over {args.shards} shards ...", flush=True)
-        acks: list[float] = []
-        settle = args.settle // FRAMES_PER_VIDEO
-        report["build_s"] = round(build(shards, n_chunks, workload, acks=acks, settle=settle), 1)
-        report["ingest_frames_per_s"] = round(n / report["build_s"])
-        shards.snapshot()
-        stats = shards.stats()
-        report["training"] = training(stats, acks)
+        if args.reuse:
+            print(f"searching the {n:,} frames built in {args.reuse} ...", flush=True)
+            stats = shards.stats()
+            report["build_s"] = report["training"] = "reused"
+        else:
+            print(f"building {n:,} frames over {args.shards} shards ...", flush=True)
+            acks: list[float] = []
+            settle = args.settle // FRAMES_PER_VIDEO
+            build_s = build(shards, n_chunks, workload, acks=acks, settle=settle)
+            report["build_s"] = round(build_s, 1)
+            report["ingest_frames_per_s"] = round(n / build_s)
+            shards.snapshot()
+            stats = shards.stats()
+            report["training"] = training(stats, acks)
+        held = sum(st["vectors"]["visual"] for st in stats)
+        if held != n:
+            raise SystemExit(f"the shards hold {held:,} frames, not {n:,}")
         snap = sum(p.stat().st_size for p in (work / "main" / "index").rglob("snapshot.npz"))
         vec_files = sum(p.stat().st_size for p in (work / "main" / "index").rglob("*.f16"))
         report["index"] = stats[0]["index"]
@@ -522,7 +542,7 @@ def main() -> None:
 
         scaling = {}
         for s in (1, 2, 4):
-            sh = open_shards(work / f"scale-{s}", s, scale_n // 8)  # IVF at every shard count
+            sh = open_shards(scratch / f"scale-{s}", s, scale_n // 8)  # IVF at every shard count
             build(sh, scale_n // FRAMES_PER_VIDEO, workload)
             scaling[s] = load(sh, text_q, args.clients, seconds / 2)
             sh.close()
@@ -533,8 +553,10 @@ def main() -> None:
         }
     finally:
         ray.shutdown()
-        if not args.keep:
+        if not (args.keep or args.reuse):
             shutil.rmtree(work, ignore_errors=True)
+        if args.reuse:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     a, b = report["one_call_per_query"], report["fused"]
     report["qps_ratio"] = round(b["qps"] / a["qps"], 2)

@@ -144,6 +144,12 @@ class ExtractFields(BaseModel):
         description="codec threads decoding an extractor's video; 0: its share of the "
         "node's cores where its model runs on a GPU, else 1 (torch's threads use its cores)",
     )
+    decode_gpu: bool = Field(
+        True,
+        description="decode on the GPU's video engine (NVDEC) where an extractor's model runs "
+        "on CUDA, it is its node's only extractor and PyAV's FFmpeg can open the device; "
+        "else (and where false) on the CPU",
+    )
     query_threads: int = Field(
         1,
         gt=0,

@@ -156,6 +156,21 @@ def test_decode_count_shape_times(kitchen: samples.SampleVideo) -> None:
     assert [t1 for _, _, t1 in times] == [t0 for _, t0, _ in times[1:]] + [12.0]
 
 
+def test_gpu_decoding_gives_the_frames_the_cpu_gives(kitchen: samples.SampleVideo) -> None:
+    # Asked for on a node with no GPU (CI), decoding stays on the CPU; on one with NVDEC, the
+    # engine decodes the same pictures (H.264 decodes exactly: only rounding in the
+    # conversion to RGB may differ).
+    def sampled(gpu: bool) -> tuple[np.ndarray, list]:
+        _, total, batches = open_sampled(kitchen.path, 2.0, 3600, batch=7, gpu=gpu)
+        frames, spans = zip(*batches)
+        assert sum(len(f) for f in frames) == total == 24
+        return np.concatenate(frames).astype(np.int16), [s for b in spans for s in b]
+
+    (cpu, cpu_spans), (gpu, gpu_spans) = sampled(False), sampled(True)
+    assert gpu_spans == cpu_spans
+    assert np.abs(gpu - cpu).max() <= 2
+
+
 def test_decode_cap(kitchen: samples.SampleVideo) -> None:
     frames, times = _all(kitchen.path, sample_fps=1.0, max_frames=4)
     assert len(frames) == 4  # one in each of [0, 3), [3, 6), [6, 9), [9, 12)

@@ -20,6 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+from av.codec.hwaccel import HWAccel
 
 from vifusion._files import NotRegularFile, fd_path, open_regular
 from vifusion.extract import _schedule
@@ -111,13 +112,14 @@ def _open(path: Path, follow_symlinks: bool = True) -> io.FileIO:
 
 
 def open_container(
-    path: Path, src: str, container: str | None = None
+    path: Path, src: str, container: str | None = None, hwaccel: HWAccel | None = None
 ) -> av.container.InputContainer:
     """``src`` (the file ``path`` names, for errors) opened with PyAV as ``container`` (None:
     the one FFmpeg finds, if it is one of ``_CONTAINERS``), reading that file only;
-    DecodeError otherwise. Whatever opens an untrusted file with PyAV opens it here."""
+    DecodeError otherwise. Whatever opens an untrusted file with PyAV opens it here.
+    ``hwaccel``: decode on that device (``_nvdec.hwaccel``)."""
     try:
-        return av.open(src, format=container, options=_OPEN_OPTIONS)
+        return av.open(src, format=container, options=_OPEN_OPTIONS, hwaccel=hwaccel)
     except av.error.ArgumentError:  # FFmpeg's answer to a container off the list
         raise fail(
             path,

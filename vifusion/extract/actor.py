@@ -56,9 +56,9 @@ class Extractor:
         self.aggregator = aggregators[ray.get_runtime_context().get_node_id()]
         self.handoff = Handoff(self.aggregator, local=cfg.fusion_local_handoff)
         self.embedder = load_backbone(cfg)  # the visual model cfg.visual_model names
-        self.decode_threads = decode_threads(
-            cfg, self.sharing, gpu=self.embedder.device.type == "cuda"
-        )
+        gpu = self.embedder.device.type == "cuda"
+        self.decode_threads = decode_threads(cfg, self.sharing, gpu=gpu)
+        self.decode_gpu = decode_on_gpu(cfg, self.sharing, gpu)
         self._transcriber: Any = None  # speech.Transcriber, loaded by the first video with sound
         self._screen: Any = None  # screentext.ScreenReader, loaded by the first video read
         self.people = None
@@ -142,6 +142,7 @@ class Extractor:
                         cfg.embed_batch,
                         file=file,
                         threads=self.decode_threads,
+                        gpu=self.decode_gpu,
                     )
                 else:
                     info, total, plain = open_sampled(
@@ -152,6 +153,7 @@ class Extractor:
                         cfg.embed_batch,
                         file=file,
                         threads=self.decode_threads,
+                        gpu=self.decode_gpu,
                     )
                     batches = ((frames, spans, frames) for frames, spans in plain)
                 yield {
@@ -281,6 +283,13 @@ def decode_threads(cfg: Config, sharing: int, gpu: bool) -> int:
     if cfg.decode_threads:
         return cfg.decode_threads
     return max(1, cfg.threads // sharing) if gpu else 1
+
+
+def decode_on_gpu(cfg: Config, sharing: int, gpu: bool) -> bool:
+    """Whether an extractor decodes on its GPU's video engine (NVDEC): where its model runs on
+    the GPU and it is its node's only extractor. Several extractors, each with its own NVDEC
+    sessions and copies back, decode slower there than on their cores."""
+    return gpu and cfg.decode_gpu and sharing == 1
 
 
 def _same(instance: str | None, now: str) -> str:

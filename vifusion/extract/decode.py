@@ -11,7 +11,8 @@ opened once (``_files.open_regular``) and read through ``fd_path`` of that descr
 the name again. The probe reads every packet (no decoding): a file holding fewer frames than
 its header promises is rejected, and the packets' keyframes and timestamps plan the decoding.
 Frames leave the decoder at the size asked for, scaled and converted to RGB by libswscale
-(one scaler per size, kept for the video), on ``threads`` codec threads.
+(one scaler per size, kept for the video), on ``threads`` codec threads, or on the GPU's
+video engine where ``gpu`` asks for it and one can be opened (``_nvdec.py``).
 
 Opening and probing a file: ``_container.py`` (its names are re-exported here)."""
 
@@ -24,9 +25,10 @@ from pathlib import Path
 
 import av
 import numpy as np
+from av.codec.hwaccel import HWAccel
 
 from vifusion._files import fd_path
-from vifusion.extract import _schedule
+from vifusion.extract import _nvdec, _schedule
 from vifusion.extract._container import (
     MAX_FRAME_PIXELS,
     DecodeError,
@@ -137,15 +139,27 @@ def open_sampled(
     *,
     file: io.FileIO | None = None,
     threads: int = 1,
+    gpu: bool = False,
     stats: DecodeStats | None = None,
 ) -> tuple[VideoInfo, int, Batches]:
     """Probe once, then decode lazily: (info, number of sampled frames, the batches that
     ``decode`` yields). DecodeError here for a file that cannot be opened at all.
     ``follow_symlinks``: False for a path stored resolved (see ``open_regular``). ``file``:
     the video already opened (``open_video``), left open; None: opened here, closed once
-    read. ``threads``: the codec's threads. ``stats``: counts what decoding cost."""
+    read. ``threads``: the codec's threads. ``gpu``: decode on the GPU's video engine where
+    one can be opened (``_nvdec.py``). ``stats``: counts what decoding cost."""
     info, total, batches = _open_sampled(
-        path, sample_fps, max_frames, short_side, None, batch, follow_symlinks, file, threads, stats
+        path,
+        sample_fps,
+        max_frames,
+        short_side,
+        None,
+        batch,
+        follow_symlinks,
+        file,
+        threads,
+        gpu,
+        stats,
     )
     return info, total, ((frames, spans) for frames, spans, _ in batches)
 
@@ -160,13 +174,14 @@ def open_sampled_with_text(
     *,
     file: io.FileIO | None = None,
     threads: int = 1,
+    gpu: bool = False,
 ) -> tuple[VideoInfo, int, TextBatches]:
     """``open_sampled``, each batch also holding its frames for reading text: short side
     ``text_side``, or the video's own where that lies between ``short_side`` and it (never
     upscaled past the video's own size, never below the embedder's). Both sizes come from the
     one decoded frame; where they are equal, both are the one array."""
     return _open_sampled(
-        path, sample_fps, max_frames, short_side, text_side, batch, True, file, threads, None
+        path, sample_fps, max_frames, short_side, text_side, batch, True, file, threads, gpu, None
     )
 
 
@@ -180,6 +195,7 @@ def _open_sampled(
     follow_symlinks: bool,
     file: io.FileIO | None,
     threads: int,
+    gpu: bool,
     stats: DecodeStats | None,
 ) -> tuple[VideoInfo, int, TextBatches]:
     path = Path(path)
@@ -205,7 +221,10 @@ def _open_sampled(
         side = max(short_side, min(text_side, info.width, info.height))
         sizes.append(output_size(info.width, info.height, side))
     out = _Out(path, sizes, batch)
-    batches = _decode(path, fd_path(file.fileno()), p, plan, out, threads, stats or DecodeStats())
+    hw = _nvdec.hwaccel(gpu)
+    batches = _decode(
+        path, fd_path(file.fileno()), p, plan, out, threads, hw, stats or DecodeStats()
+    )
     return info, len(plan.targets), _closing(file, batches) if own else batches
 
 
@@ -271,6 +290,7 @@ def _decode(
     plan: _schedule.Schedule,
     out: _Out,
     threads: int,
+    hw: HWAccel | None,
     stats: DecodeStats,
 ) -> TextBatches:
     """Decode ``src`` (the file ``path`` names, probed as ``p``) as the container the probe
@@ -300,9 +320,9 @@ def _decode(
 
     while True:
         try:
-            with open_container(path, src, p.container) as container:
+            with open_container(path, src, p.container, hw) as container:
                 stream = container.streams[p.stream]
-                if threads > 1:  # frame threads: each a decoded frame in flight
+                if threads > 1 and hw is None:  # frame threads: each a decoded frame in flight
                     stream.thread_type, stream.thread_count = "FRAME", threads
                 else:
                     stream.thread_count = 1
