@@ -53,3 +53,20 @@ def test_scattered_reads_go_through_a_map_advised_random_and_a_pass_through_one_
     np.testing.assert_allclose(scores[:, :2], want[:, :2, 0], rtol=1e-3)
     np.testing.assert_allclose(scores[1, 2], want[1, 2, 0], rtol=1e-3)
     assert scores[0, 2] == -np.finfo(np.float32).max  # no candidate
+
+
+def test_a_cold_read_shared_among_threads_returns_every_row_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vifusion.index import _vectors
+
+    store = VectorStore(tmp_path / "visual.f16", D)
+    x = np.random.default_rng(0).standard_normal((5000, D)).astype(np.float32)
+    store.append(np.arange(5000), x)
+    store.sync()
+    rows = np.random.default_rng(1).choice(5000, 1000, replace=False)
+    want = x[rows].astype(np.float16)
+    np.testing.assert_array_equal(store.read_rows(rows), want)  # cached: one thread
+    monkeypatch.setattr(_vectors, "_PROBE_COLD_S", 0.0)  # every read judged cold
+    np.testing.assert_array_equal(store.read_rows(rows), want)
+    np.testing.assert_array_equal(store.read_rows(rows[:40]), want[:40])  # fewer than readers
