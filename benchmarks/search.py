@@ -374,7 +374,8 @@ def load(shards, queries: np.ndarray, clients: int, seconds: float) -> dict:
     }
 
 
-def open_shards(data: Path, num_shards: int, exact_max: int, compress_min: int = 0):
+def open_shards(data: Path, num_shards: int, exact_max: int, compress_min: int = 0, **index: int):
+    """A ShardSet on ``data``; ``index``: other ``index_*`` settings (nprobe, refine)."""
     from vifusion.config import Config
     from vifusion.index import ShardSet
 
@@ -385,6 +386,7 @@ def open_shards(data: Path, num_shards: int, exact_max: int, compress_min: int =
         index_exact_max=exact_max,
         index_compress_min=compress_min,
         snapshot_log_bytes=1 << 30,
+        **{f"index_{k}": v for k, v in index.items()},
     )
     return ShardSet(cfg)
 
@@ -431,6 +433,12 @@ def main() -> None:
         type=Path,
         help="search the shards a --keep run left in this folder (run with the same --n, "
         "--shards and --workload) instead of building them",
+    )
+    ap.add_argument(
+        "--sweep",
+        default="",
+        help="after recall, the shards opened again at each NPROBExREFINE (e.g. "
+        "32x300,128x100): recall and one client's load at each",
     )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
@@ -521,6 +529,26 @@ def main() -> None:
         truth = ground_truth(queries, n_chunks, workload)
         report["recall_at_10"] = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
         print(f"  recall@10: {report['recall_at_10']}", flush=True)
+        if args.sweep:
+            report["sweep"] = {}
+            for setting in args.sweep.split(","):
+                nprobe, refine = (int(x) for x in setting.split("x"))
+                shards.close()
+                shards = open_shards(
+                    work / "main",
+                    args.shards,
+                    exact_max,
+                    compress_min,
+                    nprobe=nprobe,
+                    refine=refine,
+                )
+                got = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
+                shards.query_batching = True
+                got["one_client"] = load(shards, text_q, 1, seconds / 2)
+                report["sweep"][setting] = got
+                print(f"  nprobe {nprobe}, refine {refine}: {got}", flush=True)
+            shards.close()
+            shards = open_shards(work / "main", args.shards, exact_max, compress_min)
         if args.recall_only:
             print(json.dumps(report))
             return
