@@ -300,9 +300,9 @@ def _trained(
     take = min(n, ivf.nlist * _TRAIN_PER_LIST, _TRAIN_MAX)
     rng = np.random.default_rng(seed)
     positions = np.sort(rng.choice(n, take, replace=False)) if take < n else np.arange(n)
-    index.cp.niter = 10
-    index.cp.min_points_per_centroid = 1  # silence the "too few points" warning
-    index.cp.max_points_per_centroid = _TRAIN_PER_LIST
+    ivf.cp.niter = 10
+    ivf.cp.min_points_per_centroid = 1  # silence the "too few points" warning
+    ivf.cp.max_points_per_centroid = _TRAIN_PER_LIST
     if "PQ" in factory:
         # the factory turns on polysemous training, which took minutes (annealing the code
         # order for Hamming filtering, which search does not use)
