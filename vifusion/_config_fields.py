@@ -137,7 +137,10 @@ class IndexFields(BaseModel):
         "(2 bytes a dimension, near-exact scores) or SQ8 (1 byte, ~3% lower recall)",
     )
     index_nprobe: int = Field(
-        32, gt=0, description="inverted lists an IVF search visits (recall against speed)"
+        32,
+        gt=0,
+        description="inverted lists an IVF search visits at least (recall against speed); a "
+        "space of more than 32 times as many lists visits a 32nd of them",
     )
     # PQ trains well from 100,000 vectors (FAISS asks 39 x 256 points a sub-quantizer); past
     # 250,000 frames a shard's fp16 index holds 0.85 GB, and compressed the same shard held
@@ -151,11 +154,13 @@ class IndexFields(BaseModel):
     index_pq_visual_bytes: int = Field(
         64, gt=0, description="PQ code bytes a 1280-d visual vector (a divisor of 1280)"
     )
+    # 64, not 32: at ten million distinct frames a shard, 32 bytes kept the true top 10 of a
+    # text query out of its 1,000 candidates (docs/benchmarks.md, "Recall at ten million").
     index_pq_text_bytes: int = Field(
-        32, gt=0, description="PQ code bytes a 384-d semantic/text vector (a divisor of 384)"
+        64, gt=0, description="PQ code bytes a 384-d semantic/text vector (a divisor of 384)"
     )
-    # Recall@10 is bound by how deep the re-ranking reaches, not by nprobe
-    # (docs/benchmarks.md, "Compressed spaces at a million frames").
+    # At a million frames recall@10 was bound by how deep the re-ranking reaches, not by
+    # nprobe (docs/benchmarks.md, "Compressed spaces at a million frames").
     index_refine: int = Field(
         100,
         gt=0,

@@ -145,7 +145,11 @@ def test_a_compressed_space_built_from_a_file_written_out_of_id_order(data, tmp_
     store.append(ids[shuffled], base[shuffled])
     held = np.sort(ids)
     space = SpaceIndex.build_compressed(
-        D, IndexPolicy(100, nprobe=16, compress_min=1000), held, store.ids.get(held), store
+        D,
+        IndexPolicy(100, nprobe=16, compress_min=1000, pq_text=32),
+        held,
+        store.ids.get(held),
+        store,
     )
     assert space.compressed and space.ntotal == len(ids)
     np.testing.assert_array_equal(space.reconstruct(ids[:5]), base[:5].astype(np.float16))
@@ -153,3 +157,11 @@ def test_a_compressed_space_built_from_a_file_written_out_of_id_order(data, tmp_
     assert (got[:, 0] == ids[:100]).all()  # each finds itself, scored by its newest row
     assert np.allclose(scores[:, 0], 1.0, atol=2e-3)
     assert _recall(space.search(queries, 10)[1], _exact(base, ids, queries, 10)) >= 0.95
+
+
+def test_a_search_visits_a_share_of_a_large_spaces_lists() -> None:
+    policy = IndexPolicy(nprobe=32)
+    assert policy.nprobe_for(64) == 32  # a small space: the set count
+    assert policy.nprobe_for(1024) == 32
+    assert policy.nprobe_for(8192) == 256  # ten million frames: a 32nd of the lists
+    assert policy.nprobe_for(16) == 16  # never more lists than there are

@@ -35,6 +35,9 @@ _TRAIN_PER_LIST = 64  # training points per inverted list (k-means cost bound)
 _TRAIN_MAX = 1 << 17  # and at most this many in all (k-means over 1280-d grows with both)
 _FILL_PIECE = 1 << 16  # vectors read from the file and encoded at a time
 _EXACT_SUBSET = 1 << 16  # a filter selecting at most this many vectors is searched exactly
+# A search visits at least this share of a space's lists: a fixed count probes a shrinking
+# share as lists grow with the space, and a query's neighbours spread over more of them.
+_PROBE_SHARE = 32
 
 
 CODECS = ("SQfp16", "SQ8")
@@ -47,11 +50,11 @@ class IndexPolicy:
     IVF with ``codec`` vectors, visiting ``nprobe`` lists per search."""
 
     exact_max: int = 50_000  # vectors kept in an exact flat index
-    nprobe: int = 32  # inverted lists an IVF search visits
+    nprobe: int = 32  # inverted lists an IVF search visits at least (``nprobe_for``)
     codec: str = "SQfp16"  # vectors in a trained index: one of CODECS
     compress_min: int = 0  # past this many vectors, IVF-PQ + re-ranking (0: never)
     pq_visual: int = 64  # PQ bytes a 1280-d vector
-    pq_text: int = 32  # PQ bytes a 384-d vector
+    pq_text: int = 64  # PQ bytes a 384-d vector
     refine: int = 100  # a compressed search re-scores k * refine candidates exactly
 
     def __post_init__(self) -> None:
@@ -70,6 +73,11 @@ class IndexPolicy:
         if self.compresses(n):
             return f"IVF{nlist},PQ{self.pq_visual if d == _VISUAL_DIM else self.pq_text}"
         return f"IVF{nlist},{self.codec}"
+
+    def nprobe_for(self, nlist: int) -> int:
+        """Lists a search of an IVF space of ``nlist`` lists visits: ``nprobe``, or a
+        ``_PROBE_SHARE``-th of the lists where that is more."""
+        return min(nlist, max(self.nprobe, nlist // _PROBE_SHARE))
 
     def compresses(self, n: int) -> bool:
         return 0 < self.compress_min < n
@@ -93,6 +101,9 @@ class SpaceIndex:
         self.index = index if index is not None else ChunkedFlat(d)
         self.trained_n = trained_n
         self.store = store  # a compressed space's exact vectors
+        self.nprobe = (
+            0 if self.is_flat else policy.nprobe_for(faiss.extract_index_ivf(self.index).nlist)
+        )
 
     @classmethod
     def build(
@@ -213,8 +224,8 @@ class SpaceIndex:
         losing top-k to the filter (small subsets are searched exactly)."""
         if subset is None:
             if self.compressed:
-                return self._refined(queries, k, self.policy.nprobe)
-            params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.policy.nprobe)
+                return self._refined(queries, k, self.nprobe)
+            params = None if self.is_flat else faiss.SearchParametersIVF(nprobe=self.nprobe)
             return self.index.search(queries, k, params=params)
         if self.is_flat:
             return self.index.search(
@@ -234,9 +245,9 @@ class SpaceIndex:
             return scores, ids
         # A large subset: IVF restricted to it, probing wider since the filter thins each list.
         if self.compressed:
-            return self._refined(queries, k, 4 * self.policy.nprobe, subset)
+            return self._refined(queries, k, 4 * self.nprobe, subset)
         params = faiss.SearchParametersIVF(
-            nprobe=4 * self.policy.nprobe, sel=faiss.IDSelectorBatch(subset)
+            nprobe=4 * self.nprobe, sel=faiss.IDSelectorBatch(subset)
         )
         return self.index.search(queries, k, params=params)
 
