@@ -18,7 +18,7 @@ adding time, bytes a vector (codes and ids), then for each nprobe x refine (``--
 recall@10 and the ms a query of the index's search on one thread (re-ranking not timed: it
 reads memory here, the disk in a shard).
 
-Run:  .venv/bin/python benchmarks/pq_settings.py                       # 10M semantic, ~40 min
+Run:  .venv/bin/python benchmarks/pq_settings.py                       # 10M semantic: 6 min to draw, 10-20 a code
       .venv/bin/python benchmarks/pq_settings.py --n 1000000 --space visual
 It ends with one line of JSON holding every figure.
 """
