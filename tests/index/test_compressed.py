@@ -283,3 +283,37 @@ def test_shards_side_by_side_train_one_at_a_time(
         s.wait_idle()
         assert set(_compressed(s)) == {"visual", "semantic"}
     assert most[0] == 1
+
+
+def test_a_snapshot_taken_during_training_is_replaced_once_the_index_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    build = space_mod.SpaceIndex.build_compressed.__func__
+
+    def held_build(cls, *a, **kw):
+        started.set()
+        assert release.wait(60)
+        return build(cls, *a, **kw)
+
+    monkeypatch.setattr(space_mod.SpaceIndex, "build_compressed", classmethod(held_build))
+    s = Shard(0, tmp_path, _cfg(), background=True)
+    for v in (1, 2, 3):
+        s.add(_video(v))
+    assert started.wait(60)
+    s.snapshot()  # holds the exact index; no write follows it
+    release.set()
+    s.wait_idle()
+    assert set(_compressed(s)) == {"visual", "semantic"}
+    q = _queries([1, 2, 3], "visual")
+    before = s.search("visual", q, 10)
+    del s  # as a crash leaves it: the snapshot and the log
+
+    def no_training(*a, **kw):
+        raise AssertionError("a restart must load the trained index, not train again")
+
+    monkeypatch.setattr(space_mod.SpaceIndex, "build_compressed", classmethod(no_training))
+    s = Shard(0, tmp_path, _cfg())
+    assert set(_compressed(s)) == {"visual", "semantic"}
+    for x, y in zip(before, s.search("visual", q, 10), strict=True):
+        np.testing.assert_array_equal(x, y)

@@ -68,6 +68,7 @@ class Loading:
         self._snapshot_seq = 0
         self._snapshot_size = 0
         self._snapshot_rows: dict[str, int] = {}  # vector file rows the snapshot counts
+        self._rebuilt = False  # an index replaced since the last snapshot (same seq)
 
     def _settle_stores(self) -> None:
         """A vector file no compressed space uses (left by a re-training a crash cut short,

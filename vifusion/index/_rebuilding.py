@@ -36,6 +36,7 @@ class Rebuilding:
     _trained: dict[str, tuple[float, float]]
     _policy: IndexPolicy
     _lock: threading.RLock
+    _rebuilt: bool
 
     def _rebuild(self, space: str) -> None:
         """Rebuild one space's index, if its size still calls for it."""
@@ -82,6 +83,7 @@ class Rebuilding:
                         new.remove(op[1])
                 self._spaces[space] = new
                 self._trained[space] = (began, time.time())
+                self._rebuilt = True  # the next snapshot holds it, so a restart skips training
         finally:
             with self._lock:
                 self._capture.pop(space, None)

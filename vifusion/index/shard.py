@@ -156,14 +156,16 @@ class Shard(Loading, Rebuilding):
 
     def snapshot(self) -> None:
         """Write a snapshot atomically (a crash leaves the previous one or this one) and drop
-        the log it covers. A no-op when nothing changed since the last one."""
+        the log it covers. A no-op when nothing changed since the last one: no write and no
+        index rebuilt (a rebuild changes no seq)."""
         if self._wal is None:
             raise RuntimeError("only the writer snapshots")
         with self._snapshot_lock:
             with self._lock:
-                if self.seq == self._snapshot_seq and (self.directory / SNAPSHOT).exists():
+                fresh = self.seq == self._snapshot_seq and not self._rebuilt
+                if fresh and (self.directory / SNAPSHOT).exists():
                     return
-                seq = self.seq
+                seq, self._rebuilt = self.seq, False
                 parts = _snapshot.pack(
                     self.shard_no, seq, self._times, list(self._seen), self._spaces
                 )
@@ -343,9 +345,13 @@ class Shard(Loading, Rebuilding):
             for space, sp in self._spaces.items():
                 if space not in self._capture and sp.needs_rebuild():
                     wanted.append(("rebuild", space))
-            if self._wal is not None and self._wal.bytes_since_rotate > max(
+            grown = self._wal is not None and self._wal.bytes_since_rotate > max(
                 self._snapshot_log_bytes, self._snapshot_size // 2
-            ):
+            )
+            # a rebuilt index is saved once no other rebuild is due, so a restart loads it
+            # instead of training again
+            rebuilt = self._wal is not None and self._rebuilt and not wanted and not self._capture
+            if grown or rebuilt:
                 wanted.append(("snapshot", None))
         for task in wanted:
             if self._worker is None:
