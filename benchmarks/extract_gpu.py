@@ -216,30 +216,23 @@ def main() -> None:
         print(f"NVDEC through PyAV: {'yes' if nvdec else 'no'}", flush=True)
         loops = list(embedders) + (["nvdec"] if nvdec else [])
         rows: list[tuple[str, str, dict]] = []
-        for d, emb in embedders.items():
-            if args.nodes_only:
-                break
+        whole = not args.nodes_only
+        for d, emb in embedders.items() if whole else ():
             for b in BATCHES:
                 work = min_frames if d == "cuda" else min(min_frames, 4 * b)
                 rows.append((f"model only, batch {b}", d, model_only(emb, frames, b, work)))
         for d in ["cpu"] + (["nvdec"] if nvdec else []):
             rows.append(("decode only", d, decode_only(videos, cfg, d == "nvdec")))
-        for d in loops:
-            if args.nodes_only:
-                break
+        for d in loops if whole else ():
             emb = embedders["cuda" if d == "nvdec" else d]
             rows.append(("extractor loop", d, extractor_loop(emb, videos, cfg, d == "nvdec")))
-        if args.nodes_only and cuda:
+        if not whole and cuda:
             loops.remove("cpu")
         for n in [int(w) for w in args.workers.split(",") if w]:
             for d in loops:
                 rows.append((f"{n} extractors", d, node(d, n, videos[:2], cache, cfg)))
         sample = frames[:: max(1, len(frames) // 128)]
-        agree = (
-            agreement(embedders["cpu"], embedders["cuda"], sample)
-            if cuda and not args.nodes_only
-            else None
-        )
+        agree = agreement(embedders["cpu"], embedders["cuda"], sample) if cuda and whole else None
 
     print(f"\n{'what':<24} {'device':<6} {'frames':>7} {'seconds':>9} {'frames/s':>10}")
     for what, d, r in rows:
