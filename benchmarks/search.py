@@ -46,7 +46,8 @@ Aims (the issue's): recall@10 >= 0.95; (b) >= 4x (a)'s QPS at equal or lower p50
 
 Run:  .venv/bin/python benchmarks/search.py [--quick]
 One shard of ten million (about two and a half hours here; 33 GB of vector files on disk),
-kept to search again without building (``--reuse DIR``, the same other options):
+kept to search again without building (``--reuse DIR``, the same other options; a space
+whose code size differs from this run's settings is re-trained from its vector file first):
       .venv/bin/python benchmarks/search.py --n 10000000 --shards 1 --settle 1000000 \
           --workload scenes --keep /var/tmp/vf10m
 It ends with one line of JSON holding every figure.
@@ -497,8 +498,11 @@ def main() -> None:
         shards = open_shards(work / "main", args.shards, exact_max, compress_min)
         if args.reuse:
             print(f"searching the {n:,} frames built in {args.reuse} ...", flush=True)
+            # a space whose codes are not this run's settings re-trains first
+            ray.get([h.wait_idle.remote() for group in shards.replicas for h in group])
             stats = shards.stats()
-            report["build_s"] = report["training"] = "reused"
+            report["build_s"] = "reused"
+            report["training"] = training(stats, []) if stats[0]["trained"] else "reused"
         else:
             print(f"building {n:,} frames over {args.shards} shards ...", flush=True)
             acks: list[float] = []

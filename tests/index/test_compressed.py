@@ -317,3 +317,24 @@ def test_a_snapshot_taken_during_training_is_replaced_once_the_index_is(
     assert set(_compressed(s)) == {"visual", "semantic"}
     for x, y in zip(before, s.search("visual", q, 10), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_a_changed_code_size_is_trained_after_a_restart_while_the_old_codes_serve(
+    trained: Path, exact: Shard, tmp_path: Path
+) -> None:
+    directory = _copy(trained, tmp_path)
+    s = Shard(0, directory, _cfg(index_pq_text_bytes=32), background=True)
+    q = _queries([1, 2, 3], "semantic")
+    _, ids, _ = s.search("semantic", q, 10)  # answered while the new codes train
+    _, want, _ = exact.search("semantic", q, 10)
+    assert _recall(ids, want) >= 0.95
+    s.wait_idle()
+    assert _compressed(s) == {"visual": "IVF128,PQ32", "semantic": "IVF128,PQ32"}
+    assert s.ntotal == 3 * FRAMES
+    _, ids, _ = s.search("semantic", q, 10)
+    assert _recall(ids, want) >= 0.95
+    s.wait_idle()  # the snapshot the re-training scheduled
+    del s
+    again = Shard(0, directory, _cfg(index_pq_text_bytes=32))
+    assert _compressed(again)["semantic"] == "IVF128,PQ32"
+    assert not again.stats()["trained"]  # loaded from the snapshot, not trained again

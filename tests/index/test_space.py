@@ -165,3 +165,13 @@ def test_a_search_visits_a_share_of_a_large_spaces_lists() -> None:
     assert policy.nprobe_for(1024) == 32
     assert policy.nprobe_for(8192) == 256  # ten million frames: a 32nd of the lists
     assert policy.nprobe_for(16) == 16  # never more lists than there are
+
+
+def test_rebuild_is_due_when_the_codec_is_no_longer_the_policys(data) -> None:
+    ids, base, _ = data
+    ivf = SpaceIndex.build(D, _policy(100), ids[:1000], base[:1000])
+    assert ivf.factory.endswith(",SQ8")
+    same = SpaceIndex(D, _policy(100), ivf.factory, ivf.index, ivf.trained_n)
+    assert not same.needs_rebuild()
+    changed = SpaceIndex(D, _policy(100, "SQfp16"), ivf.factory, ivf.index, ivf.trained_n)
+    assert changed.needs_rebuild()

@@ -174,15 +174,21 @@ class SpaceIndex:
         return n + 256 * self.d * 4 + self.store.ids.nbytes
 
     def needs_rebuild(self) -> bool:
-        """Whether the index type no longer suits the size: a flat space grown past
-        ``exact_max``, or an IVF space grown at least ``_REGROW`` x since training into a
-        size that calls for more inverted lists."""
+        """Whether the index type no longer suits the size or the policy: a flat space grown
+        past ``exact_max``, an IVF space grown at least ``_REGROW`` x since training into a
+        size that calls for more inverted lists, or one whose vector codes are not the
+        policy's (its codec or PQ size changed since it was trained: a restart re-trains it
+        in the background, the old index serving meanwhile)."""
         n = self.ntotal
         if self.is_flat:
             return n > self.policy.exact_max or self.policy.compresses(n)
         if self.policy.compresses(n) and not self.compressed:
             return True
-        return n >= _REGROW * self.trained_n and self.policy.factory_for(n, self.d) != self.factory
+        wanted = self.policy.factory_for(n, self.d)
+        if wanted != FLAT and self.compressed == self.policy.compresses(n):
+            if _codes(wanted) != _codes(self.factory):
+                return True
+        return n >= _REGROW * self.trained_n and wanted != self.factory
 
     def add(self, ids: np.ndarray, vectors: np.ndarray, stored: bool = False) -> None:
         """Add vectors under ids that are not present (the caller removes old ones first).
@@ -299,6 +305,11 @@ class SpaceIndex:
             if invlists.list_size(i)
         ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _codes(factory: str) -> str:
+    """The vector codes of an IVF factory string: ``SQ8`` of ``IVF1024,SQ8``."""
+    return factory.split(",", 1)[1]
 
 
 def _trained(
