@@ -320,12 +320,10 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def restart(
-    data: Path, num_shards: int, exact_max: int, compress_min: int, probe, **index: int
-) -> float:
+def restart(data: Path, num_shards: int, exact_max: int, compress_min: int, probe) -> float:
     """Seconds from starting the shard actors on a data dir to every shard answering."""
     t0 = time.perf_counter()
-    shards = open_shards(data, num_shards, exact_max, compress_min, **index)
+    shards = open_shards(data, num_shards, exact_max, compress_min)
     shards.search("semantic", probe, K)
     took = time.perf_counter() - t0
     shards.close()
@@ -443,12 +441,6 @@ def main() -> None:
         help="after recall, the shards opened again at each NPROBExREFINE (e.g. "
         "32x300,128x100): recall and one client's load at each",
     )
-    ap.add_argument(
-        "--pq-bits",
-        type=int,
-        choices=(4, 8),
-        help="index_pq_bits of the compressed spaces (default: the product's)",
-    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, help="per load level (default 20; quick 5)")
     ap.add_argument(
@@ -465,7 +457,6 @@ def main() -> None:
     )
     scale_n = 30_000 if args.quick else 100_000
     n_chunks = n // FRAMES_PER_VIDEO
-    codes = {} if args.pq_bits is None else {"pq_bits": args.pq_bits}
     args.cache.mkdir(parents=True, exist_ok=True)
 
     import ray
@@ -500,12 +491,11 @@ def main() -> None:
         "frames": n,
         "workload": args.workload,
         "shards": args.shards,
-        "pq_bits": args.pq_bits or "default",
         "clients": args.clients,
         "seconds": seconds,
     }
     try:
-        shards = open_shards(work / "main", args.shards, exact_max, compress_min, **codes)
+        shards = open_shards(work / "main", args.shards, exact_max, compress_min)
         if args.reuse:
             print(f"searching the {n:,} frames built in {args.reuse} ...", flush=True)
             # a space whose codes are not this run's settings re-trains first
@@ -555,7 +545,6 @@ def main() -> None:
                     compress_min,
                     nprobe=nprobe,
                     refine=refine,
-                    **codes,
                 )
                 got = {s: round(r, 4) for s, r in recall(shards, queries, truth).items()}
                 shards.query_batching = True
@@ -563,7 +552,7 @@ def main() -> None:
                 report["sweep"][setting] = got
                 print(f"  nprobe {nprobe}, refine {refine}: {got}", flush=True)
             shards.close()
-            shards = open_shards(work / "main", args.shards, exact_max, compress_min, **codes)
+            shards = open_shards(work / "main", args.shards, exact_max, compress_min)
         if args.recall_only:
             print(json.dumps(report))
             return
@@ -579,7 +568,7 @@ def main() -> None:
         print(f"  (b) query fusion:       {report['fused']}", flush=True)
         shards.close()
         report["restart_to_ready_s"] = round(
-            restart(work / "main", args.shards, exact_max, compress_min, text_q[:1], **codes), 1
+            restart(work / "main", args.shards, exact_max, compress_min, text_q[:1]), 1
         )
         print(f"  restart to ready: {report['restart_to_ready_s']} s", flush=True)
 

@@ -159,11 +159,6 @@ class IndexFields(BaseModel):
     index_pq_text_bytes: int = Field(
         64, gt=0, description="PQ code bytes a 384-d semantic/text vector (a divisor of 384)"
     )
-    index_pq_bits: Literal[8, 4] = Field(
-        8,
-        description="bits a PQ sub-vector: 8 (FAISS's classic scan) or 4 (twice the "
-        "sub-vectors in the same bytes, scanned by FAISS's SIMD fast scan)",
-    )
     # At a million frames recall@10 was bound by how deep the re-ranking reaches, not by
     # nprobe (docs/benchmarks.md, "Compressed spaces at a million frames").
     index_refine: int = Field(

@@ -338,33 +338,3 @@ def test_a_changed_code_size_is_trained_after_a_restart_while_the_old_codes_serv
     again = Shard(0, directory, _cfg(index_pq_text_bytes=32))
     assert _compressed(again)["semantic"] == "IVF128,PQ32"
     assert not again.stats()["trained"]  # loaded from the snapshot, not trained again
-
-
-def test_four_bit_codes_search_filter_delete_and_restart_as_eight_bit_ones(
-    trained: Path, exact: Shard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    directory = _copy(trained, tmp_path)
-    s = Shard(0, directory, _cfg(index_pq_bits=4), background=True)
-    s.wait_idle()  # the 8-bit codes re-trained as 4-bit ones
-    assert _compressed(s) == {"visual": "IVF128,PQ64x4fs", "semantic": "IVF128,PQ32x4fs"}
-    for space in ("visual", "semantic"):
-        q = _queries([1, 2, 3], space)
-        scores, ids, _ = s.search(space, q, 10)
-        want_scores, want, _ = exact.search(space, q, 10)
-        assert _recall(ids, want) >= 0.95
-        np.testing.assert_allclose(scores[:, 0], want_scores[:, 0], atol=2e-3)
-    # a filter too large to search exactly goes through the fast scan's id selector
-    monkeypatch.setattr(space_mod, "_EXACT_SUBSET", 100)
-    q = _queries([2], "visual")
-    _, ids, _ = s.search("visual", q, 10, videos=[2, 3])
-    assert np.isin(ids >> FRAME_BITS, [2, 3]).all()
-    s.delete_video(2)
-    _, ids, _ = s.search("visual", q, 10)
-    assert not ((ids >> FRAME_BITS) == 2).any()
-    before = s.search("semantic", _queries([1, 3], "semantic"), 10)
-    s.snapshot()
-    del s
-    again = Shard(0, directory, _cfg(index_pq_bits=4))
-    assert "x4fs" in again.stats()["index"]["semantic"] and not again.stats()["trained"]
-    for x, y in zip(before, again.search("semantic", _queries([1, 3], "semantic"), 10)):
-        np.testing.assert_array_equal(x, y)

@@ -49,11 +49,6 @@ def test_factory_by_size() -> None:
     assert _policy(1).factory_for(10**11).startswith("IVF65536,")  # bounded
     with pytest.raises(ValueError, match="codec"):
         IndexPolicy(codec="PQ4")
-    four = IndexPolicy(compress_min=1000, pq_visual=64, pq_text=32, pq_bits=4)
-    assert four.factory_for(6000, 1280) == "IVF128,PQ128x4fs"
-    assert four.factory_for(6000, 384) == "IVF128,PQ64x4fs"
-    with pytest.raises(ValueError, match="pq_bits"):
-        IndexPolicy(pq_bits=6)
 
 
 @pytest.mark.parametrize(

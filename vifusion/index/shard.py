@@ -76,7 +76,6 @@ class Shard(Loading, Rebuilding):
             cfg.index_pq_visual_bytes,
             cfg.index_pq_text_bytes,
             cfg.index_refine,
-            cfg.index_pq_bits,
         )
         self._snapshot_log_bytes = cfg.snapshot_log_bytes
         self._lock = threading.RLock()

@@ -7,8 +7,7 @@ byte), with a hash direct map so vectors can be removed and read back by id. Bot
 needed. Vectors are L2-normalised: inner product is cosine similarity.
 
 Past ``compress_min`` vectors: ``IVF{nlist},PQ{m}``, a compressed space (``m`` bytes a vector,
-``pq_bytes`` by dimension; or ``PQ{2m}x4fs``, the same bytes as 4-bit codes that FAISS scans
-with SIMD table lookups, several queries a pass), with no direct map (removal scans the lists); its exact vectors
+``pq_bytes`` by dimension), with no direct map (removal scans the lists); its exact vectors
 live in the shard's vector file (``_vectors.py``), which the top ``k * refine`` candidates of
 each search are re-scored from, and which ``reconstruct`` reads.
 
@@ -57,15 +56,12 @@ class IndexPolicy:
     pq_visual: int = 64  # PQ bytes a 1280-d vector
     pq_text: int = 64  # PQ bytes a 384-d vector
     refine: int = 100  # a compressed search re-scores k * refine candidates exactly
-    pq_bits: int = 8  # bits a PQ sub-vector: 8 (PQ{m}) or 4 (PQ{2m}x4fs, FAISS's fast scan)
 
     def __post_init__(self) -> None:
         within("exact_max", self.exact_max, 0)
         within("nprobe", self.nprobe, 1)
         within("compress_min", self.compress_min, 0)
         within("refine", self.refine, 1)
-        if self.pq_bits not in (4, 8):
-            raise ValueError(f"pq_bits must be 4 or 8, got {self.pq_bits}")
         if self.codec not in CODECS:
             raise ValueError(f"unknown codec {self.codec!r}; expected one of {CODECS}")
 
@@ -75,8 +71,7 @@ class IndexPolicy:
             return FLAT
         nlist = 1 << max(6, min(16, round(math.log2(2 * math.sqrt(n)))))
         if self.compresses(n):
-            m = self.pq_visual if d == _VISUAL_DIM else self.pq_text
-            return f"IVF{nlist},PQ{2 * m}x4fs" if self.pq_bits == 4 else f"IVF{nlist},PQ{m}"
+            return f"IVF{nlist},PQ{self.pq_visual if d == _VISUAL_DIM else self.pq_text}"
         return f"IVF{nlist},{self.codec}"
 
     def nprobe_for(self, nlist: int) -> int:
@@ -172,11 +167,11 @@ class SpaceIndex:
         disk, paged in as read."""
         if self.is_flat:
             return self.ntotal * (4 * self.d + 8)
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(self.index))
+        ivf = faiss.extract_index_ivf(self.index)
         n = self.ntotal * (ivf.code_size + 8) + ivf.nlist * self.d * 4
         if self.store is None:
             return n + 40 * self.ntotal
-        return n + ivf.pq.ksub * self.d * 4 + self.store.ids.nbytes
+        return n + 256 * self.d * 4 + self.store.ids.nbytes
 
     def needs_rebuild(self) -> bool:
         """Whether the index type no longer suits the size or the policy: a flat space grown
@@ -330,7 +325,7 @@ def _trained(
     ivf.cp.niter = 10
     ivf.cp.min_points_per_centroid = 1  # silence the "too few points" warning
     ivf.cp.max_points_per_centroid = _TRAIN_PER_LIST
-    if isinstance(ivf, faiss.IndexIVFPQ):
+    if isinstance(ivf, faiss.IndexIVFPQ):  # not a fast-scan index (benchmarks/pq_settings.py)
         # the factory turns on polysemous training, which took minutes (annealing the code
         # order for Hamming filtering, which search does not use)
         ivf.do_polysemous_training = False
