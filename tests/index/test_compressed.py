@@ -338,3 +338,14 @@ def test_a_changed_code_size_is_trained_after_a_restart_while_the_old_codes_serv
     again = Shard(0, directory, _cfg(index_pq_text_bytes=32))
     assert _compressed(again)["semantic"] == "IVF128,PQ32"
     assert not again.stats()["trained"]  # loaded from the snapshot, not trained again
+
+
+def test_a_reader_answers_from_the_codes_it_finds_and_trains_nothing(
+    trained: Path, exact: Shard
+) -> None:
+    reader = Shard(0, trained, _cfg(index_pq_text_bytes=32), writer=False)
+    assert _compressed(reader)["semantic"] == "IVF128,PQ16"  # its writer re-trains it
+    assert not reader.stats()["trained"]
+    q = _queries([1, 2, 3], "semantic")
+    _, ids, _ = reader.search("semantic", q, 10)
+    assert _recall(ids, exact.search("semantic", q, 10)[1]) >= 0.95

@@ -23,12 +23,13 @@ _FILL_PIECE = 1 << 16  # vectors copied into a vector file under the lock at a t
 
 
 class Rebuilding:
-    """The rebuilding part of ``Shard``: it uses the shard's ``directory``, ``_spaces``,
+    """The rebuilding part of ``Shard``: it uses the shard's ``directory``, ``writer``, ``_spaces``,
     ``_stores``, ``_times``, ``_capture``, ``_trained``, ``_policy``, its lock,
     ``_use_threads`` and ``_upkeep``."""
 
     directory: Path
     shard_no: int
+    writer: bool
     _spaces: dict[str, SpaceIndex]
     _stores: dict[str, VectorStore]
     _times: TimeTable
@@ -51,7 +52,7 @@ class Rebuilding:
         store = self._stores[space]
         with self._lock:
             old = self._spaces[space]
-            if not old.needs_rebuild() or space in self._capture:
+            if not old.needs_rebuild(codes=self.writer) or space in self._capture:
                 return
             ids, _ = self._times.arrays()  # merged: no copy per video
             ids = ids[kind_of(ids) == KIND_OF_SPACE[space]]

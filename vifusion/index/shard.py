@@ -343,7 +343,8 @@ class Shard(Loading, Rebuilding):
         wanted = []
         with self._lock:
             for space, sp in self._spaces.items():
-                if space not in self._capture and sp.needs_rebuild():
+                # a reader (a short-lived process) keeps the codes its writer re-trains
+                if space not in self._capture and sp.needs_rebuild(codes=self.writer):
                     wanted.append(("rebuild", space))
             grown = self._wal is not None and self._wal.bytes_since_rotate > max(
                 self._snapshot_log_bytes, self._snapshot_size // 2

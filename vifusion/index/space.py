@@ -101,9 +101,8 @@ class SpaceIndex:
         self.index = index if index is not None else ChunkedFlat(d)
         self.trained_n = trained_n
         self.store = store  # a compressed space's exact vectors
-        self.nprobe = (
-            0 if self.is_flat else policy.nprobe_for(faiss.extract_index_ivf(self.index).nlist)
-        )
+        self._ivf = None if self.is_flat else faiss.extract_index_ivf(self.index)
+        self.nprobe = 0 if self._ivf is None else policy.nprobe_for(self._ivf.nlist)
 
     @classmethod
     def build(
@@ -173,19 +172,19 @@ class SpaceIndex:
             return n + 40 * self.ntotal
         return n + 256 * self.d * 4 + self.store.ids.nbytes
 
-    def needs_rebuild(self) -> bool:
+    def needs_rebuild(self, codes: bool = True) -> bool:
         """Whether the index type no longer suits the size or the policy: a flat space grown
         past ``exact_max``, an IVF space grown at least ``_REGROW`` x since training into a
-        size that calls for more inverted lists, or one whose vector codes are not the
-        policy's (its codec or PQ size changed since it was trained: a restart re-trains it
-        in the background, the old index serving meanwhile)."""
+        size that calls for more inverted lists, or, with ``codes``, one whose vector codes
+        are not the policy's (its codec or PQ size changed since it was trained: a restart
+        re-trains it in the background, the old index serving meanwhile)."""
         n = self.ntotal
         if self.is_flat:
             return n > self.policy.exact_max or self.policy.compresses(n)
         if self.policy.compresses(n) and not self.compressed:
             return True
         wanted = self.policy.factory_for(n, self.d)
-        if wanted != FLAT and self.compressed == self.policy.compresses(n):
+        if codes and wanted != FLAT and self.compressed == self.policy.compresses(n):
             if _codes(wanted) != _codes(self.factory):
                 return True
         return n >= _REGROW * self.trained_n and wanted != self.factory
