@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -175,3 +176,18 @@ def test_rebuild_is_due_when_the_codec_is_no_longer_the_policys(data) -> None:
     assert not same.needs_rebuild()
     changed = SpaceIndex(D, _policy(100, "SQfp16"), ivf.factory, ivf.index, ivf.trained_n)
     assert changed.needs_rebuild()
+
+
+def test_a_lone_query_gets_the_answer_it_gets_in_a_batch(data) -> None:
+    ids, base, queries = data
+    space = SpaceIndex.build(D, _policy(1000, "SQfp16"), ids=ids, vectors=base)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)  # a lone query's lists split over threads
+    try:
+        scores, got = space.search(queries, 10)
+        for i in range(len(queries)):
+            s, g = space.search(queries[i : i + 1], 10)
+            np.testing.assert_array_equal(g[0], got[i])
+            np.testing.assert_allclose(s[0], scores[i], rtol=1e-6)
+    finally:
+        faiss.omp_set_num_threads(threads)

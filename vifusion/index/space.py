@@ -227,6 +227,10 @@ class SpaceIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, ids) per query; with ``subset``, only among those ids, without
         losing top-k to the filter (small subsets are searched exactly)."""
+        if self._ivf is not None:
+            # FAISS shares a call's threads out by query, which leaves a lone query's lists
+            # to one thread; it gets them all, split by list
+            self._ivf.parallel_mode = 1 if len(queries) == 1 else 0
         if subset is None:
             if self.compressed:
                 return self._refined(queries, k, self.nprobe)
