@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vifusion.index._vectors import VectorStore
+from vifusion.index._vectors import RowMap, VectorStore
 
 D = 64
 
@@ -70,3 +70,19 @@ def test_a_cold_read_shared_among_threads_returns_every_row_in_order(
     monkeypatch.setattr(_vectors, "_PROBE_COLD_S", 0.0)  # every read judged cold
     np.testing.assert_array_equal(store.read_rows(rows), want)
     np.testing.assert_array_equal(store.read_rows(rows[:40]), want[:40])  # fewer than readers
+
+
+def test_the_row_map_finds_ids_in_any_order_merged_or_recent() -> None:
+    rng = np.random.default_rng(0)
+    ids = rng.choice(1 << 40, 20_000, replace=False).astype(np.int64)
+    rows = np.arange(len(ids), dtype=np.int32)
+    m = RowMap()
+    m.set(ids[:10_000], rows[:10_000])  # merged (past the recent dict's bound)
+    m.set(ids[10_000:10_100], rows[10_000:10_100])  # still recent
+    m.set(ids[:5], rows[-5:])  # replaced: the newest row wins
+    want = dict(zip(ids[:10_100].tolist(), rows[:10_100].tolist()))
+    want.update(zip(ids[:5].tolist(), rows[-5:].tolist()))
+    asked = rng.permutation(ids[:10_100])[:3000]  # a re-ranking's scattered order
+    assert m.get(asked).tolist() == [want[i] for i in asked.tolist()]
+    with pytest.raises(KeyError):
+        m.get(np.array([ids[-1]]))
