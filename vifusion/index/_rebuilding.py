@@ -23,8 +23,8 @@ _FILL_PIECE = 1 << 16  # vectors copied into a vector file under the lock at a t
 
 
 class Rebuilding:
-    """The rebuilding part of ``Shard``: it uses the shard's ``directory``, ``writer``, ``_spaces``,
-    ``_stores``, ``_times``, ``_capture``, ``_trained``, ``_policy``, its lock,
+    """The rebuilding part of ``Shard``: it uses the shard's ``directory``, ``writer``,
+    ``_spaces``, ``_stores``, ``_times``, ``_capture``, ``_trained``, ``_policy``, its lock,
     ``_use_threads`` and ``_upkeep``."""
 
     directory: Path
