@@ -217,16 +217,18 @@ def main() -> None:
         loops = list(embedders) + (["nvdec"] if nvdec else [])
         rows: list[tuple[str, str, dict]] = []
         whole = not args.nodes_only
-        for d, emb in embedders.items() if whole else ():
-            for b in BATCHES:
-                work = min_frames if d == "cuda" else min(min_frames, 4 * b)
-                rows.append((f"model only, batch {b}", d, model_only(emb, frames, b, work)))
+        if whole:
+            for d, emb in embedders.items():
+                for b in BATCHES:
+                    work = min_frames if d == "cuda" else min(min_frames, 4 * b)
+                    rows.append((f"model only, batch {b}", d, model_only(emb, frames, b, work)))
         for d in ["cpu"] + (["nvdec"] if nvdec else []):
             rows.append(("decode only", d, decode_only(videos, cfg, d == "nvdec")))
-        for d in loops if whole else ():
-            emb = embedders["cuda" if d == "nvdec" else d]
-            rows.append(("extractor loop", d, extractor_loop(emb, videos, cfg, d == "nvdec")))
-        if not whole and cuda:
+        if whole:
+            for d in loops:
+                emb = embedders["cuda" if d == "nvdec" else d]
+                rows.append(("extractor loop", d, extractor_loop(emb, videos, cfg, d == "nvdec")))
+        elif cuda:
             loops.remove("cpu")
         for n in [int(w) for w in args.workers.split(",") if w]:
             for d in loops:

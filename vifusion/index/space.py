@@ -166,7 +166,7 @@ class SpaceIndex:
         disk, paged in as read."""
         if self.is_flat:
             return self.ntotal * (4 * self.d + 8)
-        ivf = faiss.extract_index_ivf(self.index)
+        ivf = self._ivf
         n = self.ntotal * (ivf.code_size + 8) + ivf.nlist * self.d * 4
         if self.store is None:
             return n + 40 * self.ntotal
