@@ -65,6 +65,8 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/webhooks"): "admin",
     ("GET", "/v1/webhooks"): "admin",
     ("DELETE", "/v1/webhooks/{hook_id}"): "admin",
+    ("POST", "/v1/reindex"): "admin",
+    ("GET", "/v1/reindex"): "admin",
     ("GET", "/v1/collections"): "search",
     ("DELETE", "/v1/collections/{name}"): "admin",
     ("GET", "/v1/languages"): "search",

@@ -18,6 +18,7 @@ from serve import (
     routes_keys,
     routes_media,
     routes_pages,
+    routes_reindex,
     routes_search,
     routes_videos,
 )
@@ -44,6 +45,7 @@ for _routes in (
     routes_collections,
     routes_keys,
     routes_hooks,
+    routes_reindex,
 ):
     api.include_router(
         _routes.router,

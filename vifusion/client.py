@@ -169,6 +169,19 @@ class Client:
         """Delete a collection with its videos, their vectors and media (an admin key)."""
         self._call("DELETE", f"/v1/collections/{name}")
 
+    def reindex(self, visual_model: str | None = None) -> dict:
+        """Embed the library again with the service's configured visual model, searches
+        answering meanwhile (an admin key): the state, as ``reindex_state``. ApiError 409
+        ``reindex_running``, ``model_unavailable``, or ``model_not_configured`` where
+        ``visual_model`` is given and is not the configured one."""
+        body = {} if visual_model is None else {"visual_model": visual_model}
+        return self._call("POST", "/v1/reindex", json=body)
+
+    def reindex_state(self) -> dict:
+        """``{"state": idle|embedding|switching|ready|failed, "index_model",
+        "configured_model", "videos_done", "videos_total", "error", ...}``."""
+        return self._call("GET", "/v1/reindex")
+
     def retry(self, video_id: int) -> dict:
         """Index a failed video again: ``{"video_id", "job_id", "status": "queued"}`` (``wait``
         on the job). ApiError 409 ``not_failed`` if it has not failed, 410 ``source_gone`` if

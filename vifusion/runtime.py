@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from functools import cached_property
 from typing import Any
 
@@ -17,6 +18,8 @@ from vifusion.catalog import Catalog, open_catalog
 from vifusion.cluster.placement import applied_plan
 from vifusion.config import Config
 from vifusion.index import ShardSet
+from vifusion.index.layout import index_dir
+from vifusion.index.model import with_index_model
 
 # Settings of every Ray that runs ViFusion, as environment variables of its processes: a
 # Ray started here inherits them, `ray up` clusters export them (deploy/cluster*.yaml).
@@ -62,7 +65,9 @@ class Runtime:
         service replica being replaced hands over to its successor this way). ``shared``: a
         process that writes only through the shared actors (an API replica): the lock is
         held shared where ``cfg.shared_actors`` and Ray runs already or is joined. The
-        applied plan is resolved here (``with_applied_plan``): ``self.cfg`` carries it."""
+        applied plan is resolved here (``with_applied_plan``): ``self.cfg`` carries it, and
+        the index's visual model (``model.with_index_model``): a data dir is searched and fed
+        with the model that made its vectors, whatever ``cfg.visual_model`` asks a reindex for."""
         cfg = self.cfg = with_applied_plan(cfg)
         self._lock = None
         if writer:
@@ -86,10 +91,13 @@ class Runtime:
                 logging_level=logging.ERROR,
             )
         self.catalog: Catalog | None = None
+        self._following = threading.Lock()
+        self._retired: list[ShardSet] = []
         try:
             with storage_writes(cfg.data_dir, "it cannot be opened"):
                 self.catalog = open_catalog(cfg)
-                self.shards = ShardSet(cfg)
+                self.cfg = with_index_model(self.cfg)
+                self.shards = ShardSet(self.cfg)
         except BaseException:
             self._release()
             raise
@@ -119,6 +127,28 @@ class Runtime:
         self.stop_indexer()
         self.cfg = self.cfg.updated({"plan": plan})
 
+    def follow_index(self) -> ShardSet | None:
+        """Move to the shard set in use where a reindex switched it since this runtime opened
+        its own (``layout.switch_index``): the new set's shard actors, its visual model for
+        the searcher and the extractors (both started again on their next use). Returns the
+        set left behind (None where nothing moved); its actors answer the calls already sent
+        to them until the reindex stops them. A file read a call: every request asks."""
+        if index_dir(self.cfg.data_dir) == self.shards.folder:
+            return None
+        with self._following:
+            if index_dir(self.cfg.data_dir) == self.shards.folder:
+                return None
+            old = self.shards
+            self.stop_indexer()
+            self.cfg = with_index_model(self.cfg)
+            self.shards = ShardSet(self.cfg)
+            self.__dict__.pop("searcher", None)
+            self._retired.append(old)
+            logging.getLogger(__name__).warning(
+                "now serving the shard set %s (%s)", self.shards.folder.name, self.cfg.visual_model
+            )
+            return old
+
     @cached_property
     def searcher(self):
         import torch
@@ -131,7 +161,8 @@ class Runtime:
 
     def close(self) -> None:
         self.stop_indexer()
-        self.shards.close()
+        for shards in [*self._retired, self.shards]:
+            shards.close()
         self._release()
 
     def _release(self) -> None:

@@ -24,6 +24,7 @@ from vifusion._files import StorageError, fd_path, spool_dir, storage_writes
 from vifusion.catalog import DEFAULT_COLLECTION, TEXT_KINDS, Job, TextRow, Video
 from vifusion.config import Config
 from vifusion.datadir import THUMBS, remove_stored_media
+from vifusion.index.model import model_record
 from vifusion.ingest._checks import check_metadata, check_text, shown, title_for
 from vifusion.ingest.pool import Pool
 from vifusion.ingest.sources import (
@@ -88,7 +89,6 @@ class Service:
         self.cfg = cfg
         self.rt = Runtime(cfg, writer=True, wait_s=wait_s, shared=True)
         self.catalog = self.rt.catalog
-        self.shards = self.rt.shards
         try:
             with storage_writes(cfg.data_dir, "the service did not start"):
                 self.spool = spool_dir(cfg.data_dir)  # where the API spools what it is sent
@@ -99,7 +99,15 @@ class Service:
         self.thumbnails = ThumbnailCache(cfg.data_dir / THUMBS, cfg.thumbnail_cache_bytes)
 
     @property
+    def shards(self):
+        """The shard set in use (a reindex's switch is followed here: ``Runtime.follow_index``)."""
+        self.rt.follow_index()
+        return self.rt.shards
+
+    @property
     def searcher(self):
+        """The query models and the shards they search, of the shard set in use."""
+        self.rt.follow_index()
         return self.rt.searcher
 
     # -- ingest ------------------------------------------------------------------------
@@ -384,6 +392,21 @@ class Service:
             raise ValueError(f"kind must be one of {', '.join((*TEXT_KINDS, 'all'))}, got {kind!r}")
         self.video(video_id)
         return self.catalog.texts(video_id, None if kind == "all" else kind)
+
+    # -- reindex -----------------------------------------------------------------------
+
+    def reindex(self) -> dict[str, Any]:
+        """Embed the library again with the configured ``visual_model`` in the background
+        (``ingest/live_reindex.py``): searches answer from the vectors in use until the switch.
+        Refused before it starts: ValueError for a malformed model, FileNotFoundError for
+        missing weights, ``ReindexBusy`` while one runs."""
+        model_record(self.cfg.visual_model)
+        self.jobs.reindex(self.cfg.visual_model)
+        return self.reindex_state()
+
+    def reindex_state(self) -> dict[str, Any]:
+        """The last reindex's state, the model the index holds and the one configured."""
+        return self.jobs.reindex_state() | {"configured_model": self.cfg.visual_model}
 
     # -- state -------------------------------------------------------------------------
 

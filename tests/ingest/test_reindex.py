@@ -54,7 +54,8 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
     _, vectors = shards.frames("visual", video, 0, 1e6)
     assert vectors.shape[1] == VISUAL_DIM and not vectors[:, EMBED_DIM:].any()
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3)
-    # searches with the new model answer from its space: a still of a video finds that video
+    # searches with the new model answer from its space, the model the index records (no
+    # visual_model given): a still of a video finds that video
     still = tmp_path / "still.png"
     with av.open(str(videos["kitchen.mp4"].path)) as container:
         frame = next(f for f in container.decode(video=0) if f.time >= 1.0)
@@ -66,7 +67,6 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
         "--json",
         "--image",
         str(still),
-        env={"VIFUSION_VISUAL_MODEL": spec},
     )
     assert after.returncode == 0, after.stderr
     found = [json.loads(line) for line in after.stdout.splitlines() if line.startswith("{")]

@@ -69,6 +69,8 @@ ROUTES = [
     ("GET", "/v1/collections", {}, "search"),
     ("DELETE", "/v1/collections/no-such-collection", {}, "admin"),
     ("GET", "/v1/languages", {}, "search"),
+    ("POST", "/v1/reindex", {"json": {"visual_model": 7}}, "admin"),
+    ("GET", "/v1/reindex", {}, "admin"),
 ]
 RANK = {"search": 0, "ingest": 1, "admin": 2}
 

@@ -209,7 +209,13 @@ def cmd_reindex(cfg: Config, quiet: bool = False) -> int:
 
     try:
         lock = writer_lock(cfg.data_dir)
-    except (DataDirBusy, DataDirUnwritable) as e:
+    except DataDirBusy as e:
+        print(
+            f"vifusion reindex: {e} (a running service reindexes: POST /v1/reindex)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except DataDirUnwritable as e:
         print(f"vifusion reindex: {e}", file=sys.stderr)
         return EXIT_USAGE
     with lock, tqdm(unit="video", disable=quiet, file=sys.stderr) as bar:

@@ -14,6 +14,7 @@ from vifusion.catalog import JOB_STATES, CatalogUnreachable, NoCatalog
 from vifusion.cli._admin_parsers import add_admin_commands
 from vifusion.cli.commands import EXIT_USAGE
 from vifusion.config import Config
+from vifusion.index.model import ModelMismatch, with_index_model
 from vifusion.query.ranking import MODALITIES
 
 
@@ -278,10 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vifusion: bad configuration: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.command not in ("reindex", "serve"):  # those take visual_model as the target
+            cfg = with_index_model(cfg)  # the model that made the index's vectors
         return _dispatch(args, cfg)
-    except (CatalogUnreachable, NoCatalog) as e:
-        # a cluster's PostgreSQL down or misnamed, or no catalog where one is read: one line,
-        # no traceback
+    except (CatalogUnreachable, NoCatalog, ModelMismatch) as e:
+        # a cluster's PostgreSQL down or misnamed, no catalog where one is read, an index
+        # whose model cannot be loaded: one line, no traceback
         print(f"vifusion {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
 

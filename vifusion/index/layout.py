@@ -77,12 +77,22 @@ def remove_index(data_dir: Path, folder: Path) -> None:
         shutil.rmtree(folder)
 
 
-def replica_dir(data_dir: Path, shard_no: int, replica: int) -> Path:
+def remove_unused(data_dir: Path) -> None:
+    """Remove every shard set not in use: what a reindex cut short left, before its switch
+    (the new set) or after it (the old). Only the data dir's one writer reindexes, so no set
+    is being built meanwhile."""
+    root = Path(data_dir) / INDEX
+    for folder in [root, *root.glob("gen-*")]:
+        if folder != index_dir(data_dir) and folder.is_dir():
+            remove_index(data_dir, folder)
+
+
+def replica_dir(data_dir: Path, shard_no: int, replica: int, folder: Path | None = None) -> Path:
     """Where replica ``replica`` of a shard keeps its own snapshot and log: the primary
     (0) in ``shard_dir``, as before replicas had their own, so older data dirs open as they
     are; the others beside it, so replicas on one machine never share a directory (on a
-    cluster each node has its own data dir at the same path)."""
-    base = shard_dir(data_dir, shard_no)
+    cluster each node has its own data dir at the same path). In the set in use, or ``folder``."""
+    base = shard_dir(data_dir, shard_no, folder)
     return base if replica == 0 else base.with_name(f"{base.name}-replica-{replica}")
 
 

@@ -18,6 +18,10 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vifusion.config import Config
 
 DEFAULT = "default"
 _OPEN_CLIP = "open_clip"
@@ -108,9 +112,11 @@ def recorded(directory: Path) -> ModelRecord | None:
     return ModelRecord(data["name"], data["fingerprint"])
 
 
-def check_model(directory: Path, model: ModelRecord, holds_vectors: bool, writer: bool) -> None:
+def check_model(
+    directory: Path, model: ModelRecord, holds_vectors: bool, writer: bool, spec: str | None = None
+) -> None:
     """Refuse (``ModelMismatch``) a shard directory whose vectors another model made; a writer
-    records ``model`` in a directory that records none. ``holds_vectors``: whether the shard
+    records ``model`` (loaded by ``spec``) in a directory that records none. ``holds_vectors``: whether the shard
     loaded any row or log record (without a record, those are the default model's)."""
     held = recorded(directory)
     if held is None and holds_vectors:
@@ -122,14 +128,55 @@ def check_model(directory: Path, model: ModelRecord, holds_vectors: bool, writer
             "visual_model back"
         )
     if writer and recorded(directory) is None:
-        write_record(directory, model)
+        write_record(directory, model, spec)
 
 
-def write_record(directory: Path, model: ModelRecord) -> None:
-    """Record ``model`` in a shard directory (temp file, then rename)."""
+def write_record(directory: Path, model: ModelRecord, spec: str | None = None) -> None:
+    """Record ``model`` in a shard directory (temp file, then rename), with ``spec``, the
+    ``visual_model`` that loads it, so that a process opening the data dir can embed with it."""
     spaces = {"visual": model.name, "semantic": model.name}
     spaces |= {"speech": TEXT_MODEL, "screen": TEXT_MODEL}
     path = Path(directory) / RECORD
     tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(model) | {"spaces": spaces}))
+    tmp.write_text(json.dumps(asdict(model) | {"spaces": spaces, "spec": spec}))
     os.replace(tmp, path)
+
+
+def recorded_spec(directory: Path) -> str | None:
+    """The ``visual_model`` a shard directory records (None: none, or a record from before
+    records named it)."""
+    try:
+        return json.loads((Path(directory) / RECORD).read_text()).get("spec")
+    except FileNotFoundError:
+        return None
+
+
+def with_index_model(cfg: Config) -> Config:
+    """``cfg`` with the ``visual_model`` of the shard set in use (``index_model`` of its first
+    shard): what every process serving a data dir embeds with, whatever it was started with."""
+    from vifusion.index.layout import shard_dir
+
+    spec = index_model(shard_dir(cfg.data_dir, 0), cfg.visual_model)
+    return cfg if spec == cfg.visual_model else cfg.updated({"visual_model": spec})
+
+
+def index_model(directory: Path, spec: str) -> str:
+    """The ``visual_model`` to embed with for the shard in ``directory``: ``spec`` where the
+    shard holds nothing yet or holds that model's vectors, else the model it records (a data
+    dir is searched with the model that made its vectors; ``spec`` is then what a reindex
+    switches to). ``ModelMismatch`` where the recorded model cannot be had: its weights moved
+    or changed, or the record is from before records named it."""
+    held = recorded(directory)
+    if held is None or held == model_record(spec):
+        return spec
+    theirs = recorded_spec(directory)
+    try:
+        if theirs is not None and model_record(theirs) == held:
+            return theirs
+    except FileNotFoundError:
+        pass
+    raise ModelMismatch(
+        f"{directory} holds vectors of {held}, not of {model_record(spec)} (visual_model), "
+        f"and {theirs or 'its model'} cannot be loaded: set visual_model to the index's model, "
+        "or run `vifusion reindex` to embed the library again with the new one"
+    )

@@ -26,10 +26,12 @@ from vifusion.cluster.placement import (
     shard_strategies,
 )
 from vifusion.config import Config
+from vifusion.datadir import INDEX
 from vifusion.index._seal import data_dir_key
 from vifusion.index.batching import QueryBatcher, ShardResult
 from vifusion.index.layout import (  # noqa: F401 (imported from here too)
     check_layout,
+    index_dir,
     replica_dir,
     shard_dir,
     shard_for,
@@ -64,7 +66,14 @@ class ShardSet:
     """
 
     def __init__(self, cfg: Config) -> None:
+        """The replicas of the shard set in use (``layout.index_dir``), started or found:
+        each set's actors are named after it (``layout.generation``), so a reindex's new set
+        starts beside the old one, which answers until every process has moved to the new."""
         check_layout(cfg.data_dir, cfg.num_shards)
+        self.folder = index_dir(cfg.data_dir)
+        # "" for index/ itself (a data dir never reindexed: its actors keep their names)
+        self.generation = "" if self.folder.name == INDEX else self.folder.name
+        self._cfg = cfg
         # num_cpus=0: shards mostly sit idle between searches and must not take the CPU
         # slots that extractors are scheduled on; max_concurrency=1: one call at a time.
         # OMP_WAIT_POLICY=PASSIVE: FAISS's OpenMP threads otherwise spin after every search,
@@ -92,13 +101,16 @@ class ShardSet:
         self._turn = itertools.count()
         self._batchers: dict[str, QueryBatcher] = {}
         self._shared = cfg.shared_actors
-        lifetime = "detached" if cfg.shared_actors else None
+        # Detached where shared, and for a reindex's set (the ingest pool starts it, and the
+        # set must outlive a restart of the pool); else they die with the process that
+        # started them. ``close`` stops those started here unless they are shared.
+        lifetime = "detached" if cfg.shared_actors or self.generation else None
         # (shard, replica) -> (handle, name) of the replicas started here, not found running
         started: dict[tuple[int, int], tuple[ray.actor.ActorHandle, str]] = {}
 
         def start(n: int, r: int) -> ray.actor.ActorHandle:
-            names = [actor_name(cfg, "shard", n, i) for i in range(cfg.shard_replicas)]
-            directory = replica_dir(cfg.data_dir, n, r)
+            names = [self._name(n, i) for i in range(cfg.shard_replicas)]
+            directory = replica_dir(cfg.data_dir, n, r, self.folder)
             args = (n, directory, cfg) + ((names[1:], None) if r == 0 else (None, names[0]))
             args += (key,)
             handle = actor.options(
@@ -116,7 +128,7 @@ class ShardSet:
             for n in range(cfg.num_shards):
                 group = []
                 for r in range(cfg.shard_replicas):
-                    handle = find_actor(actor_name(cfg, "shard", n, r))
+                    handle = find_actor(self._name(n, r))
                     group.append(handle if handle is not None else start(n, r))
                 self._replicas.append(group)
             # Ray's soft node affinity (soft, so that a replica whose node is lost starts
@@ -143,7 +155,6 @@ class ShardSet:
             self._owned = list(started.values())
             self.close()
             raise
-        self._cfg = cfg
         self.query_batching = cfg.query_fusion  # the key's historical name
 
     @property
@@ -264,9 +275,14 @@ class ShardSet:
         self.query_batching = False
         for n, group in enumerate(self._replicas):
             for r, handle in enumerate(group):
-                kill_named(handle, actor_name(self._cfg, "shard", n, r))
+                kill_named(handle, self._name(n, r))
         self._owned = []
         self._replicas = []
+
+    def _name(self, n: int, r: int) -> str:
+        """The actor name of replica ``r`` of shard ``n`` of this set."""
+        gen = (self.generation,) if self.generation else ()
+        return actor_name(self._cfg, "shard", *gen, n, r)
 
     # -- fan-out with fail-over ---------------------------------------------------------
 

@@ -93,7 +93,9 @@ class Shard(Loading, Rebuilding):
         }
         self._load_state()
         # before any write: a shard never takes or answers with vectors of another model
-        check_model(self.directory, model_record(cfg.visual_model), self.seq > 0, writer)
+        check_model(
+            self.directory, model_record(cfg.visual_model), self.seq > 0, writer, cfg.visual_model
+        )
         self._wal = WriteAheadLog(self.directory / WAL_DIR, after=self.seq) if writer else None
         if self._wal is not None and self._wal.last_seq != self.seq:
             raise LogCorrupt(
@@ -289,6 +291,15 @@ class Shard(Loading, Rebuilding):
         """Return once the background work scheduled so far is done (for tests and shutdown)."""
         if self._worker is not None:
             self._worker.wait_idle()
+
+    def close(self) -> None:
+        """Finish the background work and close the log: the directory is then another
+        process's to open (a reindex hands its new shards to their actors so)."""
+        self.wait_idle()
+        with self._lock:
+            if self._wal is not None:
+                self._wal.close()
+                self._wal = None
 
     # -- applying operations (under the lock) -----------------------------------------
 

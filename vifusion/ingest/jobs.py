@@ -25,6 +25,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +81,6 @@ class JobRunner:
         self.cfg = cfg
         self.rt = rt
         self.catalog = rt.catalog
-        self.shards = rt.shards
         self.name = name
         self.owner = f"{name}/{uuid.uuid4().hex[:12]}"
         self.catalog.holder = self.owner
@@ -96,6 +96,7 @@ class JobRunner:
         self._retaken = False
         self._stalled: list[tuple[str, str]] = []
         self._replan = False
+        self._held = 0  # ``held`` blocks open: no job is taken
         self._plan = cfg.plan  # the plan in force, or (after ``replan``) the one to move to
         self._count = self._planned_count()
         self._serving: set[int] = set()  # the extractors that have a worker thread
@@ -115,6 +116,20 @@ class JobRunner:
         with self._wake:
             self._replan, self._plan = True, plan
             self._wake.notify_all()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A block in which no job runs: the running ones end first, and none is taken until
+        it ends (a reindex switches shard sets in one)."""
+        with self._wake:
+            self._held += 1
+            self._wake.wait_for(lambda: not self._running)
+        try:
+            yield
+        finally:
+            with self._wake:
+                self._held -= 1
+                self._wake.notify_all()
 
     @property
     def extractors(self) -> int:
@@ -183,7 +198,7 @@ class JobRunner:
                     self._restart_indexer()
                 if i >= self._count:
                     break
-                if self._replan:  # no new job until the running ones end and the actors move
+                if self._replan or self._held:  # no new job until the running ones end
                     self._wake.wait(timeout=2.0)
                     continue
                 if not self._retaken:
@@ -265,8 +280,8 @@ class JobRunner:
             with self._wake:
                 self._running.pop(job_id, None)
                 self.stats.busy_s += time.perf_counter() - t0
-                if self._replan and not self._running:
-                    self._wake.notify_all()  # the actors may move now
+                if not self._running:
+                    self._wake.notify_all()  # the actors may move now, a hold may begin
 
     def _run(self, i: int, job_id: str, video_id: int) -> None:
         video = self.catalog.get_video(video_id)
@@ -305,7 +320,7 @@ class JobRunner:
             indexer.extractors[i], path, video_id, job_id, follow_symlinks=not is_path_source(video)
         )
         if self.catalog.get_video(video_id) is None:  # deleted while it ran: leave nothing behind
-            self.shards.delete_video(video_id)
+            self.rt.shards.delete_video(video_id)
             self.catalog.delete_video(video_id)  # the texts its job wrote after the delete
             return
         with self._lock:
@@ -322,7 +337,7 @@ class JobRunner:
         with self._lock:
             self.stats.jobs_failed += 1
         try:
-            self.shards.delete_video(job.video_id)
+            self.rt.shards.delete_video(job.video_id)
             for kind in TEXT_KINDS:
                 self.catalog.put_texts(job.video_id, kind, [])
         except Exception as e:  # left for `vifusion check --repair`

@@ -15,6 +15,9 @@ aggregators, so it is where their link readings are watched and a lasting change
 is planned for, once per data dir however many API replicas there are; its extractors and
 aggregators then move to the new plan between jobs (``JobRunner.replan``).
 
+It also runs the data dir's reindex while the service serves (``live_reindex.py``): the
+one writer of videos is where their embedding can be held for the switch.
+
 It also sends the data dir's webhook events (``hooks.delivery.Deliverer``, a thread): once
 per data dir, as the jobs whose ends they tell of run here.
 
@@ -32,6 +35,7 @@ from vifusion.cluster.actors import HEAD_RESOURCE, NAMESPACE, actor_name, find_a
 from vifusion.config import Config
 from vifusion.hooks.delivery import Deliverer
 from vifusion.ingest.jobs import IngestStats, JobRunner
+from vifusion.ingest.live_reindex import LiveReindex
 from vifusion.plan.follow import PlanFollower, Readings
 from vifusion.runtime import Runtime
 
@@ -52,6 +56,7 @@ class IngestPool:
         self.follower.start(self.link_readings)
         self.hooks = Deliverer(self.rt.cfg, self.rt.catalog)
         self.hooks.start()
+        self.reindexer = LiveReindex(self.rt, self.jobs)
 
     def wake(self) -> None:
         self.jobs.wake()
@@ -66,6 +71,14 @@ class IngestPool:
 
     def fusion_stats(self) -> list[dict]:
         return self.jobs.fusion_stats()
+
+    def reindex(self, visual_model: str) -> dict:
+        """Start embedding the library with ``visual_model`` (``live_reindex.py``); ReindexBusy
+        while one runs."""
+        return self.reindexer.start(visual_model).to_dict()
+
+    def reindex_state(self) -> dict:
+        return self.reindexer.state.to_dict() | {"index_model": self.rt.cfg.visual_model}
 
     def link_readings(self) -> Readings:
         """What the plan follower reads each round: the aggregators' stats and the node of
@@ -125,6 +138,12 @@ class Pool:
 
     def fusion_stats(self) -> list[dict]:
         return ray.get(self.actor.fusion_stats.remote())
+
+    def reindex(self, visual_model: str) -> dict:
+        return ray.get(self.actor.reindex.remote(visual_model))
+
+    def reindex_state(self) -> dict:
+        return ray.get(self.actor.reindex_state.remote())
 
     def close(self) -> None:
         """Let go of the pool; stop it if this handle started it and it is not shared."""

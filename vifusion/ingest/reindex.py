@@ -29,6 +29,7 @@ from vifusion.index.layout import (
     check_layout,
     new_index_dir,
     remove_index,
+    remove_unused,
     shard_dir,
     shard_for,
     switch_index,
@@ -52,39 +53,81 @@ class Reindexed:
     folder: str = ""
 
 
+class Rebuild:
+    """A new shard set embedded with ``cfg.visual_model`` in ``index/gen-<k>``, beside the set in
+    use: ``catch_up`` embeds every ready video it lacks and drops those no longer ready (call
+    it again for what changed meanwhile), ``switch`` makes it the set in use, ``abandon``
+    removes it. Its shards are written in this process; nothing else may write them."""
+
+    def __init__(self, cfg: Config, progress: Callable[[int, int], None] | None = None) -> None:
+        check_layout(cfg.data_dir, cfg.num_shards)
+        self.cfg = cfg
+        self.backbone = load_backbone(cfg)
+        self._progress = progress
+        remove_unused(cfg.data_dir)  # what a reindex cut short left behind
+        self.folder = new_index_dir(cfg.data_dir)
+        self.done = Reindexed(str(self.backbone.record), folder=str(self.folder))
+        self._embedded: set[int] = set()
+        self._shards = [
+            Shard(n, shard_dir(cfg.data_dir, n, self.folder), cfg) for n in range(cfg.num_shards)
+        ]
+
+    def catch_up(self, catalog: Catalog) -> int:
+        """Embed the ready videos the new set lacks, remove those deleted since they were
+        embedded; return how many videos were embedded."""
+        ready = set(catalog.ready_ids())
+        for video_id in sorted(self._embedded - ready):
+            self._shard(video_id).delete_video(video_id)
+            self._embedded.discard(video_id)
+            self.done.videos -= 1
+        todo = sorted(ready - self._embedded - self.done.skipped.keys())
+        for i, video_id in enumerate(todo):
+            why = _embed_video(self.cfg, catalog, self.backbone, self._shard(video_id), video_id)
+            if isinstance(why, str):
+                self.done.skipped[video_id] = why
+                log.warning("reindex: video %d left out: %s", video_id, why)
+            else:
+                self._embedded.add(video_id)
+                self.done.videos += 1
+                self.done.frames += why
+            if self._progress is not None:
+                self._progress(i + 1, len(todo))
+        return len(todo)
+
+    def switch(self) -> Path:
+        """Snapshot the new shards (each then loads from one file, not a log of every batch),
+        close them and make the new set the one in use; return the folder of the set before."""
+        for shard in self._shards:
+            shard.snapshot()
+            shard.close()
+        return switch_index(self.cfg.data_dir, self.folder)
+
+    def abandon(self) -> None:
+        """Remove the new set (a reindex that failed or was stopped)."""
+        for shard in self._shards:
+            shard.close()
+        remove_index(self.cfg.data_dir, self.folder)
+
+    def _shard(self, video_id: int) -> Shard:
+        return self._shards[shard_for(video_id, len(self._shards))]
+
+
 def reindex(cfg: Config, progress: Callable[[int, int], None] | None = None) -> Reindexed:
     """Embed every ready video with ``cfg.visual_model`` into a new shard set and switch to it.
-    ``progress(done, total)`` after each video. The caller holds the writer lock."""
-    check_layout(cfg.data_dir, cfg.num_shards)
-    backbone = load_backbone(cfg)
-    folder = new_index_dir(cfg.data_dir)
-    done = Reindexed(str(backbone.record), folder=str(folder))
-    shards = [Shard(n, shard_dir(cfg.data_dir, n, folder), cfg) for n in range(cfg.num_shards)]
+    ``progress(done, total)`` after each video. The caller holds the writer lock, so nothing
+    else writes the library meanwhile."""
+    rebuild = Rebuild(cfg, progress)
     try:
         catalog = open_catalog(cfg, read_only=True)
         try:
-            ids = sorted(catalog.ready_ids())
-            for i, video_id in enumerate(ids):
-                shard = shards[shard_for(video_id, cfg.num_shards)]
-                why = _embed_video(cfg, catalog, backbone, shard, video_id)
-                if isinstance(why, str):
-                    done.skipped[video_id] = why
-                    log.warning("reindex: video %d left out: %s", video_id, why)
-                else:
-                    done.videos += 1
-                    done.frames += why
-                if progress is not None:
-                    progress(i + 1, len(ids))
+            rebuild.catch_up(catalog)
         finally:
             catalog.close()
-        for shard in shards:  # each new shard loads from one file, not a log of every batch
-            shard.snapshot()
     except BaseException:
-        remove_index(cfg.data_dir, folder)
+        rebuild.abandon()
         raise
-    old = switch_index(cfg.data_dir, folder)
-    remove_index(cfg.data_dir, old)
-    return done
+    remove_index(cfg.data_dir, rebuild.switch())
+    return rebuild.done
 
 
 def _embed_video(
