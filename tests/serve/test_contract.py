@@ -66,6 +66,9 @@ CONTRACT = {
     ),
     # The languages a search can keep to (issue 55): additive.
     ("GET", "/v1/languages"): ({"200"}, "LanguageList", set(), []),
+    # A reindex while the service runs (issue 54): additive.
+    ("POST", "/v1/reindex"): ({"202"}, "ReindexOut", {"400", "403", "409"}, []),
+    ("GET", "/v1/reindex"): ({"200"}, "ReindexOut", {"403"}, []),
 }
 # Served but left out of the schema: the web page, its files, the docs, signed media.
 UNDOCUMENTED = {
@@ -96,6 +99,7 @@ SCHEMAS = {
     "LanguageOut",
     "MediaUrl",
     "Moment",
+    "ReindexOut",
     "SearchResults",
     "Transcript",
     "TranscriptSegment",
