@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import arguments, report_head, run_benchmark  # noqa: E402
 
+from vifusion.ingest.live_reindex import _GRACE_S  # noqa: E402
+
 QUERIES = ["a cat", "a rocket launch", "a coffee cup", "people", "a street", "an astronaut"]
 
 
@@ -82,27 +84,34 @@ def main() -> int:
 
             latencies: dict[str, list[float]] = {"idle": [], "embedding": [], "switching": []}
             bad = {"errors": 0, "empty": 0}
+            empty: dict[str, list[str]] = {"idle": [], "embedding": [], "switching": []}
             # the queries that find something before: an empty answer later is the reindex's
             queries = itertools.cycle([q for q in QUERIES if svc.search(text=q).results])
 
             def one(phase: str) -> None:
                 t0 = time.perf_counter()
                 try:
-                    found = svc.search(text=next(queries), top_k=10).results
+                    query = next(queries)
+                    found = svc.search(text=query, top_k=10).results
                 except Exception as e:  # counted, never expected
                     bad["errors"] += 1
                     print(f"search failed in {phase}: {e}", file=sys.stderr)
                     return
                 latencies[phase].append((time.perf_counter() - t0) * 1000)
-                bad["empty"] += not found
+                if not found:
+                    bad["empty"] += 1
+                    empty[phase].append(query)
 
             end = time.monotonic() + idle_s
             while time.monotonic() < end:
                 one("idle")
             t0 = time.perf_counter()
             svc.reindex()
-            while (state := svc.reindex_state())["state"] in ("embedding", "switching"):
+            phases = {"embedding": 0.0, "switching": 0.0}
+            while (state := svc.reindex_state())["state"] in phases:
+                t1 = time.perf_counter()
                 one(state["state"])
+                phases[state["state"]] += time.perf_counter() - t1
             live_s = time.perf_counter() - t0
             if state["state"] != "ready":
                 raise RuntimeError(f"the live reindex failed: {state['error']}")
@@ -110,7 +119,9 @@ def main() -> int:
                 "seconds": round(live_s, 2),
                 "frames": state["frames"],
                 "frames_per_s": round(state["frames"] / live_s, 2),
+                "phase_s": {k: round(v, 2) for k, v in phases.items()},
             }
+            report["empty_by_phase"] = {k: sorted(set(v)) for k, v in empty.items() if v}
         t0 = time.perf_counter()
         done = reindex(cfg)
         stopped_s = time.perf_counter() - t0
@@ -134,14 +145,16 @@ def main() -> int:
         print(
             f"reindex, service running: {live_s:.1f} s, {state['frames']} frames "
             f"({report['live']['frames_per_s']} frames/s); x{report['live_over_stopped_seconds']}"
-            " the stopped one's time"
+            f" the stopped one's time; seconds embedding / switching (with the old set's"
+            f" {_GRACE_S:.0f} s): {report['live']['phase_s']}"
         )
         for phase, figures in report["searches"].items():
             if isinstance(figures, dict):
                 print(f"searches {phase}: {figures}")
         print(
             f"search p50 during / idle: x{report['search_p50_during_over_idle']}; "
-            f"failed {bad['errors']}, empty {bad['empty']} (aim: none)"
+            f"failed {bad['errors']}, empty {bad['empty']} (aim: none) "
+            f"{report.get('empty_by_phase', '')}"
         )
         print(json.dumps(report))
         return 0 if bad["errors"] == 0 and bad["empty"] == 0 else 1

@@ -16,6 +16,7 @@ old set during the switch is applied to the new one from the catalog.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 _ROUNDS = 5  # catch-up rounds while ingest goes on, before the one in which it is held
 _FEW = 3  # a round that embeds this many videos or fewer is the last before the hold
 _GRACE_S = 5.0  # how long the old set answers the searches sent to it before the switch
+_NICE = 10  # the reindex thread's CPU priority below the service's: searches and ingest first
 
 
 class ReindexBusy(RuntimeError):
@@ -93,6 +95,8 @@ class LiveReindex:
     def _run(self, visual_model: str) -> None:
         from vifusion.ingest.reindex import Rebuild
 
+        # background work (this thread, and the torch threads it starts, which inherit it)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
         cfg = self._rt.cfg.updated({"visual_model": visual_model})
         try:
             rebuild = Rebuild(cfg, self._progress)

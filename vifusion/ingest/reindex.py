@@ -25,6 +25,7 @@ from vifusion.catalog import TEXT_KINDS, Catalog, open_catalog
 from vifusion.config import Config
 from vifusion.extract.actor import EMBED_SIDE
 from vifusion.extract.backbone import Backbone, load_backbone
+from vifusion.extract.people import PeopleDetector
 from vifusion.index.layout import (
     check_layout,
     new_index_dir,
@@ -63,6 +64,8 @@ class Rebuild:
         check_layout(cfg.data_dir, cfg.num_shards)
         self.cfg = cfg
         self.backbone = load_backbone(cfg)
+        # the face words a frame's concepts carry, as ingest gives them
+        self._people = PeopleDetector() if cfg.people else None
         self._progress = progress
         remove_unused(cfg.data_dir)  # what a reindex cut short left behind
         self.folder = new_index_dir(cfg.data_dir)
@@ -82,7 +85,9 @@ class Rebuild:
             self.done.videos -= 1
         todo = sorted(ready - self._embedded - self.done.skipped.keys())
         for i, video_id in enumerate(todo):
-            why = _embed_video(self.cfg, catalog, self.backbone, self._shard(video_id), video_id)
+            why = _embed_video(
+                self.cfg, catalog, self.backbone, self._people, self._shard(video_id), video_id
+            )
             if isinstance(why, str):
                 self.done.skipped[video_id] = why
                 log.warning("reindex: video %d left out: %s", video_id, why)
@@ -131,9 +136,16 @@ def reindex(cfg: Config, progress: Callable[[int, int], None] | None = None) -> 
 
 
 def _embed_video(
-    cfg: Config, catalog: Catalog, backbone: Backbone, shard: Shard, video_id: int
+    cfg: Config,
+    catalog: Catalog,
+    backbone: Backbone,
+    people: PeopleDetector | None,
+    shard: Shard,
+    video_id: int,
 ) -> int | str:
-    """One video's frames and text rows into ``shard``: the frames written, or why not."""
+    """One video's frames and text rows into ``shard``, embedded as the extractor embeds
+    them (``extract/actor.py``: the people detector's words beside the frames): the frames
+    written, or why not."""
     from vifusion.extract.decode import DecodeError, open_sampled, open_video
 
     video = catalog.get_video(video_id)
@@ -147,8 +159,11 @@ def _embed_video(
             _, _, batches = open_sampled(
                 path, cfg.sample_fps, cfg.max_frames, EMBED_SIDE, cfg.embed_batch, file=file
             )
+            faces = people.track(cfg.people_backoff_max) if people else None
             for frames, spans in batches:
-                visual, semantic = backbone.embed_frames(frames)
+                visual, semantic = backbone.embed_frames(
+                    frames, faces.terms(frames) if faces else None
+                )
                 shard.add(
                     FusedBatch.of_video(
                         video_id, frames_done, [(t0, t1) for _, t0, t1 in spans], visual, semantic
