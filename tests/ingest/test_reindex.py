@@ -90,3 +90,33 @@ def test_reindex_with_missing_weights_says_so_and_changes_nothing(tmp_path, caps
     )
     assert code == 1 and "nowhere.pt" in err
     assert not list((tmp_path / "index").glob("gen-*"))
+
+
+@pytest.mark.slow
+def test_a_reindex_with_the_same_model_gives_each_frame_the_vectors_ingest_gave_it(
+    indexed_copy,
+):
+    """The reindex embeds as the extractor does (concepts, hypernyms, the people detector's
+    face words): a frame ingest kept has the same vectors after it, in both frame spaces."""
+    from vifusion.index.local import LocalShards
+    from vifusion.ingest.reindex import reindex
+
+    data, _ = indexed_copy
+    cfg = Config(data_dir=data)
+    before = LocalShards(cfg)
+    ids = [v for v in range(1, 50) if before.frames("visual", v, 0, 1e6)[1].size]
+    kept = {
+        (space, v): before.frames(space, v, 0, 1e6) for space in ("visual", "semantic") for v in ids
+    }
+    done = reindex(cfg)
+    assert done.videos == len(ids) and not done.skipped
+    after = LocalShards(cfg)
+    compared = 0
+    for (space, v), (times, vectors) in kept.items():
+        new_times, new_vectors = after.frames(space, v, 0, 1e6)
+        row = {tuple(t): i for i, t in enumerate(new_times.tolist())}
+        for t, vec in zip(times.tolist(), vectors, strict=True):
+            if tuple(t) in row:  # a frame ingest kept (its dedup folded some into others)
+                assert np.allclose(new_vectors[row[tuple(t)]], vec, atol=0.02), (space, v, t)
+                compared += 1
+    assert compared >= len(kept)  # at least a frame a video and space
