@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 _ROUNDS = 5  # catch-up rounds while ingest goes on, before the one in which it is held
 _FEW = 3  # a round that embeds this many videos or fewer is the last before the hold
 _GRACE_S = 5.0  # how long the old set answers the searches sent to it before the switch
-_NICE = 10  # the reindex thread's CPU priority below the service's: searches and ingest first
+_LOWER = 10  # the reindex thread's niceness above its process's: searches and ingest first
 
 
 class ReindexBusy(RuntimeError):
@@ -95,8 +95,10 @@ class LiveReindex:
     def _run(self, visual_model: str) -> None:
         from vifusion.ingest.reindex import Rebuild
 
-        # background work (this thread, and the torch threads it starts, which inherit it)
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+        # Background work, this thread and the threads it starts (which inherit it), below the
+        # pool's own (Ray starts workers at niceness 15, so the shards' searches go first).
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + _LOWER))
         cfg = self._rt.cfg.updated({"visual_model": visual_model})
         try:
             rebuild = Rebuild(cfg, self._progress)
