@@ -18,7 +18,9 @@ query finds what is seen, said and written.
    queries, visual search alone), ``r1_<blend>`` / ``mrr_<blend>`` for each of ``BLENDS``
    (rrf, calibrated, evidence; MRR over the top 10), and ``r1_<kind>_<blend>`` /
    ``mrr_<kind>_<blend>`` per kind of query. ``fusion`` names the default blend
-   (``vifusion.query.searcher.BLEND``).
+   (``vifusion.query.searcher.BLEND``). ``p50_ms_<blend>``: each blend's median search time
+   over the same queries (the default against rrf, which calibrates nothing: what the blend
+   adds to a search).
 
 4. ``ingest_ratio``: the same corpus indexed again into a fresh data dir with speech and
    screen text off, in the same run: sampled frames per second of wall time with every
@@ -322,16 +324,13 @@ def retrieval(talks: int) -> dict:
             searcher = rt.searcher
             searcher.text("warm-up")
             ranks: dict[str, list[int | None]] = {way: [] for way in (*BLENDS, "visual_only")}
+            took: dict[str, list[float]] = {way: [] for way in BLENDS}
             for q in queries:
                 for way in BLENDS:
-                    ranks[way].append(
-                        rank_of(
-                            searcher.text(q.text, TOP_K, blend=way),
-                            ids[q.video],
-                            q.start_s,
-                            q.end_s,
-                        )
-                    )
+                    t0 = time.perf_counter()
+                    found = searcher.text(q.text, TOP_K, blend=way)
+                    took[way].append(time.perf_counter() - t0)
+                    ranks[way].append(rank_of(found, ids[q.video], q.start_s, q.end_s))
                 ranks["visual_only"].append(
                     rank_of(
                         searcher.text(q.text, TOP_K, modalities=["visual"]),
@@ -377,6 +376,13 @@ def retrieval(talks: int) -> dict:
     for kind in KINDS:
         report |= {f"r1_{kind}_{way}": r1(way, kind) for way in ways}
         report |= {f"mrr_{kind}_{way}": mrr(way, kind) for way in ways}
+    p50 = {way: round(statistics.median(took[way]) * 1000, 2) for way in BLENDS}
+    report |= {f"p50_ms_{way}": p50[way] for way in BLENDS}
+    print(
+        "  search p50 ms (one query after another, same index): "
+        + ", ".join(f"{way} {p50[way]}" for way in BLENDS)
+        + f"; {BLEND} / rrf x{p50[BLEND] / p50['rrf']:.2f} (aim: within 1.1)"
+    )
     print(f"  {'R@1 / MRR':15} " + " ".join(f"{w:>19}" for w in ways))
     for kind in (None, *KINDS):
         cells = [f"{r1(w, kind):.3f} / {mrr(w, kind):.3f}" for w in ways]

@@ -43,7 +43,7 @@ def test_status_counts_videos_and_jobs_and_each_shards_rows(indexed_copy, capsys
     data, videos = indexed_copy
     frames = sum(r["frames"] for r in listed(data, capsys, "--status", "ready"))
     s = status(data, capsys)
-    assert s["service"] is None
+    assert s["service"] is None and s["visual_model"] == "default"
     assert s["videos"]["ready"] == len(videos) and s["videos"]["failed"] >= 2
     assert s["jobs"]["counts"]["ready"] == len(videos) and s["jobs"]["running"] == []
     assert s["jobs"]["recent_failures"] and all(j["error"] for j in s["jobs"]["recent_failures"])

@@ -71,6 +71,8 @@ def test_reindex_switches_to_the_new_model_while_searches_answer(indexed_copy, t
     assert after.returncode == 0, after.stderr
     found = [json.loads(line) for line in after.stdout.splitlines() if line.startswith("{")]
     assert found and found[0]["source"].endswith("kitchen.mp4"), found[:3]
+    shown = cli_process("status", "--data-dir", str(data), "--json")
+    assert json.loads(shown.stdout)["visual_model"] == spec  # the index's, none configured
     with pytest.raises(ModelMismatch, match="open_clip:tiny-clip.*efficientnet-lite0"):
         LocalShards(Config(data_dir=data))
 

@@ -240,8 +240,9 @@ def cmd_reindex(cfg: Config, quiet: bool = False) -> int:
 
 
 def cmd_status(cfg: Config, as_json: bool) -> int:
-    """Print what the data dir holds and does: the service serving it, videos by status,
-    jobs (running, failed of late), each shard's rows, log and last snapshot. Reads only, no Ray."""
+    """Print what the data dir holds and does: the service serving it, the visual model its
+    index holds, videos by status, jobs (running, failed of late), each shard's rows, log and
+    last snapshot. Reads only, no Ray."""
     from vifusion.catalog import open_catalog
     from vifusion.cli.admin import job_summary, shard_states
     from vifusion.cluster.running import running_url
@@ -265,6 +266,7 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
     report = {
         "data_dir": str(cfg.data_dir),
         "service": running_url(cfg.data_dir),
+        "visual_model": cfg.visual_model,  # the index's (main() resolved it)
         "videos": videos,
         "jobs": jobs,
         "shards": shards,
@@ -274,6 +276,7 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
         return EXIT_OK
     print(f"data dir: {cfg.data_dir}")
     print(f"service:  {'serving at ' + report['service'] if report['service'] else 'none running'}")
+    print(f"model:    {cfg.visual_model}")
     print("videos:   " + (", ".join(f"{n} {s}" for s, n in sorted(videos.items())) or "none"))
     print(
         "jobs:     "

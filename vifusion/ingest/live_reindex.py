@@ -43,7 +43,8 @@ class ReindexBusy(RuntimeError):
 @dataclass
 class ReindexState:
     """Where the data dir's reindex stands: ``state`` idle, embedding, switching, ready
-    (switched; the old set removed) or failed (``error``; the set in use untouched)."""
+    (switched; the old set removed, else ``error`` says why not) or failed (``error``; the set
+    in use untouched)."""
 
     state: str = "idle"
     model: str = ""  # the visual_model it embeds with
@@ -87,11 +88,6 @@ class LiveReindex:
         with self._lock:
             return ReindexState(**asdict(self._state))
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Return once the reindex running now (if any) has ended."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-
     def _run(self, visual_model: str) -> None:
         from vifusion.ingest.reindex import Rebuild
 
@@ -126,11 +122,16 @@ class LiveReindex:
         finally:
             catalog.close()
         time.sleep(_GRACE_S)
-        if old is not None:
-            old.shutdown()
-        remove_index(cfg.data_dir, old_folder)
-        self._drop_deleted()
-        self._update(state="ready", finished_at=time.time())
+        error = None
+        try:
+            if old is not None:
+                old.shutdown()
+            remove_index(cfg.data_dir, old_folder)
+            self._drop_deleted()
+        except Exception as e:  # switched all the same: the next reindex removes the old set
+            error = f"switched, but the old set was not cleaned up: {e}"
+            log.error("reindex: %s", error)
+        self._update(state="ready", error=error, finished_at=time.time())
         log.warning("reindex: now searching with %s", visual_model)
 
     def _drop_deleted(self) -> None:

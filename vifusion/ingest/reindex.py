@@ -8,10 +8,11 @@ set: every ready video's frames are decoded from its stored media and embedded w
 answering from it; at the end ``index/current`` is switched to the new set (one rename) and
 the old set removed.
 
-The caller holds the data dir's writer lock, so no ingest writes the old set meanwhile (a
-running service holds it: stop it, reindex, start it with the new ``visual_model``). Frames
-are written as sampled, not folded by the aggregator's dedup. A video whose media is gone is
-left out of the new set and said so in the result.
+``reindex`` is `vifusion reindex`: its caller holds the data dir's writer lock, so no ingest
+writes the old set meanwhile. A running service holds that lock and reindexes through
+``live_reindex.py``, which catches ``Rebuild`` up with what ingest wrote meanwhile. Frames
+are embedded as the extractor embeds them, written as sampled, not folded by the
+aggregator's dedup. A video whose media is gone is left out of the new set and said so.
 """
 
 from __future__ import annotations
