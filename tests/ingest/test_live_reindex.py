@@ -81,3 +81,34 @@ def test_a_reindex_while_serving_switches_models_and_loses_no_video(indexed_copy
         assert svc.reindex_state()["index_model"] == spec
         found = svc.search(image=still, top_k=1).results
         assert found and found[0].video_id == kitchen[0].video_id
+
+
+@pytest.mark.slow
+def test_two_api_replicas_sharing_the_actors_both_move_to_the_reindexed_set(indexed_copy, tmp_path):
+    """A cluster's way (``shared_actors``): the detached pool switches, and each API replica
+    moves on its next request; the old set's actors are gone after it."""
+    from vifusion.cluster.actors import actor_name, find_actor
+
+    data, videos = indexed_copy
+    cfg = Config(data_dir=data, visual_model=tiny_clip(tmp_path / "clip"), shared_actors=True)
+    first, second = Service(cfg), None
+    try:
+        second = Service(cfg)
+        still = _still(videos["kitchen.mp4"].path)
+        kitchen = first.search(image=still, top_k=1).results[0].video_id
+        first.reindex()
+        while (state := second.reindex_state())["state"] in ("embedding", "switching"):
+            for svc in (first, second):
+                assert svc.search(image=still, top_k=1).results
+            time.sleep(0.2)
+        assert state["state"] == "ready", state["error"]
+        for svc in (first, second):
+            found = svc.search(image=still, top_k=1).results
+            assert found and found[0].video_id == kitchen
+            assert svc.reindex_state()["index_model"] == cfg.visual_model
+        assert find_actor(actor_name(cfg, "shard", 0, 0)) is None  # the old set's
+        assert find_actor(actor_name(cfg, "shard", "gen-1", 0, 0)) is not None
+    finally:
+        if second is not None:
+            second.close()
+        first.shutdown()
