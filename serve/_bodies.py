@@ -62,13 +62,13 @@ def _parse_json(raw: str | bytes, what: str) -> Any:
         raise ApiError(400, "malformed_json", f"{what} is not valid JSON: {why}") from None
 
 
-async def json_body(request: Request, limit: int) -> Any:
-    """The request's body as JSON, ``limit`` bytes at most."""
+async def json_body(request: Request, limit: int, optional: bool = False) -> Any:
+    """The request's body as JSON, ``limit`` bytes at most; ``optional``: {} for no body."""
     try:
         raw = await _limit_body(request, limit).body()
     except _TooLarge:
         raise ApiError(413, "too_large", f"request body over the {limit}-byte limit") from None
-    return _parse_json(raw, "body")
+    return {} if optional and not raw.strip() else _parse_json(raw, "body")
 
 
 class _SpoolingParser(MultiPartParser):

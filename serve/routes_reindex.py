@@ -63,9 +63,7 @@ async def start_reindex(replica: Serving, request: Request) -> dict:
     ``GET /v1/reindex``. Refused (409) while one runs, or where the model's weights are
     missing. The model is the service's setting, never a path a client sends."""
     _collections.reaches_all(request, "reindex the library")
-    sent = request.headers.get("content-length", "0") != "0"
-    sent = sent or "transfer-encoding" in request.headers
-    body = await _bodies.json_body(request, 8192) if sent else {}
+    body = await _bodies.json_body(request, 8192, optional=True)
     wanted = _bodies.model(ReindexRequest, body).visual_model
     configured = replica.cfg.visual_model
     if wanted is not None and wanted != configured:

@@ -67,7 +67,7 @@ class ShardSet:
 
     def __init__(self, cfg: Config) -> None:
         """The replicas of the shard set in use (``layout.index_dir``), started or found:
-        each set's actors are named after it (``layout.generation``), so a reindex's new set
+        each set's actors are named after its folder (``generation``), so a reindex's new set
         starts beside the old one, which answers until every process has moved to the new."""
         check_layout(cfg.data_dir, cfg.num_shards)
         self.folder = index_dir(cfg.data_dir)
