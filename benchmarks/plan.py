@@ -393,10 +393,7 @@ def main() -> int:
             for mode, candidate in modes.items():
                 predicted = simulate(described(probed), costs, candidate, finite)
                 data = work / f"data-{mode}"
-                # The models cache the calibration made (class-name vectors, the query
-                # model's ONNX export), as a service's data dir keeps it from its first start:
-                # without it every extractor makes them again at its start.
-                shutil.copytree(cfg.data_dir / "models", data / "models")
+                data.mkdir(parents=True)
                 doc = plan_document(cluster, Evaluated(candidate, predicted), live)
                 (data / "plan.json").write_text(json.dumps(doc))
                 spec = {

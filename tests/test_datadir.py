@@ -12,7 +12,13 @@ import pytest
 from vifusion import datadir
 from vifusion.catalog import open_catalog
 from vifusion.config import Config
-from vifusion.datadir import DataDirBusy, has_catalog, remove_stored_media, writer_lock
+from vifusion.datadir import (
+    DataDirBusy,
+    has_catalog,
+    models_dir,
+    remove_stored_media,
+    writer_lock,
+)
 
 
 def test_the_names_are_those_data_dirs_already_hold():
@@ -48,6 +54,19 @@ def test_the_names_are_those_data_dirs_already_hold():
         "replication_key": "replication_key",
         "tls": "tls",
     }
+
+
+def test_every_data_dir_shares_the_users_model_cache_unless_told_otherwise(tmp_path, monkeypatch):
+    """The models made from the wheels (230 MB) are made once a machine, not once a data dir;
+    ``model_cache`` moves them; a user with no writable home keeps them in the data dir."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    a, b = Config(data_dir=tmp_path / "a"), Config(data_dir=tmp_path / "b")
+    shared = tmp_path / "home" / ".cache" / "vifusion" / "models"
+    assert models_dir(a) == models_dir(b) == shared and shared.is_dir()
+    assert models_dir(Config(data_dir=a.data_dir, model_cache=tmp_path / "m")) == tmp_path / "m"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "file"))  # a home that is a file: no cache there
+    assert models_dir(a) == a.data_dir / "models"
 
 
 def test_a_second_writer_is_refused_with_who_to_wait_for(tmp_path):

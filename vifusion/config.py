@@ -25,7 +25,13 @@ ENV_PREFIX = "VIFUSION_"
 class _Where(BaseModel):
     """Where the data, the cluster and the catalog are (the first fields of ``Config``)."""
 
-    data_dir: Path = Field(Path("vifusion-data"), description="catalog, indexes, model caches")
+    data_dir: Path = Field(Path("vifusion-data"), description="catalog, indexes, thumbnails")
+    model_cache: Path | None = Field(
+        None,
+        description="where models made from the installed wheels are kept (the text model's "
+        "ONNX export, Whisper base joined, class-name vectors), shared by every data dir; "
+        "None: ~/.cache/vifusion/models, or DATA_DIR/models where that cannot be written",
+    )
     api_key: str | None = Field(
         None,
         description="REST API key, at least 32 characters; None: generated once into DATA_DIR/api_key",
@@ -193,7 +199,7 @@ class Config(HookFields, IndexFields, FusionFields, ExtractFields, _Where):
         None, description="the applied plan, as checked (placement.applied_plan); None: unplanned"
     )
 
-    @field_validator("data_dir", "tls_certfile", "tls_keyfile")
+    @field_validator("data_dir", "model_cache", "tls_certfile", "tls_keyfile")
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
         return None if v is None else Path(v).expanduser()

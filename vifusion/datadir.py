@@ -27,7 +27,7 @@ CATALOG_DB = "catalog.db"  # the SQLite catalog (where no catalog_url is set)
 INDEX = "index"  # the shards and their count (``index/layout.py``)
 MEDIA = "media"  # media the data dir stored (uploads, downloads): media/<32 hex>/<name>
 THUMBS = "thumbs"  # the thumbnail cache: thumbs/<video id>/
-MODELS = "models"  # model weights and exports, downloaded or made once
+MODELS = "models"  # the model cache where the user's cannot be written (``models_dir``)
 CODEC = "codec"  # the adaptive codec's trained tables
 PLAN = "plan.json"  # the applied placement plan (`vifusion plan --apply`)
 CALIBRATION = "plan"  # `vifusion plan`'s cached stage measurements
@@ -51,6 +51,21 @@ def remove_stored_media(data_dir: Path, media: str | None) -> None:
     upload, a download): a file indexed in place is the user's, and stays."""
     if media and Path(media).parent.parent == Path(data_dir) / MEDIA:
         shutil.rmtree(Path(media).parent, ignore_errors=True)
+
+
+def models_dir(cfg: Config) -> Path:
+    """Where models made from the installed wheels are kept (``cfg.model_cache``): by default
+    the user's cache, so that every data dir on the machine shares one copy (230 MB, made once);
+    the data dir's own ``models`` where the user's cache cannot be made (a service user with
+    no home)."""
+    if cfg.model_cache is not None:
+        return cfg.model_cache
+    shared = Path.home() / ".cache" / "vifusion" / "models"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # RuntimeError: no home to be found
+        return cfg.data_dir / MODELS
+    return shared
 
 
 # -- the writer lock -------------------------------------------------------------------

@@ -20,6 +20,8 @@ from PIL import Image
 from tests._helpers import cli_process
 from vifusion.cli import parser as cli
 from vifusion.cli.demo import distorted_frame
+from vifusion.config import Config
+from vifusion.datadir import models_dir
 from vifusion.extract._text_onnx import onnx_path
 
 
@@ -54,7 +56,7 @@ def files(root: Path) -> dict[str, tuple[str, int]]:
 
 def test_indexing_leaves_the_query_model_for_a_fast_first_search(indexed):
     data, _, _ = indexed
-    assert onnx_path(data / "models").is_file()
+    assert onnx_path(models_dir(Config(data_dir=data))).is_file()
 
 
 def test_a_text_search_loads_neither_torch_nor_ray_and_finds_the_cat(indexed):

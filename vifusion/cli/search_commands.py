@@ -14,7 +14,7 @@ from vifusion._files import StorageError
 from vifusion.catalog import check_collections
 from vifusion.cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _clock
 from vifusion.config import Config
-from vifusion.datadir import MODELS
+from vifusion.datadir import models_dir
 from vifusion.query.ranking import ALIASES, MODALITIES, Moment, bracketed, snippet_fields
 
 
@@ -297,12 +297,12 @@ def _rows(cfg: Config, catalog, moments: list[Moment]) -> list[dict]:
 
 def _text_embedder(cfg: Config):
     """The query text model without torch (``extract/_text_onnx.py``), from the ONNX export
-    that indexing leaves in the data dir; where there is none (a data dir indexed before it
-    existed, or not writable), the torch model, which leaves the export for the next search."""
+    that indexing leaves in the model cache; where there is none (nothing indexed on this
+    machine yet, or the cache not writable), the torch model, which leaves it for the next."""
     from vifusion.extract._text_onnx import TextEmbedder, onnx_path
     from vifusion.index.model import DEFAULT
 
-    path = onnx_path(cfg.data_dir / MODELS)
+    path = onnx_path(models_dir(cfg))
     if path.is_file() and cfg.visual_model == DEFAULT:  # another's text tower needs torch
         return TextEmbedder(path, cfg.query_threads)
     return _embedder(cfg)

