@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from vifusion.extract.model import Embedder, imagenet_class_names
+from vifusion.extract._seen_query import FACE_WORDS
+from vifusion.extract.model import CLASS_PROMPT, Embedder, imagenet_class_names
 from vifusion.samples import photo
 from vifusion.types import SEMANTIC_DIM, VISUAL_DIM
 
@@ -93,9 +94,22 @@ def test_extractors_starting_at_once_cache_the_class_vectors_side_by_side(tmp_pa
 def test_with_the_class_vectors_cached_the_text_model_loads_only_when_text_is_embedded(tmp_path):
     Embedder(cache_dir=tmp_path)
     cached = Embedder(cache_dir=tmp_path)
-    assert cached._text is None  # an extractor without speech or screen text never loads it
+    frames = np.random.default_rng(0).integers(0, 256, (2, 224, 224, 3), dtype=np.uint8)
+    with_faces = cached.embed_frames(
+        frames, terms=[(list(FACE_WORDS), [1.0] * len(FACE_WORDS)), ([], [])]
+    )
+    # an extractor without speech or screen text never loads it, faces or none (seconds and
+    # memory an actor): the face words' vectors come with the class names'
+    assert cached._text is None
     query = cached.embed_text(["a photo of a cat"])
     assert query.shape == (1, 384) and np.isclose(np.linalg.norm(query), 1.0, atol=1e-5)
+    # the cached face words are the words the text model gives
+    assert np.allclose(
+        cached._term_vectors["face"].numpy(),
+        cached.embed_text([CLASS_PROMPT.format("face")])[0],
+        atol=1e-4,
+    )
+    assert not np.allclose(with_faces[1][0], cached.embed_frames(frames[:1])[1][0], atol=1e-3)
 
 
 def _read_as(embedder, **readings: float) -> np.ndarray:

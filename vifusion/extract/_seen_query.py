@@ -49,9 +49,10 @@ def imagenet_class_names() -> list[str]:
 
 
 def class_prompts() -> list[str]:
-    """The prompts of the class names, then of the hypernym words: the rows of the cached
-    ``class_text_path`` matrix."""
-    names = imagenet_class_names() + _concepts.hypernym_words()
+    """The prompts of the class names, the hypernym words, then the face words: the rows of
+    the cached ``class_text_path`` matrix, every concept a frame is made of (so an extractor
+    whose frames show faces still never loads the text model)."""
+    names = imagenet_class_names() + _concepts.hypernym_words() + list(FACE_WORDS)
     return [CLASS_PROMPT.format(n) for n in names]
 
 
@@ -82,10 +83,10 @@ def shift(queries: np.ndarray, projected: np.ndarray) -> np.ndarray:
     return np.where(moved > 1e-6, SHIFT_BASE + SHIFT_PER_MOVE * moved, 0.0)
 
 
-def concept_vectors(class_vectors: np.ndarray, face_vectors: np.ndarray) -> np.ndarray:
-    """The concepts a frame can be made of: the class and hypernym name vectors (the
-    extractor's ``class-text-*.npy``) and the face words' (``FACE_WORDS``), unit length."""
-    return _unit(np.concatenate([class_vectors, face_vectors]).astype(np.float32))
+def concept_vectors(names: np.ndarray) -> np.ndarray:
+    """The concepts a frame can be made of, unit length: ``class_prompts``' vectors (the
+    extractor's ``class-text-*.npy``)."""
+    return _unit(names.astype(np.float32))
 
 
 def _unit(v: np.ndarray) -> np.ndarray:

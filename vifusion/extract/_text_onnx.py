@@ -144,8 +144,7 @@ class TextEmbedder:
             path = seen.class_text_path(self._models_dir, seen.class_prompts())
             if not path.is_file():
                 return vectors
-            faces = self.embed_text([seen.CLASS_PROMPT.format(w) for w in seen.FACE_WORDS])
-            self._seen_concepts = seen.concept_vectors(np.load(path), faces)
+            self._seen_concepts = seen.concept_vectors(np.load(path))
         return seen.project(vectors, self._seen_concepts)
 
     def embed_text(self, texts: Sequence[str]) -> np.ndarray:

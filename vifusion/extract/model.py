@@ -60,7 +60,10 @@ class Embedder:
         self._term_vectors: dict[str, torch.Tensor] = {}  # _terms_vectors' words, embedded
         self._seen_concepts: np.ndarray | None = None  # project_query's, made at first use
         names = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
-        self.class_vectors, self.hypernym_vectors = names[:1000], names[1000:]
+        self._names = names  # class_prompts' rows: classes, hypernyms, face words
+        hypernyms = 1000 + len(_concepts.hypernym_words())
+        self.class_vectors, self.hypernym_vectors = names[:1000], names[1000:hypernyms]
+        self._term_vectors.update(zip(_seen_query.FACE_WORDS, names[hypernyms:]))
         self.hypernym_of = torch.from_numpy(_concepts.membership()).to(self.device)
         self.hypernym_weight = hypernym_weight
         # which concepts built the semantic vectors: vectors of two differ, and do not mix
@@ -115,7 +118,8 @@ class Embedder:
 
     def _terms_vectors(self, terms: Sequence[tuple[list[str], list[float]]]) -> torch.Tensor:
         """(b, 384): each frame's concept words' text vectors (``CLASS_PROMPT``, as the
-        classes'), weighted and summed; each word embedded once per actor."""
+        classes'), weighted and summed; the face words come with the class vectors, any other
+        word is embedded once per actor."""
         out = torch.zeros((len(terms), self.class_vectors.shape[1]), device=self.device)
         for i, (words, weights) in enumerate(terms):
             for word, weight in zip(words, weights):
@@ -159,9 +163,8 @@ class Embedder:
         mixed in as a frame's are (``_seen_query``). A joint model (``backbone.py``) has no
         such method: its text tower embeds into the image space already."""
         if self._seen_concepts is None:
-            faces = self.text.encode([CLASS_PROMPT.format(w) for w in _seen_query.FACE_WORDS])
-            names = torch.cat([self.class_vectors, self.hypernym_vectors]).float().cpu().numpy()
-            self._seen_concepts = _seen_query.concept_vectors(names, faces)
+            names = self._names.float().cpu().numpy()
+            self._seen_concepts = _seen_query.concept_vectors(names)
         return _seen_query.project(vectors, self._seen_concepts)
 
 
