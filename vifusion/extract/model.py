@@ -57,13 +57,15 @@ class Embedder:
         self.conse_top_k = conse_top_k
         self.vision = load_efficientnet_lite0(self.device)
         self._text: TextEncoder | None = None
-        self._term_vectors: dict[str, torch.Tensor] = {}  # _terms_vectors' words, embedded
         self._seen_concepts: np.ndarray | None = None  # project_query's, made at first use
         names = torch.from_numpy(self._class_vectors(cache_dir)).to(self.device)
         self._names = names  # class_prompts' rows: classes, hypernyms, face words
         hypernyms = 1000 + len(_concepts.hypernym_words())
         self.class_vectors, self.hypernym_vectors = names[:1000], names[1000:hypernyms]
-        self._term_vectors.update(zip(_seen_query.FACE_WORDS, names[hypernyms:]))
+        # _terms_vectors' words, embedded: the face words' from the cache, others as met
+        self._term_vectors: dict[str, torch.Tensor] = dict(
+            zip(_seen_query.FACE_WORDS, names[hypernyms:])
+        )
         self.hypernym_of = torch.from_numpy(_concepts.membership()).to(self.device)
         self.hypernym_weight = hypernym_weight
         # which concepts built the semantic vectors: vectors of two differ, and do not mix
